@@ -1,0 +1,192 @@
+/* engine.h — load a MiniMax-01-style hybrid model and run it: chunked prefill, O(1) decode, forks.
+ *
+ * The engine is the reference that everything else in longhaul is checked against. Its numbers are
+ * HF transformers' `MiniMaxForCausalLM` (models/minimax, transformers 5.17) computed in fp32; the
+ * model's math is in shared/DESIGN.md and in the header comment of engine/forward.c.
+ *
+ * Lifecycle
+ *
+ *     lh_model_params mp = lh_model_default_params();
+ *     lh_model *m;   lh_model_open("models/tiny", &mp, &m, &err);      // config + weights (mmap'd)
+ *     lh_state *s;   lh_state_new(m, &s, &err);                       // empty sequence, position 0
+ *     lh_prefill(s, ids, n, logits, NULL, &err);                      // any n >= 1, any number of times
+ *     lh_state *f;   lh_state_fork(s, &f, &err);                      // cheap copy; KV prefix shared
+ *     lh_decode_batch(states, k, next_ids, logits_k, &err);           // one token for each of k states
+ *     lh_state_free(f); lh_state_free(s); lh_model_close(m);
+ *
+ * Exactness contract: any chunk plan gives the same logits as one pass, within fp32 rounding; the
+ * same inputs with the same chunk plan on the same backend give bitwise identical logits, run to
+ * run and across a checkpoint/restore (no atomics or thread-count-dependent reductions on the
+ * paths that feed results).
+ *
+ * Ownership: an lh_model owns its weights; every lh_state made from it must be freed before
+ * lh_model_close. Pointers returned by lh_model_config() and friends live until lh_model_close.
+ * A state is used by one thread at a time; different states of one model may run concurrently
+ * only through lh_decode_batch (the engine parallelises internally).
+ */
+#ifndef LH_ENGINE_H
+#define LH_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lh_model lh_model;
+typedef struct lh_state lh_state;
+
+typedef enum lh_dtype { LH_F32 = 0, LH_BF16, LH_F16, LH_DTYPE_COUNT } lh_dtype;
+size_t lh_dtype_size(lh_dtype t);
+const char *lh_dtype_name(lh_dtype t);
+
+typedef enum lh_layer_kind { LH_LAYER_LIGHTNING = 0, LH_LAYER_SOFTMAX = 1 } lh_layer_kind;
+
+#define LH_MAX_LAYERS 256
+#define LH_MAX_HEADS 256
+
+/* The parsed configuration, normalised from either config form (HF `minimax` or the original
+ * `minimax_text_01`). Every field is filled; see engine/config.c for the key mapping. */
+typedef struct lh_config {
+  char model_type[32];         /* as found in config.json */
+  int vocab_size;
+  int hidden_size;
+  int n_layers;
+  int n_heads;                 /* query heads, both attention kinds */
+  int n_kv_heads;              /* softmax layers (GQA) */
+  int head_dim;
+  int intermediate_size;       /* per expert */
+  int n_experts;
+  int top_k;
+  int block_size;              /* lightning block length B */
+  int rotary_dim;              /* dims rotated by RoPE, first rotary_dim of each head (== head_dim when full) */
+  double rope_theta;
+  double rms_norm_eps;         /* decoder and final norms; the lightning all-heads norm uses 1e-6 as HF does */
+  int tie_word_embeddings;
+  int postnorm;                /* 1: residual taken after the norm (MiniMax-Text-01, HF); 0: before */
+  int max_position_embeddings;
+  int bos_token_id, eos_token_id; /* -1 when absent */
+  float attn_alpha[2], attn_beta[2]; /* indexed by lh_layer_kind */
+  float mlp_alpha, mlp_beta;
+  lh_layer_kind layer_kind[LH_MAX_LAYERS];
+  int n_lightning, n_softmax;  /* counts of each kind */
+} lh_config;
+
+typedef struct lh_model_params {
+  const char *backend;   /* "cpu" (default) or "cuda" */
+  int threads;           /* CPU threads; 0 = all online cores */
+  int device;            /* CUDA device ordinal */
+  int max_chunk;         /* largest n a single lh_prefill call will process at once; larger calls are
+                            split internally. Bounds the activation workspace. Default 8192. */
+  int verbose;           /* log loading details */
+} lh_model_params;
+
+lh_model_params lh_model_default_params(void);
+
+/* Open a HuggingFace model folder: config.json plus model.safetensors or a sharded
+ * model.safetensors.index.json. Validates everything (shapes against the config, byte spans,
+ * dtypes); errors name the file and tensor. Unknown tensors are logged as warnings. */
+lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err);
+void lh_model_close(lh_model *m); /* accepts NULL */
+
+const lh_config *lh_model_config(const lh_model *m);
+const char *lh_model_dir(const lh_model *m);
+const char *lh_model_backend(const lh_model *m);
+/* 64 hex chars: SHA-256 over the normalised config and the tensor index (names, dtypes, shapes,
+ * and a digest of the bytes). Two folders with the same weights have the same id. */
+const char *lh_model_id(const lh_model *m);
+
+typedef struct lh_model_stats {
+  int64_t params_total;         /* every weight */
+  int64_t params_active;        /* used per token: top_k of n_experts experts */
+  int64_t weight_bytes;         /* as stored on disk */
+  int64_t lightning_state_bytes;/* per sequence, fp32, constant in length */
+  int64_t kv_bytes_per_token;   /* all softmax layers, K and V, in the state's KV dtype */
+  double flops_per_token;       /* linear layers (projections + active experts + lm_head) */
+  double attn_flops_per_token_per_ctx; /* softmax attention FLOPs per token per context token */
+} lh_model_stats;
+void lh_model_get_stats(const lh_model *m, lh_model_stats *st);
+
+/* ---- sequences ---------------------------------------------------------------------------- */
+
+lh_status lh_state_new(lh_model *m, lh_state **out, lh_error *err);
+void lh_state_free(lh_state *s); /* accepts NULL */
+/* A new state equal to src. Lightning states are copied (fixed size); the softmax KV already
+ * written is shared read-only (reference-counted pages), so a fork costs O(lightning state). */
+lh_status lh_state_fork(const lh_state *src, lh_state **out, lh_error *err);
+int64_t lh_state_pos(const lh_state *s);   /* tokens consumed so far */
+lh_model *lh_state_model(const lh_state *s);
+
+/* Feed tokens[0:n] (n >= 1) at positions [pos, pos+n). If logits_last is not NULL it receives the
+ * vocab_size logits of the last position; if logits_all is not NULL it receives [n x vocab_size]
+ * row-major logits for every position (costly: only for tests and the `logits` command).
+ * On failure the state is unchanged if the error is LH_EINVAL (bad token id, over the context
+ * limit), otherwise the state must be freed. */
+lh_status lh_prefill(lh_state *s, const int32_t *tokens, int64_t n, float *logits_last, float *logits_all,
+                     lh_error *err);
+
+/* One decode step for k independent states at once (forks of one prompt, typically): state i gets
+ * token tokens[i]; logits[i*vocab .. (i+1)*vocab) receives its next-token logits. Equivalent to k
+ * calls of lh_prefill with n = 1, but batches the matrix work across states. */
+lh_status lh_decode_batch(lh_state *const *states, int k, const int32_t *tokens, float *logits, lh_error *err);
+
+/* Logits after the last token fed (NULL if nothing was fed or they were not kept). The state keeps
+ * the last position's logits so a restored or forked state can start decoding at once. */
+const float *lh_state_last_logits(const lh_state *s);
+
+/* ---- checkpoint hooks (the store serialises states through these) ------------------------
+ *
+ * A state is: pos; one fp32 [n_heads x head_dim x head_dim] matrix per lightning layer; for each
+ * softmax layer, KV rows for positions [0, pos), each row being K then V for all kv heads
+ * ([2 x n_kv_heads x head_dim] in kv_dtype); and the last logits. Export and import move these
+ * pieces between backend memory and host buffers; they never change the computed numbers.
+ */
+typedef struct lh_state_layout {
+  int n_lightning;             /* lightning layers, in layer order */
+  size_t lightning_bytes;      /* bytes of one layer's state: n_heads*head_dim*head_dim*4 */
+  int n_softmax;               /* softmax layers, in layer order */
+  lh_dtype kv_dtype;           /* F32 on the CPU backend, BF16 on CUDA */
+  size_t kv_row_bytes;         /* bytes of one position's K+V in one softmax layer */
+  int vocab_size;              /* length of the last-logits vector (fp32) */
+} lh_state_layout;
+void lh_state_get_layout(const lh_model *m, lh_state_layout *lay);
+
+/* Copy lightning layer i's state (i counts lightning layers only) into dst (lightning_bytes). */
+lh_status lh_state_export_lightning(const lh_state *s, int i, void *dst, lh_error *err);
+/* Copy KV rows [t0, t1) of softmax layer j into dst ((t1-t0) * kv_row_bytes). t1 <= pos. */
+lh_status lh_state_export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, void *dst, lh_error *err);
+
+/* Rebuild a state: start from lh_state_new, import every lightning layer, append KV rows for each
+ * softmax layer in order (t0 must equal the rows already held for that layer), then
+ * lh_state_import_finish sets pos and the last logits. Rows in another kv dtype than the layout's
+ * are converted (so a CPU checkpoint can resume on CUDA), which is exact only F32 -> F32. */
+lh_status lh_state_import_lightning(lh_state *s, int i, const void *src, lh_error *err);
+lh_status lh_state_import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const void *src, lh_dtype src_dtype,
+                             lh_error *err);
+lh_status lh_state_import_finish(lh_state *s, int64_t pos, const float *last_logits, lh_error *err);
+
+/* Whole state to one byte string and back (a self-describing little-endian format with a
+ * checksum; see engine/state.c). *out is malloc'd; the caller frees it. */
+lh_status lh_state_serialize(const lh_state *s, void **out, size_t *len, lh_error *err);
+lh_status lh_state_deserialize(lh_model *m, const void *buf, size_t len, lh_state **out, lh_error *err);
+
+/* ---- sampling ---------------------------------------------------------------------------- */
+
+typedef struct lh_sampler_params {
+  float temperature;  /* 0 = greedy (argmax, lowest id wins ties) */
+  float top_p;        /* 1 = off */
+  int top_k;          /* 0 = off */
+  uint64_t seed;
+} lh_sampler_params;
+
+/* Pick the next token from logits[vocab]. rng_state is advanced (seed it with params->seed);
+ * the same seed and logits give the same token on every platform. */
+int32_t lh_sample(const float *logits, int vocab, const lh_sampler_params *p, uint64_t *rng_state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

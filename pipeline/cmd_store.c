@@ -1,0 +1,11 @@
+/* cmd_store.c — placeholder until the store subsystem lands; its owner replaces this file. */
+#include <stdio.h>
+
+#include "pipeline/commands.h"
+
+int lh_cmd_store(int argc, char **argv) {
+  (void)argc;
+  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
+  return LH_EXIT_USAGE;
+}
+

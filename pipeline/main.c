@@ -1,0 +1,51 @@
+/* main.c — the longhaul command line: dispatch to a subcommand (see commands.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline/commands.h"
+
+typedef struct command {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *help;
+} command;
+
+static const command commands[] = {
+    {"run", lh_cmd_run, "run a batch file of jobs (OpenAI Batch API JSONL with documents)"},
+    {"status", lh_cmd_status, "show jobs in a store"},
+    {"results", lh_cmd_results, "print a finished job's result"},
+    {"niah", lh_cmd_niah, "run a needle-in-a-haystack sweep and draw its heatmap"},
+    {"ingest", lh_cmd_ingest, "turn archives, folders and files into tokens and a manifest"},
+    {"tokenize", lh_cmd_tokenize, "encode or decode text with a HF tokenizer.json"},
+    {"store", lh_cmd_store, "list, verify or garbage-collect a checkpoint store"},
+    {"model", lh_cmd_model, "describe a model folder (model info)"},
+    {"logits", lh_cmd_logits, "write every position's logits for a list of token ids"},
+    {"generate", lh_cmd_generate, "greedy continuation of a list of token ids"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: longhaul COMMAND [ARGS...]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n'longhaul COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return LH_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("longhaul %s\n", LH_VERSION);
+    return LH_EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "longhaul: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return LH_EXIT_USAGE;
+}

@@ -1,0 +1,114 @@
+/* fs.c — see fs.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "util/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  char chunk[65536];
+  size_t n, total = 0;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    total += n;
+    if (total > max) {
+      fclose(f);
+      return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+    }
+    if (lh_buf_append(b, chunk, n)) {
+      fclose(f);
+      return lh_error_set(err, LH_ENOMEM, "%s: out of memory reading file", path);
+    }
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) return lh_error_set(err, LH_EIO, "%s: read error", path);
+  if (!b->data) lh_buf_append(b, "", 0);
+  return LH_OK;
+}
+
+lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err) {
+  char tmp[4096];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+    return lh_error_set(err, LH_ELIMIT, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", tmp, strerror(errno));
+  const char *p = data;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "%s: %s", path, strerror(e));
+    }
+    p += w, n -= (size_t)w;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "%s: %s", path, strerror(e));
+  }
+  if (rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return lh_error_set(err, LH_EIO, "%s: rename: %s", path, strerror(e));
+  }
+  return LH_OK;
+}
+
+lh_status lh_mkdir_p(const char *path, lh_error *err) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof buf) return lh_error_set(err, LH_EINVAL, "bad directory path '%s'", path);
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] == '/' || buf[i] == 0) {
+      char c = buf[i];
+      buf[i] = 0;
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return lh_error_set(err, LH_EIO, "mkdir %s: %s", buf, strerror(errno));
+      buf[i] = c;
+    }
+  }
+  if (!lh_is_dir(path)) return lh_error_set(err, LH_EIO, "%s exists and is not a directory", path);
+  return LH_OK;
+}
+
+int lh_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int lh_is_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+lh_status lh_path_join(char *out, size_t outsz, const char *dir, const char *name) {
+  size_t dl = strlen(dir);
+  int slash = dl > 0 && dir[dl - 1] != '/';
+  int n = snprintf(out, outsz, "%s%s%s", dir, slash ? "/" : "", name);
+  return n < 0 || (size_t)n >= outsz ? LH_ELIMIT : LH_OK;
+}
+
+double lh_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void lh_utc_now(char *out, size_t outsz) {
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(out, outsz, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}

@@ -1,0 +1,31 @@
+/* fs.h — small file-system helpers shared by every subsystem.
+ *
+ * All functions report failures through lh_error with the path and the OS reason in the message.
+ * lh_file_write_atomic writes to a temporary name, fsyncs and renames, so readers see either the
+ * old file or the whole new one, never a torn write (used for results and manifests).
+ */
+#ifndef LH_UTIL_FS_H
+#define LH_UTIL_FS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/buf.h"
+#include "util/err.h"
+
+/* Read a whole (small) file into b (appending). Fails with LH_ELIMIT if it is over max bytes. */
+lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err);
+lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err);
+/* mkdir -p; succeeds if the directory exists. */
+lh_status lh_mkdir_p(const char *path, lh_error *err);
+int lh_is_dir(const char *path);
+int lh_is_file(const char *path);
+/* Join dir and name with one '/', into out (size outsz). Returns LH_ELIMIT if it does not fit. */
+lh_status lh_path_join(char *out, size_t outsz, const char *dir, const char *name);
+
+/* Seconds on a monotonic clock (for durations and rates). */
+double lh_now(void);
+/* Wall-clock time as an RFC 3339 UTC string ("2026-12-01T09:24:48Z") into out (>= 21 bytes). */
+void lh_utc_now(char *out, size_t outsz);
+
+#endif
