@@ -3,15 +3,8 @@
 
 #include "pipeline/commands.h"
 
-int lh_cmd_tokenize(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
-}
-
 int lh_cmd_ingest(int argc, char **argv) {
   (void)argc;
   fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
   return LH_EXIT_USAGE;
 }
-

@@ -8,7 +8,7 @@
 int lh_cmd_logits(int argc, char **argv);
 int lh_cmd_generate(int argc, char **argv);
 int lh_cmd_model(int argc, char **argv); /* model info */
-/* ingest (pipeline/cmd_ingest.c) */
+/* tokenizer (pipeline/cmd_tokenize.c) and ingest (pipeline/cmd_ingest.c) */
 int lh_cmd_tokenize(int argc, char **argv);
 int lh_cmd_ingest(int argc, char **argv);
 /* store (pipeline/cmd_store.c) */

@@ -1,0 +1,57 @@
+/* tokenizer.h — HF tokenizer.json, reproduced token for token (byte-level BPE family).
+ *
+ * Supported (anything else in a tokenizer.json is LH_EUNSUPPORTED naming the feature):
+ * model BPE (vocab, merges as "a b" strings or ["a","b"] pairs, ignore_merges, byte_fallback,
+ * unk_token); pre-tokenizers ByteLevel, Split, Digits, Sequence; normalizers NFC, NFKC, NFD,
+ * Lowercase, Replace, Prepend, Sequence; added_tokens (special, normalized, lstrip, rstrip,
+ * single_word); decoder ByteLevel; post-processors ByteLevel and TemplateProcessing.
+ * The differential test against HF `tokenizers` is tests/tokenizer/.
+ *
+ * Threading: an lh_tokenizer is immutable after open; any number of threads may encode and decode
+ * with it at once. A stream (lh_tok_stream) belongs to one thread.
+ *
+ * Ownership: strings returned by lh_tokenizer_id_to_token live until lh_tokenizer_close.
+ */
+#ifndef LH_INGEST_TOKENIZER_H
+#define LH_INGEST_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/buf.h"
+#include "util/err.h"
+
+typedef struct lh_tokenizer lh_tokenizer;
+
+/* path: a tokenizer.json file, or a model folder holding one. */
+lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err);
+void lh_tokenizer_close(lh_tokenizer *t); /* accepts NULL */
+
+/* Encode UTF-8 text (invalid bytes handled as HF does for a Python str made with
+ * errors="replace", i.e. each invalid sequence becomes U+FFFD), appending ids to out.
+ * add_special: apply the post-processor as HF encode(add_special_tokens=True) does. */
+lh_status lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len, int add_special,
+                              lh_i32vec *out, lh_error *err);
+/* Decode ids to UTF-8 text as HF decode(ids, skip_special_tokens=skip_special) does; appends to out. */
+lh_status lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n, int skip_special,
+                              lh_buf *out, lh_error *err);
+
+int32_t lh_tokenizer_vocab_size(const lh_tokenizer *t);                /* including added tokens */
+int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *token); /* -1 if absent */
+const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);  /* NULL if out of range */
+
+/* Streaming encoder for documents too large to hold: text arrives in pieces of any size (even
+ * splitting a UTF-8 sequence); ids come out as soon as they are final, i.e. as soon as no later
+ * text can change them. The concatenation of all emitted ids equals lh_tokenizer_encode of the
+ * concatenated text with add_special = 0. Memory is O(longest pre-token), not O(text).
+ * For each id, offsets (when not NULL) receives the byte offset in the whole fed stream where
+ * the id's text starts, so callers can map tokens back to documents. */
+typedef struct lh_tok_stream lh_tok_stream;
+lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err);
+lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
+                             size_t *offsets_cap, lh_error *err);
+lh_status lh_tok_stream_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
+                               lh_error *err);
+void lh_tok_stream_close(lh_tok_stream *s); /* accepts NULL */
+
+#endif
