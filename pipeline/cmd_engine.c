@@ -14,10 +14,3 @@ int lh_cmd_generate(int argc, char **argv) {
   fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
   return LH_EXIT_USAGE;
 }
-
-int lh_cmd_model(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
-}
-

@@ -4,10 +4,10 @@
 #ifndef LH_PIPELINE_COMMANDS_H
 #define LH_PIPELINE_COMMANDS_H
 
-/* engine (pipeline/cmd_engine.c) */
+/* engine (pipeline/cmd_engine.c: logits, generate; pipeline/cmd_model.c: model info) */
 int lh_cmd_logits(int argc, char **argv);
 int lh_cmd_generate(int argc, char **argv);
-int lh_cmd_model(int argc, char **argv); /* model info */
+int lh_cmd_model(int argc, char **argv);
 /* tokenizer (pipeline/cmd_tokenize.c) and ingest (pipeline/cmd_ingest.c) */
 int lh_cmd_tokenize(int argc, char **argv);
 int lh_cmd_ingest(int argc, char **argv);
