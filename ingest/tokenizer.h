@@ -54,4 +54,11 @@ lh_status lh_tok_stream_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offse
                                lh_error *err);
 void lh_tok_stream_close(lh_tok_stream *s); /* accepts NULL */
 
+/* Encode one large text on up to `threads` threads, appending exactly the ids of
+ * lh_tokenizer_encode(t, text, len, 0, out, err). The text is cut only where HF's pipeline cuts
+ * anyway (pre-token boundaries no context can move); texts under a few MB, or tokenizers without
+ * such boundaries, are encoded on the calling thread. */
+lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, size_t len, int threads,
+                                       lh_i32vec *out, lh_error *err);
+
 #endif
