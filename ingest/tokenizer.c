@@ -588,6 +588,34 @@ static lh_status load_json(lh_tokenizer *t, const cJSON *root, lh_error *err) {
   return LH_OK;
 }
 
+lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err) {
+  *out = NULL;
+  cJSON *root = cJSON_ParseWithLength(json, len);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < off; i++) line += json[i] == '\n';
+    return lh_error_set(err, LH_EFORMAT, "%s: invalid JSON near line %zu (byte %zu)", name, line, off);
+  }
+  lh_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) {
+    cJSON_Delete(root);
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&t->pool_mu, NULL);
+  t->split_step = -1;
+  lh_status st = load_json(t, root, err);
+  cJSON_Delete(root);
+  if (st) {
+    lh_error_prefix(err, st, "%s: ", name);
+    lh_tokenizer_close(t);
+    return st;
+  }
+  *out = t;
+  return LH_OK;
+}
+
 lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err) {
   *out = NULL;
   char file[4096];
@@ -603,32 +631,9 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err)
   lh_buf b = {0};
   lh_status st = lh_file_read(file, (size_t)2 << 30, &b, err);
   if (st) return st;
-  cJSON *root = cJSON_ParseWithLength(b.data, b.len);
-  if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    size_t off = at && at >= b.data && at <= b.data + b.len ? (size_t)(at - b.data) : 0;
-    size_t line = 1;
-    for (size_t i = 0; i < off; i++) line += b.data[i] == '\n';
-    lh_buf_free(&b);
-    return lh_error_set(err, LH_EFORMAT, "%s: invalid JSON near line %zu (byte %zu)", file, line, off);
-  }
+  st = tk_open_json(b.data ? b.data : "", b.len, file, out, err);
   lh_buf_free(&b);
-  lh_tokenizer *t = calloc(1, sizeof *t);
-  if (!t) {
-    cJSON_Delete(root);
-    return lh_error_set(err, LH_ENOMEM, "out of memory");
-  }
-  pthread_mutex_init(&t->pool_mu, NULL);
-  t->split_step = -1;
-  st = load_json(t, root, err);
-  cJSON_Delete(root);
-  if (st) {
-    lh_error_prefix(err, st, "%s: ", file);
-    lh_tokenizer_close(t);
-    return st;
-  }
-  *out = t;
-  return LH_OK;
+  return st;
 }
 
 void lh_tokenizer_close(lh_tokenizer *t) {

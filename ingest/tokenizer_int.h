@@ -221,6 +221,8 @@ typedef struct tk_norm {
   size_t text_len;
 } tk_norm;
 
+#define TK_MAX_STEPS 16 /* pre-tokenizer steps after flattening Sequences */
+
 typedef enum tk_pre_kind { TK_P_BYTELEVEL, TK_P_SPLIT, TK_P_DIGITS } tk_pre_kind;
 typedef enum tk_behavior { TK_ISOLATED, TK_REMOVED, TK_MERGED_PREV, TK_MERGED_NEXT, TK_CONTIGUOUS } tk_behavior;
 typedef struct tk_pre {
@@ -252,7 +254,7 @@ struct lh_tokenizer {
   int32_t vocab_size;          /* HF get_vocab_size(with_added_tokens=True) */
   tk_norm *norms;
   size_t nnorms;
-  tk_pre *pres;
+  tk_pre pres[TK_MAX_STEPS];
   size_t npres;
   tk_tpl *tpl;
   size_t ntpl;
@@ -296,8 +298,6 @@ typedef struct tk_seg {
   int64_t restart_lo, restart_hi; /* record restart points in [lo, hi) (stream offsets) */
 } tk_seg;
 
-#define TK_MAX_STEPS 16 /* pre-tokenizer steps after flattening Sequences */
-
 struct tk_ctx {
   tk_ctx *next;
   pcre2_match_data *md;
@@ -316,7 +316,8 @@ struct tk_ctx {
   const uint8_t *s1; /* base of the splitting step's pieces */
   struct tk_span {
     size_t a, b;
-    int32_t id; /* added token id, -1 for text */
+    size_t scan; /* where the automaton resumed: the match end, before any rstrip */
+    int32_t id;  /* added token id, -1 for text */
   } *spans, *spans2;
   size_t spans_cap, spans2_cap;
   struct piece *lv[TK_MAX_STEPS];
@@ -332,6 +333,7 @@ struct tk_ctx {
   tk_restart *rs;
   size_t nrs, rs_cap;
   int64_t rs_filter_hi, rs_filter_lo; /* when set: keep restart points < hi or >= lo only */
+  lh_buf *dump; /* tests: collect pre-tokens instead of encoding them */
 };
 
 tk_ctx *tk_ctx_get(const lh_tokenizer *t, lh_error *err);
@@ -341,6 +343,15 @@ void tk_ctx_free(tk_ctx *c);
 /* Encode one segment, appending ids to *c->ids (and offsets to c->id_off when set) and restart
  * points to c->rs. Text must be valid UTF-8. */
 lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg, lh_error *err);
+
+/* Hooks for tests (tests/tokenizer/): open a tokenizer from JSON text; list the pre-tokens of a
+ * text as HF's pre_tokenize_str over the normalized pieces would (NUL-separated, ByteLevel
+ * mapped), with added tokens as their content; encode on threads with explicit chunk sizes. */
+lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err);
+lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err);
+extern size_t tk_stream_min_batch; /* the stream encodes once this many bytes are pending */
+lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size_t len, int threads,
+                                   size_t overlap, lh_i32vec *out, int *used_threads, lh_error *err);
 
 /* Apply the normalizer chain to one piece; anchors (raw, normalized offset pairs where the two
  * texts are cut at the same place) are recorded when want_anchors. */

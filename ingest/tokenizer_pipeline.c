@@ -83,6 +83,7 @@ static lh_status push_off(tk_ctx *c, int64_t off) {
 }
 
 static lh_status emit_id(tk_ctx *c, int32_t id, int64_t off) {
+  if (c->dump) return lh_buf_printf(c->dump, "<added %d>", id) || lh_buf_append(c->dump, "", 1) ? LH_ENOMEM : LH_OK;
   if (lh_i32vec_push(c->ids, id)) return LH_ENOMEM;
   return push_off(c, off);
 }
@@ -102,8 +103,16 @@ static lh_status add_restart(tk_ctx *c, int64_t off, uint8_t level) {
   return LH_OK;
 }
 
+static lh_status materialize(tk_ctx *c, piece *p);
+
 static lh_status bpe_piece(const lh_tokenizer *t, tk_ctx *c, const piece *p, lh_error *err) {
   if (!p->len) return LH_OK;
+  if (c->dump) {
+    piece q = *p;
+    if (materialize(c, &q) || lh_buf_append(c->dump, piece_ptr(c, &q), q.len) || lh_buf_append(c->dump, "", 1))
+      return lh_error_set(err, LH_ENOMEM, "out of memory");
+    return LH_OK;
+  }
   size_t before = c->ids->len;
   c->offs.len = 0;
   lh_status st = tk_bpe_word(&t->bpe, &c->bpe, piece_ptr(c, p), p->len, p->flags & PF_MAPPED, c->ids,
@@ -124,7 +133,7 @@ static lh_status bpe_piece(const lh_tokenizer *t, tk_ctx *c, const piece *p, lh_
 
 /* ---------------------------------------------------------------------- added-token splits */
 
-static lh_status span_push(struct tk_span **v, size_t *n, size_t *cap, size_t a, size_t b, int32_t id) {
+static lh_status span_push(struct tk_span **v, size_t *n, size_t *cap, size_t a, size_t b, size_t scan, int32_t id) {
   if (*n == *cap) {
     size_t nc = *cap ? *cap * 2 : 16;
     void *p = realloc(*v, nc * sizeof **v);
@@ -132,7 +141,7 @@ static lh_status span_push(struct tk_span **v, size_t *n, size_t *cap, size_t a,
     *v = p;
     *cap = nc;
   }
-  (*v)[(*n)++] = (struct tk_span){a, b, id};
+  (*v)[(*n)++] = (struct tk_span){a, b, scan, id};
   return LH_OK;
 }
 
@@ -169,7 +178,7 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
                         struct tk_span **out, size_t *nout, size_t *cap) {
   *nout = 0;
   if (from >= n) return LH_OK;
-  if (!tr->nnodes) return span_push(out, nout, cap, from, n, -1);
+  if (!tr->nnodes) return span_push(out, nout, cap, from, n, n, -1);
   size_t start_offset = from, i = from;
   while (i < n) {
     while (i < n && !tr->first[s[i]]) i++;
@@ -180,8 +189,8 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
       i++;
       continue;
     }
-    size_t start = i, stop = i + len;
-    i = stop; /* the automaton resumes after the match whether or not it is kept */
+    size_t start = i, stop = i + len, scan = i + len;
+    i = stop; /* the automaton resumes after the match whether or not it is kept, and before rstrip */
     const tk_added *a = &t->added[idx];
     if (a->single_word) {
       size_t ps;
@@ -208,12 +217,30 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
         stop = q;
       }
     }
-    if (start_offset < start && span_push(out, nout, cap, start_offset, start, -1)) return LH_ENOMEM;
-    if (span_push(out, nout, cap, start, stop, a->id)) return LH_ENOMEM;
+    if (start_offset < start && span_push(out, nout, cap, start_offset, start, start, -1)) return LH_ENOMEM;
+    if (span_push(out, nout, cap, start, stop, scan, a->id)) return LH_ENOMEM;
     start_offset = stop;
   }
-  if (start_offset < n && span_push(out, nout, cap, start_offset, n, -1)) return LH_ENOMEM;
+  if (start_offset < n && span_push(out, nout, cap, start_offset, n, n, -1)) return LH_ENOMEM;
   return LH_OK;
+}
+
+/* In text that more text may follow, the first position whose added-token decision can still
+ * change: a token may start within its length of the end, and an lstrip token beyond that may
+ * take the whitespace before it. Text before the limit ends no earlier than the limit. */
+static size_t settled_limit(const tk_trie *tr, const uint8_t *s, size_t from, size_t n) {
+  if (!tr->nnodes) return n;
+  size_t lim = n >= tr->maxlen ? n - tr->maxlen + 1 : 0;
+  if (lim < from) lim = from;
+  while (lim > from && (s[lim] & 0xC0) == 0x80) lim--; /* a character boundary */
+  if (tr->any_lstrip) {
+    while (lim > from) {
+      size_t ps;
+      if (!tk_is_white_space(tk_utf8_prev(s, lim, &ps))) break;
+      lim = ps;
+    }
+  }
+  return lim;
 }
 
 /* ---------------------------------------------------------------------------- normalizing */
@@ -615,6 +642,7 @@ typedef struct split_ctx {
   const uint8_t *raw; /* the stage-A piece raw text */
   size_t raw_len;
   bool restarts;
+  bool open; /* the piece runs into the end of a non-final segment: more text may extend it */
 } split_ctx;
 
 static lh_status run_steps(const lh_tokenizer *t, tk_ctx *c, size_t k, piece p, lh_error *err);
@@ -709,10 +737,35 @@ static bool restart_ok(const tk_ctx *c, const split_ctx *x, size_t q, int64_t *r
   return true;
 }
 
+/* Where a piece [a, b) of the splitting step's subject sits in the raw text. */
+static void place_piece(const tk_ctx *c, const split_ctx *x, piece *q, size_t a, size_t b) {
+  if (!c->have_norm) return; /* sub_piece's linear arithmetic is exact */
+  size_t na = a >= x->subj_shift ? x->subj_norm0 + a - x->subj_shift : x->p0;
+  size_t nb = b >= x->subj_shift ? x->subj_norm0 + b - x->subj_shift : x->p0;
+  bool exact;
+  q->raw = x->raw_base + (int64_t)norm_to_raw(c, na, &exact);
+  q->shift = (uint8_t)(a < x->subj_shift ? x->subj_shift - a : 0);
+  /* linear only inside one linear run of the normalizer */
+  size_t lo = 0, hi = c->nanc;
+  while (lo < hi) {
+    size_t m = (lo + hi) / 2;
+    if (c->anc[m].norm <= na)
+      lo = m + 1;
+    else
+      hi = m;
+  }
+  bool lin = lo && c->anc[lo - 1].linear && (lo >= c->nanc || c->anc[lo].norm >= nb);
+  if (lin)
+    q->flags |= PF_LINEAR;
+  else
+    q->flags &= (uint8_t)~PF_LINEAR;
+}
+
 /* One closed piece of the splitting step: through the later steps and the BPE. */
-static lh_status flush_split(const lh_tokenizer *t, tk_ctx *c, size_t k, const piece *whole, size_t a, size_t b,
-                             lh_error *err) {
+static lh_status flush_split(const lh_tokenizer *t, tk_ctx *c, const split_ctx *x, size_t k, const piece *whole,
+                             size_t a, size_t b, lh_error *err) {
   piece q = sub_piece(whole, a, b);
+  place_piece(c, x, &q, a, b);
   if (t->pres[k].kind == TK_P_BYTELEVEL) q.flags |= PF_MAPPED;
   c->work.len = 0;
   return run_steps(t, c, k + 1, q, err);
@@ -741,7 +794,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
     if (have_prev && !keeps_boundary(beh, pm, m) && have_cur) {
       cb = e.b;
     } else {
-      if (have_cur && cb > ca && (s = flush_split(t, c, k, whole, ca, cb, err))) return s;
+      if (have_cur && cb > ca && (s = flush_split(t, c, x, k, whole, ca, cb, err))) return s;
       /* the boundary at e.a is kept; is it a restart point? */
       if (have_prev && pe.settled && !pe.tentative && !e.tentative && x->restarts && e.a > x->subj_shift) {
         bool state_ok = !regex || (pe.m && pe.b > pe.a) || (!pe.m && e.m);
@@ -758,7 +811,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
     pe = e;
   }
   if (r < 0) return lh_error_set(err, LH_ELIMIT, "tokenizer: pre-tokenizer regex failed (match limit)");
-  if (have_cur && cb > ca && (s = flush_split(t, c, k, whole, ca, cb, err))) return s;
+  if (have_cur && cb > ca && (s = flush_split(t, c, x, k, whole, ca, cb, err))) return s;
   return LH_OK;
 }
 
@@ -848,21 +901,21 @@ static lh_status pretokenize(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, siz
   /* pieces of the split step are slices of the subject, which stays put while later steps
    * write into c->work; piece offsets are relative to c->s1 */
   whole.flags &= (uint8_t)~PF_WORK;
-  return split_step(t, c, x, &whole, pos0, !c->seg->final, err);
+  return split_step(t, c, x, &whole, pos0, x->open, err);
 }
 
 /* ------------------------------------------------------------------------------ one segment */
 
 /* Stage B-D for one stage-A text piece [a, b) of the segment text. */
 static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b, bool cont, size_t a_lim,
-                            lh_error *err) {
+                            bool open, lh_error *err) {
   const tk_seg *seg = c->seg;
   const uint8_t *s = seg->text;
   /* with context: normalize from the context start so the normalizer and lookbehinds see it */
   size_t na = cont ? 0 : a;
   size_t ctx_norm = 0;
   split_ctx x = {.t = t, .err = err, .raw_base = seg->base + (int64_t)na, .raw = s + na, .raw_len = b - na};
-  x.a_lim_raw = a_lim == SIZE_MAX ? SIZE_MAX : a_lim - na;
+  x.a_lim_raw = a_lim == SIZE_MAX ? SIZE_MAX : a_lim > na ? a_lim - na : 0;
   x.restarts = seg->want_restarts && t->pretok_restart;
   if (t->nnorms) {
     lh_status st = tk_normalize(t, c, s + na, b - na, !cont, true, &c->norm, err);
@@ -898,10 +951,11 @@ static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b
   size_t nsp = 0;
   lh_status st = tk_find_added(t, &t->norm_trie, ns, ctx_norm, nlen, &c->spans2, &nsp, &c->spans2_cap);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
-  x.c_lim = SIZE_MAX;
-  if (!seg->final && t->norm_trie.nnodes) x.c_lim = nlen >= t->norm_trie.maxlen ? nlen - t->norm_trie.maxlen + 1 : 0;
+  x.c_lim = open ? settled_limit(&t->norm_trie, ns, ctx_norm, nlen) : SIZE_MAX;
   for (size_t i = 0; i < nsp; i++) {
     struct tk_span sp = c->spans2[i];
+    if (sp.a >= x.c_lim) break;
+    if (sp.id < 0 && sp.b > x.c_lim) sp.b = x.c_lim;
     if (sp.id >= 0) {
       bool exact;
       int64_t off = x.raw_base + (int64_t)norm_to_raw(c, sp.a, &exact);
@@ -911,6 +965,7 @@ static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b
     bool first_cont = cont && sp.a == ctx_norm;
     x.p0 = sp.a;
     x.p1 = sp.b;
+    x.open = open && sp.b == (x.c_lim == SIZE_MAX ? nlen : x.c_lim);
     /* context for lookbehinds: the continued piece's text before the segment */
     size_t ctx0 = sp.a;
     if (first_cont) {
@@ -935,18 +990,44 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
   lh_status st = tk_find_added(t, &t->raw_trie, s, from, n, &c->spans, &nsp, &c->spans_cap);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
   size_t a_lim = SIZE_MAX;
-  if (!seg->final) a_lim = t->raw_trie.nnodes ? (n >= t->raw_trie.maxlen ? n - t->raw_trie.maxlen + 1 : 0) : n;
+  if (!seg->final) a_lim = settled_limit(&t->raw_trie, s, from, n);
   for (size_t i = 0; i < nsp; i++) {
     struct tk_span sp = c->spans[i];
+    if (sp.a >= a_lim) break; /* not settled yet: a later run decides */
+    if (sp.id < 0 && sp.b > a_lim) sp.b = a_lim;
     if (sp.id >= 0) {
       if ((st = emit_id(c, sp.id, seg->base + (int64_t)sp.a))) return lh_error_set(err, st, "tokenizer: out of memory");
-      if (sp.b < n && sp.b < a_lim && seg->want_restarts &&
+      /* a fresh piece starts at the span's end only if the automaton resumes there too (after
+       * rstrip it resumes inside the stripped whitespace, where another token may begin) */
+      if (sp.b < n && sp.b < a_lim && sp.scan == sp.b && seg->want_restarts &&
           (st = add_restart(c, seg->base + (int64_t)sp.b, TK_LEVEL_PIECE)))
         return lh_error_set(err, st, "tokenizer: out of memory");
       continue;
     }
     bool cont = sp.a == from && seg->level == TK_LEVEL_PRETOK;
-    if ((st = text_piece(t, c, sp.a, sp.b, cont, a_lim, err))) return st;
+    if ((st = text_piece(t, c, sp.a, sp.b, cont, a_lim, !seg->final && sp.b == a_lim, err))) return st;
   }
   return LH_OK;
+}
+
+lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err) {
+  tk_ctx *c = tk_ctx_get(t, err);
+  if (!c) return LH_ENOMEM;
+  lh_i32vec ids = {0};
+  c->ids = &ids;
+  c->dump = out;
+  lh_buf clean = {0};
+  const uint8_t *s = (const uint8_t *)text;
+  if (tk_utf8_valid_prefix(s, len) != len) {
+    tk_utf8_sanitize(s, len, &clean);
+    s = (const uint8_t *)clean.data;
+    len = clean.len;
+  }
+  tk_seg seg = {.text = s, .len = len, .level = TK_LEVEL_PIECE, .final = true};
+  lh_status st = tk_encode_segment(t, c, &seg, err);
+  c->dump = NULL;
+  tk_ctx_put(t, c);
+  lh_i32vec_free(&ids);
+  lh_buf_free(&clean);
+  return st;
 }

@@ -34,9 +34,10 @@
 #include "util/log.h"
 
 #define CTX_KEEP 256          /* bytes of context kept before a restart point */
-#define MIN_BATCH 4096        /* encode once at least this much new text is pending */
+/* encode once at least this much new text is pending (tests lower it to exercise restarts) */
+size_t tk_stream_min_batch = 4096;
+#define MIN_BATCH tk_stream_min_batch
 #define PAR_OVERLAP (256 << 10)
-#define PAR_MIN_CHUNK (4 * PAR_OVERLAP)
 
 /* A position where the fed stream and the sanitized text stop differing by `delta`. */
 typedef struct fixup {
@@ -319,7 +320,13 @@ static size_t snap_cut(const uint8_t *s, size_t len, size_t at) {
 
 lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, size_t len, int threads,
                                        lh_i32vec *out, lh_error *err) {
+  return tk_encode_parallel_sized(t, text, len, threads, PAR_OVERLAP, out, NULL, err);
+}
+
+lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size_t len, int threads,
+                                   size_t overlap, lh_i32vec *out, int *used_threads, lh_error *err) {
   const uint8_t *s = (const uint8_t *)text;
+  if (used_threads) *used_threads = 1;
   size_t out0 = out->len;
   lh_buf clean = {0};
   if (tk_utf8_valid_prefix(s, len) != len) {
@@ -328,7 +335,7 @@ lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, 
     len = clean.len;
   }
   if (threads > 64) threads = 64;
-  if (threads > 1 && len / (size_t)threads < PAR_MIN_CHUNK) threads = (int)(len / PAR_MIN_CHUNK);
+  if (threads > 1 && len / (size_t)threads < 4 * overlap) threads = (int)(len / (4 * overlap));
   if (threads < 2 || !t->pretok_restart) {
     lh_status st = lh_tokenizer_encode(t, (const char *)s, len, 0, out, err);
     lh_buf_free(&clean);
@@ -338,7 +345,7 @@ lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, 
   cuts[0] = 0;
   for (int k = 1; k < threads; k++) {
     cuts[k] = snap_cut(s, len, len / (size_t)threads * (size_t)k);
-    if (cuts[k] <= cuts[k - 1] + PAR_OVERLAP) cuts[k] = cuts[k - 1] + PAR_OVERLAP;
+    if (cuts[k] <= cuts[k - 1] + overlap) cuts[k] = cuts[k - 1] + overlap;
   }
   cuts[threads] = len;
   par_job jobs[64];
@@ -353,11 +360,11 @@ lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, 
     j->from = cuts[k];
     j->ctx0 = j->from > CTX_KEEP ? j->from - CTX_KEEP : 0;
     while (j->ctx0 < j->from && (s[j->ctx0] & 0xC0) == 0x80) j->ctx0++;
-    size_t e = k + 1 < threads ? cuts[k + 1] + PAR_OVERLAP : len;
+    size_t e = k + 1 < threads ? cuts[k + 1] + overlap : len;
     if (e > len) e = len;
     if (e < len) e = safe_end(t, s, cuts[k + 1], e);
     j->end = e;
-    j->head_hi = k ? j->from + PAR_OVERLAP : 0;
+    j->head_hi = k ? j->from + overlap : 0;
     j->tail_lo = k + 1 < threads ? cuts[k + 1] : len;
     if (k + 1 < threads && pthread_create(&tid[k], NULL, par_main, j) == 0) started[k] = true;
   }
@@ -411,6 +418,7 @@ lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, 
     lh_i32vec_free(&jobs[k].ids);
     free(jobs[k].rs);
   }
+  if (used_threads) *used_threads = ok ? threads : 1;
   if (!st && !ok) {
     /* no common restart point in some overlap: one thread does it all */
     lh_log_debug("tokenizer: parallel encode found no common restart point; encoding on one thread");

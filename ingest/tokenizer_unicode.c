@@ -234,9 +234,11 @@ static void unicode_init(void) {
       utf8proc_int32_t d[32];
       int last = 0;
       utf8proc_ssize_t nc = utf8proc_decompose_char((utf8proc_int32_t)c, d, 32, UTF8PROC_DECOMPOSE, &last);
+      bool dc = nc != 1 || d[0] != (utf8proc_int32_t)c; /* singleton decompositions count */
       utf8proc_ssize_t nk =
           utf8proc_decompose_char((utf8proc_int32_t)c, d, 32, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, &last);
-      bool u_active = p->combining_class != 0 || nc != 1 || nk != 1 || IS_SECOND(c);
+      bool dk = nk != 1 || d[0] != (utf8proc_int32_t)c;
+      bool u_active = p->combining_class != 0 || dc || dk || IS_SECOND(c);
       bool hf_active = in_ranges(tk_ud_hf_norm_active, tk_ud_hf_norm_active_n, c);
       /* a code point HF's tables do not know behaves as unassigned there */
       is_new = u_active && !hf_active;
