@@ -537,6 +537,11 @@ static lh_status analyse(lh_tokenizer *t, lh_error *err) {
     }
     mapped_before = true;
   }
+  if (t->split_step >= 0 && (size_t)t->split_step + 2 == t->npres) {
+    const tk_pre *l = &t->pres[t->npres - 1];
+    t->tail_map_only = l->kind == TK_P_BYTELEVEL && !l->use_regex && !l->add_prefix_space &&
+                       t->pres[t->split_step].kind != TK_P_BYTELEVEL;
+  }
   t->pretok_restart = t->split_step >= 0 && !mapped_before && (!t->nnorms || t->norm_segmentable) &&
                       !t->has_prepend &&
                       !(t->pres[t->split_step].kind != TK_P_DIGITS && t->pres[t->split_step].re.can_be_empty);
@@ -671,6 +676,11 @@ void lh_tokenizer_close(lh_tokenizer *t) {
 static lh_status encode_plain(const lh_tokenizer *t, const uint8_t *s, size_t n, lh_i32vec *out, lh_error *err) {
   tk_ctx *c = tk_ctx_get(t, err);
   if (!c) return LH_ENOMEM;
+  /* about one id per three or four bytes: reserving avoids growing a big vector many times */
+  if (n > (1u << 16) && lh_i32vec_reserve(out, n / 4)) {
+    tk_ctx_put(t, c);
+    return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
+  }
   c->ids = out;
   tk_seg seg = {.text = s, .len = n, .level = TK_LEVEL_PIECE, .final = true};
   lh_status st = tk_encode_segment(t, c, &seg, err);

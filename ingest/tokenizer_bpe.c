@@ -26,24 +26,48 @@
 
 /* --------------------------------------------------------------------------- hashing, maps */
 
+static inline uint64_t load8(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+
+static inline uint32_t load4(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+
+static inline uint64_t mix(uint64_t a, uint64_t b) {
+  __uint128_t r = (__uint128_t)(a ^ 0xA0761D6478BD642Full) * (b ^ 0xE7037ED1A0B428DBull);
+  return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/* A wyhash-style hash: short inputs are read with overlapping loads, no byte loops. */
 uint64_t tk_hash(const void *p, size_t n) {
   const uint8_t *s = p;
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull);
-  while (n >= 8) {
-    uint64_t w;
-    memcpy(&w, s, 8);
-    h = (h ^ (w * 0x87C37B91114253D5ull)) * 0x4CF5AD432745937Full;
-    h ^= h >> 31;
-    s += 8;
-    n -= 8;
+  uint64_t a, b;
+  if (n <= 16) {
+    if (n >= 8) {
+      a = load8(s);
+      b = load8(s + n - 8);
+    } else if (n >= 4) {
+      a = load4(s);
+      b = load4(s + n - 4);
+    } else if (n) {
+      a = ((uint64_t)s[0] << 16) | ((uint64_t)s[n / 2] << 8) | s[n - 1];
+      b = 0;
+    } else {
+      a = b = 0;
+    }
+  } else {
+    uint64_t h = n;
+    size_t i = 0;
+    for (; i + 16 < n; i += 16) h = mix(load8(s + i) ^ h, load8(s + i + 8) ^ 0x8EBC6AF09C88C6E3ull);
+    a = load8(s + n - 16) ^ h;
+    b = load8(s + n - 8);
   }
-  uint64_t w = 0;
-  memcpy(&w, s, n);
-  h = (h ^ (w * 0x87C37B91114253D5ull)) * 0x4CF5AD432745937Full;
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
-  return h;
+  return mix(a ^ 0x589965CC75374CC3ull ^ n, b ^ 0x1D8E4E27C47D124Full);
 }
 
 static lh_status strmap_grow(tk_strmap *m) {
@@ -332,6 +356,15 @@ void tk_bpe_free(tk_bpe *b) {
 
 /* ------------------------------------------------------------------------------ merging */
 
+/* a == b for n <= TK_CKEY bytes, a being a zero-padded inline key */
+static inline bool short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
+  if (n >= 8) return load8(a) == load8(b) && load8(a + n - 8) == load8(b + n - 8);
+  if (n >= 4) return load4(a) == load4(b) && load4(a + n - 4) == load4(b + n - 4);
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 #define CACHE_SLOTS 16384
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
 #define CACHE_MAX_KEY 256
@@ -492,13 +525,12 @@ out:
   return st;
 }
 
-static lh_status emit_syms(tk_bpe_scratch *sc, size_t n, lh_i32vec *out, lh_i32vec *offs, lh_i32vec *cache_pairs) {
+static lh_status emit_syms(tk_bpe_scratch *sc, size_t n, lh_i32vec *out, lh_i32vec *offs) {
+  if (lh_i32vec_reserve(out, n) || (offs && lh_i32vec_reserve(offs, n))) return LH_ENOMEM;
   uint32_t pos = 0;
   for (size_t i = 0; i < n; i = sc->syms[i].next < 0 ? n : (size_t)sc->syms[i].next) {
-    if (lh_i32vec_push(out, sc->syms[i].id)) return LH_ENOMEM;
-    if (offs && lh_i32vec_push(offs, (int32_t)pos)) return LH_ENOMEM;
-    if (cache_pairs && (lh_i32vec_push(cache_pairs, sc->syms[i].id) || lh_i32vec_push(cache_pairs, (int32_t)sc->syms[i].len)))
-      return LH_ENOMEM;
+    out->data[out->len++] = sc->syms[i].id;
+    if (offs) offs->data[offs->len++] = (int32_t)pos;
     pos += sc->syms[i].len;
   }
   return LH_OK;
@@ -533,10 +565,11 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
     mapped = false;
   }
   /* cache */
-  uint64_t h = 0;
+  uint32_t h = 0;
   bool cacheable = n < CACHE_MAX_KEY;
   if (cacheable) {
-    h = (tk_hash(s, n) ^ (mapped ? 0x5bd1e995u : 0)) | 1;
+    h = (uint32_t)(tk_hash(s, n) >> 32) ^ (mapped ? 0x5bd1e995u : 0);
+    if (!h) h = 1;
     if (!sc->cache) {
       sc->cache = calloc(CACHE_SLOTS, sizeof *sc->cache);
       if (!sc->cache) cacheable = false;
@@ -548,19 +581,28 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
     for (;;) {
       struct tk_cent *e = &sc->cache[slot];
       if (!e->hash) break;
-      if (e->hash == h && e->key_len == n && !memcmp(sc->cache_keys.data + e->key_off, s, n)) {
-        const int32_t *p = sc->cache_ids.data + e->ids_off;
-        uint32_t pos = 0;
-        for (uint32_t i = 0; i < e->ids_n; i++) {
-          if (lh_i32vec_push(out, p[2 * i])) {
-            st = LH_ENOMEM;
-            goto done;
+      if (e->hash == h && e->key_len == n &&
+          (e->ext ? !memcmp(sc->cache_keys.data + e->u.far.key_off, s, n) : short_eq(e->u.key, s, n))) {
+        if ((out->len + e->nids > out->cap && lh_i32vec_reserve(out, e->nids)) ||
+            (offs && lh_i32vec_reserve(offs, e->nids))) {
+          st = LH_ENOMEM;
+          goto done;
+        }
+        if (!e->ext) {
+          for (uint32_t i = 0; i < e->nids; i++) out->data[out->len + i] = e->ids[i];
+          out->len += e->nids;
+          if (offs) {
+            uint32_t pos = 0;
+            for (uint32_t i = 0; i < e->nids; i++) offs->data[offs->len++] = (int32_t)pos, pos += e->lens[i];
           }
-          if (offs && lh_i32vec_push(offs, (int32_t)pos)) {
-            st = LH_ENOMEM;
-            goto done;
+        } else {
+          const int32_t *p = sc->cache_ids.data + e->u.far.ids_off;
+          uint32_t pos = 0;
+          for (uint32_t i = 0; i < e->nids; i++) {
+            out->data[out->len++] = p[2 * i];
+            if (offs) offs->data[offs->len++] = (int32_t)pos;
+            pos += (uint32_t)p[2 * i + 1];
           }
-          pos += (uint32_t)p[2 * i + 1];
         }
         goto done;
       }
@@ -576,6 +618,8 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
   }
   merge_all(b, sc, ns);
   if (!ns) goto done;
+  size_t before = out->len;
+  if ((st = emit_syms(sc, ns, out, offs))) goto done;
   if (cacheable) {
     if (sc->cache_used >= CACHE_MAX_ENTRIES || sc->cache_keys.len > (4u << 20)) {
       memset(sc->cache, 0, CACHE_SLOTS * sizeof *sc->cache);
@@ -584,20 +628,31 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
       sc->cache_ids.len = 0;
       slot = h & (CACHE_SLOTS - 1);
     }
-    size_t ids_off = sc->cache_ids.len;
-    st = emit_syms(sc, ns, out, offs, &sc->cache_ids);
-    if (st) goto done;
-    size_t key_off = sc->cache_keys.len;
-    if (lh_buf_append(&sc->cache_keys, s, n)) goto done; /* not cached; output already written */
+    size_t nids = out->len - before;
     struct tk_cent *e = &sc->cache[slot];
-    e->hash = h;
-    e->key_off = (uint32_t)key_off;
+    bool inl = n <= TK_CKEY && nids <= TK_CIDS;
+    if (inl) {
+      memcpy(e->u.key, s, n);
+      memcpy(e->ids, out->data + before, nids * sizeof *e->ids);
+      /* symbol lengths of a key of at most TK_CKEY bytes fit a byte */
+      for (size_t i = 0, k = 0; i < ns && k < nids; i = sc->syms[i].next < 0 ? ns : (size_t)sc->syms[i].next, k++)
+        e->lens[k] = (uint8_t)sc->syms[i].len;
+      e->ext = 0;
+    } else {
+      size_t key_off = sc->cache_keys.len, ids_off = sc->cache_ids.len;
+      if (lh_buf_append(&sc->cache_keys, s, n) || lh_i32vec_reserve(&sc->cache_ids, 2 * nids)) goto done;
+      for (size_t i = 0; i < ns; i = sc->syms[i].next < 0 ? ns : (size_t)sc->syms[i].next) {
+        sc->cache_ids.data[sc->cache_ids.len++] = sc->syms[i].id;
+        sc->cache_ids.data[sc->cache_ids.len++] = (int32_t)sc->syms[i].len;
+      }
+      e->u.far.key_off = (uint32_t)key_off;
+      e->u.far.ids_off = (uint32_t)ids_off;
+      e->ext = 1;
+    }
     e->key_len = (uint32_t)n;
-    e->ids_off = (uint32_t)ids_off;
-    e->ids_n = (uint32_t)((sc->cache_ids.len - ids_off) / 2);
+    e->nids = (uint32_t)nids;
+    e->hash = h;
     sc->cache_used++;
-  } else {
-    st = emit_syms(sc, ns, out, offs, NULL);
   }
 done:
   if (ms && ms != mbuf) free(ms);

@@ -78,8 +78,13 @@ lh_status tk_unicode_init(lh_error *err);
 /* ---------------------------------------------------------------- regex (tokenizer_regex.c) */
 
 typedef struct tk_regex {
-  pcre2_code *code;
+  pcre2_code *code;  /* exact: Oniguruma's classes */
   bool jit;          /* JIT compiled for complete and hard-partial matching */
+  pcre2_code *fast;  /* PCRE2's own classes: the same matches on text without delta code points */
+  bool fast_jit;
+  uint32_t (*delta)[2]; /* code points whose class membership differs between the two (sorted) */
+  size_t ndelta;
+  uint32_t delta_min;
   bool can_be_empty; /* the pattern can match the empty string */
   uint32_t lookbehind; /* longest lookbehind in characters (plus one for ^ and \b) */
 } tk_regex;
@@ -95,6 +100,8 @@ void tk_regex_free(tk_regex *re);
 typedef struct tk_find {
   size_t pos;       /* where the next search starts */
   size_t last_end;  /* end of the previous match, or SIZE_MAX before the first */
+  size_t delta_at;  /* first delta code point at or after pos, once known */
+  bool delta_known;
 } tk_find;
 
 #define TK_FIND_NONE 0    /* no further match */
@@ -156,6 +163,8 @@ lh_status tk_bpe_load(tk_bpe *b, const void *json_model, lh_error *err); /* cJSO
 void tk_bpe_free(tk_bpe *b);
 
 /* Per-context BPE scratch and a bounded cache of pre-token -> ids. */
+#define TK_CKEY 16
+#define TK_CIDS 5
 typedef struct tk_bpe_scratch {
   struct tk_sym {
     int32_t id, prev, next;
@@ -168,9 +177,19 @@ typedef struct tk_bpe_scratch {
   } *heap;
   size_t heap_cap;
   /* cache */
-  struct tk_cent {
-    uint64_t hash;
-    uint32_t key_off, key_len, ids_off, ids_n;
+  struct tk_cent { /* one cache line: short keys and few ids live inline */
+    uint32_t hash;  /* 0: empty slot */
+    uint32_t key_len;
+    uint32_t nids;
+    uint32_t ext;   /* key_len > TK_CKEY or nids > TK_CIDS: offsets into cache_keys/cache_ids */
+    union {
+      uint8_t key[TK_CKEY];
+      struct {
+        uint32_t key_off, ids_off;
+      } far;
+    } u;
+    int32_t ids[TK_CIDS];
+    uint8_t lens[TK_CIDS]; /* token byte lengths, for offsets */
   } *cache;
   size_t cache_used;
   lh_buf cache_keys;
@@ -268,6 +287,7 @@ struct lh_tokenizer {
   bool lower_after;      /* a Lowercase follows it (or is the only normalizer) */
   bool has_prepend;
   bool pretok_restart;   /* restarts inside a piece are possible at all */
+  bool tail_map_only;    /* after the splitting step comes one ByteLevel step that only maps */
   /* per-thread scratch, reused */
   pthread_mutex_t pool_mu;
   tk_ctx *pool;
@@ -309,7 +329,7 @@ struct tk_ctx {
     size_t raw, norm; /* offsets relative to the piece being normalized */
     bool linear;      /* up to the next anchor, offsets advance together */
   } *anc;
-  size_t nanc, anc_cap;
+  size_t nanc, anc_cap, anc_cursor;
   bool have_norm;
   const char *normp; /* the normalized piece (c->norm, or the raw text when no normalizer) */
   size_t norm_len;
@@ -350,8 +370,15 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
 lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err);
 lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err);
 extern size_t tk_stream_min_batch; /* the stream encodes once this many bytes are pending */
+typedef struct tk_par_stats {
+  int used;                /* threads whose work was kept (1: encoded on one thread) */
+  double thread_cpu[64];   /* CPU seconds each thread spent encoding */
+  double stitch_wall;      /* seconds spent outside the threads (sanitizing, stitching) */
+} tk_par_stats;
 lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size_t len, int threads,
                                    size_t overlap, lh_i32vec *out, int *used_threads, lh_error *err);
+lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size_t len, int threads, size_t overlap,
+                                   lh_i32vec *out, tk_par_stats *stats, lh_error *err);
 
 /* Apply the normalizer chain to one piece; anchors (raw, normalized offset pairs where the two
  * texts are cut at the same place) are recorded when want_anchors. */

@@ -266,24 +266,42 @@ static lh_status anchor(tk_ctx *c, size_t raw, size_t norm, bool linear) {
 }
 
 /* Raw offset (relative to the piece) of normalized offset x; *exact when x is a cut point. */
+/* Index of the last anchor with norm <= x, or -1. Queries arrive mostly in increasing order, so
+ * the search starts from the previous answer. */
+static ptrdiff_t anchor_at(const tk_ctx *c, size_t x) {
+  tk_ctx *m = (tk_ctx *)c;
+  size_t i = m->anc_cursor < c->nanc ? m->anc_cursor : 0;
+  if (c->nanc && c->anc[i].norm <= x) {
+    size_t lim = i + 8 < c->nanc ? i + 8 : c->nanc;
+    while (i + 1 < lim && c->anc[i + 1].norm <= x) i++;
+    if (i + 1 >= c->nanc || c->anc[i + 1].norm > x) {
+      m->anc_cursor = i;
+      return (ptrdiff_t)i;
+    }
+  }
+  size_t lo = 0, hi = c->nanc;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c->anc[mid].norm <= x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  m->anc_cursor = lo ? lo - 1 : 0;
+  return (ptrdiff_t)lo - 1;
+}
+
 static size_t norm_to_raw(const tk_ctx *c, size_t x, bool *exact) {
   if (!c->have_norm) {
     *exact = true;
     return x;
   }
-  size_t lo = 0, hi = c->nanc;
-  while (lo < hi) {
-    size_t m = (lo + hi) / 2;
-    if (c->anc[m].norm <= x)
-      lo = m + 1;
-    else
-      hi = m;
-  }
-  if (!lo) {
+  ptrdiff_t k = anchor_at(c, x);
+  if (k < 0) {
     *exact = false;
     return 0;
   }
-  const struct tk_anchor *a = &c->anc[lo - 1];
+  const struct tk_anchor *a = &c->anc[k];
   if (a->linear) {
     *exact = true;
     return a->raw + (x - a->norm);
@@ -401,6 +419,7 @@ lh_status tk_normalize(const lh_tokenizer *t, tk_ctx *c, const uint8_t *s, size_
                        bool want_anchors, lh_buf *out, lh_error *err) {
   lh_buf_clear(out);
   c->nanc = 0;
+  c->anc_cursor = 0;
   if (t->norm_segmentable) {
     lh_status st = normalize_segmentable(t, c, s, n, out, want_anchors);
     if (!st && want_anchors) st = anchor(c, n, out->len, true);
@@ -445,7 +464,7 @@ lh_status tk_normalize(const lh_tokenizer *t, tk_ctx *c, const uint8_t *s, size_
       if (!st) st = lh_buf_append(nxt, cur->data, cur->len);
       break;
     case TK_N_REPLACE: {
-      tk_find f = {0, SIZE_MAX};
+      tk_find f = {.pos = 0, .last_end = SIZE_MAX};
       size_t last = 0, ms, me;
       for (;;) {
         int r = tk_regex_find(&nm->re, c->md, c->mc, (const uint8_t *)cur->data, cur->len, &f, false, &ms, &me);
@@ -643,6 +662,7 @@ typedef struct split_ctx {
   size_t raw_len;
   bool restarts;
   bool open; /* the piece runs into the end of a non-final segment: more text may extend it */
+  size_t win[4]; /* restart points are wanted in normalized [win0, win1) and [win2, win3) */
 } split_ctx;
 
 static lh_status run_steps(const lh_tokenizer *t, tk_ctx *c, size_t k, piece p, lh_error *err);
@@ -661,7 +681,7 @@ static lh_status split_piece(const lh_tokenizer *t, tk_ctx *c, size_t k, piece *
       return LH_OK;
     }
   }
-  elem_iter it = {.p = st, .s = piece_ptr(c, p), .len = p->len, .f = {0, SIZE_MAX}};
+  elem_iter it = {.p = st, .s = piece_ptr(c, p), .len = p->len, .f = {.pos = 0, .last_end = SIZE_MAX}};
   tk_behavior beh = st->kind == TK_P_SPLIT ? st->behavior : TK_ISOLATED;
   if (st->kind == TK_P_DIGITS) beh = st->individual ? TK_ISOLATED : TK_CONTIGUOUS;
   bool inv = st->kind == TK_P_SPLIT && st->invert;
@@ -746,15 +766,8 @@ static void place_piece(const tk_ctx *c, const split_ctx *x, piece *q, size_t a,
   q->raw = x->raw_base + (int64_t)norm_to_raw(c, na, &exact);
   q->shift = (uint8_t)(a < x->subj_shift ? x->subj_shift - a : 0);
   /* linear only inside one linear run of the normalizer */
-  size_t lo = 0, hi = c->nanc;
-  while (lo < hi) {
-    size_t m = (lo + hi) / 2;
-    if (c->anc[m].norm <= na)
-      lo = m + 1;
-    else
-      hi = m;
-  }
-  bool lin = lo && c->anc[lo - 1].linear && (lo >= c->nanc || c->anc[lo].norm >= nb);
+  ptrdiff_t k = anchor_at(c, na);
+  bool lin = k >= 0 && c->anc[k].linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= nb);
   if (lin)
     q->flags |= PF_LINEAR;
   else
@@ -765,8 +778,12 @@ static void place_piece(const tk_ctx *c, const split_ctx *x, piece *q, size_t a,
 static lh_status flush_split(const lh_tokenizer *t, tk_ctx *c, const split_ctx *x, size_t k, const piece *whole,
                              size_t a, size_t b, lh_error *err) {
   piece q = sub_piece(whole, a, b);
-  place_piece(c, x, &q, a, b);
+  if (c->want_offs) place_piece(c, x, &q, a, b); /* raw offsets serve only the id offsets */
   if (t->pres[k].kind == TK_P_BYTELEVEL) q.flags |= PF_MAPPED;
+  if (t->tail_map_only) { /* the only later step maps to ByteLevel: straight to the BPE */
+    q.flags |= PF_MAPPED;
+    return bpe_piece(t, c, &q, err);
+  }
   c->work.len = 0;
   return run_steps(t, c, k + 1, q, err);
 }
@@ -778,7 +795,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
   const tk_pre *st = &t->pres[t->split_step];
   size_t k = (size_t)t->split_step;
   elem_iter it = {.p = st, .s = piece_ptr(c, whole), .len = whole->len, .pos = pos0, .partial = partial,
-                  .f = {pos0, SIZE_MAX}};
+                  .f = {.pos = pos0, .last_end = SIZE_MAX}};
   tk_behavior beh = st->kind == TK_P_SPLIT ? st->behavior : TK_ISOLATED;
   if (st->kind == TK_P_DIGITS) beh = st->individual ? TK_ISOLATED : TK_CONTIGUOUS;
   bool inv = st->kind == TK_P_SPLIT && st->invert;
@@ -796,10 +813,12 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
     } else {
       if (have_cur && cb > ca && (s = flush_split(t, c, x, k, whole, ca, cb, err))) return s;
       /* the boundary at e.a is kept; is it a restart point? */
-      if (have_prev && pe.settled && !pe.tentative && !e.tentative && x->restarts && e.a > x->subj_shift) {
+      size_t qn = x->subj_norm0 + e.a - x->subj_shift;
+      if (have_prev && pe.settled && !pe.tentative && !e.tentative && x->restarts && e.a > x->subj_shift &&
+          ((qn >= x->win[0] && qn < x->win[1]) || (qn >= x->win[2] && qn < x->win[3]))) {
         bool state_ok = !regex || (pe.m && pe.b > pe.a) || (!pe.m && e.m);
         int64_t ro;
-        if (state_ok && restart_ok(c, x, x->subj_norm0 + e.a - x->subj_shift, &ro) &&
+        if (state_ok && restart_ok(c, x, qn, &ro) &&
             (s = add_restart(c, ro, TK_LEVEL_PRETOK)))
           return lh_error_set(err, s, "tokenizer: out of memory");
       }
@@ -825,15 +844,8 @@ static lh_status pretokenize(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, siz
   whole.raw = x->raw_base + (int64_t)r0;
   if (c->have_norm) {
     /* a piece maps linearly only inside one linear run of the normalizer */
-    size_t lo = 0, hi = c->nanc;
-    while (lo < hi) {
-      size_t m = (lo + hi) / 2;
-      if (c->anc[m].norm <= ctx0)
-        lo = m + 1;
-      else
-        hi = m;
-    }
-    bool lin = lo && c->anc[lo - 1].linear && (lo >= c->nanc || c->anc[lo].norm >= p1);
+    ptrdiff_t k = anchor_at(c, ctx0);
+    bool lin = k >= 0 && c->anc[k].linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= p1);
     if (!lin) whole.flags &= (uint8_t)~PF_LINEAR;
   }
   c->s1 = (const uint8_t *)c->normp;
@@ -906,6 +918,41 @@ static lh_status pretokenize(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, siz
 
 /* ------------------------------------------------------------------------------ one segment */
 
+/* Normalized offset of raw offset r (relative to the piece): the first (up) or last cut point
+ * of the normalized text at or around it, so a window mapped this way never loses a point. */
+static size_t raw_to_norm(const tk_ctx *c, int64_t r, bool up) {
+  if (r <= 0) return 0;
+  if (!c->have_norm) return (size_t)r;
+  size_t lo = 0, hi = c->nanc;
+  while (lo < hi) {
+    size_t m = (lo + hi) / 2;
+    if ((int64_t)c->anc[m].raw <= r)
+      lo = m + 1;
+    else
+      hi = m;
+  }
+  if (!lo) return 0;
+  const struct tk_anchor *a = &c->anc[lo - 1];
+  if (a->linear) return a->norm + (size_t)(r - (int64_t)a->raw);
+  if ((int64_t)a->raw == r || !up) return a->norm;
+  return lo < c->nanc ? c->anc[lo].norm : c->norm_len;
+}
+
+static void restart_windows(const tk_ctx *c, split_ctx *x) {
+  const tk_seg *seg = c->seg;
+  int64_t lo = seg->restart_lo, hi = seg->restart_hi;
+  int64_t a0 = lo, a1 = hi, b0 = 0, b1 = 0;
+  if (c->rs_filter_hi || c->rs_filter_lo) {
+    a1 = hi < c->rs_filter_hi ? hi : c->rs_filter_hi;
+    b0 = lo > c->rs_filter_lo ? lo : c->rs_filter_lo;
+    b1 = hi;
+  }
+  x->win[0] = raw_to_norm(c, a0 - x->raw_base, false);
+  x->win[1] = a1 > a0 ? raw_to_norm(c, a1 - x->raw_base, true) + 1 : 0;
+  x->win[2] = raw_to_norm(c, b0 - x->raw_base, false);
+  x->win[3] = b1 > b0 ? raw_to_norm(c, b1 - x->raw_base, true) + 1 : 0;
+}
+
 /* Stage B-D for one stage-A text piece [a, b) of the segment text. */
 static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b, bool cont, size_t a_lim,
                             bool open, lh_error *err) {
@@ -947,6 +994,7 @@ static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b
   }
   const uint8_t *ns = (const uint8_t *)c->normp;
   size_t nlen = c->norm_len;
+  if (x.restarts) restart_windows(c, &x);
   /* stage C */
   size_t nsp = 0;
   lh_status st = tk_find_added(t, &t->norm_trie, ns, ctx_norm, nlen, &c->spans2, &nsp, &c->spans2_cap);

@@ -273,6 +273,8 @@ typedef struct tr {
   uint32_t prev_lit;  /* previous literal in a case-insensitive run, 0 if none */
   bool after_ci_group;
   uint32_t lookbehind;
+  bool native;  /* emit PCRE2's own classes without corrections (exact away from `delta`) */
+  rset delta;   /* code points where some class's PCRE2 and Oniguruma sets differ */
 } tr;
 
 static lh_status unsup(tr *t, const char *what) {
@@ -553,6 +555,11 @@ static void emit_class(tr *t, item *items, size_t nitems, bool neg) {
   rs_diff(&onig, &pcre, &add);
   rs_diff(&pcre, &onig, &rem);
   if (onig.oom || pcre.oom || add.oom || rem.oom) t->st = LH_ENOMEM;
+  rs_add_set(&t->delta, &add);
+  rs_add_set(&t->delta, &rem);
+  if (t->native) { /* the native program: PCRE2's sets as they are */
+    add.n = rem.n = 0;
+  }
   /* the union U' = natives + add - rem; neg: complement(U') = [^natives add] | [rem] */
   if (!neg && rem.n) {
     emit(t, "(?:(?![");
@@ -569,6 +576,14 @@ static void emit_class(tr *t, item *items, size_t nitems, bool neg) {
     emit(t, neg ? "[\\x{0}-\\x{10FFFF}]" : "(?!)");
   } else {
     emit(t, neg ? "[^" : "[");
+    /* the members below U+0100 first, explicitly: PCRE2 keeps them in a bitmap that is tested
+     * before any property, so ASCII text never reaches the property lookups */
+    rset low = {0}, lowr = {0};
+    rs_add(&low, 0, 0xFF);
+    rs_inter(&onig, &low, &lowr);
+    if (!neg || !rem.n) emit_set_body(t, &lowr);
+    rs_free(&low);
+    rs_free(&lowr);
     for (size_t k = 0; k < nitems; k++) {
       if (!items[k].exact && items[k].text[0])
         emit(t, items[k].text);
@@ -1156,59 +1171,146 @@ static void translate(tr *t) {
   if (!t->st && t->depth) bad(t, "missing )");
 }
 
-lh_status tk_regex_compile(tk_regex *re, const char *pat, size_t len, bool literal, const char *where,
-                           lh_error *err) {
-  memset(re, 0, sizeof *re);
+/* Translate pat (native: without class corrections) into *out; fills *delta. */
+static lh_status translate_pattern(const char *pat, size_t len, bool literal, bool native, const char *where,
+                                   lh_buf *out, rset *delta, uint32_t *lookbehind, lh_error *err) {
   tr t = {0};
   t.p = (const uint8_t *)pat;
   t.n = len;
   t.where = where;
   t.err = err;
-  if (tk_utf8_valid_prefix(t.p, len) != len)
-    return lh_error_set(err, LH_EFORMAT, "%s: pattern is not valid UTF-8", where);
+  t.native = native;
   if (literal) {
     while (t.i < t.n && !t.st) emit_literal(&t, next_char(&t));
   } else {
     translate(&t);
   }
   if (!t.st && !t.out.data) emit(&t, "");
+  *lookbehind = t.lookbehind;
+  rs_norm(&t.delta);
+  if (delta) {
+    *delta = t.delta;
+    t.delta = (rset){0};
+  }
+  rs_free(&t.delta);
   if (t.st) {
     lh_buf_free(&t.out);
     if (t.st == LH_ENOMEM) return lh_error_set(err, LH_ENOMEM, "%s: out of memory translating regex", where);
     return t.st;
   }
+  *out = t.out;
+  return LH_OK;
+}
+
+static lh_status compile_pcre2(const lh_buf *src, const char *where, pcre2_code **code, bool *jit, lh_error *err) {
   pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
-  if (!cc) {
-    lh_buf_free(&t.out);
-    return lh_error_set(err, LH_ENOMEM, "%s: out of memory", where);
-  }
+  if (!cc) return lh_error_set(err, LH_ENOMEM, "%s: out of memory", where);
   pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
   int e;
   PCRE2_SIZE eo;
-  re->code = pcre2_compile((PCRE2_SPTR)t.out.data, t.out.len, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &e, &eo, cc);
+  *code = pcre2_compile((PCRE2_SPTR)src->data, src->len, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &e, &eo, cc);
   pcre2_compile_context_free(cc);
-  if (!re->code) {
+  if (!*code) {
     PCRE2_UCHAR msg[160];
     pcre2_get_error_message(e, msg, sizeof msg);
-    lh_status st = lh_error_set(err, LH_EUNSUPPORTED, "%s: regex does not compile in PCRE2 (%s) after translation",
-                                where, (char *)msg);
-    lh_buf_free(&t.out);
+    return lh_error_set(err, LH_EUNSUPPORTED, "%s: regex does not compile in PCRE2 (%s) after translation", where,
+                        (char *)msg);
+  }
+  *jit = pcre2_jit_compile(*code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD) == 0;
+  return LH_OK;
+}
+
+lh_status tk_regex_compile(tk_regex *re, const char *pat, size_t len, bool literal, const char *where,
+                           lh_error *err) {
+  memset(re, 0, sizeof *re);
+  if (tk_utf8_valid_prefix((const uint8_t *)pat, len) != len)
+    return lh_error_set(err, LH_EFORMAT, "%s: pattern is not valid UTF-8", where);
+  lh_buf exact = {0}, native = {0};
+  rset delta = {0};
+  uint32_t lb = 0, lb2 = 0;
+  lh_status st = translate_pattern(pat, len, literal, false, where, &exact, &delta, &lb, err);
+  if (!st) st = compile_pcre2(&exact, where, &re->code, &re->jit, err);
+  if (!st && delta.n) {
+    /* the native program, used on text without any of the delta code points */
+    st = translate_pattern(pat, len, literal, true, where, &native, NULL, &lb2, err);
+    if (!st) st = compile_pcre2(&native, where, &re->fast, &re->fast_jit, err);
+    if (!st) {
+      re->delta = malloc(delta.n * sizeof *re->delta);
+      if (!re->delta) st = lh_error_set(err, LH_ENOMEM, "%s: out of memory", where);
+      else {
+        memcpy(re->delta, delta.r, delta.n * sizeof *re->delta);
+        re->ndelta = delta.n;
+        re->delta_min = delta.r[0][0];
+      }
+    }
+  }
+  lh_buf_free(&exact);
+  lh_buf_free(&native);
+  rs_free(&delta);
+  if (st) {
+    tk_regex_free(re);
     return st;
   }
-  lh_buf_free(&t.out);
-  re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD) == 0;
-  uint32_t minlen = 0, lb = 0;
+  uint32_t minlen = 0, plb = 0;
   pcre2_pattern_info(re->code, PCRE2_INFO_MINLENGTH, &minlen);
-  pcre2_pattern_info(re->code, PCRE2_INFO_MAXLOOKBEHIND, &lb);
+  pcre2_pattern_info(re->code, PCRE2_INFO_MAXLOOKBEHIND, &plb);
   re->can_be_empty = minlen == 0;
-  re->lookbehind = lb + 1 > t.lookbehind ? lb + 1 : t.lookbehind;
+  re->lookbehind = plb + 1 > lb ? plb + 1 : lb;
   return LH_OK;
 }
 
 void tk_regex_free(tk_regex *re) {
   if (!re) return;
   pcre2_code_free(re->code);
+  pcre2_code_free(re->fast);
+  free(re->delta);
   memset(re, 0, sizeof *re);
+}
+
+static bool in_delta(const tk_regex *re, uint32_t c) {
+  size_t lo = 0, hi = re->ndelta;
+  while (lo < hi) {
+    size_t m = (lo + hi) / 2;
+    if (c < re->delta[m][0])
+      hi = m;
+    else if (c > re->delta[m][1])
+      lo = m + 1;
+    else
+      return true;
+  }
+  return false;
+}
+
+/* Offset of the first delta code point at or after `from` (len if none). */
+static size_t next_delta(const tk_regex *re, const uint8_t *s, size_t from, size_t len) {
+  size_t i = from;
+  uint8_t lead = re->delta_min < 0x80 ? 0 : re->delta_min < 0x800 ? 0xC0 : re->delta_min < 0x10000 ? 0xE0 : 0xF0;
+  while (i < len) {
+    while (i + 8 <= len) { /* skip eight bytes that cannot start a delta character */
+      uint64_t w;
+      memcpy(&w, s + i, 8);
+      if (lead && !(w & 0x8080808080808080ull)) {
+        i += 8;
+        continue;
+      }
+      break;
+    }
+    if (i >= len) break;
+    if (s[i] < lead) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    uint32_t c = tk_utf8_next(s, &j);
+    if (c >= re->delta_min && in_delta(re, c)) return i;
+    i = j;
+  }
+  return len;
+}
+
+static int run_match(const pcre2_code *code, bool jit, pcre2_match_data *md, pcre2_match_context *mc,
+                     const uint8_t *subj, size_t len, size_t pos, uint32_t opts) {
+  return jit ? pcre2_jit_match(code, subj, len, pos, opts, md, mc) : pcre2_match(code, subj, len, pos, opts, md, mc);
 }
 
 int tk_regex_find(const tk_regex *re, pcre2_match_data *md, pcre2_match_context *mc, const uint8_t *subj,
@@ -1216,8 +1318,32 @@ int tk_regex_find(const tk_regex *re, pcre2_match_data *md, pcre2_match_context 
   for (;;) {
     if (f->pos > len) return TK_FIND_NONE;
     uint32_t opts = PCRE2_NO_UTF_CHECK | (partial ? PCRE2_PARTIAL_HARD : 0);
-    int rc = re->jit ? pcre2_jit_match(re->code, subj, len, f->pos, opts, md, mc)
-                     : pcre2_match(re->code, subj, len, f->pos, opts, md, mc);
+    int rc = 0;
+    bool fast_done = false;
+    if (re->fast) {
+      /* the native program agrees with the exact one on text without delta code points; cut the
+       * subject before the next one and let hard-partial matching say when it would matter */
+      size_t back = f->pos; /* lookbehinds see this far back */
+      for (uint32_t k = 0; k < re->lookbehind && back > 0; k++) {
+        back--;
+        while (back > 0 && (subj[back] & 0xC0) == 0x80) back--;
+      }
+      if (!f->delta_known || f->delta_at < back) {
+        f->delta_at = next_delta(re, subj, back, len);
+        f->delta_known = true;
+      }
+      size_t cut = f->delta_at;
+      if (cut < f->pos) {
+        fast_done = false; /* a lookbehind may see the delta character: the exact program */
+      } else if (cut >= len) {
+        rc = run_match(re->fast, re->fast_jit, md, mc, subj, len, f->pos, opts);
+        fast_done = true;
+      } else {
+        rc = run_match(re->fast, re->fast_jit, md, mc, subj, cut, f->pos, PCRE2_NO_UTF_CHECK | PCRE2_PARTIAL_HARD);
+        fast_done = rc >= 0; /* a complete match that never looked at the delta character */
+      }
+    }
+    if (!fast_done) rc = run_match(re->code, re->jit, md, mc, subj, len, f->pos, opts);
     if (rc == PCRE2_ERROR_NOMATCH) return TK_FIND_NONE;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     if (rc == PCRE2_ERROR_PARTIAL) {

@@ -30,14 +30,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "ingest/tokenizer_int.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 #define CTX_KEEP 256          /* bytes of context kept before a restart point */
 /* encode once at least this much new text is pending (tests lower it to exercise restarts) */
 size_t tk_stream_min_batch = 4096;
 #define MIN_BATCH tk_stream_min_batch
-#define PAR_OVERLAP (256 << 10)
+#define PAR_OVERLAP (32 << 10)
 
 /* A position where the fed stream and the sanitized text stop differing by `delta`. */
 typedef struct fixup {
@@ -277,16 +280,29 @@ typedef struct par_job {
   size_t nrs;
   lh_status st;
   lh_error err;
+  double cpu;
 } par_job;
+
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void *par_main(void *arg) {
   par_job *j = arg;
+  double c0 = thread_cpu();
   tk_ctx *c = tk_ctx_get(j->t, &j->err);
   if (!c) {
     j->st = LH_ENOMEM;
     return NULL;
   }
   c->ids = &j->ids;
+  if (lh_i32vec_reserve(&j->ids, (j->end - j->from) / 4)) {
+    tk_ctx_put(j->t, c);
+    j->st = LH_ENOMEM;
+    return NULL;
+  }
   /* two windows of restart points: run the head and tail ranges as one [lo, hi) each by
    * recording everything in [from, end) but keeping only the two windows */
   tk_seg seg = {.text = j->text + j->ctx0, .len = j->end - j->ctx0, .ctx_len = j->from - j->ctx0,
@@ -306,6 +322,7 @@ static void *par_main(void *arg) {
   }
   c->ids = NULL;
   tk_ctx_put(j->t, c);
+  j->cpu = thread_cpu() - c0;
   return NULL;
 }
 
@@ -325,8 +342,18 @@ lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, 
 
 lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size_t len, int threads,
                                    size_t overlap, lh_i32vec *out, int *used_threads, lh_error *err) {
+  tk_par_stats ps;
+  lh_status st = tk_encode_parallel_stats(t, text, len, threads, overlap, out, &ps, err);
+  if (used_threads) *used_threads = ps.used;
+  return st;
+}
+
+lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size_t len, int threads, size_t overlap,
+                                   lh_i32vec *out, tk_par_stats *stats, lh_error *err) {
   const uint8_t *s = (const uint8_t *)text;
-  if (used_threads) *used_threads = 1;
+  memset(stats, 0, sizeof *stats);
+  stats->used = 1;
+  double w0 = lh_now();
   size_t out0 = out->len;
   lh_buf clean = {0};
   if (tk_utf8_valid_prefix(s, len) != len) {
@@ -368,6 +395,7 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
     j->tail_lo = k + 1 < threads ? cuts[k + 1] : len;
     if (k + 1 < threads && pthread_create(&tid[k], NULL, par_main, j) == 0) started[k] = true;
   }
+  double wt = lh_now();
   par_main(&jobs[threads - 1]);
   for (int k = 0; k + 1 < threads; k++) {
     if (started[k])
@@ -375,10 +403,15 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
     else
       par_main(&jobs[k]);
   }
+  wt = lh_now() - wt;
+  for (int k = 0; k < threads; k++) stats->thread_cpu[k] = jobs[k].cpu;
   lh_status st = LH_OK;
   for (int k = 0; k < threads && !st; k++)
     if (jobs[k].st) st = lh_error_set(err, jobs[k].st, "%s", jobs[k].err.msg);
   /* stitch at the first restart point both neighbours report */
+  size_t total = 0;
+  for (int k = 0; k < threads; k++) total += jobs[k].ids.len;
+  if (!st && lh_i32vec_reserve(out, total)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
   size_t start_id = 0;
   bool ok = true;
   for (int k = 0; k < threads && !st && ok; k++) {
@@ -418,7 +451,8 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
     lh_i32vec_free(&jobs[k].ids);
     free(jobs[k].rs);
   }
-  if (used_threads) *used_threads = ok ? threads : 1;
+  stats->used = ok ? threads : 1;
+  stats->stitch_wall = lh_now() - w0 - wt;
   if (!st && !ok) {
     /* no common restart point in some overlap: one thread does it all */
     lh_log_debug("tokenizer: parallel encode found no common restart point; encoding on one thread");

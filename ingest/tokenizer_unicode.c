@@ -203,6 +203,13 @@ static const utf8proc_option_t form_opts[4] = {
 
 static int ccc_of(uint32_t c) { return utf8proc_get_property((utf8proc_int32_t)c)->combining_class; }
 
+/* utf8proc marks code points without a decomposition mapping (Hangul syllables decompose
+ * algorithmically and carry none). */
+static bool has_decomposition(uint32_t c) {
+  if (c >= 0xAC00 && c <= 0xD7A3) return true;
+  return utf8proc_get_property((utf8proc_int32_t)c)->decomp_seqindex != UINT16_MAX;
+}
+
 static void unicode_init(void) {
   uint8_t *second = calloc(0x110000 / 8, 1);
   uint16_t *flags = malloc(0x110000 * sizeof *flags);
@@ -215,6 +222,7 @@ static void unicode_init(void) {
   /* Composition seconds: the last character of the decomposition of every primary composite. */
   for (uint32_t c = 0x80; c < 0x110000; c++) {
     if (c >= 0xD800 && c < 0xE000) continue;
+    if (!has_decomposition(c)) continue;
     utf8proc_int32_t d[32];
     int last = 0;
     utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)c, d, 32, UTF8PROC_DECOMPOSE, &last);
@@ -230,6 +238,7 @@ static void unicode_init(void) {
     bool is_new = false;
     const utf8proc_property_t *p = (c >= 0xD800 && c < 0xE000) ? NULL : utf8proc_get_property((utf8proc_int32_t)c);
     bool trivial = c < 0x80 || !p || p->category == UTF8PROC_CATEGORY_CN || p->category == UTF8PROC_CATEGORY_CO;
+    if (!trivial && !has_decomposition(c) && p->combining_class == 0 && !IS_SECOND(c)) trivial = true;
     if (!trivial) {
       utf8proc_int32_t d[32];
       int last = 0;
