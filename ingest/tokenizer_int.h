@@ -369,7 +369,8 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
  * mapped), with added tokens as their content; encode on threads with explicit chunk sizes. */
 lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err);
 lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err);
-extern size_t tk_stream_min_batch; /* the stream encodes once this many bytes are pending */
+extern size_t tk_stream_min_batch;
+size_t tk_stream_buffered(const lh_tok_stream *s); /* bytes of text the stream holds */ /* the stream encodes once this many bytes are pending */
 typedef struct tk_par_stats {
   int used;                /* threads whose work was kept (1: encoded on one thread) */
   double thread_cpu[64];   /* CPU seconds each thread spent encoding */

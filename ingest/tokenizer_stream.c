@@ -82,6 +82,8 @@ lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_erro
   return LH_OK;
 }
 
+size_t tk_stream_buffered(const lh_tok_stream *s) { return s->buf.len; }
+
 void lh_tok_stream_close(lh_tok_stream *s) {
   if (!s) return;
   tk_ctx_put(s->t, s->c);

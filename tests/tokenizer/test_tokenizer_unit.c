@@ -1,2 +1,315 @@
+/* test_tokenizer_unit.c — the tokenizer's contracts that need no HF run: refusing what it does
+ * not reproduce (with the feature named), bad input, UTF-8 replacement as the Unicode standard's
+ * "maximal subpart" example (Table 3-8) gives it, decode(encode(x)) == x, token offsets, thread
+ * safety, O(n log n) merging of huge pre-tokens, and the stream API's edges. Token ids themselves
+ * are checked against HF in test_tokenizer_fixtures and test_tokenizer_hf.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+
+#include "ingest/tokenizer_int.h"
 #include "tests/test.h"
-int main(void) { lh_test_begin("test_tokenizer_unit"); return lh_test_end(); }
+#include "util/fs.h"
+
+static const char *fix(const char *name) {
+  static char p[8][4200];
+  static int k;
+  const char *src = getenv("LH_SOURCE_DIR");
+  char *o = p[k++ % 8];
+  snprintf(o, 4200, "%s/tests/fixtures/tokenizer/%s", src ? src : ".", name);
+  return o;
+}
+
+/* ------------------------------------------------------------------ refusing the unsupported */
+
+static const char *base_json(const char *normalizer, const char *pre, const char *post, const char *decoder,
+                             const char *model_extra, const char *top_extra, char *out, size_t n) {
+  snprintf(out, n,
+           "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],%s"
+           "\"normalizer\":%s,\"pre_tokenizer\":%s,\"post_processor\":%s,\"decoder\":%s,"
+           "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"fuse_unk\":false,"
+           "\"byte_fallback\":false,%s\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}}",
+           top_extra, normalizer, pre, post, decoder, model_extra);
+  return out;
+}
+
+static void expect_refused(const char *json, lh_status code, const char *needle) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  lh_status st = tk_open_json(json, strlen(json), "case", &t, &err);
+  CHECK_MSG(st == code, "wanted status %s, got %s (%s) for %s", lh_status_name(code), lh_status_name(st), err.msg,
+            json);
+  CHECK_STR_CONTAINS(err.msg, needle);
+  CHECK(t == NULL);
+}
+
+static void test_refusals(void) {
+  char j[4096];
+  const char *split = "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false}";
+  char pre[512];
+  expect_refused(base_json("{\"type\":\"BertNormalizer\"}", "null", "null", "null", "", "", j, sizeof j),
+                 LH_EUNSUPPORTED, "BertNormalizer");
+  expect_refused(base_json("null", "{\"type\":\"Metaspace\",\"replacement\":\"_\"}", "null", "null", "", "", j, sizeof j),
+                 LH_EUNSUPPORTED, "Metaspace");
+  expect_refused(base_json("null", "null", "{\"type\":\"RobertaProcessing\"}", "null", "", "", j, sizeof j),
+                 LH_EUNSUPPORTED, "RobertaProcessing");
+  expect_refused(base_json("null", "null", "null", "{\"type\":\"WordPiece\"}", "", "", j, sizeof j), LH_EUNSUPPORTED,
+                 "WordPiece");
+  /* truncation, padding, dropout, another model */
+  const char *trunc = "{\"version\":\"1.0\",\"truncation\":{\"max_length\":8},\"padding\":null,\"added_tokens\":[],"
+                      "\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}";
+  expect_refused(trunc, LH_EUNSUPPORTED, "truncation");
+  const char *pad = "{\"version\":\"1.0\",\"truncation\":null,\"padding\":{\"strategy\":{\"Fixed\":8}},\"added_tokens\":[],"
+                    "\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}";
+  expect_refused(pad, LH_EUNSUPPORTED, "padding");
+  const char *drop = "{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"dropout\":0.1,\"vocab\":{},\"merges\":[]}}";
+  expect_refused(drop, LH_EUNSUPPORTED, "dropout");
+  const char *wp = "{\"version\":\"1.0\",\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}";
+  expect_refused(wp, LH_EUNSUPPORTED, "WordPiece");
+  /* regex constructs that PCRE2 cannot reproduce exactly */
+  const char *bad_re[][2] = {{"\\\\X", "\\X"},          {"\\\\G.", "\\G"},   {"[[:alpha:]]", "POSIX"},
+                             {"(?i:ss)", "case fold"}, {"(?x)a b", "(?x)"}, {"(?i)\\\\p{L}", "case-insensitive"},
+                             {"\\\\p{Foo}", "\\p{Foo}"}, {"(?i)é", "non-ASCII"}, {"\\\\K", "\\K"}};
+  for (size_t i = 0; i < sizeof bad_re / sizeof *bad_re; i++) {
+    snprintf(pre, sizeof pre, split, bad_re[i][0]);
+    expect_refused(base_json("null", pre, "null", "null", "", "", j, sizeof j), LH_EUNSUPPORTED, bad_re[i][1]);
+  }
+  /* malformed files */
+  expect_refused("{\"version\": \"1.0\",\n \"model\": {", LH_EFORMAT, "line 2");
+  expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a c\"]}}", LH_EFORMAT,
+                 "not in the vocab");
+  expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a\"]}}", LH_EFORMAT,
+                 "merge 1");
+  expect_refused("{\"version\":\"2.0\",\"model\":{}}", LH_EUNSUPPORTED, "version");
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open("/nonexistent/tokenizer.json", &t, &err) == LH_ENOTFOUND);
+  CHECK_STR_CONTAINS(err.msg, "/nonexistent/tokenizer.json");
+  CHECK(lh_tokenizer_open(lh_test_tmpdir(), &t, &err) == LH_ENOTFOUND);
+  CHECK_STR_CONTAINS(err.msg, "no tokenizer.json");
+  lh_tokenizer_close(NULL);
+  lh_tok_stream_close(NULL);
+}
+
+/* ------------------------------------------------------------------ UTF-8 */
+
+static void test_utf8(void) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      /* Unicode 15.0, Table 3-8: maximal subparts each become one U+FFFD */
+      {"a\xF1\x80\x80\xE1\x80\xC2" "b\x80" "c\x80\xBF" "d",
+       "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD" "d"},
+      {"\xED\xA0\x80x", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDx"},
+      {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"\xE2\x82", "\xEF\xBF\xBD"},
+      {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
+      {"\xF0\x9F\x98\x80\xFF", "\xF0\x9F\x98\x80\xEF\xBF\xBD"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    lh_buf b = {0};
+    tk_utf8_sanitize((const uint8_t *)cases[i].in, strlen(cases[i].in), &b);
+    CHECK_MSG(b.len == strlen(cases[i].out) && !memcmp(b.data, cases[i].out, b.len), "sanitize case %zu", i);
+    lh_buf_free(&b);
+  }
+  CHECK_EQ(tk_utf8_valid_prefix((const uint8_t *)"ab\xC3\xA9\xE2\x82", 6), 4);
+}
+
+/* ------------------------------------------------------------------ round trips, offsets */
+
+static void test_roundtrip_offsets(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("gpt2.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  const char *texts[] = {"Hello world, this is a test.\n\tIndented\r\n", "数字 12345 ünïcödé 😀👍🏽 <|endoftext|> x",
+                         "", " ", "   spaces   ", "a\u0301\u0323 ﬁ ẞ"};
+  for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+    lh_i32vec ids = {0};
+    lh_buf out = {0};
+    CHECK(lh_tokenizer_encode(t, texts[i], strlen(texts[i]), 0, &ids, &err) == LH_OK);
+    CHECK(lh_tokenizer_decode(t, ids.data, ids.len, 0, &out, &err) == LH_OK);
+    CHECK_MSG(out.len == strlen(texts[i]) && !memcmp(out.data ? out.data : "", texts[i], out.len),
+              "round trip of \"%s\" gave \"%s\"", texts[i], out.data ? out.data : "");
+    /* offsets from the stream: each token's bytes sit at its offset in the text */
+    lh_tok_stream *s = NULL;
+    lh_i32vec sv = {0};
+    int64_t *offs = NULL;
+    size_t cap = 0;
+    CHECK(lh_tok_stream_open(t, &s, &err) == LH_OK);
+    size_t n = strlen(texts[i]);
+    for (size_t k = 0; k < n; k++) lh_tok_stream_feed(s, texts[i] + k, 1, &sv, &offs, &cap, &err);
+    CHECK(lh_tok_stream_finish(s, &sv, &offs, &cap, &err) == LH_OK);
+    CHECK_EQ(sv.len, ids.len);
+    for (size_t k = 0; k < sv.len && k < ids.len; k++) {
+      lh_buf one = {0};
+      CHECK(sv.data[k] == ids.data[k]);
+      lh_tokenizer_decode(t, &sv.data[k], 1, 0, &one, &err);
+      /* a token may hold part of a UTF-8 sequence: compare its raw bytes through the alphabet */
+      const char *tok = lh_tokenizer_id_to_token(t, sv.data[k]);
+      size_t tl = 0, p = 0;
+      char raw[256];
+      while (tok && tok[p] && tl < sizeof raw) {
+        int b = tk_char_byte(tk_utf8_next((const uint8_t *)tok, &p));
+        if (b < 0) break;
+        raw[tl++] = (char)b;
+      }
+      if (!strcmp(tok, "<|endoftext|>")) tl = 0;
+      CHECK_MSG(tl == 0 || ((size_t)offs[k] + tl <= n && !memcmp(texts[i] + offs[k], raw, tl)),
+                "token %zu (%s) not at offset %lld of \"%s\"", k, tok, (long long)offs[k], texts[i]);
+      lh_buf_free(&one);
+    }
+    free(offs);
+    lh_i32vec_free(&sv);
+    lh_tok_stream_close(s);
+    lh_i32vec_free(&ids);
+    lh_buf_free(&out);
+  }
+  /* vocabulary lookups agree with the file: 4000 entries plus added tokens not among them */
+  CHECK(lh_tokenizer_vocab_size(t) >= 4000);
+  CHECK_EQ(lh_tokenizer_token_to_id(t, "<|endoftext|>"), 0);
+  CHECK(!strcmp(lh_tokenizer_id_to_token(t, 0), "<|endoftext|>"));
+  CHECK(lh_tokenizer_id_to_token(t, -1) == NULL);
+  CHECK(lh_tokenizer_id_to_token(t, 1 << 24) == NULL);
+  CHECK_EQ(lh_tokenizer_token_to_id(t, "no such token at all"), -1);
+  /* unknown ids are skipped by decode, as HF does */
+  int32_t ids[] = {99999999, -5};
+  lh_buf out = {0};
+  CHECK(lh_tokenizer_decode(t, ids, 2, 0, &out, &err) == LH_OK);
+  CHECK_EQ(out.len, 0);
+  lh_buf_free(&out);
+  lh_tokenizer_close(t);
+}
+
+/* ------------------------------------------------------------------ threads share a tokenizer */
+
+typedef struct job {
+  const lh_tokenizer *t;
+  const char *text;
+  size_t len;
+  lh_i32vec ids;
+} job;
+
+static void *enc(void *arg) {
+  job *j = arg;
+  lh_error err = {0};
+  for (int r = 0; r < 3; r++) {
+    j->ids.len = 0;
+    lh_tokenizer_encode(j->t, j->text, j->len, 1, &j->ids, &err);
+  }
+  return NULL;
+}
+
+static void test_threads(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("llama3.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  lh_buf doc = {0};
+  for (int i = 0; i < 2000; i++) lh_buf_printf(&doc, "Line %d: the quick brown fox <|eot_id|> jumps; ", i);
+  lh_i32vec want = {0};
+  lh_tokenizer_encode(t, doc.data, doc.len, 1, &want, &err);
+  job jobs[4];
+  pthread_t tid[4];
+  for (int k = 0; k < 4; k++) {
+    jobs[k] = (job){t, doc.data, doc.len, {0}};
+    pthread_create(&tid[k], NULL, enc, &jobs[k]);
+  }
+  for (int k = 0; k < 4; k++) {
+    pthread_join(tid[k], NULL);
+    CHECK(jobs[k].ids.len == want.len && !memcmp(jobs[k].ids.data, want.data, want.len * sizeof *want.data));
+    lh_i32vec_free(&jobs[k].ids);
+  }
+  lh_i32vec_free(&want);
+  lh_buf_free(&doc);
+  lh_tokenizer_close(t);
+}
+
+/* ------------------------------------------------------------------ huge pre-tokens */
+
+static double encode_time(const lh_tokenizer *t, size_t n, char ch) {
+  char *s = malloc(n);
+  for (size_t i = 0; i < n; i++) s[i] = (char)(ch ? ch : "ab"[i % 2]);
+  lh_i32vec ids = {0};
+  lh_error err = {0};
+  double t0 = lh_now();
+  lh_tokenizer_encode(t, s, n, 0, &ids, &err);
+  double dt = lh_now() - t0;
+  CHECK(ids.len > 0);
+  lh_i32vec_free(&ids);
+  free(s);
+  return dt;
+}
+
+static void test_big_pretoken(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("gpt2.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  /* "abab..." is one \p{L}+ pre-token, "====" one punctuation pre-token: merging must stay
+   * O(n log n): ten times the text may not take anywhere near a hundred times as long */
+  for (int k = 0; k < 2; k++) {
+    char ch = k ? '=' : 0;
+    double small = encode_time(t, 50000, ch), big = encode_time(t, 500000, ch);
+    fprintf(stderr, "pre-token of 50 KB: %.3f s, of 500 KB: %.3f s\n", small, big);
+    CHECK_MSG(big < 40 * small + 0.05, "merging looks quadratic (%.3f s vs %.3f s)", big, small);
+    CHECK(big < 20.0);
+  }
+  lh_tokenizer_close(t);
+}
+
+/* ------------------------------------------------------------------ stream edges */
+
+static void test_stream_edges(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("minimax.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  lh_tok_stream *s = NULL;
+  CHECK(lh_tok_stream_open(t, &s, &err) == LH_OK);
+  lh_i32vec ids = {0};
+  /* finish twice, empty feeds, a stream reused after finish */
+  CHECK(lh_tok_stream_feed(s, "", 0, &ids, NULL, NULL, &err) == LH_OK);
+  CHECK(lh_tok_stream_finish(s, &ids, NULL, NULL, &err) == LH_OK);
+  CHECK_EQ(ids.len, 0);
+  CHECK(lh_tok_stream_finish(s, &ids, NULL, NULL, &err) == LH_OK);
+  const char *a = "caf\xC3", *b = "\xA9 <end_of_sentence>x";
+  CHECK(lh_tok_stream_feed(s, a, strlen(a), &ids, NULL, NULL, &err) == LH_OK);
+  CHECK(lh_tok_stream_feed(s, b, strlen(b), &ids, NULL, NULL, &err) == LH_OK);
+  CHECK(lh_tok_stream_finish(s, &ids, NULL, NULL, &err) == LH_OK);
+  lh_i32vec want = {0};
+  const char *ab = "caf\xC3\xA9 <end_of_sentence>x";
+  lh_tokenizer_encode(t, ab, strlen(ab), 0, &want, &err);
+  CHECK(ids.len == want.len && !memcmp(ids.data, want.data, want.len * sizeof *want.data));
+  /* a sequence cut by the very end is invalid: one U+FFFD, as the one-shot encoder */
+  ids.len = want.len = 0;
+  CHECK(lh_tok_stream_feed(s, "x\xE2\x82", 3, &ids, NULL, NULL, &err) == LH_OK);
+  CHECK(lh_tok_stream_finish(s, &ids, NULL, NULL, &err) == LH_OK);
+  lh_tokenizer_encode(t, "x\xE2\x82", 3, 0, &want, &err);
+  CHECK(ids.len == want.len && !memcmp(ids.data, want.data, want.len * sizeof *want.data));
+  /* memory stays bounded: a long document streamed in small feeds never holds much text */
+  lh_i32vec_free(&ids);
+  for (int i = 0; i < 20000; i++) {
+    char line[128];
+    int n = snprintf(line, sizeof line, "paragraph %d with some words and numbers 12345\n", i);
+    lh_tok_stream_feed(s, line, (size_t)n, &ids, NULL, NULL, &err);
+    ids.len = 0;
+  }
+  CHECK_MSG(tk_stream_buffered(s) < 64 * 1024, "the stream holds %zu bytes", tk_stream_buffered(s));
+  lh_tok_stream_finish(s, &ids, NULL, NULL, &err);
+  lh_tok_stream_close(s);
+  lh_i32vec_free(&ids);
+  lh_i32vec_free(&want);
+  lh_tokenizer_close(t);
+}
+
+int main(void) {
+  lh_test_begin("test_tokenizer_unit");
+  test_refusals();
+  test_utf8();
+  test_roundtrip_offsets();
+  test_threads();
+  test_big_pretoken();
+  test_stream_edges();
+  return lh_test_end();
+}
