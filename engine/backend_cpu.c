@@ -8,7 +8,7 @@
  * Everything else is sized by max_rows at open and never grows: four activation slots
  * [max_rows x hidden], one workspace whose per-row width is the largest any operation needs
  * (lightning: 5 H d; softmax: 2 H d + 2 Hkv d; MoE: E + (1 + top_k) hidden + 2 I; logits:
- * hidden), the MoE plan, and per-thread scratch for one lightning block and one attention tile.
+ * hidden), the MoE plan, and per-thread scratch for one lightning block and one attention tile (LH_ATTN_ROWS rows).
  * The only memory that grows with the sequence is the KV pages the engine allocates through
  * ops->alloc.
  *
@@ -56,6 +56,7 @@ typedef struct cpu_backend {
   float *normbuf;                            /* [max(hidden, H d)]: a converted norm weight */
   float *scratch;                            /* [threads x scratch_floats] */
   size_t scratch_floats;
+  int lightning_block;                       /* kernel block length, see cpu_open */
   float *inv_freq;                           /* [rotary_dim / 2] */
   int64_t *pos;                              /* [max_rows] row positions (RoPE) */
   int64_t *tile_seg, *tile_row;              /* [max_rows] attention tiles: segment, first row */
@@ -260,7 +261,12 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   if (D > width) width = D;                            /* logits */
   be->ws = zalloc((size_t)(max_rows * width) * sizeof(float));
   be->normbuf = zalloc((size_t)(D > HD ? D : HD) * sizeof(float));
-  be->scratch_floats = lh_lightning_scratch(c->block_size, (int)d);
+  /* The lightning kernel's block length is free (any blocking computes the same function, see
+   * kernels/cpu/lightning.c); per token it costs ~2 B d for the masked product and ~2 d^2 for the
+   * state, so B near d is fastest: at d = 64, blocks of 64 took 7 ms per head per 8K tokens
+   * against 14 ms for 256. Capped by the config's block_size, which HF uses. */
+  be->lightning_block = c->block_size < (d > 32 ? (int)d : 32) ? c->block_size : (d > 32 ? (int)d : 32);
+  be->scratch_floats = lh_lightning_scratch(be->lightning_block, (int)d);
   size_t as = lh_attn_scratch((int)d, LH_KV_PAGE_TOKENS);
   if (as > be->scratch_floats) be->scratch_floats = as;
   be->scratch_floats = (be->scratch_floats + 15) / 16 * 16;
@@ -363,7 +369,7 @@ static void lightning_task(void *ctx, int64_t t, int worker) {
   int h = (int)(t % H);
   const float *q = j->qkv + s->row0 * 3 * HD + (int64_t)h * 3 * d;
   float *S = (float *)s->seq->lightning[j->li] + (int64_t)h * d * d;
-  lh_lightning_head(s->nrows, d, c->block_size, j->slope[h], q, 3 * HD, q + d, 3 * HD, q + 2 * d, 3 * HD, S,
+  lh_lightning_head(s->nrows, d, j->be->lightning_block, j->slope[h], q, 3 * HD, q + d, 3 * HD, q + 2 * d, 3 * HD, S,
                     j->o + s->row0 * HD + (int64_t)h * d, HD, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 
@@ -398,19 +404,27 @@ typedef struct softmax_job {
   float scale;
 } softmax_job;
 
+/* Query tiles: LH_ATTN_ROWS / (heads per kv head) consecutive queries of one segment, for all the
+ * query heads of one kv head at once. */
+static int64_t attn_tile_queries(const lh_config *c) {
+  int64_t q = LH_ATTN_ROWS / (c->n_heads / c->n_kv_heads);
+  return q > 0 ? q : 1;
+}
+
 static void softmax_task(void *ctx, int64_t t, int worker) {
   const softmax_job *j = ctx;
   const lh_config *c = &j->be->cfg;
-  int H = c->n_heads, d = c->head_dim;
-  int64_t HD = (int64_t)H * d, tile = t / H;
-  int h = (int)(t % H);
+  int G = c->n_kv_heads, d = c->head_dim, rep = c->n_heads / G;
+  int64_t HD = (int64_t)c->n_heads * d, tile = t / G, tq = attn_tile_queries(c);
+  int g = (int)(t % G);
   const lh_segment *s = &j->b->seg[j->be->tile_seg[tile]];
   int64_t r = j->be->tile_row[tile]; /* batch row of the tile's first query */
   int64_t end = s->row0 + s->nrows;
-  int nq = (int)(end - r < LH_ATTN_QTILE ? end - r : LH_ATTN_QTILE);
-  lh_kv_pages kv = {s->seq->kv_pages[j->si], c->n_kv_heads, d, LH_KV_PAGE_TOKENS};
-  lh_attn_tile(&kv, h / (H / c->n_kv_heads), s->pos + (r - s->row0), nq, j->q + r * HD + (int64_t)h * d, HD,
-               j->scale, j->o + r * HD + (int64_t)h * d, HD, j->be->scratch + (size_t)worker * j->be->scratch_floats);
+  int nq = (int)(end - r < tq ? end - r : tq);
+  lh_kv_pages kv = {s->seq->kv_pages[j->si], G, d, LH_KV_PAGE_TOKENS};
+  const float *q = j->q + r * HD + (int64_t)g * rep * d;
+  lh_attn_tile(&kv, g, rep, s->pos + (r - s->row0), nq, q, HD, d, j->scale, j->o + r * HD + (int64_t)g * rep * d, HD,
+               d, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 
 static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void *hv, const lh_batch *b, void *out,
@@ -429,7 +443,7 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   for (int i = 0; i < b->nseg; i++) {
     const lh_segment *s = &b->seg[i];
     for (int64_t r = 0; r < s->nrows; r++) be->pos[s->row0 + r] = s->pos + r;
-    for (int64_t r = 0; r < s->nrows; r += LH_ATTN_QTILE) {
+    for (int64_t r = 0; r < s->nrows; r += attn_tile_queries(c)) {
       be->tile_seg[ntiles] = i;
       be->tile_row[ntiles++] = s->row0 + r;
     }
@@ -444,7 +458,7 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
     lh_kv_write(&kv, s->pos, s->nrows, k + s->row0 * KD, KD, v + s->row0 * KD, KD);
   }
   softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d))};
-  lh_pool_run(be->pool, ntiles * c->n_heads, softmax_task, &j);
+  lh_pool_run(be->pool, ntiles * c->n_kv_heads, softmax_task, &j);
   lh_gemm_nt(be->pool, n, D, HD, o, HD, L->o, HD, out, D, 0);
   return LH_OK;
 }

@@ -34,8 +34,8 @@ void lh_gemm_nt(lh_pool *pool, int64_t M, int64_t N, int64_t K, const float *A, 
   gemm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C,
                 .beta = accumulate ? 1.0f : 0.0f};
   /* Few rows (decode): split the weight's rows finely so several threads share one product. */
-  j.mt = 1024;
-  j.nt = M <= 64 ? 128 : 512;
+  j.mt = 512;
+  j.nt = M <= 64 ? 128 : 768;
   if ((double)M * (double)N * (double)K < 1 << 18) { /* too small to be worth a task each */
     j.mt = M;
     j.nt = N;

@@ -119,17 +119,20 @@ typedef struct lh_kv_pages {
 void lh_kv_write(const lh_kv_pages *kv, int64_t pos, int64_t n, const float *k, int64_t ldk, const float *v,
                  int64_t ldv);
 
-/* Scratch floats lh_attn_tile needs (tile of up to LH_ATTN_QTILE queries). */
-#define LH_ATTN_QTILE 64
+/* A tile is up to LH_ATTN_ROWS rows: nq consecutive queries of each of the nh query heads that
+ * share one kv head (GQA), stacked so that each K/V page is read once per group and the products
+ * are large. lh_attn_scratch(d, page_tokens) floats of scratch serve any tile. */
+#define LH_ATTN_ROWS 256
 size_t lh_attn_scratch(int d, int page_tokens);
 
-/* Causal softmax attention of one query head for nq <= LH_ATTN_QTILE consecutive queries at
- * positions [qpos, qpos+nq) over the keys at positions [0, qpos+nq) in the pages (kv head g):
+/* Causal softmax attention for queries at positions [qpos, qpos+nq) of the nh query heads of kv
+ * head g (nh * nq <= LH_ATTN_ROWS) over the keys at positions [0, qpos+nq) in the pages:
  *   o_i = sum_j softmax_j(scale * q_i . k_j) v_j,  j <= qpos + i
- * q: [nq x d] (row stride ldq), o: [nq x d] (row stride ldo). Online softmax page by page: the
- * memory used is O(nq x page_tokens), never O(nq x context). Single-threaded. */
-void lh_attn_tile(const lh_kv_pages *kv, int g, int64_t qpos, int nq, const float *q, int64_t ldq, float scale,
-                  float *o, int64_t ldo, float *scratch);
+ * Query i of head hh (0 <= hh < nh) is at q + i*ldq + hh*qhs; its output goes to
+ * o + i*ldo + hh*ohs (d floats each). Online softmax page by page: memory O(LH_ATTN_ROWS x
+ * page_tokens), never O(nq x context). Single-threaded. */
+void lh_attn_tile(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
+                  int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
 
 /* ---- mixture of experts ------------------------------------------------------------------- */
 

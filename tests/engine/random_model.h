@@ -60,8 +60,8 @@ static void *rm_alloc(rm_model *r, size_t bytes) {
 static void rm_fill(rm_model *r, rm_tensor *t, const char *name, lh_dtype dt, int ndim, int64_t s0, int64_t s1,
                     float center, float scale, uint64_t *rng) {
   int64_t n = ndim == 1 ? s0 : s0 * s1;
-  t->f32 = rm_alloc(r, (size_t)n * sizeof(float));
   void *data = rm_alloc(r, (size_t)n * (dt == LH_F32 ? 4 : 2));
+  t->f32 = dt == LH_F32 ? data : rm_alloc(r, (size_t)n * sizeof(float)); /* F32: the data itself */
   for (int64_t i = 0; i < n; i++) {
     float v = center + scale * rm_uniform(rng);
     if (dt == LH_BF16) {
@@ -153,8 +153,8 @@ static lh_model *rm_build_ex(const lh_config *cfg_in, uint64_t seed, int64_t max
   strcpy(m->backend_name, "cpu");
   uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
   int64_t D = c->hidden_size, HD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
-  int64_t I = c->intermediate_size, E = c->n_experts;
-  float sD = 1.0f / sqrtf((float)D) * 1.7f, sHD = 1.0f / sqrtf((float)HD) * 1.7f, sI = 1.0f / sqrtf((float)I) * 1.7f;
+  int64_t Ni = c->intermediate_size, E = c->n_experts;
+  float sD = 1.0f / sqrtf((float)D) * 1.7f, sHD = 1.0f / sqrtf((float)HD) * 1.7f, sI = 1.0f / sqrtf((float)Ni) * 1.7f;
   rm_fill(r, &r->embed, "model.embed_tokens.weight", wdt, 2, c->vocab_size, D, 0.0f, 1.0f, &rng);
   rm_fill(r, &r->final_norm, "model.norm.weight", norm_dt, 1, D, 0, 1.0f, 0.3f, &rng);
   if (c->tie_word_embeddings) r->lm_head = r->embed;
@@ -199,9 +199,9 @@ static lh_model *rm_build_ex(const lh_config *cfg_in, uint64_t seed, int64_t max
     lw->w3 = lw->w1 + E;
     lw->w2 = lw->w3 + E;
     for (int64_t e = 0; e < E; e++) {
-      rm_fill(r, &L->w1[e], "w1", wdt, 2, I, D, 0.0f, sD, &rng);
-      rm_fill(r, &L->w3[e], "w3", wdt, 2, I, D, 0.0f, sD, &rng);
-      rm_fill(r, &L->w2[e], "w2", wdt, 2, D, I, 0.0f, sI, &rng);
+      rm_fill(r, &L->w1[e], "w1", wdt, 2, Ni, D, 0.0f, sD, &rng);
+      rm_fill(r, &L->w3[e], "w3", wdt, 2, Ni, D, 0.0f, sD, &rng);
+      rm_fill(r, &L->w2[e], "w2", wdt, 2, D, Ni, 0.0f, sI, &rng);
       lw->w1[e] = L->w1[e].t;
       lw->w3[e] = L->w3[e].t;
       lw->w2[e] = L->w2[e].t;

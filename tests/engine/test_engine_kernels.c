@@ -260,7 +260,8 @@ static void test_lightning(void) {
 static void test_attention(void) {
   /* n_kv, rep (heads per kv head), d, page_tokens, context before the queries, queries */
   int cases[][6] = {{1, 1, 8, 16, 0, 1}, {2, 2, 16, 16, 0, 40}, {2, 4, 16, 16, 37, 64}, {1, 2, 32, 256, 300, 17},
-                    {4, 1, 8, 4, 9, 64}, {1, 1, 64, 256, 0, 64}, {2, 1, 16, 8, 500, 3}};
+                    {4, 1, 8, 4, 9, 64}, {1, 1, 64, 256, 0, 64}, {2, 1, 16, 8, 500, 3}, {1, 8, 16, 16, 20, 70},
+                    {2, 2, 8, 16, 0, 300}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     int nkv = cases[c][0], rep = cases[c][1], d = cases[c][2], PT = cases[c][3], P = cases[c][4], nq = cases[c][5];
     int H = nkv * rep, T = P + nq, npages = (T + PT - 1) / PT;
@@ -274,12 +275,15 @@ static void test_attention(void) {
     float *q = frand((size_t)nq * H * d, 2), *o = malloc((size_t)nq * H * d * sizeof *o);
     float *scratch = malloc(lh_attn_scratch(d, PT) * sizeof *scratch);
     float scale = 1.0f / sqrtf((float)d);
-    for (int h = 0; h < H; h++)
-      for (int t0 = 0; t0 < nq; t0 += LH_ATTN_QTILE) {
-        int m = nq - t0 < LH_ATTN_QTILE ? nq - t0 : LH_ATTN_QTILE;
-        lh_attn_tile(&kv, h / rep, P + t0, m, q + (size_t)t0 * H * d + (size_t)h * d, H * d, scale,
-                     o + (size_t)t0 * H * d + (size_t)h * d, H * d, scratch);
-      }
+    /* tiles of the whole group's heads (the backend's way), or of one head at a time */
+    int per_head = c % 2, tq = per_head ? LH_ATTN_ROWS : LH_ATTN_ROWS / rep;
+    for (int g = 0; g < nkv; g++)
+      for (int h0 = 0; h0 < rep; h0 += per_head ? 1 : rep)
+        for (int t0 = 0; t0 < nq; t0 += tq) {
+          int m = nq - t0 < tq ? nq - t0 : tq;
+          size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
+          lh_attn_tile(&kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale, o + at, H * d, d, scratch);
+        }
     double *ref = malloc((size_t)nq * H * d * sizeof *ref), *p = malloc((size_t)T * sizeof *p);
     for (int i = 0; i < nq; i++)
       for (int h = 0; h < H; h++) {
