@@ -6,6 +6,7 @@
  *   - prefill tokens/s and model GFLOP/s on one chunk from an empty state, next to OpenBLAS sgemm
  *     GFLOP/s measured in the same run with the same thread count (the better of a square 2048
  *     product and the model's largest projection shape), and their ratio (goal >= 50%);
+ *   - decode latency after one chunk: one state, and a step of 8 forks in one lh_decode_batch;
  *   - where the time goes, per backend operation;
  *   - peak RSS after the first chunk and after --tokens tokens (default 65536), next to the KV
  *     bytes the state holds: the growth between the two should be the KV and nothing else.
@@ -186,6 +187,32 @@ int main(int argc, char **argv) {
   }
   memcpy(op_time, best_ops, sizeof op_time);
   double flops = model_flops(&c, 0, chunk), gf = flops / best / 1e9;
+
+  /* decode after one chunk: one state, then a batch of 8 forks */
+  double dec1 = 0, dec8 = 0;
+  {
+    lh_state *st, *f[8];
+    if (lh_state_new(m, &st, &err) || lh_prefill(st, tok, chunk, logits, NULL, &err)) return 1;
+    float *l8 = malloc(sizeof(float) * 8 * c.vocab_size);
+    int32_t nt[8];
+    double t = lh_now();
+    for (int i = 0; i < 32; i++) {
+      nt[0] = tok[i];
+      if (lh_decode_batch(&st, 1, nt, logits, &err)) return 1;
+    }
+    dec1 = (lh_now() - t) / 32;
+    for (int i = 0; i < 8; i++)
+      if (lh_state_fork(st, &f[i], &err)) return 1;
+    t = lh_now();
+    for (int i = 0; i < 16; i++) {
+      for (int k = 0; k < 8; k++) nt[k] = tok[100 * k + i];
+      if (lh_decode_batch(f, 8, nt, l8, &err)) return 1;
+    }
+    dec8 = (lh_now() - t) / 16;
+    for (int i = 0; i < 8; i++) lh_state_free(f[i]);
+    lh_state_free(st);
+    free(l8);
+  }
   double peer_after = sgemm_gflops(threads, 2048, 2048, 2048, 0);
   if (peer_after > peer) peer = peer_after;
   m->ops = real;
@@ -200,6 +227,8 @@ int main(int argc, char **argv) {
   printf("| %-34s | %12.0f | %12s | %7s | %s |\n", "prefill tokens/s (8K chunk, empty)", chunk / best, "-", "-", "-");
   printf("| %-34s | %12.1f | %12.1f | %6.0f%% | >= 50%% of sgemm |\n", "model GFLOP/s vs OpenBLAS sgemm", gf, peer,
          100 * gf / peer);
+  printf("| %-34s | %12.1f | %12s | %7s | %s |\n", "decode ms/token (1 state, ctx 8K)", dec1 * 1e3, "-", "-", "-");
+  printf("| %-34s | %12.1f | %12s | %7s | %s |\n", "decode ms/step (8 forks batched)", dec8 * 1e3, "-", "-", "-");
   printf("\ntime per operation in the best %d-token chunk (%.3f s):\n", chunk, best);
   double sum = 0;
   for (int i = 0; i < 7; i++) sum += op_time[i];
