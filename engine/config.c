@@ -520,12 +520,19 @@ static lh_status reject_duplicates(const pctx *c) {
 lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_config *cfg, lh_error *err) {
   if (!path) path = "config.json";
   memset(cfg, 0, sizeof *cfg);
-  cJSON *root = cJSON_ParseWithLength(json, len);
+  const char *at = NULL; /* the parse end, not cJSON_GetErrorPtr(): that one is a global */
+  cJSON *root = json ? cJSON_ParseWithLengthOpts(json, len, &at, 0) : NULL;
   if (!root) {
-    const char *at = cJSON_GetErrorPtr();
-    long off = at && at >= json && at <= json + len ? (long)(at - json) : -1;
+    long off = at && json && at >= json && at <= json + len ? (long)(at - json) : -1;
     return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON (error near byte %ld)", path, off);
   }
+  /* Anything but whitespace after the object is malformed (json.load refuses it too). */
+  for (const char *q = at ? at : json + len; q < json + len; q++)
+    if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+      cJSON_Delete(root);
+      return lh_error_set(err, LH_EFORMAT, "%s: unexpected text after the JSON object (byte %ld)", path,
+                          (long)(q - json));
+    }
   pctx c = {root, path, err};
   lh_status st = LH_OK;
   if (!cJSON_IsObject(root)) {

@@ -158,6 +158,8 @@ static void test_format_errors(void) {
   CHECK_EQ(parse("{\"model_type\": \"minimax\", "), LH_EFORMAT);
   CHECK_STR_CONTAINS(err.msg, "not valid JSON");
   CHECK_STR_CONTAINS(err.msg, "dir/config.json");
+  CHECK_EQ(parse("{\"model_type\": \"minimax\"} {}"), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "unexpected text after the JSON object");
   CHECK_EQ(parse("[1,2]"), LH_EFORMAT);
   CHECK_STR_CONTAINS(err.msg, "JSON object");
   CHECK_EQ(lh_config_parse("{}", 0, "dir/config.json", &cfg, &err), LH_EFORMAT);
