@@ -73,10 +73,8 @@ struct lh_state {
   float *logits;     /* [vocab] */
 };
 
-static size_t dtype_bytes(lh_dtype t) { return t == LH_F32 ? 4 : 2; }
-
 static size_t page_bytes(const lh_model *m) {
-  return 2 * (size_t)m->cfg.n_kv_heads * PT * (size_t)m->cfg.head_dim * dtype_bytes(m->ops->kv_dtype);
+  return 2 * (size_t)m->cfg.n_kv_heads * PT * (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
 }
 
 static size_t lightning_bytes(const lh_model *m) {
@@ -340,7 +338,7 @@ void lh_state_get_layout(const lh_model *m, lh_state_layout *lay) {
   lay->lightning_bytes = (size_t)m->cfg.n_heads * m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
   lay->n_softmax = m->cfg.n_softmax;
   lay->kv_dtype = m->ops ? m->ops->kv_dtype : LH_F32;
-  lay->kv_row_bytes = 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * dtype_bytes(lay->kv_dtype);
+  lay->kv_row_bytes = 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * lh_dtype_size(lay->kv_dtype);
   lay->vocab_size = m->cfg.vocab_size;
 }
 
@@ -356,7 +354,7 @@ lh_status lh_state_export_lightning(const lh_state *s, int i, void *dst, lh_erro
 static lh_status kv_move(lh_state *s, int j, int64_t t0, int64_t t1, unsigned char *rows, int out, lh_error *err) {
   lh_model *m = s->m;
   int nkv = m->cfg.n_kv_heads;
-  size_t es = dtype_bytes(m->ops->kv_dtype), dbytes = (size_t)m->cfg.head_dim * es, row_bytes = 2 * nkv * dbytes;
+  size_t es = lh_dtype_size(m->ops->kv_dtype), dbytes = (size_t)m->cfg.head_dim * es, row_bytes = 2 * nkv * dbytes;
   unsigned char *bounce = malloc((size_t)PT * dbytes);
   if (!bounce) return lh_error_set(err, LH_ENOMEM, "state: out of memory moving KV rows");
   lh_status st = LH_OK;
@@ -450,11 +448,11 @@ lh_status lh_state_import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const v
   const unsigned char *rows = src;
   unsigned char *conv = NULL;
   if (src_dtype != kd) {
-    if (!(conv = malloc((size_t)(t1 - t0) * vals * dtype_bytes(kd))))
+    if (!(conv = malloc((size_t)(t1 - t0) * vals * lh_dtype_size(kd))))
       return lh_error_set(err, LH_ENOMEM, "import: out of memory converting %lld KV rows", (long long)(t1 - t0));
     for (int64_t r = 0; r < t1 - t0; r++)
-      convert_row((const unsigned char *)src + (size_t)r * vals * dtype_bytes(src_dtype), src_dtype,
-                  conv + (size_t)r * vals * dtype_bytes(kd), kd, vals);
+      convert_row((const unsigned char *)src + (size_t)r * vals * lh_dtype_size(src_dtype), src_dtype,
+                  conv + (size_t)r * vals * lh_dtype_size(kd), kd, vals);
     rows = conv;
   }
   st = kv_move(s, j, t0, t1, (unsigned char *)rows, 0, err);
