@@ -364,6 +364,7 @@ static void test_moe(lh_pool *pool) {
         mx = v > mx ? v : mx;
       }
       for (int e = 0; e < E; e++) sum += (p[e] = exp(p[e] - mx));
+      for (int e = 0; e < E; e++) p[e] /= sum; /* the softmax; renormalising the top k cancels sum */
       int chosen[16] = {0};
       double tot = 0;
       for (int c = 0; c < k; c++) {

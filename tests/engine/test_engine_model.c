@@ -142,6 +142,7 @@ static void ref_forward(const rm_model *r, const int32_t *tok, int T, float *log
         mx = s > mx ? s : mx;
       }
       for (int e = 0; e < E; e++) sum += (pr[e] = exp(pr[e] - mx));
+      for (int e = 0; e < E; e++) pr[e] /= sum;
       int chosen[64] = {0};
       double tot = 0;
       for (int cc = 0; cc < c->top_k; cc++) {
