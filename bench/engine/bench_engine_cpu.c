@@ -185,7 +185,6 @@ int main(int argc, char **argv) {
     }
     lh_state_free(st);
   }
-  memcpy(op_time, best_ops, sizeof op_time);
   double flops = model_flops(&c, 0, chunk), gf = flops / best / 1e9;
 
   /* decode after one chunk: one state, then a batch of 8 forks */
@@ -231,8 +230,8 @@ int main(int argc, char **argv) {
   printf("| %-34s | %12.1f | %12s | %7s | %s |\n", "decode ms/step (8 forks batched)", dec8 * 1e3, "-", "-", "-");
   printf("\ntime per operation in the best %d-token chunk (%.3f s):\n", chunk, best);
   double sum = 0;
-  for (int i = 0; i < 7; i++) sum += op_time[i];
-  for (int i = 0; i < 7; i++) printf("  %-16s %8.3f s  %5.1f%%\n", op_name[i], op_time[i], 100 * op_time[i] / sum);
+  for (int i = 0; i < 7; i++) sum += best_ops[i];
+  for (int i = 0; i < 7; i++) printf("  %-16s %8.3f s  %5.1f%%\n", op_name[i], best_ops[i], 100 * best_ops[i] / sum);
 
   lh_state_layout lay;
   lh_state_get_layout(m, &lay);

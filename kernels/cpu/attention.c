@@ -33,7 +33,7 @@ void lh_kv_write(const lh_kv_pages *kv, int64_t pos, int64_t n, const float *k, 
 
 /* Max and sum of s[0..n) in 8 interleaved lanes combined in a fixed order: vectorisable, and
  * the same bits for the same n wherever s sits in memory (a max does not depend on order). */
-static float row_max(const float *s, int64_t n) {
+static inline float row_max(const float *s, int64_t n) {
   float lane[8];
   for (int u = 0; u < 8; u++) lane[u] = -INFINITY;
   int64_t j = 0;
@@ -45,7 +45,7 @@ static float row_max(const float *s, int64_t n) {
   return mx;
 }
 
-static float row_sum(const float *s, int64_t n) {
+static inline float row_sum(const float *s, int64_t n) {
   float lane[8] = {0};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
@@ -58,7 +58,7 @@ size_t lh_attn_scratch(int d, int page_tokens) {
   return (size_t)LH_ATTN_ROWS * page_tokens + 2 * (size_t)LH_ATTN_ROWS * d + 2 * LH_ATTN_ROWS;
 }
 
-void lh_attn_tile(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
+LH_SIMD_CLONES void lh_attn_tile(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
                   int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch) {
   const int PT = kv->page_tokens, d = kv->d, rows = nh * nq;
   float *Sc = scratch, *acc = Sc + (size_t)LH_ATTN_ROWS * PT, *Qs = acc + (size_t)LH_ATTN_ROWS * d,

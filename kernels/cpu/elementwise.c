@@ -29,7 +29,7 @@ typedef struct rows_job {
   int64_t r0 = (t) * (j)->grain, r1 = r0 + (j)->grain;          \
   if (r1 > (j)->n) r1 = (j)->n;
 
-static void rmsnorm_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void rmsnorm_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -49,7 +49,7 @@ void lh_rmsnorm(lh_pool *pool, const float *x, int64_t ldx, int64_t n, int64_t d
   lh_pool_run(pool, row_tasks(n, dim, &j.grain), rmsnorm_task, &j);
 }
 
-static void silu_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void silu_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -59,7 +59,7 @@ static void silu_task(void *ctx, int64_t t, int worker) {
   }
 }
 
-static void sigmoid_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void sigmoid_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -79,7 +79,7 @@ void lh_sigmoid(lh_pool *pool, float *x, int64_t ld, int64_t n, int64_t dim) {
   lh_pool_run(pool, row_tasks(n, dim, &j.grain), sigmoid_task, &j);
 }
 
-static void swiglu_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void swiglu_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -95,7 +95,7 @@ void lh_swiglu(lh_pool *pool, const float *g, const float *u, int64_t n, int64_t
   lh_pool_run(pool, row_tasks(n, dim, &j.grain), swiglu_task, &j);
 }
 
-static void mul_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void mul_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -111,7 +111,7 @@ void lh_mul(lh_pool *pool, float *x, int64_t ldx, const float *g, int64_t ldg, i
   lh_pool_run(pool, row_tasks(n, dim, &j.grain), mul_task, &j);
 }
 
-static void axpby_task(void *ctx, int64_t t, int worker) {
+LH_SIMD_CLONES static void axpby_task(void *ctx, int64_t t, int worker) {
   (void)worker;
   const rows_job *j = ctx;
   ROWS_BEGIN(j, t)
@@ -128,7 +128,7 @@ void lh_axpby(lh_pool *pool, const float *h, const float *a, float alpha, float 
   lh_pool_run(pool, row_tasks(n, dim, &j.grain), axpby_task, &j);
 }
 
-void lh_exp_fast(const float *x, float *y, int64_t n) {
+LH_SIMD_CLONES void lh_exp_fast(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = lh_fast_expf(x[i]);
 }
 

@@ -9,6 +9,19 @@
 #ifndef LH_KERNELS_CPU_FASTMATH_H
 #define LH_KERNELS_CPU_FASTMATH_H
 
+/* LH_SIMD_CLONES on a hot loop's function: GCC builds an AVX2 copy next to the baseline SSE2 one
+ * and picks it at load time on CPUs that have AVX2 (2-3x on the SwiGLU/exp loops, measured).
+ * Both copies compute the same bits: AVX2 without FMA runs the same IEEE operations in the same
+ * order, only wider (no contraction in ISO C mode, and no reduction is vectorised except the
+ * explicit fixed-lane ones); checked by building with -DLH_NO_SIMD_CLONES and comparing every
+ * fixture's logits byte for byte. Off for other compilers and for sanitizer builds. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(LH_NO_SIMD_CLONES)
+#define LH_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LH_SIMD_CLONES
+#endif
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

@@ -28,11 +28,12 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "kernels/cpu/fastmath.h"
 #include "kernels/cpu/ops.h"
 
 size_t lh_lightning_scratch(int B, int d) { return (size_t)B * B + 2 * (size_t)B * d + (size_t)B + 1; }
 
-void lh_lightning_head(int64_t n, int d, int B, float slope, const float *q, int64_t ldq, const float *k,
+LH_SIMD_CLONES void lh_lightning_head(int64_t n, int d, int B, float slope, const float *q, int64_t ldq, const float *k,
                        int64_t ldk, const float *v, int64_t ldv, float *S, float *o, int64_t ldo, float *scratch) {
   float *P = scratch, *Qd = P + (size_t)B * B, *Kd = Qd + (size_t)B * d, *dec = Kd + (size_t)B * d;
   for (int m = 0; m <= B; m++) dec[m] = (float)exp(-(double)slope * m);

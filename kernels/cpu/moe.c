@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/fastmath.h"
 #include "kernels/cpu/ops.h"
 
 void lh_moe_route(const float *logits, int64_t n, int E, int top_k, int32_t *idx, float *w) {
@@ -72,7 +73,7 @@ typedef struct combine_job {
   float *out;
 } combine_job;
 
-static void combine_task(void *ctx, int64_t task, int worker) {
+LH_SIMD_CLONES static void combine_task(void *ctx, int64_t task, int worker) {
   (void)worker;
   const combine_job *j = ctx;
   int64_t t0 = task * 16, t1 = t0 + 16 < j->n ? t0 + 16 : j->n;
