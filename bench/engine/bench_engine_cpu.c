@@ -162,14 +162,22 @@ int main(int argc, char **argv) {
   lh_state_free(st);
   memset(op_time, 0, sizeof op_time);
 
-  /* the peer, measured after the memory run so its buffers do not count in the peaks */
-  double peer = sgemm_gflops(threads, 2048, 2048, 2048, 0);
-  double peer2 = sgemm_gflops(threads, chunk, 3 * c.n_heads * c.head_dim, c.hidden_size, 1);
-  if (peer2 > peer) peer = peer2;
-
-  /* speed: one chunk from an empty state; a warm-up run, then the best of 2 */
-  double best = 1e30, best_ops[8] = {0};
-  for (int r = 0; r < 3; r++) {
+  /* speed: a warm-up chunk, then rounds of (peer sgemm, one chunk from an empty state); the
+   * machine may be shared, so the peer is measured next to each of our runs and the table gives
+   * the best of each and the median of the per-round ratios. The peer is OpenBLAS's own threaded
+   * sgemm with the same thread count: the better of a square 2048 product and the model's qkv
+   * projection shape. Measured after the memory run so its buffers do not count in the peaks. */
+  enum { ROUNDS = 5 };
+  double best = 1e30, best_ops[8] = {0}, peer = 0, ratios[ROUNDS];
+  double flops = model_flops(&c, 0, chunk);
+  for (int r = -1; r < ROUNDS; r++) {
+    double pr = 0;
+    if (r >= 0) {
+      pr = sgemm_gflops(threads, 2048, 2048, 2048, 0);
+      double p2 = sgemm_gflops(threads, chunk, 3 * c.n_heads * c.head_dim, c.hidden_size, 1);
+      if (p2 > pr) pr = p2;
+      if (pr > peer) peer = pr;
+    }
     lh_state *st;
     if (lh_state_new(m, &st, &err)) return 1;
     memset(op_time, 0, sizeof op_time);
@@ -179,13 +187,21 @@ int main(int argc, char **argv) {
       return 1;
     }
     t = lh_now() - t;
-    if (r > 0 && t < best) {
+    lh_state_free(st);
+    if (r < 0) continue;
+    ratios[r] = flops / t / 1e9 / pr;
+    if (t < best) {
       best = t;
       memcpy(best_ops, op_time, sizeof best_ops);
     }
-    lh_state_free(st);
   }
-  double flops = model_flops(&c, 0, chunk), gf = flops / best / 1e9;
+  for (int i = 1; i < ROUNDS; i++) /* insertion sort for the median */
+    for (int j = i; j > 0 && ratios[j - 1] > ratios[j]; j--) {
+      double tmp = ratios[j];
+      ratios[j] = ratios[j - 1];
+      ratios[j - 1] = tmp;
+    }
+  double gf = flops / best / 1e9;
 
   /* decode after one chunk: one state, then a batch of 8 forks */
   double dec1 = 0, dec8 = 0;
@@ -212,22 +228,22 @@ int main(int argc, char **argv) {
     lh_state_free(st);
     free(l8);
   }
-  double peer_after = sgemm_gflops(threads, 2048, 2048, 2048, 0);
-  if (peer_after > peer) peer = peer_after;
   m->ops = real;
 
   printf("bench_engine_cpu: hidden %d, %d layers (%d lightning, %d softmax), %d heads x %d, %d kv heads, "
          "%d experts top-%d (I %d), vocab %d, fp32, %d threads, chunk %d\n\n",
          c.hidden_size, c.n_layers, m->cfg.n_lightning, m->cfg.n_softmax, c.n_heads, c.head_dim, c.n_kv_heads,
          c.n_experts, c.top_k, c.intermediate_size, c.vocab_size, threads, chunk);
-  printf("| %-34s | %12s | %12s | %7s | %s |\n", "what", "ours", "peer", "ratio", "goal");
-  printf("|%s|%s|%s|%s|%s|\n", "------------------------------------", "--------------", "--------------",
+  printf("| %-38s | %12s | %12s | %7s | %s |\n", "what", "ours", "peer", "ratio", "goal");
+  printf("|%s|%s|%s|%s|%s|\n", "----------------------------------------", "--------------", "--------------",
          "---------", "------");
-  printf("| %-34s | %12.0f | %12s | %7s | %s |\n", "prefill tokens/s (8K chunk, empty)", chunk / best, "-", "-", "-");
-  printf("| %-34s | %12.1f | %12.1f | %6.0f%% | >= 50%% of sgemm |\n", "model GFLOP/s vs OpenBLAS sgemm", gf, peer,
-         100 * gf / peer);
-  printf("| %-34s | %12.1f | %12s | %7s | %s |\n", "decode ms/token (1 state, ctx 8K)", dec1 * 1e3, "-", "-", "-");
-  printf("| %-34s | %12.1f | %12s | %7s | %s |\n", "decode ms/step (8 forks batched)", dec8 * 1e3, "-", "-", "-");
+  printf("| %-38s | %12.0f | %12s | %7s | %s |\n", "prefill tokens/s (8K chunk, empty)", chunk / best, "-", "-", "-");
+  printf("| %-38s | %12.1f | %12.1f | %6.0f%% | >= 50%% of sgemm |\n", "model GFLOP/s vs OpenBLAS sgemm (best)", gf,
+         peer, 100 * gf / peer);
+  printf("| %-38s | %12s | %12s | %6.0f%% | >= 50%% of sgemm |\n", "  median of per-round ratios", "-", "-",
+         100 * ratios[ROUNDS / 2]);
+  printf("| %-38s | %12.1f | %12s | %7s | %s |\n", "decode ms/token (1 state, ctx 8K)", dec1 * 1e3, "-", "-", "-");
+  printf("| %-38s | %12.1f | %12s | %7s | %s |\n", "decode ms/step (8 forks batched)", dec8 * 1e3, "-", "-", "-");
   printf("\ntime per operation in the best %d-token chunk (%.3f s):\n", chunk, best);
   double sum = 0;
   for (int i = 0; i < 7; i++) sum += best_ops[i];
