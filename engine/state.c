@@ -104,7 +104,8 @@ void lh_state_free(lh_state *s) {
   if (!s) return;
   lh_model *m = s->m;
   if (s->mem.lightning)
-    for (int i = 0; i < m->cfg.n_lightning; i++) m->ops->free(m->be, s->mem.lightning[i]);
+    for (int i = 0; i < m->cfg.n_lightning; i++)
+      if (s->mem.lightning[i]) m->ops->free(m->be, s->mem.lightning[i]);
   for (int j = 0; j < m->cfg.n_softmax; j++) {
     if (s->pages && s->pages[j])
       for (int64_t p = 0; p < s->n_pages[j]; p++) page_release(m, s->pages[j][p]);
