@@ -4,8 +4,8 @@
  *   logits   --model DIR --ids FILE [--chunk N] --out FILE     raw little-endian fp32 [T x vocab]
  *   generate --model DIR --ids FILE --max-new N [--chunk N]    new ids, space-separated, one line
  * ids are whitespace-separated integers. --chunk N feeds the prompt in calls of N tokens (the
- * chunk plan; default: as few calls as the workspace allows), so any plan can be checked against
- * the one-pass reference. The output file is written under a temporary name and renamed when
+ * chunk plan; default: calls as large as the workspace allows, and for `logits` no larger than a
+ * 256 MiB logits buffer), so any plan can be checked against the one-pass reference. The output file is written under a temporary name and renamed when
  * complete: a failed run never leaves a partial file under the requested name.
  * Exit status: 0 done, 1 the computation failed, 2 bad arguments, files or model.
  */
@@ -226,7 +226,10 @@ int lh_cmd_logits(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   int64_t T = (int64_t)ids.len, V = lh_model_config(m)->vocab_size;
-  int64_t step = a.chunk > 0 ? a.chunk : 8192;
+  /* default plan: calls of max_chunk tokens, fewer when the vocabulary is large, so that the
+   * logits buffer stays under 256 MiB (a 200K vocabulary would need 6.5 GB at 8192 rows) */
+  int64_t step = a.chunk > 0 ? a.chunk : lh_model_default_params().max_chunk;
+  if (a.chunk <= 0 && step * V > ((int64_t)64 << 20)) step = ((int64_t)64 << 20) / V > 0 ? ((int64_t)64 << 20) / V : 1;
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", a.out, (long)getpid());
   FILE *f = fopen(tmp, "wb");
