@@ -5,7 +5,7 @@
 # new state, run.json, loss.png and eval.json to $OUT/st and the log to $OUT/train.log (8 files:
 # what the device tool returns at most).
 set -o pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 budget=$1 evalb=$2
 shift 2

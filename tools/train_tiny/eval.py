@@ -72,6 +72,13 @@ def score(model, samples, device):
     return out
 
 
+def _sdpa_without_gqa_flag():
+    """fp32 SDPA has no GQA kernel and falls back to the math kernel (an N x N matrix: 64 GB at
+    64K tokens); with transformers repeating the KV heads itself the memory-efficient kernel runs."""
+    from transformers.integrations import sdpa_attention
+    sdpa_attention.use_gqa_in_sdpa = lambda *a, **k: False
+
+
 @torch.no_grad()
 def greedy(model, prompt, eos_id, max_new, device):
     """Plain greedy decoding, recomputing the whole sequence per token (no cache)."""
@@ -100,6 +107,7 @@ def greedy_check(model, gen, device, n=4, length=1024, seed=99):
 def run_eval(model_dir, corpus_dir, device, quick=False, budget_s=120.0, seed=777):
     from tokenizers import Tokenizer
     device = torch.device(device)
+    _sdpa_without_gqa_flag()
     t0 = time.time()
     model = M.load_hf(model_dir, dtype=torch.float32, device=device)
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))

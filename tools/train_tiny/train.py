@@ -332,6 +332,8 @@ def main():
     ap.add_argument("--max-len", type=int, default=16384)
     ap.add_argument("--total-steps", type=int, default=None, help="fix phase 1 instead of calibrating")
     ap.add_argument("--max-steps", type=int, default=None, help="stop when the global step reaches this")
+    ap.add_argument("--replan-total-steps", type=int, default=None,
+                    help="change phase 1's planned length from this call on (recorded in the state's calls)")
     ap.add_argument("--peak-lr", type=float, default=2e-3)
     ap.add_argument("--cont-lr", type=float, default=0.1, help="LR after phase 1, as a fraction of the peak")
     ap.add_argument("--lm-weight", type=float, default=0.1)
@@ -399,6 +401,11 @@ def main():
         run["calibration"] = {str(k): v for k, v in times.items()}
         log(f"calibration {times} -> {per_step * 1000:.0f} ms/step -> total_steps {run['total_steps']}")
 
+    replanned = None
+    if args.replan_total_steps:
+        replanned = {"at_step": run["step"], "from": run["total_steps"], "to": args.replan_total_steps}
+        run["total_steps"] = args.replan_total_steps
+        log(f"phase 1 replanned: {replanned}")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"params {n_params} ({n_params * 2 / 1e6:.1f} MB bf16); device {device}; "
         f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else 'cpu'}")
@@ -411,7 +418,7 @@ def main():
                                      persistent_workers=False, pin_memory=device.type == "cuda")
     call = {"start_step": run["step"], "budget_s": args.budget_s, "device": str(device),
             "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-            "argv": sys.argv[1:]}
+            "argv": sys.argv[1:], "replanned": replanned}
     model.train()
     t_loop = time.time()   # this call's training clock (the budget)
     t_train = t_loop       # start of the segment not yet added to run["train_seconds"]
