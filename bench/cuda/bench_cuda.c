@@ -407,8 +407,11 @@ static void bench_moe(slice *s, int64_t n) {
     lh_cuda_tuning t = {grouped};
     lh_cuda_set_tuning(s->be, &t);
     double ms = time_ms(s->st, 10, run_moe, &m);
+    int gst = 0;
+    int eff = lh_cuda_get_tuning(s->be, &gst).moe_grouped;
+    if (grouped && !eff) printf("  (cuBLAS refused the grouped GEMM, status %d)\n", gst);
     snprintf(what, sizeof what, "MoE op %lldK tokens, %s", (long long)n / 1024,
-             grouped ? "grouped GEMM" : "GEMM per expert");
+             eff ? "grouped GEMM" : "GEMM per expert");
     snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
     row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }

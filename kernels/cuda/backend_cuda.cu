@@ -262,14 +262,25 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
     y2[g] = b->ys + (int64_t)off[e] * hid;
   }
   const int G = (int)rows.size();
+  bool done = false;
   if (b->tune.moe_grouped) {
     void *dptr;
     LH_TRY(lh_cu_upload(b, ptr.data(), ptr.size() * sizeof(void *), &dptr, err));
     void **d = (void **)dptr;
-    CB(lh_cuda_gemm_grouped(b->blas, G, rows.data(), hid, 2 * I, d, d + E, d + 2 * E));
-    CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
-    CB(lh_cuda_gemm_grouped(b->blas, G, rows.data(), I, hid, d + 3 * E, d + 4 * E, d + 5 * E));
-  } else {
+    cublasStatus_t s1 = lh_cuda_gemm_grouped(b->blas, G, rows.data(), hid, 2 * I, d, d + E, d + 2 * E);
+    if (s1 == CUBLAS_STATUS_NOT_SUPPORTED || s1 == CUBLAS_STATUS_INVALID_VALUE) {
+      /* This cuBLAS cannot group these problems: use one GEMM per expert from now on (the check
+       * fails before anything is enqueued). */
+      b->tune.moe_grouped = 0;
+      b->grouped_status = (int)s1;
+    } else {
+      CB(s1);
+      CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
+      CB(lh_cuda_gemm_grouped(b->blas, G, rows.data(), I, hid, d + 3 * E, d + 4 * E, d + 5 * E));
+      done = true;
+    }
+  }
+  if (!done) {
     for (int g = 0; g < G; g++)
       LH_TRY(gemm(b, x1[g], hid, rows[g], hid, w1[g], 2 * I, (void *)y1[g], 2 * I, 0, err));
     CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
@@ -375,6 +386,11 @@ void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m) {
 }
 
 void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t) { cu_be(be)->tune = *t; }
+
+lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status) {
+  if (grouped_status) *grouped_status = cu_be(be)->grouped_status;
+  return cu_be(be)->tune;
+}
 
 extern "C" const lh_backend_ops lh_backend_cuda = {
     "cuda",               /* name */

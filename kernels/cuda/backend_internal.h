@@ -17,6 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
+extern "C" {
+#include "util/err.h" /* a C header without C++ guards: give it C linkage before anyone else includes it */
+}
 #include "engine/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
@@ -57,6 +60,7 @@ struct lh_cuda_backend {
   cublasHandle_t blas;
   void *blas_ws;
   lh_cuda_tuning tune;
+  int grouped_status;          /* cublasStatus_t of a grouped GEMM cuBLAS refused (0: none) */
 
   /* weights */
   const lh_weights *hw;        /* the host views the model was opened with (or `own_w`) */

@@ -59,6 +59,9 @@ typedef struct lh_cuda_tuning {
   int moe_grouped; /* 1 (default): one cublasGemmGroupedBatchedEx per expert GEMM; 0: a cublasGemmEx per expert */
 } lh_cuda_tuning;
 void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t);
+/* The switches in effect; *grouped_status (if not NULL) is the cuBLAS status with which a grouped
+ * GEMM was refused, after which the backend uses a GEMM per expert (0: never refused). */
+lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status);
 
 /* Next token for each listed row of x (the hidden states after the last layer) computed on the GPU:
  * final norm, lm_head and the choice all stay on the device; only the token ids come back.

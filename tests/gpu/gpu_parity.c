@@ -669,7 +669,10 @@ static void test_moe(ctx *c, int64_t n) {
     double t1 = now_s();
     float *got = get_bf16(c, out, n * hid);
     if (grouped) ref_moe_block(m, 0, h, n, ref);
-    snprintf(what, sizeof what, "moe %s (%.1f ms)", grouped ? "grouped GEMM" : "per-expert GEMMs", (t1 - t0) * 1e3);
+    int gst = 0;
+    int eff = lh_cuda_get_tuning(c->be, &gst).moe_grouped;
+    if (grouped && !eff) printf("INFO  %-12s cuBLAS refused the grouped GEMM (status %d): per-expert GEMMs\n", m->name, gst);
+    snprintf(what, sizeof what, "moe %s (%.1f ms)", eff ? "grouped GEMM" : "per-expert GEMMs", (t1 - t0) * 1e3);
     report(m->name, what, got, ref, n * hid, TOL_BF16);
     uint16_t *bits = malloc((size_t)n * hid * 2);
     die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
@@ -847,6 +850,21 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   char what[96];
   snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
   report(m->name, what, gl, rl, n2 * V, 2e-2);
+  /* The worst positions: a routing flip (a near-tie between experts decided differently in bf16)
+   * shows as one position far off while the rest agree. */
+  double worst[3] = {0, 0, 0};
+  int64_t wpos[3] = {-1, -1, -1};
+  for (int64_t i = 0; i < n2; i++) {
+    double e = lh_rel_l2(gl + i * V, rl + i * V, (size_t)V);
+    for (int k = 0; k < 3; k++)
+      if (e > worst[k]) {
+        for (int j = 2; j > k; j--) worst[j] = worst[j - 1], wpos[j] = wpos[j - 1];
+        worst[k] = e, wpos[k] = i;
+        break;
+      }
+  }
+  printf("INFO  %-12s %-46s %.2e@%lld %.2e@%lld %.2e@%lld\n", m->name, "whole model: worst positions (rel_l2@pos)",
+         worst[0], (long long)wpos[0], worst[1], (long long)wpos[1], worst[2], (long long)wpos[2]);
   int agree = 0;
   for (int64_t i = 0; i < n2; i++) {
     int bg = 0, br = 0;
