@@ -49,6 +49,7 @@ static lh_status gemm(lh_cuda_backend *b, const void *x, int64_t ldx, int64_t n,
 static lh_status op_embed(lh_backend *be, const int32_t *tokens, int64_t n, void *x, lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_rows(b, n, "embed", err));
+  LH_TRY(lh_cu_begin_op(b, err));
   for (int64_t i = 0; i < n; i++)
     if (tokens[i] < 0 || tokens[i] >= b->cfg.vocab_size)
       return lh_error_set(err, LH_EINVAL, "cuda embed: token %lld is %d, outside the vocabulary [0, %d)", (long long)i,
@@ -102,6 +103,7 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
                                    lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_batch(b, bt, "attn_lightning", err));
+  LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
   const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)c.n_heads * c.head_dim;
@@ -136,6 +138,7 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
                                  lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_batch(b, bt, "attn_softmax", err));
+  LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
   const int H = c.n_heads, Hkv = c.n_kv_heads, d = c.head_dim;
@@ -233,6 +236,7 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
 static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, void *out, lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_rows(b, n, "moe", err));
+  LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
   const int E = c.n_experts, K = c.top_k, I = c.intermediate_size, hid = c.hidden_size;
@@ -315,6 +319,7 @@ static lh_status op_logits(lh_backend *be, const void *x, const int64_t *rows, i
                            lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_row_list(b, rows, nrows, err));
+  LH_TRY(lh_cu_begin_op(b, err));
   const int64_t V = b->cfg.vocab_size;
   for (int64_t i0 = 0; i0 < nrows; i0 += b->lg_rows) {
     int64_t m = std::min(b->lg_rows, nrows - i0);
@@ -337,6 +342,7 @@ lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows
                               const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err) {
   lh_cuda_backend *b = cu_be(be);
   LH_TRY(check_row_list(b, rows, nrows, err));
+  LH_TRY(lh_cu_begin_op(b, err));
   const int V = b->cfg.vocab_size;
   for (int64_t i0 = 0; i0 < nrows; i0 += b->lg_rows) {
     int m = (int)std::min(b->lg_rows, nrows - i0);

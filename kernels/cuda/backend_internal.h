@@ -96,6 +96,7 @@ struct lh_cuda_backend {
   /* small host -> device uploads: a pinned ring mirrored by a device ring */
   unsigned char *up_host, *up_dev;
   size_t up_cap, up_off;
+  std::vector<std::pair<unsigned char *, unsigned char *>> retired; /* outgrown rings (device, host) */
   /* small device -> host reads */
   void *rb_host;
   size_t rb_cap;
@@ -144,6 +145,8 @@ lh_status lh_cu_wait_host(lh_backend *be, lh_error *err);
 /* Copy bytes of host memory to a fresh place in the device upload ring; *dev receives its address,
  * valid for the work enqueued next (the ring is only reused after a stream synchronisation). */
 lh_status lh_cu_upload(lh_cuda_backend *b, const void *src, size_t bytes, void **dev, lh_error *err);
+/* Called first by every operation that uploads: rewinds the ring when it is past half full. */
+lh_status lh_cu_begin_op(lh_cuda_backend *b, lh_error *err);
 /* The same in two steps, for tables that hold device addresses of their own parts: reserve gives
  * the pinned host place to fill and its device address; commit enqueues the copy. */
 lh_status lh_cu_reserve(lh_cuda_backend *b, size_t bytes, void **host, void **dev, lh_error *err);

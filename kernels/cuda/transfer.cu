@@ -13,8 +13,9 @@
  * does not fit drains first and grows the staging.
  *
  * Small uploads (token ids, segment tables, page tables) go through a pinned ring mirrored on the
- * device; it is rewound only after a stream synchronisation, so no pending copy or kernel can still
- * be reading what is overwritten.
+ * device. It is rewound only at the start of an operation and after a stream synchronisation, so no
+ * pending copy or kernel can still be reading what is overwritten; if one operation's uploads do
+ * not fit, a larger ring replaces it and the old one is freed at the next rewind.
  */
 #include <string.h>
 
@@ -70,6 +71,8 @@ void lh_cu_free(lh_backend *be, void *p) {
 }
 
 void lh_cu_release_memory(lh_cuda_backend *b) {
+  for (auto &r : b->retired) cudaFree(r.first), cudaFreeHost(r.second);
+  b->retired.clear();
   for (auto &kv : b->live) cudaFree(kv.first);
   for (auto &kv : b->pool)
     for (void *p : kv.second) cudaFree(p);
@@ -147,21 +150,30 @@ lh_status lh_cu_to_host_async(lh_backend *be, void *dst, const void *src, size_t
   return LH_OK;
 }
 
+lh_status lh_cu_begin_op(lh_cuda_backend *b, lh_error *err) {
+  if (b->up_off <= b->up_cap / 2 && b->retired.empty()) return LH_OK;
+  CU(cudaStreamSynchronize(b->stream)); /* nothing enqueued can still read the ring */
+  for (auto &r : b->retired) cudaFree(r.first), cudaFreeHost(r.second);
+  b->retired.clear();
+  b->up_off = 0;
+  return LH_OK;
+}
+
 lh_status lh_cu_reserve(lh_cuda_backend *b, size_t bytes, void **host, void **dev, lh_error *err) {
   size_t need = align256(bytes ? bytes : 1);
   if (b->up_off + need > b->up_cap) {
-    CU(cudaStreamSynchronize(b->stream));
-    b->up_off = 0;
-    if (need > b->up_cap) {
-      size_t cap = need > 2 * b->up_cap ? need : 2 * b->up_cap;
-      cudaFree(b->up_dev);
-      cudaFreeHost(b->up_host);
-      b->up_dev = b->up_host = NULL;
-      b->up_cap = 0;
-      CU(cudaMalloc(&b->up_dev, cap));
-      CU(cudaHostAlloc(&b->up_host, cap, cudaHostAllocDefault));
-      b->up_cap = cap;
+    /* Work enqueued later in this operation may still read the current ring, so it is retired
+     * (freed at the next operation's start) rather than rewound. */
+    size_t cap = 2 * b->up_cap > 2 * need ? 2 * b->up_cap : 2 * need;
+    unsigned char *d = NULL, *h = NULL;
+    CU(cudaMalloc(&d, cap));
+    cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaFree(d);
+      return lh_cu_fail(err, "cudaHostAlloc(upload ring)", e, __FILE__, __LINE__);
     }
+    b->retired.push_back({b->up_dev, b->up_host});
+    b->up_dev = d, b->up_host = h, b->up_cap = cap, b->up_off = 0;
   }
   *host = b->up_host + b->up_off;
   *dev = b->up_dev + b->up_off;

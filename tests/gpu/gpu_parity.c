@@ -11,7 +11,8 @@
  * attention over 1.2K-3K keys with several decode splits).
  *
  * Exit 77 when no GPU is present (CI builds this but has no GPU). `--quick` skips the real shapes.
- * The last line prints a digest of every GPU output so two runs can be compared bit for bit.
+ * After each suite a DIGEST line gives the SHA-256 of every GPU output in it, so two runs (or a full and
+ * a --quick run) can be compared bit for bit.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -1014,8 +1015,18 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
 
 /* ---- suites ------------------------------------------------------------------------------------------------- */
 
+static void print_digest(const char *name) {
+  uint8_t dg[32];
+  char hex[65];
+  lh_sha256_final(&g_digest, dg);
+  lh_hex(dg, 32, hex);
+  printf("DIGEST %-12s %s\n", name, hex);
+  lh_sha256_init(&g_digest);
+}
+
 static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, int64_t nb, int64_t nmoe, int forward) {
   double t0 = now_s();
+  lh_sha256_init(&g_digest);
   model m;
   build_model(&m, name, cfg);
   ctx c = {.m = &m, .ops = &lh_backend_cuda};
@@ -1038,6 +1049,7 @@ static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, i
          mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e6, now_s() - t0);
   lh_backend_cuda.close(c.be);
   free_model(&m);
+  print_digest(name);
 }
 
 int main(int argc, char **argv) {
@@ -1045,7 +1057,6 @@ int main(int argc, char **argv) {
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) LH_TEST_SKIP("%s", why);
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
-  lh_sha256_init(&g_digest);
   double t0 = now_s();
   /* tiny; the embedded model's shape (6x32, 2 kv heads, rotary 8); d=64 with full RoPE; an odd
    * head size (d=40) that takes the recurrent and per-row fallbacks. */
@@ -1058,15 +1069,14 @@ int main(int argc, char **argv) {
      * a small MoE (host memory), then the kernels over longer inputs. */
     run_suite("real-L", make_cfg(6144, 64, 8, 128, 32, 9216, 2, 512, "L", 64), 256, 64, 0, 64, 0);
     run_suite("real-S", make_cfg(6144, 64, 8, 128, 2, 256, 2, 512, "S", 64), 256, 64, 1100, 16, 0);
+    lh_sha256_init(&g_digest);
     kernel_lightning_long(2048, 64, 128);
     int64_t dp[3] = {3000, 1023, 2047};
     kernel_attention_long(900, 300, dp, 64, 8, 128);
+    print_digest("real-kernels");
   }
-  uint8_t dg[32];
-  char hex[65];
-  lh_sha256_final(&g_digest, dg);
-  lh_hex(dg, 32, hex);
-  printf("gpu_parity: %d failures, %.1f s; digest of all GPU outputs %s\n", g_fail, now_s() - t0, hex);
+  printf("gpu_parity: %d failures, %.1f s (DIGEST lines: SHA-256 of every GPU output of a suite, to compare runs)\n",
+         g_fail, now_s() - t0);
   CHECK(g_fail == 0);
   return lh_test_end();
 }
