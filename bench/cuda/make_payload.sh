@@ -11,9 +11,11 @@ dest=/work/main/.dev/cuda
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/whl"
 cp "$build/tests/gpu/gpu_parity" "$build/bench/cuda/bench_cuda" "$dest/bin/"
-[ -x "$build/tests/gpu/gpu_model_parity" ] && cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"
+if [ -x "$build/tests/gpu/gpu_model_parity" ]; then cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"; fi
 cp "$here/tools/bench_peers/peers.py" "$here/bench/cuda/run_device.sh" "$dest/"
-[ -n "$whl" ] && cp "$whl"/*.whl "$dest/whl/"
-(cd /work/main && /work/shared/gpu/carry-libs.sh --dest .dev/cuda/libs "$dest"/bin/* >/dev/null)
+if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
+# carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
+mkdir -p "$dest/libs"
+(cd /work/main && /work/shared/gpu/carry-libs.sh --dest .dev/cuda/libs "$dest"/bin/* >/dev/null) || true
 du -sh "$dest"
 ls -R "$dest" | head -30

@@ -59,8 +59,10 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
       dst = page + ((int64_t)g * PAGE + prow) * D;
     }
     if (j < rh) {
-      float sn, cs;
-      sincosf((float)pos * inv_freq[j], &sn, &cs);
+      /* The angle is an fp32 product as in HF; its cos/sin are taken in double and rounded. */
+      double sd, cd;
+      sincos((double)((float)pos * inv_freq[j]), &sd, &cd);
+      const float sn = (float)sd, cs = (float)cd;
       float x1 = lh_bf(src[j]), x2 = lh_bf(src[j + rh]);
       dst[j] = lh_tobf(x1 * cs - x2 * sn);
       dst[j + rh] = lh_tobf(x2 * cs + x1 * sn);

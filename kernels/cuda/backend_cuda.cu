@@ -125,8 +125,8 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
     CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
                                    c.head_dim, L.slope, b->attn_o, Hd));
   else
-    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads, c.head_dim,
-                         L.slope, b->attn_o, Hd));
+    CU(lh_cuda_lightning_dv(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
+                            c.head_dim, L.slope, b->attn_o, Hd, b->tune.lightning_dv));
   CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f, b->attn_o,
                        Hd));
   return gemm(b, b->attn_o, Hd, n, (int)Hd, L.out_proj, (int)hid, out, hid, 0, err);
@@ -330,12 +330,12 @@ static lh_status op_logits(lh_backend *be, const void *x, const int64_t *rows, i
   return LH_OK;
 }
 
-float lh_cuda_uniform(uint64_t *state) {
+double lh_cuda_uniform(uint64_t *state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  return (float)(z >> 40) * (1.0f / 16777216.0f);
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
 lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
@@ -350,11 +350,14 @@ lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows
     if (!p || !(p->temperature > 0.0f)) {
       CU(lh_cuda_argmax(b->stream, b->lg_out, m, V, b->tok_out));
     } else {
-      std::vector<float> u(m);
-      for (int i = 0; i < m; i++) u[i] = lh_cuda_uniform(rng_state);
+      std::vector<double> u(m);
+      for (int i = 0; i < m; i++) {
+        uint64_t fresh = p->seed;
+        u[i] = lh_cuda_uniform(rng_state ? rng_state : &fresh);
+      }
       void *du;
-      LH_TRY(lh_cu_upload(b, u.data(), m * sizeof(float), &du, err));
-      CU(lh_cuda_sample(b->stream, b->lg_out, m, V, p->temperature, p->top_k, p->top_p, (const float *)du,
+      LH_TRY(lh_cu_upload(b, u.data(), m * sizeof(double), &du, err));
+      CU(lh_cuda_sample(b->stream, b->lg_out, m, V, p->temperature, p->top_k, p->top_p, (const double *)du,
                         b->tok_out));
     }
     LH_TRY(lh_cu_download(b, tokens + i0, b->tok_out, m * sizeof(int32_t), err));

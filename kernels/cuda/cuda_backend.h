@@ -56,7 +56,9 @@ typedef struct lh_cuda_mem {
 void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
 
 typedef struct lh_cuda_tuning {
-  int moe_grouped; /* 1 (default): one cublasGemmGroupedBatchedEx per expert GEMM; 0: a cublasGemmEx per expert */
+  int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
+                       them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
+  int lightning_dv; /* v dims per lightning CTA at head_dim 128: 64 or 32; 0 = the default */
 } lh_cuda_tuning;
 void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t);
 /* The switches in effect; *grouped_status (if not NULL) is the cuBLAS status with which a grouped
@@ -65,12 +67,14 @@ lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status);
 
 /* Next token for each listed row of x (the hidden states after the last layer) computed on the GPU:
  * final norm, lm_head and the choice all stay on the device; only the token ids come back.
- * temperature 0: greedy (equal to argmax of ops->logits). Otherwise u = the next value of
- * lh_cuda_uniform(rng_state) (one per row, in order) and the rule in kernels/cuda/sample.cu. */
+ * temperature 0: greedy (equal to argmax of ops->logits). Otherwise each row draws
+ * u = lh_cuda_uniform(rng_state) in row order (rng_state NULL: a fresh copy of p->seed per row,
+ * as lh_sample does) and picks as lh_sample would from ops->logits' values with that draw,
+ * for 1 <= top_k <= 256 (top_k 0 considers the 256 most likely tokens). */
 lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
                               const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err);
-/* The uniform [0, 1) draw the GPU sampler uses (splitmix64, 24 bits); advances *state. */
-float lh_cuda_uniform(uint64_t *state);
+/* lh_sample's uniform draw: the top 53 bits of splitmix64 as a double in [0, 1); advances *state. */
+double lh_cuda_uniform(uint64_t *state);
 
 /* The backend's cuBLAS handle (bound to its stream), for benchmarks that time cuBLAS next to us. */
 void *lh_cuda_cublas(lh_backend *be);

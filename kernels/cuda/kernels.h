@@ -54,6 +54,10 @@ typedef struct lh_cuda_lseg {
  * for d in {32, 64, 128}, token-recurrent otherwise. segs: device array of nseg. */
 cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs, int nseg,
                               int H, int d, const float *slope, void *o, int64_t o_stride);
+/* The same with the v-dims split chosen: dv = 64 (two CTAs per head at d = 128, one CTA per SM) or
+ * 32 (four CTAs per head, two per SM); 0 = the default. Other d ignore dv. */
+cudaError_t lh_cuda_lightning_dv(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
+                                 int nseg, int H, int d, const float *slope, void *o, int64_t o_stride, int dv);
 /* The token-recurrent form (S = e^-s S + k^T v; o = q S) for any d <= 256: the decode path (one
  * row per segment) and the reference-shaped fallback. */
 cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
@@ -123,11 +127,11 @@ cublasStatus_t lh_cuda_gemm_grouped(cublasHandle_t h, int count, const int *rows
 
 /* out[r] = argmax of logits row r (lowest id wins ties; NaN never wins). */
 cudaError_t lh_cuda_argmax(cudaStream_t st, const float *logits, int rows, int vocab, int32_t *out);
-/* Seeded sampling of one token per row: temperature > 0, optional top_k (<= 256; 0 = off),
- * top_p (1 = off), u[r] in [0,1) the uniform draw for row r. Candidates are ordered by logit
- * (ties: lower id first) and the token is the first whose cumulative probability exceeds u. */
+/* Seeded sampling of one token per row, lh_sample's rule (engine/sample.c; see sample.cu for the
+ * one difference): temperature > 0, top_k (<= 256; 0 = the 256 most likely), top_p (1 = off),
+ * u[r] in [0,1) the uniform draw for row r. */
 cudaError_t lh_cuda_sample(cudaStream_t st, const float *logits, int rows, int vocab, float temperature, int top_k,
-                           float top_p, const float *u, int32_t *out);
+                           float top_p, const double *u, int32_t *out);
 
 /* ---- random.cu -------------------------------------------------------------------------- */
 

@@ -36,8 +36,9 @@ struct lsmem {
   static constexpr int total = slo + D * VLD; /* bf16 elements */
 };
 
+/* Two CTAs per SM fit when each owns a quarter of the v dims (DV = D/4); with half, one. */
 template <int D, int DV>
-static __global__ void __launch_bounds__(LTHREADS, 1)
+static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
     lightning_blocked(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
                       const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride) {
   typedef lsmem<D, DV> L;
@@ -109,14 +110,6 @@ static __global__ void __launch_bounds__(LTHREADS, 1)
   static_assert(RT * CG == 8 && NC >= 1 && NB >= 2 && NB % 2 == 0, "warp tiling");
   const int rs = 16 * (w % RT), cs = (DV / CG) * (w / RT);
 
-  float dm[4][4]; /* decay mask of this thread's phase-A elements: the same for every block */
-#pragma unroll
-  for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      int i = ra + g + 8 * (e >> 1), j = ca + 8 * nt + 2 * t4 + (e & 1);
-      dm[nt][e] = j <= i ? expf(-s * (float)(i - j)) : 0.0f;
-    }
   const float qd0 = expf(-s * (float)(ra + g + 1)), qd1 = expf(-s * (float)(ra + g + 9));
 
   float acc_s[NC][4];
@@ -169,13 +162,19 @@ static __global__ void __launch_bounds__(LTHREADS, 1)
           lh_mma(acc[2 * np + 1], a, b2, b3);
         }
       }
+      /* decay mask D_ij = exp(-s (i - j)) for j <= i (recomputed: registers are scarcer than MUFU) */
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
+          acc[nt][e] = dij >= 0 ? acc[nt][e] * __expf(-s * (float)dij) : 0.0f;
+        }
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) {
         int col = ca + 8 * nt + 2 * t4;
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g) * L::PLD + col) =
-            lh_pack_bf16(acc[nt][0] * dm[nt][0], acc[nt][1] * dm[nt][1]);
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * L::PLD + col) =
-            lh_pack_bf16(acc[nt][2] * dm[nt][2], acc[nt][3] * dm[nt][3]);
+        *reinterpret_cast<uint32_t *>(Ps + (ra + g) * L::PLD + col) = lh_pack_bf16(acc[nt][0], acc[nt][1]);
+        *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * L::PLD + col) = lh_pack_bf16(acc[nt][2], acc[nt][3]);
       }
     }
 
@@ -332,13 +331,21 @@ extern "C" cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                         int nseg, int H, int d, const float *slope, void *o, int64_t o_stride) {
+extern "C" cudaError_t lh_cuda_lightning_dv(cudaStream_t st, const void *qkv, int64_t qkv_stride,
+                                            const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope,
+                                            void *o, int64_t o_stride, int dv) {
   if (nseg <= 0) return cudaSuccess;
   switch (d) {
-    case 128: return launch_blocked<128, 64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
+    case 128:
+      if (dv == 32) return launch_blocked<128, 32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
+      return launch_blocked<128, 64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
     case 64: return launch_blocked<64, 64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
     case 32: return launch_blocked<32, 32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
     default: return lh_cuda_lightning_recurrent(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride);
   }
+}
+
+extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
+                                         int nseg, int H, int d, const float *slope, void *o, int64_t o_stride) {
+  return lh_cuda_lightning_dv(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride, 0);
 }

@@ -6,10 +6,12 @@
  * fixed-order reductions; a tie between equal logits always goes to the lower token id, so the
  * choice is a pure function of (logits, parameters, u).
  *
- * Sampling: the candidates are the top_k most likely tokens (at most 256; top_k = 0 means 256),
- * found by repeated block-wide argmax in (logit desc, id asc) order; p_i = exp((l_i - l_0) / T)
- * over them; top_p keeps the shortest prefix whose mass reaches top_p of the total; the token is
- * the first candidate whose cumulative mass exceeds u times the kept mass.
+ * Sampling follows engine/sample.c's lh_sample step for step: candidates in (logit desc, id asc)
+ * order (found by repeated block-wide argmax, at most 256 of them), cut to top_k, probabilities
+ * exp((l - l_0) / T) in double, top_p keeps the shortest prefix whose mass reaches top_p, and the
+ * token is the first whose cumulative mass exceeds u times the kept mass. So with the same u the
+ * GPU picks lh_sample's token whenever 1 <= top_k <= 256; with top_k = 0 (all tokens on the host)
+ * the GPU considers the 256 most likely only.
  */
 #include <math.h>
 
@@ -66,64 +68,69 @@ extern "C" cudaError_t lh_cuda_argmax(cudaStream_t st, const float *logits, int 
 }
 
 static __global__ void sample_kernel(const float *__restrict__ logits, int vocab, float temperature, int top_k,
-                                     float top_p, const float *__restrict__ u, int32_t *__restrict__ out) {
+                                     float top_p, const double *__restrict__ u, int32_t *__restrict__ out) {
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ float cv[MAXC];
   __shared__ int ci[MAXC];
+  __shared__ int nc;
   const float *row = logits + (int64_t)blockIdx.x * vocab;
   const int k = top_k <= 0 || top_k > MAXC ? MAXC : (top_k < vocab ? top_k : vocab);
   float pv = INFINITY;
   int pi = -1;
+  if (threadIdx.x == 0) nc = 0;
   for (int c = 0; c < k; c++) {
     float bv = -INFINITY;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
       float v = row[i];
-      if (better(pv, pi, v, i) && better(v, i, bv, bi)) bv = v, bi = i; /* after the last pick */
+      if (v > -INFINITY && better(pv, pi, v, i) && better(v, i, bv, bi)) bv = v, bi = i; /* after the last pick */
     }
     block_argmax(bv, bi, sv, si);
-    if (threadIdx.x == 0) cv[c] = bv, ci[c] = bi;
+    if (bi == 0x7fffffff) break; /* fewer finite logits than k */
+    if (threadIdx.x == 0) cv[c] = bv, ci[c] = bi, nc = c + 1;
     pv = bv, pi = bi;
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  /* k <= 256 candidates: a sequential pass in one thread keeps the order fixed. */
-  const float top = cv[0];
-  float total = 0.0f;
-  for (int c = 0; c < k; c++) {
-    cv[c] = ci[c] == 0x7fffffff ? 0.0f : expf((cv[c] - top) / temperature);
-    total += cv[c];
+  /* At most 256 candidates: one thread, in order, in double, as lh_sample does on the host. */
+  int n = nc;
+  if (n == 0) {
+    out[blockIdx.x] = 0;
+    return;
   }
-  int keep = k;
-  if (top_p < 1.0f) {
-    float run = 0.0f;
-    for (int c = 0; c < k; c++) {
-      run += cv[c];
-      if (run >= top_p * total) {
+  const double t = (double)temperature, mx = cv[0];
+  double sum = 0;
+  for (int c = 0; c < n; c++) sum += exp(((double)cv[c] - mx) / t);
+  if (top_p > 0.0f && top_p < 1.0f) {
+    double acc = 0;
+    int keep = n;
+    for (int c = 0; c < n; c++) {
+      acc += exp(((double)cv[c] - mx) / t) / sum;
+      if (acc >= top_p) {
         keep = c + 1;
         break;
       }
     }
+    n = keep;
+    sum = 0;
+    for (int c = 0; c < n; c++) sum += exp(((double)cv[c] - mx) / t);
   }
-  float mass = 0.0f;
-  for (int c = 0; c < keep; c++) mass += cv[c];
-  const float target = u[blockIdx.x] * mass;
-  float run = 0.0f;
-  int pick = ci[0];
-  for (int c = 0; c < keep; c++) {
-    run += cv[c];
-    if (run > target) {
+  const double target = u[blockIdx.x] * sum;
+  double acc = 0;
+  int pick = ci[n - 1];
+  for (int c = 0; c < n; c++) {
+    acc += exp(((double)cv[c] - mx) / t);
+    if (target < acc) {
       pick = ci[c];
       break;
     }
-    pick = ci[c];
   }
   out[blockIdx.x] = pick;
 }
 
 extern "C" cudaError_t lh_cuda_sample(cudaStream_t st, const float *logits, int rows, int vocab, float temperature,
-                                      int top_k, float top_p, const float *u, int32_t *out) {
+                                      int top_k, float top_p, const double *u, int32_t *out) {
   if (rows <= 0) return cudaSuccess;
   if (!(temperature > 0.0f)) return lh_cuda_argmax(st, logits, rows, vocab, out);
   sample_kernel<<<rows, ST, 0, st>>>(logits, vocab, temperature, top_k, top_p, u, out);

@@ -173,7 +173,8 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   b->cfg = *cfg;
   b->max_rows = max_rows;
   b->device = device;
-  b->tune.moe_grouped = 1;
+  b->tune.moe_grouped = 0;
+  b->tune.lightning_dv = 0;
   b->layers.resize(cfg->n_layers);
   CU(cudaSetDevice(device));
   CU(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
@@ -197,10 +198,15 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   CU(cudaMalloc(&b->up_dev, b->up_cap));
   CU(cudaHostAlloc(&b->up_host, b->up_cap, cudaHostAllocDefault));
 
-  /* inv_freq[j] = theta^(-2j/rotary_dim), computed in double and rounded once */
+  /* inv_freq[j] = 1 / theta^(2j / rotary_dim) rounded the way HF (and kernels/cpu) form it: the
+   * exponent in fp32, the power rounded to fp32, then the fp32 reciprocal. At a million positions
+   * one ulp of inv_freq moves the angle by a visible amount, so the rounding has to match. */
   const int rh = cfg->rotary_dim / 2;
   std::vector<float> inv(rh + 1, 0.0f);
-  for (int j = 0; j < rh; j++) inv[j] = (float)(1.0 / pow(cfg->rope_theta, (2.0 * j) / (double)cfg->rotary_dim));
+  for (int j = 0; j < rh; j++) {
+    float e = (float)(2 * j) / (float)cfg->rotary_dim;
+    inv[j] = 1.0f / (float)pow(cfg->rope_theta, (double)e);
+  }
   CU(cudaMemcpy(b->inv_freq, inv.data(), (rh + 1) * sizeof(float), cudaMemcpyHostToDevice));
   return LH_OK;
 }

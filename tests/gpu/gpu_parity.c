@@ -89,11 +89,15 @@ typedef struct model {
   lh_weights w;
   lh_layer_weights layers[8];
   lh_tensor *experts[8];   /* 3*E tensors per layer: w1, w3, w2 */
-  void *blobs[64];
+  void *blobs[256];
   int nblobs;
 } model;
 
 static void *keep(model *m, void *p) {
+  if (m->nblobs == (int)(sizeof m->blobs / sizeof m->blobs[0])) {
+    fprintf(stderr, "FATAL: too many host tensors in model %s\n", m->name);
+    exit(1);
+  }
   m->blobs[m->nblobs++] = p;
   return p;
 }
@@ -660,8 +664,8 @@ static void test_moe(ctx *c, int64_t n) {
   put_bf16(c, in, h, n * hid);
   char what[96];
   uint16_t *first = malloc((size_t)n * hid * 2);
-  for (int grouped = 1; grouped >= 0; grouped--) {
-    lh_cuda_tuning t = {grouped};
+  for (int grouped = 0; grouped <= 1; grouped++) {
+    lh_cuda_tuning t = {grouped, 0};
     lh_cuda_set_tuning(c->be, &t);
     poison(c, out, n * hid);
     double t0 = now_s();
@@ -669,7 +673,7 @@ static void test_moe(ctx *c, int64_t n) {
     die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
     double t1 = now_s();
     float *got = get_bf16(c, out, n * hid);
-    if (grouped) ref_moe_block(m, 0, h, n, ref);
+    if (!grouped) ref_moe_block(m, 0, h, n, ref);
     int gst = 0;
     int eff = lh_cuda_get_tuning(c->be, &gst).moe_grouped;
     if (grouped && !eff) printf("INFO  %-12s cuBLAS refused the grouped GEMM (status %d): per-expert GEMMs\n", m->name, gst);
@@ -677,7 +681,7 @@ static void test_moe(ctx *c, int64_t n) {
     report(m->name, what, got, ref, n * hid, TOL_BF16);
     uint16_t *bits = malloc((size_t)n * hid * 2);
     die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
-    if (grouped) {
+    if (!grouped) {
       memcpy(first, bits, (size_t)n * hid * 2);
       die_on(c, c->ops->moe(c->be, 0, in, n, out, &c->err), "moe");
       die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
@@ -685,16 +689,17 @@ static void test_moe(ctx *c, int64_t n) {
     }
     free(got), free(bits);
   }
-  lh_cuda_tuning t = {1};
+  lh_cuda_tuning t = {0, 0};
   lh_cuda_set_tuning(c->be, &t);
   free(h), free(ref), free(first);
 }
 
-/* The host twin of sample.cu's rule, for an exact comparison of the GPU's choice. */
-static int32_t host_sample(const float *lg, int V, float temp, int top_k, float top_p, float u) {
-  int k = top_k <= 0 || top_k > 256 ? 256 : (top_k < V ? top_k : V);
+/* lh_sample's rule (engine/sample.c) for the top_k candidates, written out here until the CPU
+ * engine is on main: (logit desc, id asc) order, double probabilities, top_p prefix, u * mass. */
+static int32_t host_sample(const float *lg, int V, float temp, int top_k, float top_p, double u) {
+  int k = top_k < V ? top_k : V;
   int *ci = malloc(k * sizeof(int));
-  float *cv = malloc(k * sizeof(float));
+  double *cv = malloc(k * sizeof(double));
   for (int c = 0; c < k; c++) {
     int best = -1;
     for (int i = 0; i < V; i++) {
@@ -703,27 +708,31 @@ static int32_t host_sample(const float *lg, int V, float temp, int top_k, float 
     }
     ci[c] = best, cv[c] = lg[best];
   }
-  float top = cv[0], total = 0;
-  for (int c = 0; c < k; c++) total += (cv[c] = expf((cv[c] - top) / temp));
-  int keep = k;
-  if (top_p < 1.0f) {
-    float run = 0;
-    for (int c = 0; c < k; c++) {
-      run += cv[c];
-      if (run >= top_p * total) {
+  int n = k;
+  double t = temp, mx = cv[0], sum = 0;
+  for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
+  if (top_p > 0.0f && top_p < 1.0f) {
+    double acc = 0;
+    int keep = n;
+    for (int c = 0; c < n; c++) {
+      acc += exp((cv[c] - mx) / t) / sum;
+      if (acc >= top_p) {
         keep = c + 1;
         break;
       }
     }
+    n = keep;
+    sum = 0;
+    for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
   }
-  float mass = 0;
-  for (int c = 0; c < keep; c++) mass += cv[c];
-  float target = u * mass, run = 0;
-  int32_t pick = ci[0];
-  for (int c = 0; c < keep; c++) {
-    run += cv[c];
-    pick = ci[c];
-    if (run > target) break;
+  double target = u * sum, acc = 0;
+  int32_t pick = ci[n - 1];
+  for (int c = 0; c < n; c++) {
+    acc += exp((cv[c] - mx) / t);
+    if (target < acc) {
+      pick = ci[c];
+      break;
+    }
   }
   free(ci), free(cv);
   return pick;
@@ -763,7 +772,7 @@ static void test_logits(ctx *c) {
   die_on(c, lh_cuda_next_tokens(c->be, in, rows, 3, &ps, &rng, tok, &c->err), "next_tokens sample");
   ok = 1;
   for (int i = 0; i < 3; i++) {
-    float u = lh_cuda_uniform(&rng2);
+    double u = lh_cuda_uniform(&rng2);
     int32_t want = host_sample(got + i * V, V, ps.temperature, ps.top_k, ps.top_p, u);
     ok &= tok[i] == want;
   }
@@ -911,7 +920,7 @@ static void check_cuda(cudaError_t e, const char *what) {
   }
 }
 
-static void kernel_lightning_long(int64_t n, int H, int d) {
+static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
   const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
   uint16_t *qkv = rand_bf16(n * stride, 2.0f);
   float *qf = malloc((size_t)n * stride * 4), *st = rand_f(sb, 0.05f, 0.0f), *slope = malloc(H * 4);
@@ -925,13 +934,13 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice);
   check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
-  check_cuda(lh_cuda_lightning(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd), "lh_cuda_lightning");
+  check_cuda(lh_cuda_lightning_dv(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dv), "lh_cuda_lightning");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
   cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost);
   ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
   char what[96];
-  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d, state in", (long long)n, H, d);
+  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d dv %d, state in", (long long)n, H, d, dv);
   report("real", what, got, ref, n * Hd, TOL_BF16);
   report("real", "kernel lightning state out", gst, st, sb, TOL_BF16);
   cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg);
@@ -1054,6 +1063,7 @@ static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, i
 
 int main(int argc, char **argv) {
   lh_test_begin("gpu_parity");
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a crash must not swallow the lines before it */
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) LH_TEST_SKIP("%s", why);
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -1070,7 +1080,8 @@ int main(int argc, char **argv) {
     run_suite("real-L", make_cfg(6144, 64, 8, 128, 32, 9216, 2, 512, "L", 64), 256, 64, 0, 64, 0);
     run_suite("real-S", make_cfg(6144, 64, 8, 128, 2, 256, 2, 512, "S", 64), 256, 64, 1100, 16, 0);
     lh_sha256_init(&g_digest);
-    kernel_lightning_long(2048, 64, 128);
+    kernel_lightning_long(2048, 64, 128, 64);
+    kernel_lightning_long(2048, 64, 128, 32);
     int64_t dp[3] = {3000, 1023, 2047};
     kernel_attention_long(900, 300, dp, 64, 8, 128);
     print_digest("real-kernels");

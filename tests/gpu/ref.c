@@ -128,7 +128,9 @@ void ref_rope(float *x, int heads, int d, int rd, double theta, int64_t pos) {
   for (int h = 0; h < heads; h++) {
     float *v = x + (int64_t)h * d;
     for (int j = 0; j < rh; j++) {
-      double inv = 1.0 / pow(theta, (2.0 * j) / rd), a = (double)pos * inv;
+      /* HF's rounding: inv_freq in fp32 from an fp32 exponent, the angle an fp32 product */
+      float inv = 1.0f / (float)pow(theta, (double)((float)(2 * j) / (float)rd));
+      double a = (double)((float)pos * inv);
       double c = cos(a), s = sin(a), x1 = v[j], x2 = v[j + rh];
       v[j] = (float)(x1 * c - x2 * s);
       v[j + rh] = (float)(x2 * c + x1 * s);
