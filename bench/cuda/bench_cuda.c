@@ -18,7 +18,9 @@
  *
  * Usage: bench_cuda [--peers FILE] [--quick] [--tokens N] [--chunk N]
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

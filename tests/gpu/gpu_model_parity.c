@@ -6,7 +6,9 @@
  * Models: every folder with a config.json under tests/fixtures/engine/ and models/, plus any named
  * in LH_GPU_MODELS (colon-separated). Exit 77 without a GPU or without any model.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

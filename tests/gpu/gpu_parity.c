@@ -14,7 +14,9 @@
  * After each suite a DIGEST line gives the SHA-256 of every GPU output in it, so two runs (or a full and
  * a --quick run) can be compared bit for bit.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -2,7 +2,9 @@
  * lightning layer as its token recurrence (not the blocked form the GPU uses), attention with an
  * explicit two-pass softmax, MoE by looping over (row, slot) pairs. fp64 where the sums are long.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "tests/gpu/ref.h"
 
 #include <cblas.h>
