@@ -266,7 +266,7 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(const bf16 *__restrict__ q, const lh_cuda_aseg *__restrict__ segs, int max_splits, int H,
                        int Hkv, int D, float scale_log2, float *__restrict__ partial) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int LD = D + 8, G = H / Hkv;
+  const int LD = (D + 15) / 8 * 8, G = H / Hkv; /* rows padded to a multiple of 8 elements, plus 8 */
   bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw);    /* [BK][LD] */
   bf16 *Vs = Ks + BK * LD;                            /* [BK][LD] */
   float *qs = reinterpret_cast<float *>(Vs + BK * LD); /* [G][D] */
@@ -280,6 +280,7 @@ static __global__ void __launch_bounds__(DEC_THREADS)
   if (k0 >= total) return;
   const int64_t k1 = min(total, k0 + LH_CUDA_DECODE_SPLIT);
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+  const bool vec = D % 8 == 0;
 
   const bf16 *qrow = q + seg.row0 * (int64_t)H * D + (int64_t)kvh * G * D;
   for (int i = tid; i < G * D; i += DEC_THREADS) qs[i] = lh_bf(qrow[i]) * scale_log2;
@@ -295,14 +296,24 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     const bf16 *kb = page + ((int64_t)kvh * PAGE + prow) * D;
     const bf16 *vb = page + ((int64_t)(Hkv + kvh) * PAGE + prow) * D;
     __syncthreads(); /* the previous tile's K, V and scores are consumed */
-    for (int idx = tid; idx < BK * CH; idx += DEC_THREADS) {
-      int rr = idx / CH, c = (idx % CH) * 8;
-      bool ok = t0 + rr < k1;
-      lh_cp_async16(Ks + rr * LD + c, kb + (ok ? rr : 0) * D + c, ok);
-      lh_cp_async16(Vs + rr * LD + c, vb + (ok ? rr : 0) * D + c, ok);
+    if (vec) {
+      for (int idx = tid; idx < BK * CH; idx += DEC_THREADS) {
+        int rr = idx / CH, c = (idx % CH) * 8;
+        bool ok = t0 + rr < k1;
+        lh_cp_async16(Ks + rr * LD + c, kb + (ok ? rr : 0) * D + c, ok);
+        lh_cp_async16(Vs + rr * LD + c, vb + (ok ? rr : 0) * D + c, ok);
+      }
+      lh_cp_async_commit();
+      lh_cp_async_wait<0>();
+    } else { /* head sizes that are not a multiple of 8: element by element, zeros past the end */
+      const bf16 zero = lh_tobf(0.0f);
+      for (int idx = tid; idx < BK * D; idx += DEC_THREADS) {
+        int rr = idx / D, c = idx % D;
+        bool ok = t0 + rr < k1;
+        Ks[rr * LD + c] = ok ? kb[rr * D + c] : zero;
+        Vs[rr * LD + c] = ok ? vb[rr * D + c] : zero;
+      }
     }
-    lh_cp_async_commit();
-    lh_cp_async_wait<0>();
     __syncthreads();
     for (int idx = tid; idx < G * BK; idx += DEC_THREADS) {
       int hh = idx / BK, key = idx % BK;
@@ -311,11 +322,15 @@ static __global__ void __launch_bounds__(DEC_THREADS)
         const bf16 *kr = Ks + key * LD;
         const float *qq = qs + hh * D;
         float s = 0.0f;
-        for (int j = 0; j < D; j += 8) {
-          uint4 u = *reinterpret_cast<const uint4 *>(kr + j);
-          const bf16 *e = reinterpret_cast<const bf16 *>(&u);
+        if (vec) {
+          for (int j = 0; j < D; j += 8) {
+            uint4 u = *reinterpret_cast<const uint4 *>(kr + j);
+            const bf16 *e = reinterpret_cast<const bf16 *>(&u);
 #pragma unroll
-          for (int i = 0; i < 8; i++) s += lh_bf(e[i]) * qq[j + i];
+            for (int i = 0; i < 8; i++) s += lh_bf(e[i]) * qq[j + i];
+          }
+        } else {
+          for (int j = 0; j < D; j++) s += lh_bf(kr[j]) * qq[j];
         }
         v = s;
       }
@@ -401,9 +416,10 @@ extern "C" cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, cons
 extern "C" cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg,
                                            int max_splits, int H, int Hkv, int d, float *partial, void *o) {
   if (nseg <= 0) return cudaSuccess;
-  if (Hkv <= 0 || H % Hkv || d % 8 || (H / Hkv) * d > DEC_MAXP * DEC_THREADS) return cudaErrorInvalidValue;
+  if (Hkv <= 0 || H % Hkv || d < 1 || (H / Hkv) * d > DEC_MAXP * DEC_THREADS) return cudaErrorInvalidValue;
   const int G = H / Hkv;
-  size_t smem = (size_t)2 * BK * (d + 8) * sizeof(bf16) + ((size_t)G * d + (size_t)G * BK + 3 * G) * sizeof(float);
+  const int ld = (d + 15) / 8 * 8;
+  size_t smem = (size_t)2 * BK * ld * sizeof(bf16) + ((size_t)G * d + (size_t)G * BK + 3 * G) * sizeof(float);
   cudaError_t e = cudaFuncSetAttribute(attn_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)d));

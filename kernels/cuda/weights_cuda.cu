@@ -150,14 +150,14 @@ static size_t carve_workspace(lh_cuda_backend *b, unsigned char *base) {
 }
 
 static lh_status check_config(const lh_config *c, int64_t max_rows, lh_error *err) {
-  if (c->n_layers < 1 || c->n_layers > LH_MAX_LAYERS || c->hidden_size < 8 || c->n_heads < 1 || c->head_dim < 8 ||
-      c->head_dim % 8 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->n_experts < 1 || c->n_experts > 256 ||
+  if (c->n_layers < 1 || c->n_layers > LH_MAX_LAYERS || c->hidden_size < 1 || c->n_heads < 1 || c->head_dim < 2 ||
+      c->head_dim > 256 || c->head_dim % 2 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->n_experts < 1 || c->n_experts > 256 ||
       c->top_k < 1 || c->top_k > 8 || c->top_k > c->n_experts || c->intermediate_size < 1 || c->vocab_size < 1 ||
       c->rotary_dim < 0 || c->rotary_dim > c->head_dim || c->rotary_dim % 2 || max_rows < 1)
     return lh_error_set(err, LH_EUNSUPPORTED,
                         "cuda backend: unsupported shape (layers %d, hidden %d, heads %d/%d x %d, experts %d top %d, "
-                        "rotary %d, max_rows %lld): needs head_dim a multiple of 8, kv heads dividing heads, at most "
-                        "256 experts and top-k 8",
+                        "rotary %d, max_rows %lld): needs an even head_dim <= 256, kv heads dividing heads, "
+                        "an even rotary_dim, at most 256 experts and top-k 8",
                         c->n_layers, c->hidden_size, c->n_heads, c->n_kv_heads, c->head_dim, c->n_experts, c->top_k,
                         c->rotary_dim, (long long)max_rows);
   if (c->hidden_size * 4 > 48 * 1024 || c->n_heads * c->head_dim * 4 > 48 * 1024)
