@@ -102,7 +102,7 @@ static void run_model(const char *dir) {
   }
   g_models++;
   const int V = lh_model_config(mc)->vocab_size;
-  char path[1200];
+  char path[2200];
   int64_t T = 0, ng = 0;
   snprintf(path, sizeof path, "%s/ids.txt", dir);
   int32_t *ids = read_ints(path, &T);
@@ -196,8 +196,8 @@ static void scan(const char *root) {
   }
   closedir(d);
   for (int i = 0; i < n; i++) {
-    char dir[1024], cfg[1100];
-    snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+    char dir[2048], cfg[2100];
+    snprintf(dir, sizeof dir, "%.1000s/%.1000s", root, names[i]);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     struct stat st;
     if (stat(cfg, &st) == 0) run_model(dir);
