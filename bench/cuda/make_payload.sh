@@ -3,6 +3,7 @@
 # there), from a CUDA build of this worktree: the two programs, the shared libraries the GPU box
 # lacks (shared/gpu/carry-libs.sh), the peers script and the optional flash-linear-attention wheel.
 # Usage: bench/cuda/make_payload.sh [BUILD_DIR] [WHEEL_DIR]
+# (gpu_model_parity is built only where engine/forward.c exists; it is carried when present.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}

@@ -4,7 +4,7 @@
 # Payload layout (made on the development machine by bench/cuda/make_payload.sh):
 #   DIR/bin/{gpu_parity,bench_cuda}  DIR/libs/ (carry-libs.sh)  DIR/peers.py  DIR/whl/*.whl (optional)
 # Usage: run_device.sh DIR OUT [--quick]
-# Logs land in OUT (parity1.log, parity2.log, peers.log, peers.txt, bench.log, smi.txt); the summary
+# Logs land in OUT (parity1.log, model.log, parity2.log, peers.log, peers.txt, bench.log); the summary
 # goes to stdout. Every step has its own time limit so one hang cannot eat the lease.
 set -u
 D=$1
@@ -25,6 +25,13 @@ timeout 170 bin/gpu_parity > "$OUT/parity1.log" 2>&1
 echo "rc=$?"
 grep -E "^(FAIL|INFO|DIGEST|----)|failures|FATAL|SKIPPED" "$OUT/parity1.log" | cut -c1-160
 echo "passes: $(grep -c '^PASS' "$OUT/parity1.log")"
+
+if [ -x bin/gpu_model_parity ]; then
+  step "gpu_model_parity (fixtures: GPU vs HF logits and vs the CPU engine)"
+  LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 90 bin/gpu_model_parity > "$OUT/model.log" 2>&1
+  echo "rc=$?"
+  grep -vE '^\s*$' "$OUT/model.log" | cut -c1-170 | tail -n 60
+fi
 
 if [ "$Q" != --quick ]; then
   step "peers"
