@@ -21,36 +21,42 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,memo
 nproc
 
 step "gpu_parity (full)"
-timeout 170 bin/gpu_parity > "$OUT/parity1.log" 2>&1
+timeout 150 bin/gpu_parity > "$OUT/parity1.log" 2>&1
 echo "rc=$?"
 grep -E "^(FAIL|INFO|DIGEST|----)|failures|FATAL|SKIPPED" "$OUT/parity1.log" | cut -c1-160
 echo "passes: $(grep -c '^PASS' "$OUT/parity1.log")"
 
 if [ -x bin/gpu_model_parity ]; then
   step "gpu_model_parity (fixtures: GPU vs HF logits and vs the CPU engine)"
-  LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 90 bin/gpu_model_parity > "$OUT/model.log" 2>&1
+  LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 60 bin/gpu_model_parity > "$OUT/model.log" 2>&1
   echo "rc=$?"
   grep -vE '^\s*$' "$OUT/model.log" | cut -c1-170 | tail -n 60
 fi
 
 if [ "$Q" != --quick ]; then
-  step "peers"
-  if ls whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site whl/*.whl \
-      && export PYTHONPATH=/tmp/site
+  if [ -s peers.txt ]; then
+    step "peers: reusing peers.txt carried from an earlier call of this session"
+    cp peers.txt "$OUT/peers.txt"
+    cat peers.txt
+  else
+    step "peers"
+    if ls whl/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+    fi
+    timeout 120 python3 peers.py "$OUT/peers.txt" > "$OUT/peers.log" 2>&1
+    echo "rc=$?"
+    tail -n 12 "$OUT/peers.log"
   fi
-  timeout 120 python3 peers.py "$OUT/peers.txt" > "$OUT/peers.log" 2>&1
-  echo "rc=$?"
-  tail -n 12 "$OUT/peers.log"
 
   step "bench_cuda"
-  timeout 170 bin/bench_cuda --peers "$OUT/peers.txt" > "$OUT/bench.log" 2>&1
+  timeout 120 bin/bench_cuda --peers "$OUT/peers.txt" > "$OUT/bench.log" 2>&1
   echo "rc=$?"
   cat "$OUT/bench.log"
 fi
 
 step "gpu_parity --quick (run-to-run bits)"
-timeout 60 bin/gpu_parity --quick > "$OUT/parity2.log" 2>&1
+timeout 45 bin/gpu_parity --quick > "$OUT/parity2.log" 2>&1
 echo "rc=$?"
 grep '^DIGEST' "$OUT/parity1.log" | head -4 > "$OUT/d1.txt"
 grep '^DIGEST' "$OUT/parity2.log" | head -4 > "$OUT/d2.txt"
