@@ -17,6 +17,8 @@ cp "$here/tools/bench_peers/peers.py" "$here/bench/cuda/run_device.sh" "$dest/"
 if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
 # carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
 mkdir -p "$dest/libs"
-(cd /work/main && /work/shared/gpu/carry-libs.sh --dest .dev/cuda/libs "$dest"/bin/* >/dev/null) || true
+for b in "$dest"/bin/*; do
+  (cd /work/main && /work/shared/gpu/carry-libs.sh --dest .dev/cuda/libs "$b" >/dev/null) || true
+done
 du -sh "$dest"
 ls -R "$dest" | head -30

@@ -20,8 +20,10 @@ typedef __nv_bfloat16 bf16;
 static __device__ __forceinline__ float lh_bf(bf16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ bf16 lh_tobf(float x) { return __float2bfloat16_rn(x); }
 
-static __device__ __forceinline__ float lh_silu(float x) { return x / (1.0f + __expf(-x)); }
-static __device__ __forceinline__ float lh_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+/* Fast exp and division (2 ulp): IEEE division is a long instruction sequence, and these run on
+ * every q/k/v element; the results are rounded to bf16 right after. */
+static __device__ __forceinline__ float lh_silu(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+static __device__ __forceinline__ float lh_sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
 /* Two floats to a packed bf16x2 register (lo in the low half). */
 static __device__ __forceinline__ uint32_t lh_pack_bf16(float lo, float hi) {

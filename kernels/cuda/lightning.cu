@@ -95,7 +95,7 @@ static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
 #pragma unroll
     for (int c = 0; c < VC; c++) {
       int idx = tid + c * LTHREADS, row = idx / (DV / 8), col = (idx % (DV / 8)) * 8;
-      float kd = row < cb ? expf(-s * (float)(cb - 1 - row)) : 0.0f;
+      float kd = row < cb ? __expf(-s * (float)(cb - 1 - row)) : 0.0f;
       *reinterpret_cast<uint4 *>(Vs + row * L::VLD + col) = silu8(vr[c], 1.0f);
       *reinterpret_cast<uint4 *>(Vds + row * L::VLD + col) = silu8(vr[c], kd);
     }

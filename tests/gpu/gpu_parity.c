@@ -369,13 +369,13 @@ static void ref_softmax_block(const model *m, int layer, const float *h, int64_t
   free(q), free(k), free(v), free(o);
 }
 
-static void ref_moe_block(const model *m, int layer, const float *h, int64_t n, float *out) {
+static void ref_moe_block(const model *m, int layer, const float *h, int64_t n, float *out, float *margin) {
   const lh_config *cf = &m->cfg;
   const lh_layer_weights *L = &m->layers[layer];
   const int E = cf->n_experts;
   const uint16_t **W1 = malloc(E * sizeof(void *)), **W3 = malloc(E * sizeof(void *)), **W2 = malloc(E * sizeof(void *));
   for (int e = 0; e < E; e++) W1[e] = L->w1[e].data, W3[e] = L->w3[e].data, W2[e] = L->w2[e].data;
-  ref_moe(h, n, cf->hidden_size, E, cf->top_k, cf->intermediate_size, L->router.data, W1, W3, W2, out, NULL);
+  ref_moe(h, n, cf->hidden_size, E, cf->top_k, cf->intermediate_size, L->router.data, W1, W3, W2, out, NULL, margin);
   free(W1), free(W3), free(W2);
 }
 
@@ -675,7 +675,7 @@ static void test_moe(ctx *c, int64_t n) {
     die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
     double t1 = now_s();
     float *got = get_bf16(c, out, n * hid);
-    if (!grouped) ref_moe_block(m, 0, h, n, ref);
+    if (!grouped) ref_moe_block(m, 0, h, n, ref, NULL);
     int gst = 0;
     int eff = lh_cuda_get_tuning(c->be, &gst).moe_grouped;
     if (grouped && !eff) printf("INFO  %-12s cuBLAS refused the grouped GEMM (status %d): per-expert GEMMs\n", m->name, gst);
@@ -841,6 +841,8 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   R.ref_state = calloc((size_t)sb, 4);
   const size_t kvn = (size_t)MAX_PAGES * LH_KV_PAGE_TOKENS * cf->n_kv_heads * cf->head_dim;
   R.refK = calloc(kvn, 4), R.refV = calloc(kvn, 4);
+  float *margin = malloc((size_t)N * 4), *minmargin = malloc((size_t)N * 4);
+  for (int64_t i = 0; i < N; i++) minmargin[i] = INFINITY;
   for (int l = 0; l < cf->n_layers; l++) {
     float *w = tensor_f32(&m->layers[l].in_norm), *wp = tensor_f32(&m->layers[l].post_norm);
     ref_rmsnorm(x, N, hid, w, (float)cf->rms_norm_eps, h);
@@ -852,22 +854,42 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
     else ref_softmax_block(m, l, h, N, ss, &N, 1, a);
     for (int64_t i = 0; i < N * hid; i++) x[i] = cf->attn_alpha[k] * h[i] + cf->attn_beta[k] * a[i];
     ref_rmsnorm(x, N, hid, wp, (float)cf->rms_norm_eps, h);
-    ref_moe_block(m, l, h, N, a);
+    ref_moe_block(m, l, h, N, a, margin);
+    for (int64_t i = 0; i < N; i++) minmargin[i] = margin[i] < minmargin[i] ? margin[i] : minmargin[i];
     for (int64_t i = 0; i < N * hid; i++) x[i] = cf->mlp_alpha * h[i] + cf->mlp_beta * a[i];
     free(w), free(wp);
   }
   float *fw = tensor_f32(&m->w.final_norm), *rl = malloc((size_t)n2 * V * 4);
   ref_rmsnorm(x + n1 * hid, n2, hid, fw, (float)cf->rms_norm_eps, h);
   ref_linear(h, n2, hid, m->w.lm_head.data, V, rl);
+  /* A position whose routing was a near-tie in some layer (probability margin under 1e-2, about
+   * the size of bf16 rounding of the router's input) may be routed differently on the GPU; that
+   * is rounding, not a bug, so the bound is applied to the other positions and those are listed. */
   char what[96];
+  int64_t keep = 0, tied = 0;
+  float *gk = malloc((size_t)n2 * V * 4), *rk = malloc((size_t)n2 * V * 4);
+  for (int64_t i = 0; i < n2; i++) {
+    if (minmargin[n1 + i] < 1e-2f) {
+      tied++;
+      continue;
+    }
+    memcpy(gk + keep * V, gl + i * V, (size_t)V * 4);
+    memcpy(rk + keep * V, rl + i * V, (size_t)V * 4);
+    keep++;
+  }
+  printf("INFO  %-12s %-46s rel_l2=%.3e over all %lld positions; %lld near-tie position(s) set aside\n", m->name,
+         "whole model", lh_rel_l2(gl, rl, (size_t)n2 * V), (long long)n2, (long long)tied);
   snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
-  report(m->name, what, gl, rl, n2 * V, 2e-2);
+  report(m->name, what, gk, rk, keep * V, 2e-2);
+  free(gk), free(rk);
   /* The worst positions: a routing flip (a near-tie between experts decided differently in bf16)
    * shows as one position far off while the rest agree. */
   double worst[3] = {0, 0, 0};
   int64_t wpos[3] = {-1, -1, -1};
   for (int64_t i = 0; i < n2; i++) {
     double e = lh_rel_l2(gl + i * V, rl + i * V, (size_t)V);
+    if (minmargin[n1 + i] < 1e-2f) printf("INFO  %-12s   near-tie position %lld (margin %.1e): rel_l2 %.2e\n", m->name,
+                                          (long long)i, minmargin[n1 + i], e);
     for (int k = 0; k < 3; k++)
       if (e > worst[k]) {
         for (int j = 2; j > k; j--) worst[j] = worst[j - 1], wpos[j] = wpos[j - 1];
@@ -892,6 +914,7 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   for (int j = 0; j < cf->n_softmax; j++)
     for (int p = 0; p < MAX_PAGES; p++) c->ops->free(c->be, pages[j][p]);
   free(tok), free(gl), free(x), free(h), free(a), free(fw), free(rl), free(R.ref_state), free(R.refK), free(R.refV);
+  free(margin), free(minmargin);
 }
 
 /* ---- kernels driven directly at real shapes over longer inputs ---------------------------------------- */

@@ -179,7 +179,7 @@ void ref_attention(const float *q, const float *K, const float *V, int64_t pos, 
 
 void ref_moe(const float *x, int64_t n, int hidden, int E, int K, int inter, const uint16_t *router,
              const uint16_t *const *W1, const uint16_t *const *W3, const uint16_t *const *W2, float *out,
-             int32_t *ids_out) {
+             int32_t *ids_out, float *margin) {
   float *lg = malloc((size_t)n * E * sizeof(float));
   ref_linear(x, n, hidden, router, E, lg);
   int32_t *ids = malloc((size_t)n * K * sizeof(int32_t));
@@ -202,6 +202,15 @@ void ref_moe(const float *x, int64_t n, int hidden, int E, int K, int inter, con
       tot += p[best];
     }
     for (int k = 0; k < K; k++) wt[r * K + k] /= tot;
+    if (margin) {
+      float best_out = -INFINITY;
+      for (int e = 0; e < E; e++) {
+        int used = 0;
+        for (int q = 0; q < K; q++) used |= ids[r * K + q] == e;
+        if (!used && p[e] > best_out) best_out = p[e];
+      }
+      margin[r] = E > K ? p[ids[r * K + K - 1]] - best_out : INFINITY;
+    }
   }
   memset(out, 0, (size_t)n * hidden * sizeof(float));
   float *xs = malloc((size_t)n * hidden * sizeof(float)), *g = malloc((size_t)n * inter * sizeof(float));

@@ -40,8 +40,10 @@ void ref_attention(const float *q, const float *K, const float *V, int64_t pos, 
 
 /* MoE block: router logits = x Wr^T, softmax fp32, top-k (ties: lower id), renormalised; expert e:
  * SiLU(x W1_e^T) * (x W3_e^T) then W2_e^T; out = sum_k w_k y_k. W1/W3/W2: arrays of E bf16 matrices. */
+/* margin (may be NULL): per row, the K-th chosen probability minus the largest unchosen one
+ * (INFINITY when E == K): how far the routing is from a tie. */
 void ref_moe(const float *x, int64_t n, int hidden, int E, int K, int inter, const uint16_t *router,
              const uint16_t *const *W1, const uint16_t *const *W3, const uint16_t *const *W2, float *out,
-             int32_t *ids_out);
+             int32_t *ids_out, float *margin);
 
 #endif
