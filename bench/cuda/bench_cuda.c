@@ -281,6 +281,21 @@ static void bench_attention(cudaStream_t st, int quick) {
       snprintf(key, sizeof key, "sdpa_%lld", (long long)N);
       snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
       row(what, ms, "torch SDPA causal enable_gqa", peer(key), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+      if (N == 65536) {
+        /* The chunked-prefill case: the last 16K queries [48K, 64K) over keys [0, 64K). */
+        const int64_t p0 = N - 16384;
+        lh_cuda_aseg cs = {0, 16384, p0, dp};
+        ck(cudaMemcpy(a.seg, &cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
+        a.ntiles = 256;
+        int32_t *t2 = malloc(a.ntiles * 8);
+        for (int i = 0; i < a.ntiles; i++) t2[2 * i] = 0, t2[2 * i + 1] = (a.ntiles - 1 - i) * 64;
+        ck(cudaMemcpy(a.tiles, t2, a.ntiles * 8, cudaMemcpyHostToDevice), "copy");
+        free(t2);
+        ms = time_ms(st, 3, run_attn, &a);
+        flops = 4.0 * D * H * (16384.0 * p0 + 16384.0 * 16385 / 2);
+        snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+        row("chunk: queries [48K,64K) over keys [0,64K)", ms, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+      }
       cudaFree(a.tiles);
     } else {
       /* 16 sequences (forks) decoding one token each over the same N keys. */
