@@ -58,7 +58,8 @@ void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
 typedef struct lh_cuda_tuning {
   int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
                        them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
-  int lightning_dv; /* v dims per lightning CTA at head_dim 128: 64 or 32; 0 = the default */
+  int lightning_dv; /* v dims per lightning CTA at head_dim 128: 64 (the default, 0) or 32 (measured
+                       slower: bench/NOTES.md) */
 } lh_cuda_tuning;
 void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t);
 /* The switches in effect; *grouped_status (if not NULL) is the cuBLAS status with which a grouped

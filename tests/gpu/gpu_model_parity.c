@@ -5,10 +5,13 @@
  * logits.f32 from HF transformers in fp32, and greedy.txt, made by tools/make_engine_fixtures.py),
  * and every folder named in LH_GPU_MODELS (colon-separated; those have no HF logits):
  *   - the ids fed in a chunk plan (max_chunk 64, calls of 50 and the rest) on the CUDA backend give
- *     logits within 2e-2 relative L2 of HF's and of the CPU engine's (bf16 storage on the GPU);
+ *     logits within 2e-2 relative L2 of HF's and of the CPU engine's (bf16 storage on the GPU), or
+ *     within 1.5x of how far HF's own bf16 run is from its fp32 logits where that is larger
+ *     (tests/gpu/bf16_envelope.txt, made by make_bf16_envelope.py: some tiny random fixtures are
+ *     that sensitive to bf16, near-tie routings with top-1 experts above all);
  *   - greedy continuation from the GPU is compared with greedy.txt and with the CPU (reported:
  *     bf16 rounding may flip a near-tie, so agreement is a count, not a bound);
- *   - four forks decoded together (lh_decode_batch) match the CPU's within 2e-2;
+ *   - four forks decoded together (lh_decode_batch) match the CPU's within the same bound;
  *   - the same chunk plan twice on the GPU gives bitwise identical logits.
  * Exit 77 without a GPU or without any model.
  */
@@ -23,6 +26,23 @@
 #include "tests/test.h"
 
 static int g_models;
+static char g_env_name[32][128];
+static double g_env_rel[32];
+static int g_nenv;
+
+static void load_envelope(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  while (g_nenv < 32 && fscanf(f, "%127s %lf", g_env_name[g_nenv], &g_env_rel[g_nenv]) == 2) g_nenv++;
+  fclose(f);
+}
+
+/* The bound for a model: 2e-2, or 1.5x HF's own bf16 deviation when that is larger. */
+static double bound_for(const char *name) {
+  for (int i = 0; i < g_nenv; i++)
+    if (!strcmp(g_env_name[i], name) && 1.5 * g_env_rel[i] > 2e-2) return 1.5 * g_env_rel[i];
+  return 2e-2;
+}
 
 static int argmax(const float *x, int n) {
   int b = 0;
@@ -121,20 +141,23 @@ static void run_model(const char *dir) {
   CHECK(prefill_all(mc, ids, T, 50, lc, &sc));
   CHECK(prefill_all(mg, ids, T, 50, lg, &sg));
   CHECK(prefill_all(mg, ids, T, 50, lg2, NULL));
+  const double bound = bound_for(name);
+  if (bound > 2e-2)
+    printf("INFO  %-36s bound %.2e: HF's own bf16 run is %.2e from its fp32 logits\n", name, bound, bound / 1.5);
   char what[96];
   snprintf(what, sizeof what, "prefill %lld ids (50 + rest, chunks of 64)", (long long)T);
   if (hf) {
     double r = lh_rel_l2(lg, hf, (size_t)T * V);
     char w2[128];
     snprintf(w2, sizeof w2, "%s vs HF", what);
-    line(r <= 2e-2, name, w2, r);
-    CHECK(r <= 2e-2);
+    line(r <= bound, name, w2, r);
+    CHECK(r <= bound);
     double rc = lh_rel_l2(lc, hf, (size_t)T * V);
     printf("INFO  %-36s %-44s %.3e\n", name, "(the CPU engine vs HF, same plan)", rc);
   }
   double r = lh_rel_l2(lg, lc, (size_t)T * V);
-  line(r <= 2e-2, name, "  logits vs the CPU engine", r);
-  CHECK(r <= 2e-2);
+  line(r <= bound, name, "  logits vs the CPU engine", r);
+  CHECK(r <= bound);
   int same = memcmp(lg, lg2, (size_t)T * V * 4) == 0;
   printf("%-5s %-36s %-44s %s\n", same ? "PASS" : "FAIL", name, "  same plan twice on the GPU", same ? "bitwise identical" : "DIFFER");
   CHECK(same);
@@ -175,8 +198,8 @@ static void run_model(const char *dir) {
   lh_status s = lh_decode_batch(fg, K, ft, bg, &err);
   CHECK_MSG(s == LH_OK, "%s", err.msg);
   r = lh_rel_l2(bg, bc, (size_t)K * V);
-  line(r <= 2e-2, name, "  decode batch of 4 forks vs the CPU engine", r);
-  CHECK(r <= 2e-2);
+  line(r <= bound, name, "  decode batch of 4 forks vs the CPU engine", r);
+  CHECK(r <= bound);
   for (int i = 0; i < K; i++) lh_state_free(fc[i]), lh_state_free(fg[i]);
   lh_state_free(sc), lh_state_free(sg);
   lh_model_close(mc), lh_model_close(mg);
@@ -213,6 +236,8 @@ int main(void) {
   if (!lh_cuda_available(why, sizeof why)) LH_TEST_SKIP("%s", why);
   const char *src = getenv("LH_SOURCE_DIR");
   char path[1024];
+  snprintf(path, sizeof path, "%s/tests/gpu/bf16_envelope.txt", src ? src : ".");
+  load_envelope(path);
   snprintf(path, sizeof path, "%s/tests/fixtures/engine", src ? src : ".");
   scan(path);
   const char *extra = getenv("LH_GPU_MODELS");
