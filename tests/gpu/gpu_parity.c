@@ -862,43 +862,42 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   float *fw = tensor_f32(&m->w.final_norm), *rl = malloc((size_t)n2 * V * 4);
   ref_rmsnorm(x + n1 * hid, n2, hid, fw, (float)cf->rms_norm_eps, h);
   ref_linear(h, n2, hid, m->w.lm_head.data, V, rl);
-  /* A position whose routing was a near-tie in some layer (probability margin under 1e-2, about
-   * the size of bf16 rounding of the router's input) may be routed differently on the GPU; that
-   * is rounding, not a bug, so the bound is applied to the other positions and those are listed. */
+  /* A position whose routing was a near-tie in some layer (probability margin under 1e-2 between
+   * the last chosen expert and the best unchosen one) may be routed to another expert on the GPU,
+   * whose bf16 hidden states differ from the fp32 reference's by rounding; that position's logits
+   * then differ a lot, which is rounding, not a bug. Such a position is excused only if it is both
+   * a near-tie and far off (per-position relative L2 over 5e-2); the bound applies to every other
+   * position, and the excused ones are listed. */
   char what[96];
-  int64_t keep = 0, tied = 0;
+  int64_t keep = 0, excused = 0;
   float *gk = malloc((size_t)n2 * V * 4), *rk = malloc((size_t)n2 * V * 4);
-  for (int64_t i = 0; i < n2; i++) {
-    if (minmargin[n1 + i] < 1e-2f) {
-      tied++;
-      continue;
-    }
-    memcpy(gk + keep * V, gl + i * V, (size_t)V * 4);
-    memcpy(rk + keep * V, rl + i * V, (size_t)V * 4);
-    keep++;
-  }
-  printf("INFO  %-12s %-46s rel_l2=%.3e over all %lld positions; %lld near-tie position(s) set aside\n", m->name,
-         "whole model", lh_rel_l2(gl, rl, (size_t)n2 * V), (long long)n2, (long long)tied);
-  snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
-  report(m->name, what, gk, rk, keep * V, 2e-2);
-  free(gk), free(rk);
-  /* The worst positions: a routing flip (a near-tie between experts decided differently in bf16)
-   * shows as one position far off while the rest agree. */
   double worst[3] = {0, 0, 0};
   int64_t wpos[3] = {-1, -1, -1};
   for (int64_t i = 0; i < n2; i++) {
     double e = lh_rel_l2(gl + i * V, rl + i * V, (size_t)V);
-    if (minmargin[n1 + i] < 1e-2f) printf("INFO  %-12s   near-tie position %lld (margin %.1e): rel_l2 %.2e\n", m->name,
-                                          (long long)i, minmargin[n1 + i], e);
+    if (minmargin[n1 + i] < 1e-2f && e > 5e-2) {
+      printf("INFO  %-12s   excused position %lld: routing margin %.1e, rel_l2 %.2e\n", m->name, (long long)i,
+             minmargin[n1 + i], e);
+      excused++;
+      continue;
+    }
     for (int k = 0; k < 3; k++)
       if (e > worst[k]) {
         for (int j = 2; j > k; j--) worst[j] = worst[j - 1], wpos[j] = wpos[j - 1];
         worst[k] = e, wpos[k] = i;
         break;
       }
+    memcpy(gk + keep * V, gl + i * V, (size_t)V * 4);
+    memcpy(rk + keep * V, rl + i * V, (size_t)V * 4);
+    keep++;
   }
-  printf("INFO  %-12s %-46s %.2e@%lld %.2e@%lld %.2e@%lld\n", m->name, "whole model: worst positions (rel_l2@pos)",
+  printf("INFO  %-12s %-46s rel_l2=%.3e over all %lld positions, %lld excused\n", m->name, "whole model",
+         lh_rel_l2(gl, rl, (size_t)n2 * V), (long long)n2, (long long)excused);
+  snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
+  report(m->name, what, gk, rk, keep * V, 2e-2);
+  printf("INFO  %-12s %-46s %.2e@%lld %.2e@%lld %.2e@%lld\n", m->name, "whole model: worst kept positions (rel_l2@pos)",
          worst[0], (long long)wpos[0], worst[1], (long long)wpos[1], worst[2], (long long)wpos[2]);
+  free(gk), free(rk);
   int agree = 0;
   for (int64_t i = 0; i < n2; i++) {
     int bg = 0, br = 0;
