@@ -927,22 +927,23 @@ static void *dmalloc(size_t bytes) {
   return p;
 }
 
-static float *dl_bf16(const void *d, int64_t n) {
-  uint16_t *h = malloc((size_t)n * 2);
-  float *f = malloc((size_t)n * 4);
-  cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost);
-  lh_sha256_update(&g_digest, h, (size_t)n * 2);
-  for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(h[i]);
-  free(h);
-  return f;
-}
-
 static void check_cuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess) {
     fprintf(stderr, "FATAL %s: %s\n", what, cudaGetErrorString(e));
     exit(1);
   }
 }
+
+static float *dl_bf16(const void *d, int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  float *f = malloc((size_t)n * 4);
+  check_cuda(cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  lh_sha256_update(&g_digest, h, (size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(h[i]);
+  free(h);
+  return f;
+}
+
 
 static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
   const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
@@ -953,15 +954,15 @@ static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
   void *dq = dmalloc((size_t)n * stride * 2), *dout = dmalloc((size_t)n * Hd * 2);
   float *dst = dmalloc((size_t)sb * 4), *dsl = dmalloc(H * 4);
   lh_cuda_lseg seg = {0, n, dst}, *dseg = dmalloc(sizeof seg);
-  cudaMemcpy(dq, qkv, (size_t)n * stride * 2, cudaMemcpyHostToDevice);
-  cudaMemcpy(dst, st, (size_t)sb * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dq, qkv, (size_t)n * stride * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dst, st, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
   check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
   check_cuda(lh_cuda_lightning_dv(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dv), "lh_cuda_lightning");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
-  cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost);
+  check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
   char what[96];
   snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d dv %d, state in", (long long)n, H, d, dv);
@@ -993,25 +994,25 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
   void **hp = malloc(npages * sizeof(void *));
   for (int64_t i = 0; i < npages; i++) {
     hp[i] = dmalloc(page_elems * 2);
-    cudaMemcpy(hp[i], kv + i * page_elems, page_elems * 2, cudaMemcpyHostToDevice);
+    check_cuda(cudaMemcpy(hp[i], kv + i * page_elems, page_elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   void **dpages = dmalloc(npages * sizeof(void *));
-  cudaMemcpy(dpages, hp, npages * sizeof(void *), cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dpages, hp, npages * sizeof(void *), cudaMemcpyHostToDevice), "cudaMemcpy");
   const int64_t nq = n > 3 ? n : 3;
   uint16_t *q = rand_bf16(nq * Hd, 2.0f);
   float *qf = malloc((size_t)nq * Hd * 4);
   ref_bf16_to_f32(q, qf, nq * Hd);
   void *dq = dmalloc((size_t)nq * Hd * 2), *dout = dmalloc((size_t)nq * Hd * 2);
-  cudaMemcpy(dq, q, (size_t)nq * Hd * 2, cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dq, q, (size_t)nq * Hd * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
 
   /* prefill */
   lh_cuda_aseg seg = {0, n, pos, dpages}, *dseg = dmalloc(4 * sizeof seg);
-  cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
   int64_t ntiles = (n + 63) / 64;
   int32_t *tiles = malloc(ntiles * 2 * 4);
   for (int64_t t = 0; t < ntiles; t++) tiles[2 * t] = 0, tiles[2 * t + 1] = (int32_t)((ntiles - 1 - t) * 64);
   int32_t *dtiles = dmalloc(ntiles * 2 * 4);
-  cudaMemcpy(dtiles, tiles, ntiles * 2 * 4, cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dtiles, tiles, ntiles * 2 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   check_cuda(lh_cuda_fill_bf16(0, dout, nq * Hd, NAN_BF16), "poison");
   check_cuda(lh_cuda_attn_prefill(0, dq, dseg, dtiles, (int)ntiles, H, Hkv, d, dout), "attn_prefill");
   check_cuda(cudaDeviceSynchronize(), "sync");
@@ -1030,7 +1031,7 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
     int sp = (int)((dec_pos[i] + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT);
     max_splits = sp > max_splits ? sp : max_splits;
   }
-  cudaMemcpy(dseg, ds, sizeof ds, cudaMemcpyHostToDevice);
+  check_cuda(cudaMemcpy(dseg, ds, sizeof ds, cudaMemcpyHostToDevice), "cudaMemcpy");
   float *part = dmalloc((size_t)3 * H * max_splits * (d + 2) * 4);
   check_cuda(lh_cuda_fill_bf16(0, dout, nq * Hd, NAN_BF16), "poison");
   check_cuda(lh_cuda_attn_decode(0, dq, dseg, 3, max_splits, H, Hkv, d, part, dout), "attn_decode");
