@@ -307,24 +307,33 @@ static void owner_init(lh_store_owner *o) {
   o->start = st > 0 ? st : 0;
 }
 
+/* What the file is: schema version, application id, number of schema objects. */
+static lh_status identify(lh_store *s, int64_t *v, int64_t *app, int64_t *tables, lh_error *err) {
+  lh_status st;
+  if ((st = pragma_int(s, "PRAGMA user_version", v, err)) || (st = pragma_int(s, "PRAGMA application_id", app, err)) ||
+      (st = pragma_int(s, "SELECT count(*) FROM sqlite_schema", tables, err)))
+    return st;
+  return LH_OK;
+}
+
+/* Refuse foreign and newer files before anything (even a journal mode) is changed. */
+static lh_status check_identity(lh_store *s, int64_t v, int64_t app, int64_t tables, lh_error *err) {
+  if (app != LH_STORE_APP_ID && (tables > 0 || s->p.read_only))
+    return lh_error_set(err, LH_EINVAL, "%s: %s; refusing to touch it", s->path,
+                        tables ? "is a SQLite database but not a longhaul store" : "is an empty file, not a longhaul store");
+  if (v > LH_STORE_SCHEMA_VERSION)
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "%s: made by a newer longhaul (schema %lld, this build knows up to %d): upgrade longhaul",
+                        s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
+  return LH_OK;
+}
+
 static lh_status migrate(lh_store *s, lh_error *err) {
   lh_status st = lh_store__begin(s, "migrating the schema", err);
   if (st) return st;
   int64_t v = 0, app = 0, tables = 0;
-  if ((st = pragma_int(s, "PRAGMA user_version", &v, err)) || (st = pragma_int(s, "PRAGMA application_id", &app, err)) ||
-      (st = pragma_int(s, "SELECT count(*) FROM sqlite_schema", &tables, err)))
-    goto fail;
-  if (tables > 0 && app != LH_STORE_APP_ID) {
-    st = lh_error_set(err, LH_EINVAL, "%s: is a SQLite database but not a longhaul store; refusing to touch it",
-                      s->path);
-    goto fail;
-  }
-  if (v > LH_STORE_SCHEMA_VERSION) {
-    st = lh_error_set(err, LH_EUNSUPPORTED,
-                      "%s: made by a newer longhaul (schema %lld, this build knows up to %d): upgrade longhaul",
-                      s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
-    goto fail;
-  }
+  /* Again under the write lock: another process may have created or migrated it meanwhile. */
+  if ((st = identify(s, &v, &app, &tables, err)) || (st = check_identity(s, v, app, tables, err))) goto fail;
   for (int64_t to = v + 1; to <= LH_STORE_SCHEMA_VERSION; to++) {
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, migrations[to - 1], NULL, NULL, &msg);
@@ -350,29 +359,6 @@ fail:
   return st;
 }
 
-/* Read-only handles never migrate: they check the version and identity as they are. */
-static lh_status check_readonly(lh_store *s, lh_error *err) {
-  int64_t v = 0, app = 0, tables = 0;
-  lh_status st;
-  if ((st = pragma_int(s, "PRAGMA user_version", &v, err)) || (st = pragma_int(s, "PRAGMA application_id", &app, err)) ||
-      (st = pragma_int(s, "SELECT count(*) FROM sqlite_schema", &tables, err)))
-    return st;
-  if (app != LH_STORE_APP_ID)
-    return lh_error_set(err, LH_EINVAL, "%s: %s", s->path,
-                        tables ? "is a SQLite database but not a longhaul store" : "is an empty file, not a longhaul store");
-  if (v > LH_STORE_SCHEMA_VERSION)
-    return lh_error_set(err, LH_EUNSUPPORTED,
-                        "%s: made by a newer longhaul (schema %lld, this build knows up to %d): upgrade longhaul",
-                        s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
-  if (v < LH_STORE_SCHEMA_VERSION)
-    return lh_error_set(err, LH_EUNSUPPORTED,
-                        "%s: schema version %lld is older than this build's %d; open it once writable (e.g. "
-                        "`longhaul store gc --db FILE --dry-run`) to migrate it",
-                        s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
-  s->version = (int)v;
-  return LH_OK;
-}
-
 static int valid_word(const char *w) {
   if (!w || !*w) return 0;
   for (const char *c = w; *c; c++)
@@ -383,8 +369,6 @@ static int valid_word(const char *w) {
 static lh_status configure(lh_store *s, int creating, lh_error *err) {
   char sql[256];
   lh_status st;
-  sqlite3_busy_timeout(s->db, s->p.busy_timeout_ms);
-  sqlite3_extended_result_codes(s->db, 1);
   if ((st = lh_store__exec(s, "PRAGMA foreign_keys = ON", err))) return st;
   snprintf(sql, sizeof sql, "PRAGMA cache_size = %d", -(s->p.cache_mib > 0 ? s->p.cache_mib : 64) * 1024);
   if ((st = lh_store__exec(s, sql, err))) return st;
@@ -470,8 +454,19 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
                         "it read-only (longhaul store ls / verify)",
                         path);
   }
-  lh_status st = configure(s, !exists || sb.st_size == 0, err);
-  if (!st) st = s->p.read_only ? check_readonly(s, err) : migrate(s, err);
+  sqlite3_busy_timeout(s->db, s->p.busy_timeout_ms);
+  sqlite3_extended_result_codes(s->db, 1);
+  int64_t v = 0, app = 0, tables = 0;
+  lh_status st = identify(s, &v, &app, &tables, err);
+  if (!st) st = check_identity(s, v, app, tables, err);
+  if (!st && s->p.read_only && v < LH_STORE_SCHEMA_VERSION)
+    st = lh_error_set(err, LH_EUNSUPPORTED,
+                      "%s: schema version %lld is older than this build's %d; open it writable once (any "
+                      "`longhaul run` or `longhaul store gc`) to migrate it",
+                      path, (long long)v, LH_STORE_SCHEMA_VERSION);
+  if (!st) st = configure(s, tables == 0, err);
+  if (!st && s->p.read_only) s->version = (int)v;
+  if (!st && !s->p.read_only) st = migrate(s, err);
   if (st) {
     lh_store_close(s);
     return st;

@@ -437,7 +437,8 @@ lh_status lh_store_job_claim_next(lh_store *s, int64_t batch_id, int max, int64_
     v = NULL, nv = 0;
   }
   if (*n == 0) {
-    lh_store__rollback(s);
+    /* Keep what take() decided (jobs failed for using up their attempts). */
+    if ((st = lh_store__commit(s, "claiming a job", err))) return st;
     return lh_error_set(err, LH_ENOTFOUND, "%s: no job to claim", s->path);
   }
   if (group && max > 1) {

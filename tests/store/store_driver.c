@@ -6,12 +6,20 @@
  *       (tests/store/toy.h) from the longest good checkpoint of its N tokens, prefill the rest in
  *       chunks of C with a checkpoint after every chunk (async writer unless --sync), then record
  *       the final digest as the job's result and write it to FILE. Exit 0 done, 1 failed, 4 disk full.
+ *   store_driver claim  --db F --batch NAME [--hold]
+ *       Claim the next job of the batch and print its id. Without --hold exit at once without
+ *       releasing it (a crash, as far as the store can tell); with --hold wait for a line on stdin,
+ *       then finish the job with result {"by":"child"}.
+ *   store_driver lock   --db F
+ *       Hold an exclusive lock on the database file (BEGIN EXCLUSIVE), print "locked", and keep it
+ *       until a line arrives on stdin.
  *   store_driver worker --db F --batch NAME --log FILE [--work-ms X]
  *       Claim jobs of the batch one at a time until none is left; for each append "claim ID PID" and
  *       "done ID PID" lines to FILE (O_APPEND) around X ms of pretend work and a small checkpoint.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +160,46 @@ static int worker(int argc, char **argv) {
   return 0;
 }
 
+static int claim(int argc, char **argv) {
+  const char *db = arg(argc, argv, "--db", NULL), *bname = arg(argc, argv, "--batch", NULL);
+  if (!db || !bname) return 2;
+  lh_error e;
+  lh_store *s;
+  int64_t batch, id;
+  int n;
+  if (lh_store_open(db, NULL, &s, &e)) return fail("open", &e);
+  if (lh_store_batch_find(s, bname, &batch, &e) || lh_store_job_claim_next(s, batch, 1, &id, &n, &e))
+    return fail("claiming", &e);
+  printf("%lld\n", (long long)id);
+  fflush(stdout);
+  if (!flag(argc, argv, "--hold")) _exit(0);
+  char line[16];
+  if (!fgets(line, sizeof line, stdin)) return 1;
+  if (lh_store_job_done(s, id, "{\"by\":\"child\"}", NULL, 0, &e)) return fail("finishing", &e);
+  lh_store_close(s);
+  return 0;
+}
+
+static int lock(int argc, char **argv) {
+  const char *db = arg(argc, argv, "--db", NULL);
+  sqlite3 *h;
+  if (!db || sqlite3_open(db, &h) != SQLITE_OK) return 2;
+  if (sqlite3_exec(h, "BEGIN EXCLUSIVE", NULL, NULL, NULL) != SQLITE_OK) {
+    fprintf(stderr, "store_driver lock: %s\n", sqlite3_errmsg(h));
+    return 1;
+  }
+  printf("locked\n");
+  fflush(stdout);
+  char line[16];
+  if (!fgets(line, sizeof line, stdin)) return 1;
+  sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+  sqlite3_close(h);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "lock")) return lock(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "claim")) return claim(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "synth")) return synth(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "worker")) return worker(argc, argv);
   fprintf(stderr, "usage: store_driver synth|worker ...\n");
