@@ -73,6 +73,22 @@ static int synth(int argc, char **argv) {
   lh_store_job_spec spec = {cid, "{\"synth\":true}", NULL, TOY_MODEL_ID};
   if (lh_store_batch_put(s, "synth", &batch, &e) || lh_store_job_add(s, batch, &spec, &job, NULL, &e))
     return fail("adding the job", &e);
+  lh_store_job_info in;
+  if (lh_store_job_get(s, job, &in, &e)) return fail("reading the job", &e);
+  lh_job_state was = in.state;
+  lh_store_job_info_clear(&in);
+  if (was == LH_JOB_DONE) {
+    /* Finished by an earlier run: report its result, as the runner skips finished jobs. */
+    lh_buf res = {0};
+    if (lh_store_job_result(s, job, &res, NULL, &e)) return fail("reading the result", &e);
+    const char *d = strstr(res.data, "\"digest\":\"");
+    if (!d || strlen(d) < 10 + 64) return 1;
+    if (lh_file_write_atomic(out, d + 10, 64, &e)) return fail("writing the digest", &e);
+    fprintf(stderr, "store_driver: already done\n");
+    lh_buf_free(&res);
+    lh_store_close(s);
+    return 0;
+  }
   if (lh_store_job_claim(s, job, &e)) return fail("claiming the job", &e);
   if (lh_store_job_set_tokens(s, job, n, &e)) return fail("recording tokens", &e);
   toy t;
