@@ -375,7 +375,10 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
   if (s->p.read_only) return LH_OK;
   if (creating) {
     /* Only effective before the first table exists; harmless on an existing file. */
-    snprintf(sql, sizeof sql, "PRAGMA page_size = %d; PRAGMA auto_vacuum = INCREMENTAL", LH_STORE_PAGE_SIZE);
+    int ps = s->p.db_page_size ? s->p.db_page_size : LH_STORE_PAGE_SIZE;
+    if (ps < 512 || ps > 65536 || (ps & (ps - 1)))
+      return lh_error_set(err, LH_EINVAL, "%s: page size %d is not a power of two in 512..65536", s->path, ps);
+    snprintf(sql, sizeof sql, "PRAGMA page_size = %d; PRAGMA auto_vacuum = INCREMENTAL", ps);
     if ((st = lh_store__exec(s, sql, err))) return st;
   }
   const char *jm = s->p.journal_mode ? s->p.journal_mode : "truncate";
@@ -399,7 +402,9 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
   snprintf(sql, sizeof sql, "PRAGMA synchronous = %s", sy);
   if ((st = lh_store__exec(s, sql, err))) return st;
   if (s->p.max_db_bytes > 0) {
-    int64_t pages = s->p.max_db_bytes / LH_STORE_PAGE_SIZE;
+    int64_t page = 0;
+    if ((st = pragma_int(s, "PRAGMA page_size", &page, err))) return st;
+    int64_t pages = s->p.max_db_bytes / (page > 0 ? page : LH_STORE_PAGE_SIZE);
     if (pages < 1) pages = 1;
     snprintf(sql, sizeof sql, "PRAGMA max_page_count = %lld", (long long)pages);
     if ((st = lh_store__exec(s, sql, err))) return st;

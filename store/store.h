@@ -87,6 +87,7 @@ typedef struct lh_store_params {
   const char *journal_mode; /* default "truncate" */
   const char *synchronous;  /* default "full" */
   int cache_mib;            /* SQLite page cache per connection (default 64) */
+  int db_page_size;         /* SQLite page size of a new file (default 65536) */
 } lh_store_params;
 
 lh_store_params lh_store_default_params(void);
@@ -217,6 +218,8 @@ typedef struct lh_store_cursor {
   uint8_t parent_hash[32];  /* its prefix hash */
 } lh_store_cursor;
 
+/* model_id: the 64 hex characters of lh_model_id (anything else leaves the cursor unable to
+ * checkpoint: lh_store_ckpt_new then fails with LH_EINVAL). */
 void lh_store_cursor_init(lh_store_cursor *c, const char *model_id, int64_t job_id);
 /* Advance the running hash over tokens[0:n] (the tokens just fed to the state). */
 void lh_store_cursor_feed(lh_store_cursor *c, const int32_t *tokens, int64_t n);

@@ -58,7 +58,8 @@ static void hash_tokens(lh_sha256 *h, const int32_t *t, int64_t n) {
 
 void lh_store_cursor_init(lh_store_cursor *c, const char *model_id, int64_t job_id) {
   memset(c, 0, sizeof *c);
-  snprintf(c->model_id, sizeof c->model_id, "%s", model_id ? model_id : "");
+  /* Anything but a full 64-character id leaves it empty, which lh_store_ckpt_new refuses. */
+  if (model_id && strlen(model_id) == 64) memcpy(c->model_id, model_id, 65);
   c->job_id = job_id;
   lh_sha256_init(&c->hash);
 }
@@ -89,7 +90,9 @@ lh_status lh_store__ckpt_reset(lh_store_ckpt *ck, const lh_state_layout *lay, co
   if (c->pos <= 0 || c->pos <= c->parent_pos || (!c->has_parent && c->parent_pos != 0))
     return lh_error_set(err, LH_EINVAL, "checkpoint: cursor at %lld cannot checkpoint after parent at %lld",
                         (long long)c->pos, (long long)c->parent_pos);
-  if (strlen(c->model_id) != 64) return lh_error_set(err, LH_EINVAL, "checkpoint: the cursor has no model id");
+  if (strlen(c->model_id) != 64)
+    return lh_error_set(err, LH_EINVAL, "checkpoint: the cursor has no model id (lh_store_cursor_init needs the 64 "
+                        "hex characters of lh_model_id)");
   if (lay->n_lightning < 0 || lay->n_softmax < 0 || lay->vocab_size <= 0 || (lay->n_softmax && !lay->kv_row_bytes) ||
       (lay->n_lightning && !lay->lightning_bytes))
     return lh_error_set(err, LH_EINVAL, "checkpoint: bad state layout");
