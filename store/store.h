@@ -131,8 +131,10 @@ typedef struct lh_store_job_spec {
  * it is LH_EINVAL naming the custom_id. existed may be NULL. */
 lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spec *spec, int64_t *job_id,
                            int *existed, lh_error *err);
+/* The job with this custom_id in the batch; batch_id 0 searches every batch (LH_EINVAL when the
+ * custom_id is in more than one: name the batch). LH_ENOTFOUND when none. */
 lh_status lh_store_job_find(lh_store *s, int64_t batch_id, const char *custom_id, int64_t *job_id,
-                            lh_error *err); /* ENOTFOUND */
+                            lh_error *err);
 
 /* Claim work atomically: the oldest queued job of the batch (batch_id 0 = any batch), or a running
  * job whose owner is dead or whose lease expired, becomes running and owned by this handle's
@@ -277,6 +279,12 @@ lh_status lh_store_ckpt_find(lh_store *s, const char *model_id, const uint8_t ha
  * *pos = 0 and *id = 0 when there is none. */
 lh_status lh_store_prefix_lookup(lh_store *s, const char *model_id, const int32_t *tokens, int64_t n,
                                  int64_t *pos, int64_t *id, lh_error *err);
+
+/* For a runner that gets its tokens as a stream: the distinct positions <= max_pos at which model_id
+ * has a checkpoint with state, ascending (*pos is malloc'd; free it). Compare the running hash at
+ * each with lh_store_ckpt_find. Reads only an index. */
+lh_status lh_store_prefix_positions(lh_store *s, const char *model_id, int64_t max_pos, int64_t **pos, size_t *n,
+                                    lh_error *err);
 
 typedef enum lh_store_part { LH_PART_LIGHTNING = 0, LH_PART_KV = 1, LH_PART_LOGITS = 2 } lh_store_part;
 /* Receives a verified piece of a chain: LIGHTNING layer i's whole state; KV rows [t0, t1) of

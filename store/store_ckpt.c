@@ -5,7 +5,22 @@
  *   LIGHTNING  layer i = 0..n_lightning-1: lightning_bytes each, pages of at most page_bytes
  *   KV         layer j = 0..n_softmax-1:  (pos - parent_pos) * kv_row_bytes, pages of whole rows
  *   LOGITS     layer 0: vocab_size fp32
- * Each page row stores its length and the CRC-32C of its bytes. Invariants:
+ * Each page row stores its length and the CRC-32C of its bytes.
+ *
+ * A checkpoint's life (checkpoints.has_state; the function for each transition):
+ *
+ *                lh_store_ckpt_write                  gc (keep-last, size cap), or damaged state
+ *     (absent) ----------------------> full ------------------------------------------------> thin
+ *        ^                              | ^            lh_store_ckpt_write of the same key         |
+ *        |                              | +----------------------------------------------------------+
+ *        +------------------------------+-------------------------------------------------------------+
+ *           lh_store_ckpt_drop / gc delete / damaged KV (always with the whole subtree; a thin one
+ *           only once it has no children left)
+ *
+ * "full" has lightning states, KV rows and logits and is a resume point; "thin" has only its KV
+ * rows, kept because descendants need them.
+ *
+ * Invariants:
  *   1. A checkpoint row and all its pages are inserted in one BEGIN IMMEDIATE transaction, and the
  *      producing job's resume point moves to it in the same transaction; a crash leaves either all
  *      of it or none (SQLite's journal), never a checkpoint without its pages.
@@ -509,31 +524,12 @@ lh_status lh_store_prefix_lookup(lh_store *s, const char *model_id, const int32_
   *pos = 0;
   *id = 0;
   if (n <= 0) return LH_OK;
-  sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s,
-                                   "SELECT DISTINCT pos FROM checkpoints WHERE model_id = ?1 AND has_state = 1 AND "
-                                   "pos <= ?2 ORDER BY pos",
-                                   &q, err);
-  if (st) return st;
-  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 2, n);
   int64_t *cand = NULL;
-  size_t nc = 0, cap = 0;
+  size_t nc = 0;
+  lh_status st = lh_store_prefix_positions(s, model_id, n, &cand, &nc, err);
+  if (st) return st;
+  sqlite3_stmt *q;
   int rc;
-  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-    if (nc == cap) {
-      size_t c2 = cap ? 2 * cap : 64;
-      int64_t *nv = realloc(cand, c2 * sizeof *nv);
-      if (!nv) {
-        st = lh_error_set(err, LH_ENOMEM, "%s: out of memory in prefix lookup", s->path);
-        break;
-      }
-      cand = nv, cap = c2;
-    }
-    cand[nc++] = sqlite3_column_int64(q, 0);
-  }
-  sqlite3_finalize(q);
-  if (!st && rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "looking up a prefix");
   uint8_t(*hashes)[32] = NULL;
   if (!st && nc) {
     hashes = malloc(nc * sizeof *hashes);
@@ -572,6 +568,44 @@ lh_status lh_store_prefix_lookup(lh_store *s, const char *model_id, const int32_
   free(cand);
   free(hashes);
   return st;
+}
+
+lh_status lh_store_prefix_positions(lh_store *s, const char *model_id, int64_t max_pos, int64_t **pos, size_t *n,
+                                    lh_error *err) {
+  *pos = NULL;
+  *n = 0;
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s,
+                                   "SELECT DISTINCT pos FROM checkpoints WHERE model_id = ?1 AND has_state = 1 AND "
+                                   "pos <= ?2 ORDER BY pos",
+                                   &q, err);
+  if (st) return st;
+  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(q, 2, max_pos);
+  size_t cap = 0;
+  int64_t *v = NULL;
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    if (*n == cap) {
+      size_t c2 = cap ? 2 * cap : 64;
+      int64_t *nv = realloc(v, c2 * sizeof *nv);
+      if (!nv) {
+        st = lh_error_set(err, LH_ENOMEM, "%s: out of memory listing checkpoint positions", s->path);
+        break;
+      }
+      v = nv, cap = c2;
+    }
+    v[(*n)++] = sqlite3_column_int64(q, 0);
+  }
+  sqlite3_finalize(q);
+  if (!st && rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "listing checkpoint positions");
+  if (st) {
+    free(v);
+    *n = 0;
+    return st;
+  }
+  *pos = v;
+  return LH_OK;
 }
 
 /* ---- checking and loading ------------------------------------------------------------------ */

@@ -196,16 +196,28 @@ lh_status lh_store_batch_put(lh_store *s, const char *name, int64_t *batch_id, l
 
 lh_status lh_store_job_find(lh_store *s, int64_t batch_id, const char *custom_id, int64_t *job_id, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT id FROM jobs WHERE batch_id = ?1 AND custom_id = ?2", &q, err);
+  lh_status st = lh_store__prepare(s, "SELECT id FROM jobs WHERE (?1 = 0 OR batch_id = ?1) AND custom_id = ?2 LIMIT 2",
+                                   &q, err);
   if (st) return st;
   sqlite3_bind_int64(q, 1, batch_id);
   sqlite3_bind_text(q, 2, custom_id, -1, SQLITE_STATIC);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(q, 0);
+  int rc = sqlite3_step(q), found = 0;
+  if (rc == SQLITE_ROW) {
+    *job_id = sqlite3_column_int64(q, 0);
+    found = 1;
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) found = 2;
+  }
   sqlite3_finalize(q);
-  if (rc == SQLITE_ROW) return LH_OK;
-  if (rc == SQLITE_DONE)
-    return lh_error_set(err, LH_ENOTFOUND, "%s: batch %lld has no job '%s'", s->path, (long long)batch_id, custom_id);
+  if (found == 2)
+    return lh_error_set(err, LH_EINVAL, "%s: custom_id '%s' is in more than one batch; name the batch", s->path,
+                        custom_id);
+  if (found == 1 && rc == SQLITE_DONE) return LH_OK;
+  if (rc == SQLITE_DONE) {
+    if (batch_id)
+      return lh_error_set(err, LH_ENOTFOUND, "%s: batch %lld has no job '%s'", s->path, (long long)batch_id, custom_id);
+    return lh_error_set(err, LH_ENOTFOUND, "%s: no job '%s'", s->path, custom_id);
+  }
   return lh_store__sql_error(s, rc, err, "finding job '%s'", custom_id);
 }
 

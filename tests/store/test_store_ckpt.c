@@ -134,6 +134,35 @@ int main(void) {
                                &e) == LH_OK);
   CHECK_EQ(pos, 0);
 
+  /* The streaming form: stored positions, then a running hash compared at each. */
+  {
+    int64_t *ps;
+    size_t np;
+    CHECK(lh_store_prefix_positions(s, TOY_MODEL_ID, N, &ps, &np, &e) == LH_OK);
+    CHECK_EQ(np, 3);
+    if (np == 3) CHECK(ps[0] == 100 && ps[1] == 250 && ps[2] == 600);
+    free(ps);
+    CHECK(lh_store_prefix_positions(s, TOY_MODEL_ID, 249, &ps, &np, &e) == LH_OK);
+    CHECK_EQ(np, 1);
+    free(ps);
+    lh_store_cursor c;
+    lh_store_cursor_init(&c, TOY_MODEL_ID, 0);
+    lh_store_cursor_feed(&c, tok, 250);
+    uint8_t h[32];
+    lh_sha256_final(&c.hash, h);
+    CHECK(lh_store_ckpt_find(s, TOY_MODEL_ID, h, &id, &e) == LH_OK);
+    CHECK_EQ(id, id250);
+    lh_store_cursor_feed(&c, tok + 250, 1);
+    lh_sha256_final(&c.hash, h);
+    CHECK(lh_store_ckpt_find(s, TOY_MODEL_ID, h, &id, &e) == LH_ENOTFOUND);
+    /* A cursor made with a malformed model id cannot checkpoint. */
+    lh_store_cursor_init(&c, "abc", 0);
+    lh_store_cursor_feed(&c, tok, 10);
+    lh_store_ckpt *ck;
+    CHECK(lh_store_ckpt_new(&lay, &c, &ck, &e) == LH_EINVAL);
+    CHECK_STR_CONTAINS(e.msg, "64 hex characters");
+  }
+
   /* Chains load back bitwise, at every checkpoint. */
   digest_at(&lay, tok, 600, want);
   CHECK(load_digest(s, &lay, id600, 600, got) == LH_OK);

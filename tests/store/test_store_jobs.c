@@ -80,6 +80,11 @@ int main(int argc, char **argv) {
   CHECK(lh_store_job_find(s, b1, "q3", &jx, &e) == LH_OK);
   CHECK_EQ(jx, j3);
   CHECK(lh_store_job_find(s, b1, "q9", &jx, &e) == LH_ENOTFOUND);
+  CHECK(lh_store_job_find(s, 0, "q3", &jx, &e) == LH_OK); /* any batch: unique */
+  CHECK_EQ(jx, j3);
+  CHECK(lh_store_job_find(s, 0, "q1", &jx, &e) == LH_EINVAL); /* in two batches */
+  CHECK_STR_CONTAINS(e.msg, "in more than one batch");
+  CHECK(lh_store_job_find(s, 0, "q9", &jx, &e) == LH_ENOTFOUND);
 
   /* Transitions on a queued job that need a claim are refused. */
   CHECK(lh_store_job_done(s, j1, "{}", NULL, 0, &e) == LH_EINVAL);
