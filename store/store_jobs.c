@@ -88,6 +88,13 @@ static void *heartbeat_main(void *arg) {
     return NULL;
   }
   sqlite3_busy_timeout(db, s->p.busy_timeout_ms);
+  /* The same journal discipline as the handle (a mismatch is harmless between rollback modes, so a
+   * failure here is only logged). */
+  char sql[96];
+  snprintf(sql, sizeof sql, "PRAGMA journal_mode = %s; PRAGMA synchronous = %s",
+           s->p.journal_mode ? s->p.journal_mode : "truncate", s->p.synchronous ? s->p.synchronous : "full");
+  if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+    lh_log_debug("%s: heartbeat connection: %s", s->path, sqlite3_errmsg(db));
   int64_t period_ms = (int64_t)s->p.lease_s * 1000 / 4;
   if (period_ms < 100) period_ms = 100;
   pthread_mutex_lock(&s->hb_mu);
