@@ -148,6 +148,10 @@ lh_status lh_store_job_claim(lh_store *s, int64_t job_id, lh_error *err);
 /* Refresh the heartbeat of every job this process has claimed (the heartbeat thread does this
  * when params.heartbeat is set). */
 lh_status lh_store_job_heartbeat(lh_store *s, lh_error *err);
+/* LH_OK while this process still holds the job's claim; LH_EBUSY (naming the new owner) if it was
+ * taken over, e.g. after this process stalled for a whole lease; LH_EINVAL if the job is not
+ * running. Cheap (one indexed read): a runner calls it between chunks and stops a lost job. */
+lh_status lh_store_job_check_claim(lh_store *s, int64_t job_id, lh_error *err);
 /* Record progress for `status`: tokens total in the job's prompt (-1 = leave as is). */
 lh_status lh_store_job_set_tokens(lh_store *s, int64_t job_id, int64_t tokens_total, lh_error *err);
 /* running -> done, storing the result (JSON text, and an optional blob) in the same transaction.

@@ -602,6 +602,18 @@ static lh_status owned_update(lh_store *s, int64_t job_id, const char *set, cons
   return LH_OK;
 }
 
+lh_status lh_store_job_check_claim(lh_store *s, int64_t job_id, lh_error *err) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s, "SELECT 1 FROM jobs WHERE " OWNED, &q, err);
+  if (st) return st;
+  bind_owned(s, q, job_id);
+  int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc == SQLITE_ROW) return LH_OK;
+  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "checking the claim of job %lld", (long long)job_id);
+  return not_ours(s, job_id, "checking the claim", err);
+}
+
 #define CLEAR_OWNER "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL, heartbeat_ms = NULL"
 
 lh_status lh_store_job_done(lh_store *s, int64_t job_id, const char *result_json, const void *blob, size_t blob_len,

@@ -242,6 +242,8 @@ int main(int argc, char **argv) {
            (long long)0x7fffffffffffLL, (long long)j5);
   raw_exec(path, sql);
   CHECK(lh_store_job_claim(s, j5, &e) == LH_EBUSY);
+  CHECK(lh_store_job_check_claim(s, j5, &e) == LH_EBUSY);
+  CHECK_STR_CONTAINS(e.msg, "took it over");
   CHECK(lh_store_job_done(s, j5, "{}", NULL, 0, &e) == LH_EBUSY);
   CHECK_STR_CONTAINS(e.msg, "no longer ours: elsewhere pid 1 took it over");
   snprintf(sql, sizeof sql, "UPDATE jobs SET heartbeat_ms = 1000 WHERE id = %lld", (long long)j5);
@@ -250,6 +252,8 @@ int main(int argc, char **argv) {
   CHECK_EQ(in.owner_alive, 0);
   lh_store_job_info_clear(&in);
   CHECK(lh_store_job_claim(s, j5, &e) == LH_OK);
+  CHECK(lh_store_job_check_claim(s, j5, &e) == LH_OK);
+  CHECK(lh_store_job_check_claim(s, j1, &e) == LH_EINVAL);
   CHECK(lh_store_job_heartbeat(s, &e) == LH_OK);
   CHECK(lh_store_job_done(s, j5, "{}", NULL, 0, &e) == LH_OK);
 
