@@ -285,12 +285,20 @@ void lh_reader_doc_free(lh_reader *r) {
 }
 
 static lh_status emit_content(lh_reader *r, const uint8_t *p, size_t n, int final) {
-  lh_buf *b = lh_reader_textbuf(r);
-  size_t old = b->len;
-  if (lh_utf8_repair(&r->doc.u, p, n, final, b, &r->doc.invalid))
-    return lh_error_set(&r->err, LH_ENOMEM, "out of memory framing a document");
-  if (b->len > old) r->doc.last = b->data[b->len - 1];
-  return lh_reader_text_done(r, old);
+  /* In slices of at most batch_bytes, so a big block still makes batches of about that size. */
+  size_t slice = r->p->batch_bytes;
+  do {
+    size_t k = n < slice ? n : slice;
+    lh_buf *b = lh_reader_textbuf(r);
+    size_t old = b->len;
+    if (lh_utf8_repair(&r->doc.u, p, k, final && k == n, b, &r->doc.invalid))
+      return lh_error_set(&r->err, LH_ENOMEM, "out of memory framing a document");
+    if (b->len > old) r->doc.last = b->data[b->len - 1];
+    lh_status s = lh_reader_text_done(r, old);
+    if (s) return s;
+    p += k, n -= k;
+  } while (n);
+  return LH_OK;
 }
 
 static lh_status decide(lh_reader *r, int final) {
@@ -301,7 +309,8 @@ static lh_status decide(lh_reader *r, int final) {
   if (!n) nul = -1;
   r->doc.decided = 1;
   r->doc.nul_at = nul;
-  if (nul >= 0 || (double)bad > r->p->max_invalid_share * (double)n) {
+  /* At least a few bad bytes, so one Latin-1 letter in a short note does not make it binary. */
+  if (nul >= 0 || ((double)bad > r->p->max_invalid_share * (double)n && bad >= 4)) {
     r->doc.binary = 1;
     r->doc.stopped = 1;
     r->doc.invalid = (int64_t)bad;

@@ -49,7 +49,7 @@
  * sockets) are recorded and never followed or opened; encrypted entries are skipped; exclude
  * globs, then include globs; the per-file cap and the total cap (on the declared size when the
  * format gives one); then content: the first sniff_bytes decide binary (any NUL byte, or more than
- * max_invalid_share of the bytes in invalid UTF-8) versus text. Text is streamed through with each
+ * max_invalid_share of the bytes, and at least 4, in invalid UTF-8) versus text. Text is streamed through with each
  * maximal invalid UTF-8 subpart replaced by U+FFFD (Unicode 15 §3.9, what Python's
  * bytes.decode("utf-8", "replace") does), counted in invalid_utf8. NUL bytes after the sniff window
  * pass through unchanged. A document whose size was not declared and that outgrows a cap is cut

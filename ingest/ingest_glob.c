@@ -34,10 +34,11 @@ static int get_bit(const uint8_t *set, unsigned c) { return set[c >> 3] >> (c & 
 
 static lh_status compile(const char *pat, lh_glob *g, lh_error *err) {
   size_t n = strlen(pat);
+  while (n > 1 && pat[n - 1] == '/') n--; /* "dir/" is "dir": paths are matched without a trailing '/' */
   g->t = calloc(n + 1, sizeof *g->t);
   if (!g->t) return lh_error_set(err, LH_ENOMEM, "out of memory compiling glob");
   g->n = 0;
-  g->has_slash = strchr(pat, '/') != NULL;
+  g->has_slash = memchr(pat, '/', n) != NULL;
   if (n == 0) return lh_error_set(err, LH_EINVAL, "empty glob pattern");
   for (size_t i = 0; i < n;) {
     gtok *t = &g->t[g->n++];
