@@ -250,6 +250,9 @@ static lh_status check_caps(src *s, struct archive *a, char *detail) {
   int64_t in = s->bytes_read;
   lh_status st = lh_reader_source_progress(r, s->progress_base + in);
   if (st) return st;
+  /* Formats that seek (zip, 7z, ISO) may read parts of a file more than once; what a bomb can
+   * expand is at most the file itself. */
+  if (s->size >= 0 && in > s->size) in = s->size;
   char a1[32], a2[32], a3[32];
   if (out > r->p->max_decompressed_bytes) {
     fmt_size(a1, sizeof a1, out);
@@ -455,7 +458,11 @@ static void meta_of(lh_reader *r, src *s, struct archive *a, struct archive_entr
   if (l) m->link = l, m->link_len = strlen(l);
   m->size = archive_entry_size_is_set(e) ? (int64_t)archive_entry_size(e) : -1;
   if (m->size < -1) m->size = -1;
+  if (fmt_base(a) == ARCHIVE_FORMAT_RAW && archive_filter_count(a) == 1 && s->size >= 0)
+    m->size = s->size; /* a plain file: its size is the file's */
   m->encrypted = archive_entry_is_encrypted(e);
+  if (fmt_base(a) == ARCHIVE_FORMAT_AR && (!strcmp(p, "/") || !strcmp(p, "//") || !strcmp(p, "/SYM64/")))
+    m->type = LH_ENTRY_OTHER; /* the symbol or long-name table libarchive reports as an entry */
   (void)r;
 }
 
@@ -536,7 +543,12 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     if (why) {
       if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, warn))) break;
       if (raw) break; /* the only entry: nothing after it to reach */
-      if (m.type == LH_ENTRY_FILE || m.size > 0) discard(s, a, e, &o);
+      if (m.encrypted) {
+        /* Its data cannot be read, so it cannot be watched either: let libarchive step over it. A
+         * failure here is about the encryption, not the archive; the next header tells. */
+        archive_read_data_skip(a);
+      } else if (m.type == LH_ENTRY_FILE || m.size > 0)
+        discard(s, a, e, &o);
       /* A failure while skipping belongs to the input, not to the skipped entry. */
       if (o.code && (st = input_failed(r, o.code, o.why, o.off, o.detail))) break;
     } else {
@@ -770,6 +782,8 @@ static lh_status sort_pass(sorter *so, int pass) {
       if (!fits) so->spilled = 1;
       x->want = 0;
       o = x->res;
+    } else if (m.encrypted) {
+      archive_read_data_skip(a);
     } else if (!raw && (m.type == LH_ENTRY_FILE || m.size > 0)) {
       discard(s, a, e, &o);
     }

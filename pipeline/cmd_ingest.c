@@ -38,6 +38,7 @@ static void usage(FILE *f) {
           "  --max-total-size SIZE   all documents together (default 4G); the prompt stays a prefix\n"
           "  --max-decompressed SIZE per input (default 64G)\n"
           "  --max-ratio N           decompressed:read per input, past the first 256M (default 200)\n"
+          "  --ratio-grace SIZE      decompressed bytes before --max-ratio applies (default 256M)\n"
           "  --sort archive|path     archive order (default) or path order, the same for every format\n"
           "  --sort-memory SIZE      document bytes held in memory for --sort path (default 256M)\n"
           "  --on-error fail|skip    stop at the first damaged entry or input (default), or record it and go on\n"
@@ -210,6 +211,7 @@ int lh_cmd_ingest(int argc, char **argv) {
     else if (!strcmp(a, "--max-total-size")) SIZE_VALUE(max_total_bytes);
     else if (!strcmp(a, "--max-decompressed")) SIZE_VALUE(max_decompressed_bytes);
     else if (!strcmp(a, "--sort-memory")) SIZE_VALUE(sort_memory);
+    else if (!strcmp(a, "--ratio-grace")) SIZE_VALUE(ratio_grace_bytes);
     else if (!strcmp(a, "--max-ratio")) {
       NEED_VALUE;
       char *end;
