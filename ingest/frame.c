@@ -304,9 +304,10 @@ static lh_status emit_content(lh_reader *r, const uint8_t *p, size_t n, int fina
 static lh_status decide(lh_reader *r, int final) {
   const uint8_t *p = (const uint8_t *)r->doc.sniff.data;
   size_t n = r->doc.sniff.len;
-  int64_t nul;
-  size_t bad = n ? lh_utf8_invalid_bytes(p, n, final, &nul) : 0;
-  if (!n) nul = -1;
+  int64_t nul = -1;
+  size_t clean = 0;
+  size_t limit = (size_t)(r->p->max_invalid_share * (double)n);
+  size_t bad = n ? lh_utf8_invalid_bytes(p, n, final, limit < 4 ? 4 : limit, &nul, &clean) : 0;
   r->doc.decided = 1;
   r->doc.nul_at = nul;
   /* At least a few bad bytes, so one Latin-1 letter in a short note does not make it binary. */
@@ -320,6 +321,12 @@ static lh_status decide(lh_reader *r, int final) {
   if (s) return s;
   r->doc.text_start = r->text_pos;
   if ((s = render(r, r->tmpl->head, r->tmpl->n_head, 0))) return s;
+  if (bad == 0 && clean > 0) {
+    /* Already valid (the usual case): copy it, and repair only an unfinished tail. */
+    if ((s = lh_reader_text(r, (const char *)p, clean))) return s;
+    r->doc.last = (char)p[clean - 1];
+    p += clean, n -= clean;
+  }
   if (n && (s = emit_content(r, p, n, 0))) return s;
   lh_buf_clear(&r->doc.sniff);
   return LH_OK;
@@ -368,7 +375,7 @@ lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t 
     if (!detail || !detail[0]) {
       if (r->doc.nul_at >= 0) snprintf(msg, sizeof msg, "NUL byte at offset %" PRId64, r->doc.nul_at);
       else
-        snprintf(msg, sizeof msg, "%" PRId64 " of the first %zu bytes are not UTF-8", r->doc.invalid,
+        snprintf(msg, sizeof msg, "over %.0f%% of the first %zu bytes are not UTF-8", 100 * r->p->max_invalid_share,
                  r->doc.sniff.len);
       detail = msg;
     }

@@ -103,15 +103,19 @@ lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_b
   return lh_buf_append(out, p + run, n - run);
 }
 
-size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, int64_t *nul_at) {
+size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, size_t stop_above, int64_t *nul_at,
+                             size_t *clean) {
   const void *z = memchr(p, 0, n);
   *nul_at = z ? (const uint8_t *)z - p : -1;
   size_t bad = 0, i = 0;
-  while (i < n) {
+  *clean = n;
+  if (z) return 0; /* binary whatever the rest holds */
+  while (i < n && bad <= stop_above) {
     i += ascii_run(p + i, n - i);
     if (i >= n) break;
     size_t len;
     int r = decode_one(p + i, n - i, &len);
+    if (r == U_SHORT && !final) *clean = i;
     if (r == U_INVALID || (r == U_SHORT && final)) bad += len;
     i += len;
   }

@@ -208,9 +208,15 @@ lh_status lh_reader_text_done(lh_reader *r, size_t old_len) {
 }
 
 lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
-  size_t old = r->cur->text.len;
-  if (lh_buf_append(&r->cur->text, p, n)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
-  return lh_reader_text_done(r, old);
+  do { /* in pieces that fill the current chunk, so batches stay about batch_bytes */
+    size_t room = r->cur->text.len < r->p->batch_bytes ? r->p->batch_bytes - r->cur->text.len : 1;
+    size_t k = n < room ? n : room, old = r->cur->text.len;
+    if (lh_buf_append(&r->cur->text, p, k)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    lh_status s = lh_reader_text_done(r, old);
+    if (s) return s;
+    p += k, n -= k;
+  } while (n);
+  return LH_OK;
 }
 
 lh_status lh_reader_mark(lh_reader *r, int64_t *id) {

@@ -47,9 +47,13 @@ typedef struct lh_utf8 {
 /* Append p[0..n) to out with every maximal invalid subpart replaced by U+FFFD. final: the input
  * ends here (a carried unfinished sequence becomes U+FFFD). Adds substitutions to *replaced. */
 lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_buf *out, int64_t *replaced);
-/* Number of bytes of p[0..n) inside invalid subparts, an unfinished tail counting as valid
- * when !final; *nul_at receives the offset of the first NUL byte or -1. */
-size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, int64_t *nul_at);
+/* The binary sniff. *nul_at receives the offset of the first NUL byte or -1 (and then nothing
+ * else is counted). Otherwise returns the number of bytes of p[0..n) inside invalid subparts (an
+ * unfinished tail counting as valid when !final), counting stops once past stop_above; *clean
+ * is the length of the prefix that ends where a sequence ends (n, less an unfinished tail). When
+ * the result is 0, p[0..*clean) needs no repair. */
+size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, size_t stop_above, int64_t *nul_at,
+                             size_t *clean);
 /* The sequence at s[0..avail) (avail >= 1): 1 when valid, 0 when not; *len is its length or the
  * length of the maximal invalid subpart (an unfinished sequence at the end counts as invalid). */
 int lh_utf8_next(const uint8_t *s, size_t avail, size_t *len);

@@ -127,11 +127,13 @@ static void test_utf8(void) {
     repair_all_splits(c[i].in, n, c[i].out, wn, c[i].repl);
   }
   int64_t nul;
-  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xFF\xFE" "cd", 6, 1, &nul), 2);
+  size_t clean;
+  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xFF\xFE" "cd", 6, 1, 100, &nul, &clean), 2);
   CHECK_EQ(nul, -1);
-  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xE2\x82", 4, 0, &nul), 0); /* unfinished, not final */
-  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xE2\x82", 4, 1, &nul), 2);
-  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"a\0", 2, 1, &nul), 0);
+  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xE2\x82", 4, 0, 100, &nul, &clean), 0); /* unfinished, not final */
+  CHECK_EQ(clean, 2);
+  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"ab\xE2\x82", 4, 1, 100, &nul, &clean), 2);
+  CHECK_EQ(lh_utf8_invalid_bytes((const uint8_t *)"a\0", 2, 1, 100, &nul, &clean), 0);
   CHECK_EQ(nul, 1);
 }
 
@@ -500,7 +502,7 @@ static void test_caps_and_binary(void) {
   p.sniff_bytes = 1 << 20;
   run_ingest(&p, &in2, 1, &g);
   CHECK(g.n == 2 && g.ents[0].e.reason == LH_REASON_BINARY && g.ents[1].e.reason == LH_REASON_BINARY);
-  if (g.n == 2) CHECK_STR_CONTAINS(g.ents[1].detail, "13 of the first 100 bytes are not UTF-8");
+  if (g.n == 2) CHECK_STR_CONTAINS(g.ents[1].detail, "over 10% of the first 100 bytes are not UTF-8");
   got_free(&g);
   p.max_invalid_share = 0.2;
   run_ingest(&p, &in2, 1, &g);
