@@ -1,0 +1,909 @@
+/* archive.c — inputs read through libarchive: archive files, compressed files, plain files given
+ * directly, stdin and memory, in archive order or (LH_INGEST_SORT_PATH) in path order.
+ *
+ * We feed libarchive through our own callbacks so that we know exactly how many bytes came from
+ * the input: the decompression caps compare what came out (the top filter's output, or the entry
+ * data a format decompressed itself) with what went in, after every block, so a bomb is stopped
+ * within one block of crossing a cap. Skipping unwanted data costs decompression for compressed
+ * streams and for formats that compress per block (7z solid blocks, streamed zip entries of
+ * unknown length), so there we read and discard under the same checks instead of letting
+ * archive_read_data_skip run unwatched; plain tar, cpio, ar, ISO and zip entries of known size
+ * are skipped by seeking.
+ *
+ * Sorted order (see ingest.h for the cost): pass 1 reads every header, keeps each entry's
+ * metadata and buffers the content of candidate documents while they fit in sort_memory; the
+ * records are then emitted in key order, and a candidate whose content was not buffered starts a
+ * further pass over the input that buffers the next window of sort_memory bytes of documents in
+ * key order. Entries are matched across passes by their ordinal and checked by name.
+ *
+ * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
+ * is not enabled; no external filter program runs unless external_filters); every entry that
+ * libarchive reports yields exactly one manifest entry; an input that dies yields an INPUT entry
+ * naming where; nothing here decides what an error means for the run (lh_reader_entry does).
+ */
+#define _GNU_SOURCE
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ingest/ingest_internal.h"
+#include "util/fs.h"
+
+#define READ_BLOCK (1 << 20)
+#define MEM_BLOCK (256 << 10)
+#define FEED_BLOCK (1 << 20)
+
+/* Filters libarchive can run in-process here (probed once: a support call that can only offer an
+ * external program returns ARCHIVE_WARN). */
+static struct {
+  const char *name;
+  int (*fn)(struct archive *);
+  int native;
+} filters[] = {
+    {"gzip", archive_read_support_filter_gzip, 0},   {"bzip2", archive_read_support_filter_bzip2, 0},
+    {"xz", archive_read_support_filter_xz, 0},       {"lzma", archive_read_support_filter_lzma, 0},
+    {"lzip", archive_read_support_filter_lzip, 0},   {"zstd", archive_read_support_filter_zstd, 0},
+    {"lz4", archive_read_support_filter_lz4, 0},     {"compress", archive_read_support_filter_compress, 0},
+    {"lzop", archive_read_support_filter_lzop, 0},   {"lrzip", archive_read_support_filter_lrzip, 0},
+    {"grzip", archive_read_support_filter_grzip, 0},
+};
+#define N_FILTERS (sizeof filters / sizeof *filters)
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+static void probe_filters(void) {
+  for (size_t i = 0; i < N_FILTERS; i++) {
+    struct archive *a = archive_read_new();
+    if (!a) continue;
+    filters[i].native = filters[i].fn(a) == ARCHIVE_OK;
+    archive_read_free(a);
+  }
+}
+
+void lh_archive_global_init(void) { pthread_once(&probe_once, probe_filters); }
+
+/* ---- the byte source under libarchive ---- */
+
+typedef struct src {
+  lh_reader *r;
+  int fd, own_fd;
+  const uint8_t *mem;
+  int64_t size; /* -1 unknown */
+  int64_t pos;
+  int64_t bytes_read; /* handed to libarchive (seeks excluded) */
+  int64_t data_bytes; /* entry data libarchive handed us */
+  int64_t progress_base;
+  int seekable;
+  uint8_t *buf;
+  const lh_input *in;
+} src;
+
+static la_ssize_t src_read(struct archive *a, void *ud, const void **out) {
+  src *s = ud;
+  if (s->mem) {
+    int64_t left = s->size - s->pos;
+    int64_t n = left < MEM_BLOCK ? left : MEM_BLOCK;
+    *out = s->mem + s->pos;
+    s->pos += n;
+    s->bytes_read += n;
+    return (la_ssize_t)n;
+  }
+  for (;;) {
+    ssize_t n = read(s->fd, s->buf, READ_BLOCK);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      archive_set_error(a, errno, "read error: %s", strerror(errno));
+      return -1;
+    }
+    s->pos += n;
+    s->bytes_read += n;
+    *out = s->buf; /* (the time is counted by the callers of libarchive, around this) */
+    return n;
+  }
+}
+
+static la_int64_t src_skip(struct archive *a, void *ud, la_int64_t req) {
+  src *s = ud;
+  (void)a;
+  if (!s->seekable || req <= 0) return 0;
+  if (s->size >= 0 && s->pos + req > s->size) req = s->size - s->pos;
+  if (!s->mem && lseek(s->fd, req, SEEK_CUR) < 0) return 0;
+  s->pos += req;
+  return req;
+}
+
+static la_int64_t src_seek(struct archive *a, void *ud, la_int64_t off, int whence) {
+  src *s = ud;
+  int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? s->pos : s->size;
+  int64_t np = base + off;
+  if (np < 0 || (s->size >= 0 && np > s->size)) {
+    archive_set_error(a, EINVAL, "seek outside the input");
+    return ARCHIVE_FATAL;
+  }
+  if (!s->mem && lseek(s->fd, np, SEEK_SET) < 0) {
+    archive_set_error(a, errno, "seek error: %s", strerror(errno));
+    return ARCHIVE_FATAL;
+  }
+  s->pos = np;
+  return np;
+}
+
+static lh_status src_open(lh_reader *r, const lh_input *in, src *s) {
+  memset(s, 0, sizeof *s);
+  s->r = r;
+  s->in = in;
+  s->fd = -1;
+  s->size = -1;
+  s->progress_base = r->st.source_bytes;
+  if (in->kind == LH_IN_MEMORY) {
+    s->mem = in->mem ? in->mem : (const uint8_t *)"";
+    s->size = (int64_t)in->mem_len;
+    s->seekable = 1;
+    return LH_OK;
+  }
+  if (in->kind == LH_IN_STDIN) s->fd = 0;
+  else {
+    s->fd = open(in->name, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
+    s->own_fd = 1;
+  }
+  struct stat sb;
+  if (fstat(s->fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    s->seekable = 1;
+    s->size = (int64_t)sb.st_size;
+    s->pos = lseek(s->fd, 0, SEEK_CUR);
+    if (s->pos < 0) s->pos = 0;
+  }
+  s->buf = malloc(READ_BLOCK);
+  if (!s->buf) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  return LH_OK;
+}
+
+/* Back to the start for another pass (seekable inputs only). */
+static int src_rewind(src *s) {
+  if (!s->seekable) return -1;
+  if (!s->mem && lseek(s->fd, 0, SEEK_SET) < 0) return -1;
+  s->pos = 0;
+  s->data_bytes = 0;
+  s->progress_base += s->bytes_read;
+  s->bytes_read = 0;
+  return 0;
+}
+
+static void src_close(src *s) {
+  if (s->own_fd && s->fd >= 0) close(s->fd);
+  free(s->buf);
+  s->fd = -1;
+  s->buf = NULL;
+}
+
+static struct archive *archive_new_for(lh_reader *r, src *s) {
+  struct archive *a = archive_read_new();
+  if (!a) return NULL;
+  archive_read_support_format_7zip(a);
+  archive_read_support_format_ar(a);
+  archive_read_support_format_cab(a);
+  archive_read_support_format_cpio(a);
+  archive_read_support_format_iso9660(a);
+  archive_read_support_format_lha(a);
+  archive_read_support_format_rar(a);
+  archive_read_support_format_rar5(a);
+  archive_read_support_format_tar(a);
+  archive_read_support_format_warc(a);
+  archive_read_support_format_xar(a);
+  archive_read_support_format_zip(a);
+  archive_read_support_format_empty(a);
+  archive_read_support_format_raw(a);
+  for (size_t i = 0; i < N_FILTERS; i++)
+    if (filters[i].native || r->p->external_filters) filters[i].fn(a);
+  archive_read_set_read_callback(a, src_read);
+  if (s->seekable) {
+    archive_read_set_skip_callback(a, src_skip);
+    archive_read_set_seek_callback(a, src_seek);
+  }
+  archive_read_set_callback_data(a, s);
+  return a;
+}
+
+/* ---- helpers ---- */
+
+static int fmt_base(struct archive *a) { return archive_format(a) & ARCHIVE_FORMAT_BASE_MASK; }
+
+static lh_entry_reason reason_of(struct archive *a) {
+  const char *m = archive_error_string(a);
+  if (!m) return LH_REASON_CORRUPT;
+  if (strstr(m, "ncrypt") || strstr(m, "assphrase")) return LH_REASON_ENCRYPTED;
+  if (strstr(m, "nsupported") || strstr(m, "not supported")) return LH_REASON_UNSUPPORTED;
+  return LH_REASON_CORRUPT;
+}
+
+static const char *errstr(struct archive *a) {
+  const char *m = archive_error_string(a);
+  return m && *m ? m : "unknown libarchive error";
+}
+
+static void fmt_size(char *out, size_t n, int64_t v) {
+  if (v >= (1ll << 30)) snprintf(out, n, "%.1f GiB", (double)v / (1 << 30));
+  else if (v >= (1 << 20)) snprintf(out, n, "%.1f MiB", (double)v / (1 << 20));
+  else snprintf(out, n, "%" PRId64 " bytes", v);
+}
+
+/* The caps on decompression, checked after every block. LH_OK, or LH_ELIMIT with the message in
+ * *detail (a buffer of 512). */
+static lh_status check_caps(src *s, struct archive *a, char *detail) {
+  lh_reader *r = s->r;
+  int64_t out = s->data_bytes;
+  if (archive_filter_count(a) > 1) {
+    int64_t f = archive_filter_bytes(a, 0);
+    if (f > out) out = f;
+  }
+  int64_t in = s->bytes_read;
+  lh_status st = lh_reader_source_progress(r, s->progress_base + in);
+  if (st) return st;
+  /* Formats that seek (zip, 7z, ISO) may read parts of a file more than once; what a bomb can
+   * expand is at most the file itself. */
+  if (s->size >= 0 && in > s->size) in = s->size;
+  char a1[32], a2[32], a3[32];
+  if (out > r->p->max_decompressed_bytes) {
+    fmt_size(a1, sizeof a1, out);
+    fmt_size(a2, sizeof a2, in);
+    fmt_size(a3, sizeof a3, r->p->max_decompressed_bytes);
+    snprintf(detail, 512,
+             "decompression cap: %s out of %s read is over the limit of %s per input "
+             "(raise max_decompressed_bytes / --max-decompressed if the input is trusted)",
+             a1, a2, a3);
+    return LH_ELIMIT;
+  }
+  if (out > r->p->ratio_grace_bytes && (double)out > r->p->max_ratio * (double)(in > 0 ? in : 1)) {
+    fmt_size(a1, sizeof a1, out);
+    fmt_size(a2, sizeof a2, in);
+    snprintf(detail, 512,
+             "decompression ratio %.0f:1 (%s out of %s read) is over the limit of %.0f:1, a likely "
+             "decompression bomb (raise max_ratio / --max-ratio if the input is trusted)",
+             (double)out / (double)(in > 0 ? in : 1), a1, a2, r->p->max_ratio);
+    return LH_ELIMIT;
+  }
+  return LH_OK;
+}
+
+/* Skipping by seeking is safe only where skipping cannot mean decompressing. */
+static int cheap_skip(struct archive *a, struct archive_entry *e) {
+  if (archive_filter_count(a) > 1) return 0;
+  switch (fmt_base(a)) {
+    case ARCHIVE_FORMAT_TAR:
+    case ARCHIVE_FORMAT_CPIO:
+    case ARCHIVE_FORMAT_AR:
+    case ARCHIVE_FORMAT_ISO9660:
+    case ARCHIVE_FORMAT_RAW:
+    case ARCHIVE_FORMAT_EMPTY: return 1;
+    case ARCHIVE_FORMAT_ZIP: return archive_entry_size_is_set(e);
+    default: return 0;
+  }
+}
+
+/* How reading an entry's data ended. */
+typedef struct rd {
+  lh_status code;      /* LH_OK: to the end (or stopped on purpose) */
+  lh_entry_reason why;
+  int fatal;           /* the archive handle is dead */
+  int64_t off;
+  char detail[512];
+} rd;
+
+static void rd_fail(rd *o, struct archive *a, int rc, int64_t entry_off) {
+  o->code = LH_EFORMAT;
+  o->why = reason_of(a);
+  o->fatal = rc == ARCHIVE_FATAL;
+  o->off = archive_filter_bytes(a, -1);
+  snprintf(o->detail, sizeof o->detail, "%s (at byte %" PRId64 " of the entry, input offset %" PRId64 ")",
+           errstr(a), entry_off, o->off);
+}
+
+/* Read and throw away the rest of an entry, under the caps. */
+static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
+  if (cheap_skip(a, e)) {
+    double t0 = lh_now();
+    int rc = archive_read_data_skip(a);
+    lh_reader_add_read_time(s->r, t0);
+    if (rc < ARCHIVE_WARN) rd_fail(o, a, rc, 0);
+    return;
+  }
+  for (;;) {
+    const void *buf;
+    size_t n;
+    la_int64_t off;
+    double t0 = lh_now();
+    int rc = archive_read_data_block(a, &buf, &n, &off);
+    lh_reader_add_read_time(s->r, t0);
+    if (rc == ARCHIVE_EOF) return;
+    if (rc < ARCHIVE_WARN) {
+      rd_fail(o, a, rc, 0);
+      return;
+    }
+    s->data_bytes += (int64_t)n;
+    lh_status st = check_caps(s, a, o->detail);
+    if (st) {
+      o->code = st;
+      o->why = LH_REASON_BOMB;
+      o->fatal = 1;
+      o->off = archive_filter_bytes(a, -1);
+      return;
+    }
+  }
+}
+
+/* Stream an entry's data into sink(ctx, p, n, &want_more). Holes in sparse entries are zeros. */
+typedef lh_status (*sink_fn)(void *ctx, const void *p, size_t n, int *want_more);
+
+static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, sink_fn sink, void *ctx, rd *o,
+                            int *stopped) {
+  static const uint8_t zeros[65536];
+  int64_t at = 0;
+  *stopped = 0;
+  for (;;) {
+    const void *buf;
+    size_t n;
+    la_int64_t off;
+    double t0 = lh_now();
+    int rc = archive_read_data_block(a, &buf, &n, &off);
+    lh_reader_add_read_time(s->r, t0);
+    if (rc == ARCHIVE_EOF) return LH_OK;
+    if (rc < ARCHIVE_WARN) {
+      rd_fail(o, a, rc, at);
+      return LH_OK;
+    }
+    int want = 1;
+    lh_status st;
+    while (off > at && want) { /* a hole */
+      size_t z = off - at < (int64_t)sizeof zeros ? (size_t)(off - at) : sizeof zeros;
+      if ((st = sink(ctx, zeros, z, &want))) return st;
+      at += (int64_t)z;
+    }
+    if (want && n && (st = sink(ctx, buf, n, &want))) return st;
+    at = off + (int64_t)n;
+    s->data_bytes += (int64_t)n;
+    if (rc == ARCHIVE_WARN) {
+      /* Data came with a warning (a zip CRC mismatch, say): the content is suspect. */
+      rd_fail(o, a, rc, at);
+      o->fatal = 0;
+    }
+    if ((st = check_caps(s, a, o->detail))) {
+      if (st == LH_EINTR) return st;
+      o->code = st;
+      o->why = LH_REASON_BOMB;
+      o->fatal = 1;
+      o->off = archive_filter_bytes(a, -1);
+      return LH_OK;
+    }
+    if (!want) {
+      *stopped = 1;
+      return LH_OK;
+    }
+  }
+}
+
+static lh_status doc_sink(void *ctx, const void *p, size_t n, int *want_more) {
+  return lh_doc_data(ctx, p, n, want_more);
+}
+
+/* The name a document gets when the input is not an archive: the input's own, minus a
+ * compression suffix when it was compressed. */
+static void raw_name(const lh_input *in, int compressed, lh_buf *out) {
+  static const char *const suffixes[] = {".gz", ".gzip", ".bz2", ".xz", ".lzma", ".lz", ".zst", ".zstd", ".lz4", ".Z", ".z"};
+  const char *n = in->name;
+  size_t len = strlen(n);
+  lh_buf_clear(out);
+  if (compressed)
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+      size_t sl = strlen(suffixes[i]);
+      if (len > sl && !strcmp(n + len - sl, suffixes[i])) {
+        len -= sl;
+        break;
+      }
+    }
+  lh_buf_append(out, n, len);
+}
+
+static lh_entry_type type_of(struct archive_entry *e) {
+  if (archive_entry_hardlink(e) || archive_entry_hardlink_utf8(e)) return LH_ENTRY_HARDLINK;
+  switch (archive_entry_filetype(e)) {
+    case AE_IFREG: return LH_ENTRY_FILE;
+    case AE_IFDIR: return LH_ENTRY_DIR;
+    case AE_IFLNK: return LH_ENTRY_SYMLINK;
+    case AE_IFCHR: return LH_ENTRY_CHARDEV;
+    case AE_IFBLK: return LH_ENTRY_BLOCKDEV;
+    case AE_IFIFO: return LH_ENTRY_FIFO;
+    case AE_IFSOCK: return LH_ENTRY_SOCKET;
+    case 0: return LH_ENTRY_FILE; /* formats without modes (raw, some zip) */
+    default: return LH_ENTRY_OTHER;
+  }
+}
+
+/* Fill m from e. name_buf holds a made-up name when the archive gives none. */
+static void meta_of(src *s, struct archive *a, struct archive_entry *e, int64_t idx, lh_buf *name_buf, lh_meta *m) {
+  memset(m, 0, sizeof *m);
+  const char *p = archive_entry_pathname(e);
+  if (!p) p = archive_entry_pathname_utf8(e);
+  if (fmt_base(a) == ARCHIVE_FORMAT_RAW) {
+    raw_name(s->in, archive_filter_count(a) > 1, name_buf);
+    p = name_buf->data;
+  } else if (!p || !*p) {
+    lh_buf_clear(name_buf);
+    lh_buf_printf(name_buf, "(entry %" PRId64 " has no name)", idx);
+    p = name_buf->data;
+  }
+  m->path = p;
+  m->path_len = strlen(p);
+  m->type = type_of(e);
+  const char *l = NULL;
+  if (m->type == LH_ENTRY_HARDLINK) {
+    l = archive_entry_hardlink(e);
+    if (!l) l = archive_entry_hardlink_utf8(e);
+  } else if (m->type == LH_ENTRY_SYMLINK) {
+    l = archive_entry_symlink(e);
+    if (!l) l = archive_entry_symlink_utf8(e);
+  }
+  if (l) m->link = l, m->link_len = strlen(l);
+  m->size = archive_entry_size_is_set(e) ? (int64_t)archive_entry_size(e) : -1;
+  if (m->size < -1) m->size = -1;
+  if (fmt_base(a) == ARCHIVE_FORMAT_RAW && archive_filter_count(a) == 1 && s->size >= 0)
+    m->size = s->size; /* a plain file: its size is the file's */
+  m->encrypted = archive_entry_is_encrypted(e);
+  if (fmt_base(a) == ARCHIVE_FORMAT_AR && (!strcmp(p, "/") || !strcmp(p, "//") || !strcmp(p, "/SYM64/")))
+    m->type = LH_ENTRY_OTHER; /* the symbol or long-name table libarchive reports as an entry */
+}
+
+/* Record that the input died (or could not be opened). */
+static lh_status input_failed(lh_reader *r, lh_status code, lh_entry_reason why, int64_t off, const char *detail) {
+  lh_meta m = {0};
+  m.path = r->in->name;
+  m.path_len = strlen(r->in->name);
+  m.type = LH_ENTRY_INPUT;
+  m.size = -1;
+  return lh_reader_record(r, &m, LH_ENTRY_ERROR, why, -1, off, code, detail);
+}
+
+static void header_failure(struct archive *a, src *s, const lh_buf *prev, rd *o) {
+  o->code = LH_EFORMAT;
+  o->why = reason_of(a);
+  o->fatal = 1;
+  o->off = archive_filter_bytes(a, -1);
+  const char *hint = "";
+  if (!s->seekable && (fmt_base(a) == ARCHIVE_FORMAT_7ZIP)) {
+    hint = " (7z archives need a seekable input: pass the file, not a pipe)";
+    o->why = LH_REASON_UNSUPPORTED;
+  }
+  if (prev->len)
+    snprintf(o->detail, sizeof o->detail, "reading the header after entry '%s', at input offset %" PRId64 ": %s%s",
+             prev->data, o->off, errstr(a), hint);
+  else
+    snprintf(o->detail, sizeof o->detail, "reading the first header, at input offset %" PRId64 ": %s%s", o->off,
+             errstr(a), hint);
+}
+
+/* ---- archive order ---- */
+
+static lh_status read_in_order(lh_reader *r, src *s) {
+  struct archive *a = archive_new_for(r, s);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_status st = LH_OK;
+  lh_buf name = {0}, prev = {0};
+  rd o = {0};
+  double t0 = lh_now();
+  int rc = archive_read_open1(a);
+  lh_reader_add_read_time(r, t0);
+  if (rc != ARCHIVE_OK) {
+    header_failure(a, s, &prev, &o);
+    st = input_failed(r, o.code, o.why, o.off, o.detail);
+    goto out;
+  }
+  for (int64_t idx = 0;; idx++) {
+    struct archive_entry *e;
+    t0 = lh_now();
+    rc = archive_read_next_header(a, &e);
+    lh_reader_add_read_time(r, t0);
+    if (rc == ARCHIVE_EOF) {
+      if (idx == 0 && fmt_base(a) == ARCHIVE_FORMAT_EMPTY) {
+        /* An empty file (or an empty compressed file): one empty document. */
+        raw_name(s->in, archive_filter_count(a) > 1, &name);
+        lh_meta m = {.path = name.data, .path_len = name.len, .type = LH_ENTRY_FILE, .size = 0};
+        lh_entry_reason why = lh_reader_predecide(r, &m);
+        if (why) st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, 0, -1, LH_OK, NULL);
+        else if (!(st = lh_doc_begin(r, &m))) st = lh_doc_end(r, LH_OK, LH_REASON_NONE, -1, NULL);
+      }
+      break;
+    }
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
+      header_failure(a, s, &prev, &o);
+      st = input_failed(r, o.code, o.why, o.off, o.detail);
+      break;
+    }
+    char warn[512] = "";
+    if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr(a));
+    lh_meta m;
+    meta_of(s, a, e, idx, &name, &m);
+    lh_buf_clear(&prev);
+    lh_buf_append(&prev, m.path, m.path_len);
+    int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
+    lh_entry_reason why = lh_reader_predecide(r, &m);
+    memset(&o, 0, sizeof o);
+    if (why) {
+      if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, warn))) break;
+      if (raw) break; /* the only entry: nothing after it to reach */
+      if (m.encrypted) {
+        /* Its data cannot be read, so it cannot be watched either: let libarchive step over it. A
+         * failure here is about the encryption, not the archive; the next header tells. */
+        archive_read_data_skip(a);
+      } else if (m.type == LH_ENTRY_FILE || m.size > 0)
+        discard(s, a, e, &o);
+      /* A failure while skipping belongs to the input, not to the skipped entry. */
+      if (o.code && (st = input_failed(r, o.code, o.why, o.off, o.detail))) break;
+    } else {
+      if ((st = lh_doc_begin(r, &m))) break;
+      int stopped = 0;
+      if ((st = read_entry(s, a, e, doc_sink, r, &o, &stopped))) break;
+      if (stopped && !raw && !o.code) discard(s, a, e, &o);
+      if ((st = lh_doc_end(r, o.code, o.why, o.off, o.code ? o.detail : warn))) break;
+    }
+    if (o.fatal || raw) break;
+  }
+out:
+  lh_buf_free(&name);
+  lh_buf_free(&prev);
+  archive_read_free(a);
+  return st;
+}
+
+/* ---- path order ---- */
+
+typedef struct srec {
+  int64_t idx;
+  char *own; /* path, link */
+  const char *path, *link;
+  size_t path_len, link_len;
+  const char *key;
+  size_t key_len;
+  lh_entry_type type;
+  int64_t size;
+  int encrypted;
+  int candidate; /* passes the order-independent checks: its content is wanted */
+  int buffered, want;
+  lh_buf data;
+  rd res; /* how reading it ended */
+  char warn[256];
+} srec;
+
+typedef struct sorter {
+  lh_reader *r;
+  src *s;
+  srec *recs; /* in archive order: recs[i].idx == i */
+  size_t n, cap;
+  int64_t used; /* bytes buffered */
+  int spilled;  /* pass 0 could not buffer every document */
+  rd dead;      /* why the input died, when died */
+  int died;
+} sorter;
+
+static int rec_cmp(const void *pa, const void *pb) {
+  const srec *a = *(const srec *const *)pa, *b = *(const srec *const *)pb;
+  size_t n = a->key_len < b->key_len ? a->key_len : b->key_len;
+  int c = memcmp(a->key, b->key, n);
+  if (c) return c;
+  if (a->key_len != b->key_len) return a->key_len < b->key_len ? -1 : 1;
+  return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static void rec_meta(const srec *x, lh_meta *m) {
+  memset(m, 0, sizeof *m);
+  m->path = x->path;
+  m->path_len = x->path_len;
+  m->link = x->link;
+  m->link_len = x->link_len;
+  m->type = x->type;
+  m->size = x->size;
+  m->encrypted = x->encrypted;
+}
+
+static int64_t rec_estimate(const lh_reader *r, const srec *x) {
+  int64_t est = x->size >= 0 ? x->size : r->p->max_file_bytes;
+  return est < r->p->sort_memory ? est : r->p->sort_memory;
+}
+
+static void rec_unbuffer(sorter *so, srec *x) {
+  so->used -= (int64_t)x->data.len;
+  lh_buf_free(&x->data);
+  x->data = (lh_buf){0};
+  x->buffered = 0;
+  memset(&x->res, 0, sizeof x->res);
+}
+
+typedef struct bufsink {
+  srec *x;
+  int64_t limit;
+  int over;
+} bufsink;
+
+static lh_status buf_sink(void *ctx, const void *p, size_t n, int *want_more) {
+  bufsink *b = ctx;
+  int64_t room = b->limit - (int64_t)b->x->data.len;
+  size_t take = (int64_t)n < room ? n : (size_t)(room > 0 ? room : 0);
+  if (take && lh_buf_append(&b->x->data, p, take)) return LH_ENOMEM;
+  if (take < n) b->over = 1;
+  *want_more = !b->over;
+  return LH_OK;
+}
+
+/* Read x's content into memory. One byte over the per-file cap is kept, so the document is
+ * known to be cut. Unless force, the sort_memory budget applies and *fits tells whether the
+ * content fitted (when not, nothing is kept). Any failure is left in x->res. */
+static lh_status buffer_entry(sorter *so, struct archive *a, struct archive_entry *e, srec *x, int force, int *fits) {
+  int64_t limit = so->r->p->max_file_bytes + 1;
+  int64_t budget = so->r->p->sort_memory - so->used;
+  bufsink b = {x, force || limit < budget ? limit : budget, 0};
+  int stopped = 0;
+  memset(&x->res, 0, sizeof x->res);
+  lh_status st = read_entry(so->s, a, e, buf_sink, &b, &x->res, &stopped);
+  if (st == LH_ENOMEM) return lh_error_set(&so->r->err, LH_ENOMEM, "out of memory buffering an entry for --sort path");
+  if (st) return st;
+  if (stopped && !x->res.code) discard(so->s, a, e, &x->res);
+  *fits = !(b.over && b.limit < limit);
+  if (*fits) {
+    x->buffered = 1;
+    so->used += (int64_t)x->data.len;
+  } else {
+    lh_buf_free(&x->data);
+    x->data = (lh_buf){0};
+  }
+  return LH_OK;
+}
+
+static lh_status add_rec(sorter *so, const lh_meta *m, int64_t idx, srec **out) {
+  if (so->n == so->cap) {
+    size_t cap = so->cap ? 2 * so->cap : 256;
+    srec *nr = realloc(so->recs, cap * sizeof *nr);
+    if (!nr) return lh_error_set(&so->r->err, LH_ENOMEM, "out of memory");
+    so->recs = nr;
+    so->cap = cap;
+  }
+  srec *x = &so->recs[so->n];
+  memset(x, 0, sizeof *x);
+  x->own = malloc(m->path_len + m->link_len + 2);
+  if (!x->own) return lh_error_set(&so->r->err, LH_ENOMEM, "out of memory");
+  memcpy(x->own, m->path, m->path_len);
+  x->own[m->path_len] = 0;
+  x->path = x->own;
+  x->path_len = m->path_len;
+  if (m->link) {
+    memcpy(x->own + m->path_len + 1, m->link, m->link_len);
+    x->own[m->path_len + 1 + m->link_len] = 0;
+    x->link = x->own + m->path_len + 1;
+    x->link_len = m->link_len;
+  }
+  x->idx = idx;
+  x->type = m->type;
+  x->size = m->size;
+  x->encrypted = m->encrypted;
+  so->n++;
+  *out = x;
+  return LH_OK;
+}
+
+/* One pass over the input. Pass 0 records every entry and buffers documents while they fit;
+ * later passes buffer the entries marked want (the records are fixed by then). */
+static lh_status sort_pass(sorter *so, int pass) {
+  lh_reader *r = so->r;
+  src *s = so->s;
+  if (pass > 0 && src_rewind(s)) return lh_error_set(&r->err, LH_EIO, "cannot rewind the input for another pass");
+  struct archive *a = archive_new_for(r, s);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_status st = LH_OK;
+  lh_buf name = {0}, prev = {0};
+  int64_t last_want = -1;
+  for (size_t i = 0; i < so->n; i++)
+    if (so->recs[i].want) last_want = so->recs[i].idx;
+  double t0 = lh_now();
+  int rc = archive_read_open1(a);
+  lh_reader_add_read_time(r, t0);
+  if (rc != ARCHIVE_OK) {
+    header_failure(a, s, &prev, &so->dead);
+    so->died = 1;
+    goto out;
+  }
+  for (int64_t idx = 0; pass == 0 || idx <= last_want; idx++) {
+    struct archive_entry *e;
+    t0 = lh_now();
+    rc = archive_read_next_header(a, &e);
+    lh_reader_add_read_time(r, t0);
+    if (rc == ARCHIVE_EOF) {
+      if (pass == 0 && idx == 0 && fmt_base(a) == ARCHIVE_FORMAT_EMPTY) {
+        raw_name(s->in, archive_filter_count(a) > 1, &name);
+        lh_meta m = {.path = name.data, .path_len = name.len, .type = LH_ENTRY_FILE, .size = 0};
+        srec *x;
+        if ((st = add_rec(so, &m, 0, &x))) break;
+        x->key = x->path;
+        x->key_len = x->path_len;
+        x->candidate = x->buffered = 1;
+      } else if (pass > 0) {
+        so->died = 1;
+        so->dead.code = LH_EFORMAT;
+        so->dead.why = LH_REASON_CORRUPT;
+        snprintf(so->dead.detail, sizeof so->dead.detail,
+                 "the input ended early on a later pass: it changed while it was read");
+      }
+      break;
+    }
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
+      header_failure(a, s, &prev, &so->dead);
+      so->died = 1;
+      break;
+    }
+    lh_meta m;
+    meta_of(s, a, e, idx, &name, &m);
+    lh_buf_clear(&prev);
+    lh_buf_append(&prev, m.path, m.path_len);
+    srec *x = NULL;
+    if (pass == 0) {
+      if ((st = add_rec(so, &m, idx, &x))) break;
+      if (rc == ARCHIVE_WARN) snprintf(x->warn, sizeof x->warn, "%s", errstr(a));
+      x->key = x->path;
+      x->key_len = x->path_len;
+      lh_path_normalize(&x->key, &x->key_len);
+      x->candidate = lh_reader_predecide_static(r, &m) == LH_REASON_NONE;
+    } else {
+      x = (size_t)idx < so->n ? &so->recs[idx] : NULL;
+      if (!x || x->path_len != m.path_len || memcmp(x->path, m.path, m.path_len)) {
+        so->died = 1;
+        so->dead.code = LH_EFORMAT;
+        so->dead.why = LH_REASON_CORRUPT;
+        so->dead.off = archive_filter_bytes(a, -1);
+        snprintf(so->dead.detail, sizeof so->dead.detail,
+                 "entry %" PRId64 " differs between passes: the input changed while it was read", idx);
+        break;
+      }
+    }
+    rd o = {0};
+    int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
+    if (x->candidate && !x->buffered && (pass > 0 ? x->want : !so->spilled)) {
+      int fits = 1;
+      if ((st = buffer_entry(so, a, e, x, pass > 0, &fits))) break;
+      if (!fits) so->spilled = 1;
+      x->want = 0;
+      o = x->res;
+    } else if (m.encrypted) {
+      archive_read_data_skip(a);
+    } else if (!raw && (m.type == LH_ENTRY_FILE || m.size > 0)) {
+      discard(s, a, e, &o);
+    }
+    if (o.fatal || (o.code && !x->buffered)) {
+      so->died = 1;
+      so->dead = o;
+      break;
+    }
+    if (raw) break;
+  }
+out:
+  lh_buf_free(&name);
+  lh_buf_free(&prev);
+  archive_read_free(a);
+  return st;
+}
+
+static lh_status emit_rec(sorter *so, srec *x) {
+  lh_reader *r = so->r;
+  lh_meta m;
+  rec_meta(x, &m);
+  lh_entry_reason why = lh_reader_predecide(r, &m);
+  lh_status st;
+  if (why) {
+    st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, x->warn);
+  } else if (!x->buffered) {
+    /* Its content could not be read: the input died first, or it is a stream too big to sort. */
+    if (so->died)
+      st = lh_reader_record(r, &m, LH_ENTRY_ERROR, so->dead.why ? so->dead.why : LH_REASON_CORRUPT, m.size,
+                            so->dead.off, so->dead.code ? so->dead.code : LH_EFORMAT,
+                            "not read: the input failed before this entry's content was reached");
+    else
+      st = lh_reader_record(r, &m, LH_ENTRY_ERROR, LH_REASON_UNSUPPORTED, m.size, -1, LH_EFORMAT,
+                            "not read: with --sort path the documents of a stream must fit in sort_memory; "
+                            "raise it or pass the archive as a file");
+  } else {
+    if ((st = lh_doc_begin(r, &m))) return st;
+    int want = 1;
+    for (size_t at = 0; at < x->data.len && want;) {
+      size_t n = x->data.len - at < FEED_BLOCK ? x->data.len - at : FEED_BLOCK;
+      if ((st = lh_doc_data(r, x->data.data + at, n, &want))) return st;
+      at += n;
+    }
+    st = lh_doc_end(r, x->res.code, x->res.why, x->res.off, x->res.code ? x->res.detail : x->warn);
+  }
+  if (x->buffered) rec_unbuffer(so, x);
+  return st;
+}
+
+static lh_status read_sorted(lh_reader *r, src *s) {
+  sorter so = {0};
+  so.r = r;
+  so.s = s;
+  lh_status st = sort_pass(&so, 0);
+  srec **order = NULL;
+  if (!st && so.n && !(order = malloc(so.n * sizeof *order))) st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  if (!st && so.n) {
+    for (size_t i = 0; i < so.n; i++) order[i] = &so.recs[i];
+    qsort(order, so.n, sizeof *order, rec_cmp);
+    if (so.spilled && s->seekable && !so.died) {
+      /* Keep pass 0's buffers only for the first window in key order; the rest would crowd out
+       * every later window. */
+      int64_t acc = 0;
+      for (size_t i = 0; i < so.n; i++) {
+        srec *x = order[i];
+        if (!x->candidate) continue;
+        acc += rec_estimate(r, x);
+        if (acc > r->p->sort_memory && x->buffered) rec_unbuffer(&so, x);
+      }
+    }
+  }
+  for (size_t i = 0; i < so.n && !st; i++) {
+    srec *x = order[i];
+    if (x->candidate && !x->buffered && !so.died && s->seekable && !r->total_cap_hit) {
+      /* The next window, in key order, of documents not yet buffered. */
+      int64_t w = 0;
+      for (size_t j = i; j < so.n; j++) {
+        srec *y = order[j];
+        if (!y->candidate || y->buffered) continue;
+        int64_t est = rec_estimate(r, y);
+        if (j > i && so.used + w + est > r->p->sort_memory) break;
+        y->want = 1;
+        w += est;
+      }
+      st = sort_pass(&so, 1);
+      for (size_t j = i; j < so.n; j++) order[j]->want = 0;
+      if (st) break;
+    }
+    st = emit_rec(&so, x);
+  }
+  if (!st && so.died) st = input_failed(r, so.dead.code, so.dead.why, so.dead.off, so.dead.detail);
+  for (size_t i = 0; i < so.n; i++) {
+    free(so.recs[i].own);
+    lh_buf_free(&so.recs[i].data);
+  }
+  free(so.recs);
+  free(order);
+  return st;
+}
+
+lh_status lh_source_archive(lh_reader *r, const lh_input *in) {
+  src s;
+  lh_status st = src_open(r, in, &s);
+  if (st) {
+    if (st == LH_ENOMEM) {
+      src_close(&s);
+      return st;
+    }
+    char detail[LH_ERROR_MSG_MAX + 16];
+    snprintf(detail, sizeof detail, "cannot open: %s", r->err.msg);
+    src_close(&s);
+    return input_failed(r, LH_EIO, LH_REASON_UNREADABLE, -1, detail);
+  }
+  if (in->kind == LH_IN_FILE && s.size == 0) {
+    /* An empty plain file: one empty document (libarchive would see no entries at all). */
+    lh_meta m = {.path = in->name, .path_len = strlen(in->name), .type = LH_ENTRY_FILE, .size = 0};
+    lh_entry_reason why = lh_reader_predecide(r, &m);
+    if (why) st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, 0, -1, LH_OK, NULL);
+    else if (!(st = lh_doc_begin(r, &m))) st = lh_doc_end(r, LH_OK, LH_REASON_NONE, -1, NULL);
+  } else if (r->p->order == LH_INGEST_SORT_PATH) {
+    st = read_sorted(r, &s);
+  } else {
+    st = read_in_order(r, &s);
+  }
+  r->st.source_bytes = s.progress_base + s.bytes_read;
+  src_close(&s);
+  return st;
+}

@@ -1,0 +1,357 @@
+/* archive_walk.c — folder inputs: a deterministic walk that never follows a link.
+ *
+ * Each directory's names are read whole, sorted by bytes with directories keyed as "name/", and
+ * visited depth first; that visits paths in the byte order of their full relative paths, the
+ * order --sort path gives archives, so a folder and a tarball of it frame identically. Directories
+ * are opened relative to their parent (openat with O_NOFOLLOW), so paths of any length work and a
+ * symlink can never be entered, whatever it points at: symlink loops cannot happen, and a
+ * directory that is its own ancestor (bind mounts) is recorded as a loop instead of walked.
+ * Files are opened with O_NOFOLLOW | O_NONBLOCK and checked again with fstat, so a name swapped
+ * for a fifo or a link between the listing and the open is never read or waited on. A regular
+ * file with several links is read once; later names for it are recorded as hardlinks to the
+ * first, as tar does. Memory: the names of the directories on the current path and their
+ * siblings, plus one table entry per multiply-linked file.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ingest/ingest_internal.h"
+#include "util/fs.h"
+
+#define MAX_DEPTH 256
+#define READ_BLOCK (1 << 20)
+
+typedef struct dent {
+  char *key; /* name, plus "/" for directories (the sort key) */
+  size_t len; /* of the name alone */
+} dent;
+
+typedef struct frame {
+  int fd;
+  dent *ents;
+  size_t n, i;
+  size_t plen; /* length of this directory's path prefix (with its trailing '/') */
+  dev_t dev;
+  ino_t ino;
+} frame;
+
+typedef struct link_slot {
+  dev_t dev;
+  ino_t ino;
+  char *path;
+  size_t len;
+} link_slot;
+
+typedef struct links {
+  link_slot *s;
+  size_t cap, n;
+} links;
+
+static size_t link_hash(dev_t d, ino_t i) {
+  uint64_t h = (uint64_t)d * 0x9E3779B97F4A7C15ull ^ (uint64_t)i * 0xC2B2AE3D27D4EB4Full;
+  return (size_t)(h ^ (h >> 29));
+}
+
+static link_slot *links_find(links *L, dev_t d, ino_t i) {
+  if (!L->cap) return NULL;
+  for (size_t k = link_hash(d, i) & (L->cap - 1);; k = (k + 1) & (L->cap - 1)) {
+    if (!L->s[k].path) return NULL;
+    if (L->s[k].dev == d && L->s[k].ino == i) return &L->s[k];
+  }
+}
+
+static int links_add(links *L, dev_t d, ino_t i, const char *path, size_t len) {
+  if (2 * (L->n + 1) > L->cap) {
+    size_t cap = L->cap ? 2 * L->cap : 64;
+    link_slot *ns = calloc(cap, sizeof *ns);
+    if (!ns) return -1;
+    for (size_t k = 0; k < L->cap; k++) {
+      if (!L->s[k].path) continue;
+      size_t j = link_hash(L->s[k].dev, L->s[k].ino) & (cap - 1);
+      while (ns[j].path) j = (j + 1) & (cap - 1);
+      ns[j] = L->s[k];
+    }
+    free(L->s);
+    L->s = ns;
+    L->cap = cap;
+  }
+  size_t j = link_hash(d, i) & (L->cap - 1);
+  while (L->s[j].path) j = (j + 1) & (L->cap - 1);
+  L->s[j].path = malloc(len + 1);
+  if (!L->s[j].path) return -1;
+  memcpy(L->s[j].path, path, len);
+  L->s[j].path[len] = 0;
+  L->s[j].len = len;
+  L->s[j].dev = d;
+  L->s[j].ino = i;
+  L->n++;
+  return 0;
+}
+
+static void links_free(links *L) {
+  for (size_t k = 0; k < L->cap; k++) free(L->s[k].path);
+  free(L->s);
+}
+
+static int dent_cmp(const void *pa, const void *pb) {
+  const dent *a = pa, *b = pb;
+  return strcmp(a->key, b->key); /* strcmp compares as unsigned char: byte order */
+}
+
+static void frame_free(frame *f) {
+  for (size_t i = 0; i < f->n; i++) free(f->ents[i].key);
+  free(f->ents);
+  if (f->fd >= 0) close(f->fd);
+  f->ents = NULL;
+  f->fd = -1;
+}
+
+/* Read and sort the names of the directory open at f->fd. errno-style result. */
+static int frame_load(frame *f) {
+  int dfd = dup(f->fd);
+  if (dfd < 0) return errno;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    int e = errno;
+    close(dfd);
+    return e;
+  }
+  size_t cap = 0;
+  struct dirent *de;
+  errno = 0;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    int is_dir = de->d_type == DT_DIR;
+    if (de->d_type == DT_UNKNOWN) {
+      struct stat sb;
+      is_dir = fstatat(f->fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode);
+    }
+    if (f->n == cap) {
+      cap = cap ? 2 * cap : 32;
+      dent *ne = realloc(f->ents, cap * sizeof *ne);
+      if (!ne) {
+        closedir(d);
+        return ENOMEM;
+      }
+      f->ents = ne;
+    }
+    size_t len = strlen(de->d_name);
+    char *k = malloc(len + 2);
+    if (!k) {
+      closedir(d);
+      return ENOMEM;
+    }
+    memcpy(k, de->d_name, len);
+    k[len] = is_dir ? '/' : 0;
+    k[len + 1] = 0;
+    f->ents[f->n].key = k;
+    f->ents[f->n].len = len;
+    f->n++;
+    errno = 0;
+  }
+  int e = errno;
+  closedir(d);
+  if (e) return e;
+  qsort(f->ents, f->n, sizeof *f->ents, dent_cmp);
+  for (size_t i = 0; i < f->n; i++) f->ents[i].key[f->ents[i].len] = 0; /* sorted: now just the name */
+  return 0;
+}
+
+static lh_entry_type type_of_mode(mode_t m) {
+  if (S_ISREG(m)) return LH_ENTRY_FILE;
+  if (S_ISDIR(m)) return LH_ENTRY_DIR;
+  if (S_ISLNK(m)) return LH_ENTRY_SYMLINK;
+  if (S_ISCHR(m)) return LH_ENTRY_CHARDEV;
+  if (S_ISBLK(m)) return LH_ENTRY_BLOCKDEV;
+  if (S_ISFIFO(m)) return LH_ENTRY_FIFO;
+  if (S_ISSOCK(m)) return LH_ENTRY_SOCKET;
+  return LH_ENTRY_OTHER;
+}
+
+static lh_status record_errno(lh_reader *r, lh_meta *m, const char *what, int e) {
+  char detail[256];
+  snprintf(detail, sizeof detail, "%s: %s", what, strerror(e));
+  return lh_reader_record(r, m, LH_ENTRY_ERROR, LH_REASON_UNREADABLE, m->size, -1, LH_EIO, detail);
+}
+
+/* Read the open regular file fd as a document. */
+static lh_status read_file(lh_reader *r, int fd, const lh_meta *m, uint8_t *buf) {
+  lh_status st = lh_doc_begin(r, m);
+  if (st) return st;
+  int64_t at = 0;
+  for (;;) {
+    double t0 = lh_now();
+    ssize_t n = read(fd, buf, READ_BLOCK);
+    lh_reader_add_read_time(r, t0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      char detail[256];
+      snprintf(detail, sizeof detail, "read error at byte %" PRId64 ": %s", at, strerror(errno));
+      return lh_doc_end(r, LH_EIO, LH_REASON_UNREADABLE, at, detail);
+    }
+    if (n == 0) break;
+    at += n;
+    if ((st = lh_reader_source_progress(r, r->st.source_bytes + n))) return st;
+    int want = 1;
+    if ((st = lh_doc_data(r, buf, (size_t)n, &want))) return st;
+    if (!want) break;
+  }
+  return lh_doc_end(r, LH_OK, LH_REASON_NONE, -1, NULL);
+}
+
+lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
+  lh_meta im = {.path = in->name, .path_len = strlen(in->name), .type = LH_ENTRY_INPUT, .size = -1};
+  frame *stack = calloc(MAX_DEPTH + 1, sizeof *stack);
+  uint8_t *buf = malloc(READ_BLOCK);
+  lh_buf path = {0}, target = {0};
+  links L = {0};
+  lh_status st = LH_OK;
+  size_t depth = 0;
+  if (!stack || !buf) {
+    st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    goto out;
+  }
+  int root = open(in->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat sb;
+  if (root < 0 || fstat(root, &sb) != 0) {
+    int e = errno;
+    if (root >= 0) close(root);
+    st = record_errno(r, &im, "cannot open the folder", e);
+    goto out;
+  }
+  stack[0] = (frame){.fd = root, .dev = sb.st_dev, .ino = sb.st_ino};
+  depth = 1;
+  int e = frame_load(&stack[0]);
+  if (e) {
+    st = record_errno(r, &im, "cannot list the folder", e);
+    goto out;
+  }
+  while (depth > 0 && !st) {
+    frame *f = &stack[depth - 1];
+    if (f->i == f->n) {
+      frame_free(f);
+      depth--;
+      continue;
+    }
+    dent *d = &f->ents[f->i++];
+    path.len = f->plen;
+    if (lh_buf_append(&path, d->key, d->len)) {
+      st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+      break;
+    }
+    lh_meta m = {.path = path.data, .path_len = path.len, .size = -1};
+    if (fstatat(f->fd, d->key, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+      m.type = LH_ENTRY_OTHER;
+      st = record_errno(r, &m, "cannot stat", errno);
+      continue;
+    }
+    m.type = type_of_mode(sb.st_mode);
+    if (m.type == LH_ENTRY_DIR) {
+      if (lh_buf_append(&path, "/", 1)) {
+        st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+        break;
+      }
+      m.path = path.data;
+      m.path_len = path.len;
+      lh_entry_reason why = lh_reader_predecide(r, &m);
+      if (why != LH_REASON_DIRECTORY) {
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, -1, -1, LH_OK, NULL);
+        continue;
+      }
+      int loop = 0;
+      for (size_t k = 0; k < depth; k++) loop |= stack[k].dev == sb.st_dev && stack[k].ino == sb.st_ino;
+      if (loop) {
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_LOOP, -1, -1, LH_OK,
+                              "this directory is one of its own ancestors");
+        continue;
+      }
+      if (depth >= MAX_DEPTH) {
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_TOO_DEEP, -1, -1, LH_OK,
+                              "nested deeper than 256 directories; not walked");
+        continue;
+      }
+      int cfd = openat(f->fd, d->key, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (cfd < 0) {
+        st = record_errno(r, &m, "cannot open the directory", errno);
+        continue;
+      }
+      frame *c = &stack[depth];
+      *c = (frame){.fd = cfd, .plen = path.len, .dev = sb.st_dev, .ino = sb.st_ino};
+      if ((e = frame_load(c))) {
+        frame_free(c);
+        st = record_errno(r, &m, "cannot list the directory", e);
+        continue;
+      }
+      if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_DIRECTORY, -1, -1, LH_OK, NULL))) {
+        frame_free(c);
+        break;
+      }
+      depth++;
+      continue;
+    }
+    if (m.type == LH_ENTRY_SYMLINK) {
+      lh_buf_clear(&target);
+      if (lh_buf_reserve(&target, (size_t)sb.st_size + 2)) {
+        st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+        break;
+      }
+      ssize_t n = readlinkat(f->fd, d->key, target.data, target.cap - 1);
+      if (n >= 0) {
+        target.len = (size_t)n;
+        target.data[n] = 0;
+        m.link = target.data;
+        m.link_len = target.len;
+      }
+    }
+    if (m.type != LH_ENTRY_FILE) {
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), -1, -1, LH_OK, NULL);
+      continue;
+    }
+    m.size = (int64_t)sb.st_size;
+    if (sb.st_nlink > 1) {
+      link_slot *ls = links_find(&L, sb.st_dev, sb.st_ino);
+      if (ls) {
+        m.type = LH_ENTRY_HARDLINK;
+        m.link = ls->path;
+        m.link_len = ls->len;
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), m.size, -1, LH_OK, NULL);
+        continue;
+      }
+      if (links_add(&L, sb.st_dev, sb.st_ino, path.data, path.len)) {
+        st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+        break;
+      }
+    }
+    lh_entry_reason why = lh_reader_predecide(r, &m);
+    if (why) {
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, NULL);
+      continue;
+    }
+    int fd = openat(f->fd, d->key, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat fs;
+    if (fd < 0 || fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode) || fs.st_ino != sb.st_ino) {
+      int err = fd < 0 ? errno : EAGAIN;
+      if (fd >= 0) close(fd);
+      st = record_errno(r, &m, fd < 0 ? "cannot open" : "changed while it was read", err);
+      continue;
+    }
+    st = read_file(r, fd, &m, buf);
+    close(fd);
+  }
+out:
+  for (size_t k = 0; k < depth; k++) frame_free(&stack[k]);
+  free(stack);
+  free(buf);
+  lh_buf_free(&path);
+  lh_buf_free(&target);
+  links_free(&L);
+  return st;
+}

@@ -1,0 +1,572 @@
+/* ingest.c — the lh_ingest handle: inputs, the reader thread, the chunk queue and the pull loop.
+ *
+ * Two threads and one queue. The reader thread (reader_main) walks the inputs through the
+ * sources (archive.c, archive_walk.c), which frame documents (frame.c) into the reader's current
+ * chunk: framed text, span marks (text offsets whose token index the consumer must find) and
+ * finished entries. A full chunk goes onto the queue; the caller's thread pops it in
+ * lh_ingest_next, tokenizes its text (when a tokenizer was given), turns marks into token
+ * indices, and returns the entries whose spans are final.
+ *
+ * States (checked at every public entry):
+ *
+ *     ADDING --lh_ingest_next (starts the reader)--> STREAMING --last chunk, ok--> DONE
+ *                                                        \--last chunk, failed--> FAILED
+ *
+ * Invariants: chunks reach the consumer in the order the reader filled them, so text offsets,
+ * mark ids and entries are all increasing; at most MAX_CHUNKS chunks exist, which bounds memory
+ * and makes the reader wait for a slow consumer; the reader always pushes exactly one chunk
+ * marked last (even when cancelled), and lh_ingest_close always joins the reader. The consumer
+ * never touches the reader's state except through the queue and the published stats, both under
+ * the mutex. Library code: nothing here prints or exits.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <locale.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ingest/ingest_internal.h"
+#include "util/fs.h"
+
+#define MAX_CHUNKS 6
+#define MAX_CHUNK_ENTRIES 4096
+
+typedef enum { ST_ADDING, ST_STREAMING, ST_DONE, ST_FAILED } ing_state;
+
+struct lh_ingest {
+  lh_ingest_params p;
+  char *template_copy;
+  char **globs; /* include then exclude copies */
+  lh_tmpl tmpl;
+  lh_globset include, exclude;
+  lh_input *inputs;
+  size_t n_inputs, cap_inputs;
+  int has_stdin;
+  int64_t source_total;
+  ing_state state;
+  lh_status fail_status;
+  char fail_msg[LH_ERROR_MSG_MAX];
+
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  lh_chunk *q_head, *q_tail, *free_chunks;
+  int n_alloc;
+  int cancel;
+  lh_reader r;
+  lh_reader_stats pub; /* the reader's counters as last published, under mu */
+  double t_start, t_end;
+
+  lh_chunk *held; /* the chunk the last batch's text points into */
+  lh_ientry *ready;
+  size_t n_ready, cap_ready;
+  lh_ingest_entry *bents;
+  size_t cap_bents;
+  int64_t tokens_total;
+  double tokenize_seconds;
+};
+
+lh_ingest_params lh_ingest_default_params(void) {
+  lh_ingest_params p;
+  memset(&p, 0, sizeof p);
+  p.max_file_bytes = 256ll << 20;
+  p.max_total_bytes = 4ll << 30;
+  p.max_decompressed_bytes = 64ll << 30;
+  p.max_ratio = 200;
+  p.ratio_grace_bytes = 256ll << 20;
+  p.sniff_bytes = 1 << 20;
+  p.max_invalid_share = 0.10;
+  p.order = LH_INGEST_SORT_ARCHIVE;
+  p.sort_memory = 256ll << 20;
+  p.on_error = LH_INGEST_ON_ERROR_FAIL;
+  p.batch_bytes = 1 << 20;
+  return p;
+}
+
+/* ---- chunks ---- */
+
+static void chunk_reset(lh_chunk *c) {
+  for (size_t i = 0; i < c->n_ents; i++) free(c->ents[i].own);
+  c->n_ents = 0;
+  c->n_marks = 0;
+  lh_buf_clear(&c->text);
+  c->last = 0;
+  c->status = LH_OK;
+  c->msg[0] = 0;
+  c->next = NULL;
+}
+
+static void chunk_free(lh_chunk *c) {
+  if (!c) return;
+  chunk_reset(c);
+  lh_buf_free(&c->text);
+  free(c->marks);
+  free(c->ents);
+  free(c);
+}
+
+/* Reader side: a fresh chunk, waiting while MAX_CHUNKS are in use. NULL when cancelled or out of
+ * memory. */
+static lh_chunk *chunk_get(lh_ingest *ing) {
+  pthread_mutex_lock(&ing->mu);
+  while (!ing->cancel && !ing->free_chunks && ing->n_alloc >= MAX_CHUNKS) pthread_cond_wait(&ing->cv, &ing->mu);
+  lh_chunk *c = NULL;
+  if (!ing->cancel) {
+    if (ing->free_chunks) {
+      c = ing->free_chunks;
+      ing->free_chunks = c->next;
+      c->next = NULL;
+    } else if ((c = calloc(1, sizeof *c))) {
+      ing->n_alloc++;
+    }
+  }
+  pthread_mutex_unlock(&ing->mu);
+  return c;
+}
+
+static void chunk_recycle(lh_ingest *ing, lh_chunk *c) {
+  if (!c) return;
+  chunk_reset(c);
+  pthread_mutex_lock(&ing->mu);
+  c->next = ing->free_chunks;
+  ing->free_chunks = c;
+  pthread_cond_broadcast(&ing->cv);
+  pthread_mutex_unlock(&ing->mu);
+}
+
+static void chunk_push(lh_ingest *ing, lh_chunk *c) {
+  pthread_mutex_lock(&ing->mu);
+  c->next = NULL;
+  if (ing->q_tail) ing->q_tail->next = c;
+  else ing->q_head = c;
+  ing->q_tail = c;
+  ing->pub = ing->r.st;
+  pthread_cond_broadcast(&ing->cv);
+  pthread_mutex_unlock(&ing->mu);
+}
+
+static lh_chunk *chunk_pop(lh_ingest *ing) {
+  pthread_mutex_lock(&ing->mu);
+  while (!ing->q_head) pthread_cond_wait(&ing->cv, &ing->mu);
+  lh_chunk *c = ing->q_head;
+  ing->q_head = c->next;
+  if (!ing->q_head) ing->q_tail = NULL;
+  c->next = NULL;
+  pthread_mutex_unlock(&ing->mu);
+  return c;
+}
+
+/* ---- reader-side emission (declared in ingest_internal.h) ---- */
+
+static void chunk_start(lh_reader *r) {
+  r->cur->text_base = r->text_pos;
+  r->cur->mark_base = r->mark_next;
+}
+
+static lh_status flush(lh_reader *r) {
+  lh_ingest *ing = r->ing;
+  if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+  lh_chunk *next = chunk_get(ing);
+  if (!next) {
+    if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+    return lh_error_set(&r->err, LH_ENOMEM, "out of memory for an ingest chunk");
+  }
+  chunk_push(ing, r->cur);
+  r->cur = next;
+  chunk_start(r);
+  return LH_OK;
+}
+
+int lh_reader_cancelled(lh_reader *r) { return __atomic_load_n(&r->ing->cancel, __ATOMIC_RELAXED); }
+
+void lh_reader_add_read_time(lh_reader *r, double t0) { r->st.read_seconds += lh_now() - t0; }
+
+lh_status lh_reader_source_progress(lh_reader *r, int64_t source_bytes) {
+  r->st.source_bytes = source_bytes;
+  if (source_bytes - r->source_bytes_published >= (4 << 20)) {
+    r->source_bytes_published = source_bytes;
+    pthread_mutex_lock(&r->ing->mu);
+    r->ing->pub = r->st;
+    pthread_mutex_unlock(&r->ing->mu);
+  }
+  if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+  return LH_OK;
+}
+
+lh_buf *lh_reader_textbuf(lh_reader *r) { return &r->cur->text; }
+
+lh_status lh_reader_text_done(lh_reader *r, size_t old_len) {
+  size_t d = r->cur->text.len - old_len;
+  r->text_pos += d;
+  r->st.text_bytes += (int64_t)d;
+  if (r->cur->text.len >= r->p->batch_bytes) return flush(r);
+  return LH_OK;
+}
+
+lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
+  do { /* in pieces that fill the current chunk, so batches stay about batch_bytes */
+    size_t room = r->cur->text.len < r->p->batch_bytes ? r->p->batch_bytes - r->cur->text.len : 1;
+    size_t k = n < room ? n : room, old = r->cur->text.len;
+    if (lh_buf_append(&r->cur->text, p, k)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    lh_status s = lh_reader_text_done(r, old);
+    if (s) return s;
+    p += k, n -= k;
+  } while (n);
+  return LH_OK;
+}
+
+lh_status lh_reader_mark(lh_reader *r, int64_t *id) {
+  lh_chunk *c = r->cur;
+  if (c->n_marks == c->cap_marks) {
+    size_t cap = c->cap_marks ? 2 * c->cap_marks : 256;
+    uint64_t *m = realloc(c->marks, cap * sizeof *m);
+    if (!m) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    c->marks = m;
+    c->cap_marks = cap;
+  }
+  c->marks[c->n_marks++] = r->text_pos;
+  *id = r->mark_next++;
+  return LH_OK;
+}
+
+lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
+  lh_chunk *c = r->cur;
+  ie->e.input = r->input;
+  if (c->n_ents == c->cap_ents) {
+    size_t cap = c->cap_ents ? 2 * c->cap_ents : 64;
+    lh_ientry *m = realloc(c->ents, cap * sizeof *m);
+    if (!m) {
+      free(ie->own);
+      return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    }
+    c->ents = m;
+    c->cap_ents = cap;
+  }
+  c->ents[c->n_ents++] = *ie;
+  r->st.entries++;
+  r->st.by_status[ie->e.status]++;
+  r->st.by_reason[ie->e.reason]++;
+  if (code != LH_OK && r->p->on_error == LH_INGEST_ON_ERROR_FAIL) {
+    /* The message reaches terminals: names (and details quoting names) are shown escaped. */
+    lh_buf in = {0}, name = {0}, det = {0};
+    lh_ingest_display_name(r->in->name, strlen(r->in->name), 200, &in);
+    lh_ingest_display_name(ie->e.detail, strlen(ie->e.detail), 600, &det);
+    if (ie->e.type == LH_ENTRY_INPUT)
+      lh_error_set(&r->err, code, "%s: %s", in.data ? in.data : "", det.data ? det.data : "");
+    else {
+      lh_ingest_display_name(ie->e.path, ie->e.path_len, 200, &name);
+      lh_error_set(&r->err, code, "%s: entry '%s': %s", in.data ? in.data : "", name.data ? name.data : "",
+                   det.data ? det.data : "");
+    }
+    lh_buf_free(&in);
+    lh_buf_free(&name);
+    lh_buf_free(&det);
+    return code;
+  }
+  if (c->n_ents >= MAX_CHUNK_ENTRIES) return flush(r);
+  return LH_OK;
+}
+
+static void *reader_main(void *arg) {
+  lh_ingest *ing = arg;
+  lh_reader *r = &ing->r;
+  /* Formats that store names as UTF-16 (7z, Joliet, some zip) are converted by libarchive through
+   * the thread's locale; make that UTF-8 for this thread only, whatever the program set. */
+  locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+  if (!loc) loc = newlocale(LC_CTYPE_MASK, "en_US.UTF-8", (locale_t)0);
+  if (loc) uselocale(loc);
+  lh_status st = LH_OK;
+  for (size_t i = 0; i < ing->n_inputs && st == LH_OK; i++) {
+    r->input = (int)i;
+    r->in = &ing->inputs[i];
+    st = r->in->kind == LH_IN_DIR ? lh_source_folder(r, r->in) : lh_source_archive(r, r->in);
+    lh_reader_doc_free(r);
+    r->st.inputs_done++;
+  }
+  lh_chunk *c = r->cur;
+  r->cur = NULL;
+  c->last = 1;
+  c->status = st;
+  if (st) snprintf(c->msg, sizeof c->msg, "%s", r->err.msg);
+  chunk_push(ing, c);
+  if (loc) {
+    uselocale(LC_GLOBAL_LOCALE);
+    freelocale(loc);
+  }
+  return NULL;
+}
+
+/* ---- handle ---- */
+
+static char *xstrdup(const char *s) {
+  size_t n = strlen(s);
+  char *d = malloc(n + 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *err) {
+  *out = NULL;
+  if (!p) return lh_error_set(err, LH_EINVAL, "lh_ingest_open: params is NULL");
+  if (p->max_file_bytes <= 0 || p->max_total_bytes <= 0 || p->max_decompressed_bytes <= 0)
+    return lh_error_set(err, LH_EINVAL, "ingest: size caps must be positive");
+  if (!(p->max_ratio >= 1)) return lh_error_set(err, LH_EINVAL, "ingest: max_ratio must be at least 1");
+  if (p->ratio_grace_bytes < 0) return lh_error_set(err, LH_EINVAL, "ingest: ratio_grace_bytes must not be negative");
+  if (p->sniff_bytes == 0) return lh_error_set(err, LH_EINVAL, "ingest: sniff_bytes must be at least 1");
+  if (!(p->max_invalid_share >= 0 && p->max_invalid_share <= 1))
+    return lh_error_set(err, LH_EINVAL, "ingest: max_invalid_share must be within [0, 1]");
+  if (p->order != LH_INGEST_SORT_ARCHIVE && p->order != LH_INGEST_SORT_PATH)
+    return lh_error_set(err, LH_EINVAL, "ingest: unknown order %d", (int)p->order);
+  if (p->on_error != LH_INGEST_ON_ERROR_FAIL && p->on_error != LH_INGEST_ON_ERROR_SKIP)
+    return lh_error_set(err, LH_EINVAL, "ingest: unknown on_error %d", (int)p->on_error);
+  if (p->order == LH_INGEST_SORT_PATH && p->sort_memory <= 0)
+    return lh_error_set(err, LH_EINVAL, "ingest: sort_memory must be positive");
+  if (p->tokenizer)
+    return lh_error_set(err, LH_EUNSUPPORTED, "ingest: tokenizing needs the tokenizer, which is not in this build yet");
+
+  lh_ingest *ing = calloc(1, sizeof *ing);
+  if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  ing->p = *p;
+  if (ing->p.batch_bytes < 4096) ing->p.batch_bytes = 4096;
+  pthread_mutex_init(&ing->mu, NULL);
+  pthread_cond_init(&ing->cv, NULL);
+  lh_status st = LH_OK;
+  ing->template_copy = xstrdup(p->template_text ? p->template_text : LH_INGEST_DEFAULT_TEMPLATE);
+  size_t ng = p->n_include + p->n_exclude;
+  ing->globs = calloc(ng ? ng : 1, sizeof *ing->globs);
+  if (!ing->template_copy || !ing->globs) {
+    st = lh_error_set(err, LH_ENOMEM, "out of memory");
+    goto fail;
+  }
+  ing->p.template_text = ing->template_copy;
+  for (size_t i = 0; i < ng; i++) {
+    const char *g = i < p->n_include ? p->include[i] : p->exclude[i - p->n_include];
+    if (!g || !(ing->globs[i] = xstrdup(g))) {
+      st = lh_error_set(err, g ? LH_ENOMEM : LH_EINVAL, g ? "out of memory" : "ingest: NULL glob");
+      goto fail;
+    }
+  }
+  ing->p.include = (const char *const *)ing->globs;
+  ing->p.exclude = (const char *const *)ing->globs + p->n_include;
+  if ((st = lh_tmpl_parse(ing->template_copy, &ing->tmpl, err))) goto fail;
+  if ((st = lh_globset_init(&ing->include, ing->p.include, p->n_include, err))) goto fail;
+  if ((st = lh_globset_init(&ing->exclude, ing->p.exclude, p->n_exclude, err))) goto fail;
+  ing->r.ing = ing;
+  ing->r.p = &ing->p;
+  ing->r.tmpl = &ing->tmpl;
+  ing->r.include = &ing->include;
+  ing->r.exclude = &ing->exclude;
+  lh_archive_global_init();
+  *out = ing;
+  return LH_OK;
+fail:
+  lh_ingest_close(ing);
+  return st;
+}
+
+void lh_ingest_close(lh_ingest *ing) {
+  if (!ing) return;
+  if (ing->thread_started) {
+    pthread_mutex_lock(&ing->mu);
+    ing->cancel = 1;
+    pthread_cond_broadcast(&ing->cv);
+    pthread_mutex_unlock(&ing->mu);
+    pthread_join(ing->thread, NULL);
+  }
+  chunk_free(ing->held);
+  while (ing->q_head) {
+    lh_chunk *c = ing->q_head;
+    ing->q_head = c->next;
+    chunk_free(c);
+  }
+  while (ing->free_chunks) {
+    lh_chunk *c = ing->free_chunks;
+    ing->free_chunks = c->next;
+    chunk_free(c);
+  }
+  chunk_free(ing->r.cur);
+  lh_reader_doc_free(&ing->r);
+  lh_buf_free(&ing->r.doc.sniff);
+  lh_buf_free(&ing->r.scratch);
+  for (size_t i = 0; i < ing->n_ready; i++) free(ing->ready[i].own);
+  free(ing->ready);
+  free(ing->bents);
+  for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
+  free(ing->inputs);
+  if (ing->globs)
+    for (size_t i = 0; i < ing->p.n_include + ing->p.n_exclude; i++) free(ing->globs[i]);
+  free(ing->globs);
+  free(ing->template_copy);
+  lh_tmpl_free(&ing->tmpl);
+  lh_globset_free(&ing->include);
+  lh_globset_free(&ing->exclude);
+  pthread_mutex_destroy(&ing->mu);
+  pthread_cond_destroy(&ing->cv);
+  free(ing);
+}
+
+static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
+  if (ing->state != ST_ADDING) {
+    free(in.name);
+    return lh_error_set(err, LH_EINVAL, "ingest: inputs must be added before the first lh_ingest_next");
+  }
+  if (ing->n_inputs == ing->cap_inputs) {
+    size_t cap = ing->cap_inputs ? 2 * ing->cap_inputs : 8;
+    lh_input *m = realloc(ing->inputs, cap * sizeof *m);
+    if (!m) {
+      free(in.name);
+      return lh_error_set(err, LH_ENOMEM, "out of memory");
+    }
+    ing->inputs = m;
+    ing->cap_inputs = cap;
+  }
+  if (in.size < 0 || ing->source_total < 0) ing->source_total = -1;
+  else ing->source_total += in.size;
+  ing->inputs[ing->n_inputs++] = in;
+  return LH_OK;
+}
+
+lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
+  if (!path || !*path) return lh_error_set(err, LH_EINVAL, "ingest: empty input path");
+  lh_input in = {0};
+  in.size = -1;
+  if (!strcmp(path, "-")) {
+    if (ing->has_stdin) return lh_error_set(err, LH_EINVAL, "ingest: '-' (stdin) given more than once");
+    ing->has_stdin = 1;
+    in.kind = LH_IN_STDIN;
+  } else {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
+                          strerror(errno));
+    if (S_ISDIR(sb.st_mode)) in.kind = LH_IN_DIR;
+    else if (S_ISREG(sb.st_mode)) in.kind = LH_IN_FILE, in.size = (int64_t)sb.st_size;
+    else in.kind = LH_IN_STREAM;
+  }
+  if (!(in.name = xstrdup(path))) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  return add_input(ing, in, err);
+}
+
+lh_status lh_ingest_add_memory(lh_ingest *ing, const char *name, const void *data, size_t len, lh_error *err) {
+  if (!data && len) return lh_error_set(err, LH_EINVAL, "ingest: memory input without data");
+  lh_input in = {0};
+  in.kind = LH_IN_MEMORY;
+  in.mem = data;
+  in.mem_len = len;
+  in.size = (int64_t)len;
+  if (!(in.name = xstrdup(name && *name ? name : "memory"))) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  return add_input(ing, in, err);
+}
+
+/* ---- the pull loop ---- */
+
+static lh_status keep_ready(lh_ingest *ing, lh_ientry *ie) {
+  if (ing->n_ready == ing->cap_ready) {
+    size_t cap = ing->cap_ready ? 2 * ing->cap_ready : 256;
+    lh_ientry *m = realloc(ing->ready, cap * sizeof *m);
+    if (!m) return LH_ENOMEM;
+    ing->ready = m;
+    ing->cap_ready = cap;
+  }
+  ing->ready[ing->n_ready++] = *ie;
+  return LH_OK;
+}
+
+lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
+  memset(b, 0, sizeof *b);
+  b->text = "";
+  if (ing->held) {
+    chunk_recycle(ing, ing->held);
+    ing->held = NULL;
+  }
+  for (size_t i = 0; i < ing->n_ready; i++) free(ing->ready[i].own);
+  ing->n_ready = 0;
+  b->token_base = ing->tokens_total;
+  if (ing->state == ST_FAILED) return lh_error_set(err, ing->fail_status, "%s", ing->fail_msg);
+  if (ing->state == ST_DONE) {
+    b->done = 1;
+    return LH_OK;
+  }
+  if (ing->state == ST_ADDING) {
+    ing->t_start = lh_now();
+    ing->r.cur = calloc(1, sizeof *ing->r.cur);
+    if (!ing->r.cur) return lh_error_set(err, LH_ENOMEM, "out of memory");
+    ing->n_alloc = 1;
+    chunk_start(&ing->r);
+    if (pthread_create(&ing->thread, NULL, reader_main, ing) != 0) {
+      ing->state = ST_FAILED;
+      ing->fail_status = LH_EIO;
+      snprintf(ing->fail_msg, sizeof ing->fail_msg, "ingest: cannot start the reader thread");
+      return lh_error_set(err, ing->fail_status, "%s", ing->fail_msg);
+    }
+    ing->thread_started = 1;
+    ing->state = ST_STREAMING;
+  }
+  lh_chunk *c = chunk_pop(ing);
+  ing->held = c;
+  b->text = c->text.data ? c->text.data : "";
+  b->text_len = c->text.len;
+  b->text_base = c->text_base;
+  for (size_t i = 0; i < c->n_ents; i++) {
+    if (keep_ready(ing, &c->ents[i])) {
+      for (size_t j = i; j < c->n_ents; j++) free(c->ents[j].own);
+      c->n_ents = 0;
+      return lh_error_set(err, LH_ENOMEM, "out of memory");
+    }
+  }
+  c->n_ents = 0; /* ownership moved to ready */
+  if (ing->cap_bents < ing->n_ready) {
+    lh_ingest_entry *m = realloc(ing->bents, ing->n_ready * sizeof *m);
+    if (!m) return lh_error_set(err, LH_ENOMEM, "out of memory");
+    ing->bents = m;
+    ing->cap_bents = ing->n_ready;
+  }
+  for (size_t i = 0; i < ing->n_ready; i++) ing->bents[i] = ing->ready[i].e;
+  b->entries = ing->bents;
+  b->n_entries = ing->n_ready;
+  if (c->last) {
+    pthread_join(ing->thread, NULL);
+    ing->thread_started = 0;
+    ing->t_end = lh_now();
+    pthread_mutex_lock(&ing->mu);
+    ing->pub = ing->r.st;
+    pthread_mutex_unlock(&ing->mu);
+    if (c->status != LH_OK) {
+      ing->state = ST_FAILED;
+      ing->fail_status = c->status;
+      snprintf(ing->fail_msg, sizeof ing->fail_msg, "%s", c->msg);
+      return lh_error_set(err, c->status, "%s", c->msg);
+    }
+    ing->state = ST_DONE;
+    b->done = 1;
+  }
+  return LH_OK;
+}
+
+void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&ing->mu);
+  lh_reader_stats s = ing->pub;
+  out->tokens = ing->tokens_total;
+  out->tokenize_seconds = ing->tokenize_seconds;
+  double t0 = ing->t_start, t1 = ing->t_end;
+  pthread_mutex_unlock(&ing->mu);
+  out->entries = s.entries;
+  memcpy(out->by_status, s.by_status, sizeof out->by_status);
+  memcpy(out->by_reason, s.by_reason, sizeof out->by_reason);
+  out->source_bytes = s.source_bytes;
+  out->source_total = ing->source_total;
+  out->content_bytes = s.content_bytes;
+  out->document_bytes = s.document_bytes;
+  out->text_bytes = s.text_bytes;
+  out->invalid_utf8 = s.invalid_utf8;
+  out->inputs_done = s.inputs_done;
+  out->inputs_total = (int)ing->n_inputs;
+  out->read_seconds = s.read_seconds;
+  out->frame_seconds = s.frame_seconds;
+  out->seconds = t0 > 0 ? (t1 > 0 ? t1 : lh_now()) - t0 : 0;
+}

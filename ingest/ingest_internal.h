@@ -1,0 +1,208 @@
+/* ingest_internal.h — what the ingest files share and nobody else may use.
+ *
+ * The pieces, each in its own file:
+ *   ingest_glob.c     glob patterns compiled once, matched by a position-set simulation
+ *   frame_utf8.c      streaming UTF-8 repair (maximal subparts to U+FFFD) and the sniff test
+ *   frame.c           templates, and the per-entry decisions and document framing (lh_doc_*)
+ *   manifest.c        names, JSON lines, terminal-safe display, XML attribute escaping
+ *   archive.c         libarchive inputs (files, stdin, memory), caps, --sort path windows
+ *   archive_walk.c    folder inputs
+ *   ingest.c          the handle, the reader thread, the chunk queue and the pull loop
+ *
+ * Data flow: a source (archive.c, archive_walk.c) calls lh_reader_predecide and then either
+ * lh_reader_record (no content) or lh_doc_begin / lh_doc_data... / lh_doc_end; those append
+ * framed text, span marks and entries to the reader's current chunk, which ingest.c hands to the
+ * consumer when it is full. Every lh_reader_* / lh_doc_* call returns LH_OK to go on; anything
+ * else (a failure under on_error=fail, or cancellation) must make the source stop and return it.
+ */
+#ifndef LH_INGEST_INTERNAL_H
+#define LH_INGEST_INTERNAL_H
+
+#include <stdint.h>
+
+#include "ingest/ingest.h"
+#include "util/hash.h"
+
+/* ---- globs (ingest_glob.c) ---- */
+
+typedef struct lh_glob lh_glob; /* one compiled pattern */
+typedef struct lh_globset {
+  lh_glob **g;
+  size_t n;
+} lh_globset;
+
+lh_status lh_globset_init(lh_globset *gs, const char *const *pats, size_t n, lh_error *err);
+void lh_globset_free(lh_globset *gs);
+/* Path as stored; leading "./" and "/" and trailing "/" are ignored. any_prefix: also true when a
+ * pattern matches a leading directory of the path (exclude semantics). */
+int lh_globset_match(const lh_globset *gs, const char *path, size_t len, int any_prefix);
+
+/* ---- UTF-8 (frame_utf8.c) ---- */
+
+typedef struct lh_utf8 {
+  uint8_t pend[4]; /* a valid but unfinished sequence carried to the next piece */
+  uint8_t npend;
+} lh_utf8;
+
+/* Append p[0..n) to out with every maximal invalid subpart replaced by U+FFFD. final: the input
+ * ends here (a carried unfinished sequence becomes U+FFFD). Adds substitutions to *replaced. */
+lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_buf *out, int64_t *replaced);
+/* The binary sniff. *nul_at receives the offset of the first NUL byte or -1 (and then nothing
+ * else is counted). Otherwise returns the number of bytes of p[0..n) inside invalid subparts (an
+ * unfinished tail counting as valid when !final), counting stops once past stop_above; *clean
+ * is the length of the prefix that ends where a sequence ends (n, less an unfinished tail). When
+ * the result is 0, p[0..*clean) needs no repair. */
+size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, size_t stop_above, int64_t *nul_at,
+                             size_t *clean);
+/* The sequence at s[0..avail) (avail >= 1): 1 when valid, 0 when not; *len is its length or the
+ * length of the maximal invalid subpart (an unfinished sequence at the end counts as invalid). */
+int lh_utf8_next(const uint8_t *s, size_t avail, size_t *len);
+/* 1 when p[0..n) is entirely valid UTF-8. */
+int lh_utf8_valid(const uint8_t *p, size_t n);
+
+/* ---- escaping (manifest.c) ---- */
+
+/* JSON string body (no quotes); invalid UTF-8 bytes become U+FFFD; *lossy set when that happened. */
+lh_status lh_json_escape(lh_buf *out, const char *p, size_t n, int *lossy);
+/* XML attribute value body; invalid UTF-8 becomes U+FFFD. */
+lh_status lh_xml_escape(lh_buf *out, const char *p, size_t n);
+/* Path for humans and templates: leading "./" removed (the sort key too). */
+void lh_path_normalize(const char **p, size_t *n);
+
+/* ---- templates (frame.c) ---- */
+
+typedef enum lh_tmpl_kind {
+  LH_T_LIT, LH_T_PATH, LH_T_PATH_RAW, LH_T_INPUT, LH_T_INDEX, LH_T_NL, LH_T_BYTES, LH_T_SHA256
+} lh_tmpl_kind;
+typedef struct lh_tmpl_part {
+  lh_tmpl_kind kind;
+  char *lit; /* LH_T_LIT only */
+  size_t lit_len;
+} lh_tmpl_part;
+typedef struct lh_tmpl {
+  lh_tmpl_part *head, *tail; /* before and after {text} */
+  size_t n_head, n_tail;
+} lh_tmpl;
+
+lh_status lh_tmpl_parse(const char *s, lh_tmpl *t, lh_error *err);
+void lh_tmpl_free(lh_tmpl *t);
+
+/* ---- entries and chunks (ingest.c) ---- */
+
+/* An entry in flight: the public view plus the marks that will give its token span, and the one
+ * allocation its strings live in. */
+typedef struct lh_ientry {
+  lh_ingest_entry e;
+  int64_t mark_start, mark_end; /* ids of the span marks; -1 when not included */
+  char *own;
+} lh_ientry;
+
+typedef struct lh_chunk {
+  lh_buf text;
+  uint64_t text_base;
+  uint64_t *marks; /* text offsets; ids mark_base, mark_base + 1, ... */
+  size_t n_marks, cap_marks;
+  int64_t mark_base;
+  lh_ientry *ents;
+  size_t n_ents, cap_ents;
+  int last;             /* no chunk follows */
+  lh_status status;     /* with last: LH_OK, or why the reader stopped */
+  char msg[LH_ERROR_MSG_MAX];
+  struct lh_chunk *next;
+} lh_chunk;
+
+/* ---- the reader (producer) ---- */
+
+/* What a source knows about an entry before reading its content. Strings are borrowed for the
+ * duration of the call they are passed to. */
+typedef struct lh_meta {
+  const char *path;
+  size_t path_len;
+  const char *link;
+  size_t link_len;
+  lh_entry_type type;
+  int64_t size; /* declared content size, -1 unknown */
+  int encrypted;
+} lh_meta;
+
+typedef struct lh_input {
+  enum { LH_IN_FILE, LH_IN_DIR, LH_IN_STDIN, LH_IN_MEMORY, LH_IN_STREAM } kind;
+  char *name;
+  const void *mem;
+  size_t mem_len;
+  int64_t size; /* -1 unknown */
+} lh_input;
+
+typedef struct lh_reader_stats {
+  int64_t entries, by_status[LH_ENTRY_STATUS_COUNT], by_reason[LH_REASON_COUNT];
+  int64_t source_bytes, content_bytes, document_bytes, text_bytes, invalid_utf8;
+  int inputs_done;
+  double read_seconds, frame_seconds;
+} lh_reader_stats;
+
+typedef struct lh_reader {
+  struct lh_ingest *ing;
+  const lh_ingest_params *p;
+  const lh_tmpl *tmpl;
+  const lh_globset *include, *exclude;
+  lh_chunk *cur;
+  uint64_t text_pos;
+  int64_t mark_next;
+  int input;
+  const lh_input *in;
+  lh_reader_stats st;
+  int total_cap_hit;
+  int64_t doc_index;
+  int64_t source_bytes_published;
+  /* the document being read (lh_doc_*) */
+  struct {
+    int active, decided, binary, stopped;
+    lh_entry_reason cut; /* TOO_LARGE or TOTAL_CAP when content was cut */
+    char *path, *link;   /* copies (the source's strings may move during the document) */
+    size_t path_len, link_len;
+    lh_entry_type type;
+    int64_t declared, bytes, accepted, invalid;
+    int64_t mark_start;
+    uint64_t text_start;
+    char last;           /* last content byte emitted */
+    lh_sha256 sha;
+    lh_utf8 u;
+    lh_buf sniff;
+    int64_t nul_at;
+  } doc;
+  lh_buf scratch;
+  lh_error err;
+} lh_reader;
+
+/* Chunk emission (ingest.c). */
+lh_status lh_reader_text(lh_reader *r, const char *p, size_t n);
+lh_buf *lh_reader_textbuf(lh_reader *r); /* append directly, then call lh_reader_text_done */
+lh_status lh_reader_text_done(lh_reader *r, size_t old_len);
+lh_status lh_reader_mark(lh_reader *r, int64_t *id);
+lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code);
+int lh_reader_cancelled(lh_reader *r);
+void lh_reader_add_read_time(lh_reader *r, double t0);
+lh_status lh_reader_source_progress(lh_reader *r, int64_t source_bytes);
+
+/* Entry decisions and documents (frame.c). predecide: LH_REASON_NONE when the content must be
+ * read; it counts the total cap, so call it once per entry, in output order. predecide_static:
+ * only what does not depend on order (no total cap). */
+lh_entry_reason lh_reader_predecide(lh_reader *r, const lh_meta *m);
+lh_entry_reason lh_reader_predecide_static(lh_reader *r, const lh_meta *m);
+/* Record an entry without content. code is LH_OK for a skip, else the failure (st ERROR). */
+lh_status lh_reader_record(lh_reader *r, const lh_meta *m, lh_entry_status st, lh_entry_reason why,
+                           int64_t bytes, int64_t err_off, lh_status code, const char *detail);
+lh_status lh_doc_begin(lh_reader *r, const lh_meta *m);
+/* Feed content; *want_more becomes 0 once the rest of the entry is not needed (binary, cut). */
+lh_status lh_doc_data(lh_reader *r, const void *p, size_t n, int *want_more);
+/* End the document. code LH_OK: read to the end (or stopped on purpose); otherwise reading
+ * failed with code (reason and detail say how, err_off where). */
+lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t err_off, const char *detail);
+void lh_reader_doc_free(lh_reader *r);
+
+/* Sources. */
+lh_status lh_source_archive(lh_reader *r, const lh_input *in);
+lh_status lh_source_folder(lh_reader *r, const lh_input *in);
+void lh_archive_global_init(void);
+
+#endif
