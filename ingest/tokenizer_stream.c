@@ -144,7 +144,7 @@ static lh_status append_clean(lh_tok_stream *s, const uint8_t *p, size_t n, bool
 /* Emit ids (and offsets) [0, n) of the last encode to the caller. */
 static lh_status give(lh_tok_stream *s, size_t n, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap) {
   size_t before = ids->len;
-  if (lh_i32vec_append(ids, s->ids.data, n)) return LH_ENOMEM;
+  if (n && lh_i32vec_append(ids, s->ids.data, n)) return LH_ENOMEM;
   if (offsets) {
     size_t need = ids->len;
     if (need > *offsets_cap) {
@@ -219,7 +219,7 @@ static lh_status run(lh_tok_stream *s, bool final, lh_i32vec *ids, int64_t **off
   /* drop offset fixups no longer needed */
   size_t k = 0;
   while (k < s->nfx && s->fx[k].clean <= s->base) s->fx_delta0 = s->fx[k++].delta;
-  memmove(s->fx, s->fx + k, (s->nfx - k) * sizeof *s->fx);
+  if (k) memmove(s->fx, s->fx + k, (s->nfx - k) * sizeof *s->fx);
   s->nfx -= k;
   size_t left = s->buf.len - s->ctx_len;
   s->next_try = left * 2 > MIN_BATCH ? left * 2 : MIN_BATCH;
@@ -230,17 +230,17 @@ lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_
                              size_t *offsets_cap, lh_error *err) {
   if (s->broken) return lh_error_set(err, LH_EINVAL, "tokenizer stream: an earlier call failed; open a new stream");
   s->fed += (int64_t)len;
-  lh_status st;
+  lh_status st = LH_OK;
   if (s->nheld) { /* the held bytes come first: feed them with the new text */
     uint8_t *tmp = malloc(s->nheld + len);
     if (!tmp) return lh_error_set(err, LH_ENOMEM, "out of memory");
     memcpy(tmp, s->held, s->nheld);
-    memcpy(tmp + s->nheld, text, len);
+    if (len) memcpy(tmp + s->nheld, text, len);
     size_t n = s->nheld + len;
     s->nheld = 0;
     st = append_clean(s, tmp, n, false);
     free(tmp);
-  } else {
+  } else if (len) {
     st = append_clean(s, (const uint8_t *)text, len, false);
   }
   if (st) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -320,7 +320,8 @@ static void *par_main(void *arg) {
     if (!j->rs)
       j->st = LH_ENOMEM;
     else
-      memcpy(j->rs, c->rs, c->nrs * sizeof *j->rs), j->nrs = c->nrs;
+      j->nrs = c->nrs;
+    if (j->rs && c->nrs) memcpy(j->rs, c->rs, c->nrs * sizeof *j->rs);
   }
   c->ids = NULL;
   tk_ctx_put(j->t, c);
@@ -328,9 +329,9 @@ static void *par_main(void *arg) {
   return NULL;
 }
 
-static size_t snap_cut(const uint8_t *s, size_t len, size_t at) {
-  /* just after a newline within 64 KB, else the next character boundary */
-  size_t lim = at + (64 << 10) < len ? at + (64 << 10) : len;
+static size_t snap_cut(const uint8_t *s, size_t len, size_t at, size_t reach) {
+  /* just after a newline within reach, else the next character boundary */
+  size_t lim = at + reach < len ? at + reach : len;
   for (size_t i = at; i < lim; i++)
     if (s[i] == '\n' && i + 1 < len) return i + 1;
   while (at < len && (s[at] & 0xC0) == 0x80) at++;
@@ -370,13 +371,21 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
     lh_buf_free(&clean);
     return st;
   }
+  /* cuts at least two overlaps apart and from the end; those that do not fit are dropped */
   size_t cuts[65];
+  int nc = 1;
   cuts[0] = 0;
   for (int k = 1; k < threads; k++) {
-    cuts[k] = snap_cut(s, len, len / (size_t)threads * (size_t)k);
-    if (cuts[k] <= cuts[k - 1] + overlap) cuts[k] = cuts[k - 1] + overlap;
+    size_t c = snap_cut(s, len, len / (size_t)threads * (size_t)k, overlap);
+    if (c >= cuts[nc - 1] + 2 * overlap && c + 2 * overlap <= len) cuts[nc++] = c;
   }
+  threads = nc;
   cuts[threads] = len;
+  if (threads < 2) {
+    lh_status st = lh_tokenizer_encode(t, (const char *)s, len, 0, out, err);
+    lh_buf_free(&clean);
+    return st;
+  }
   par_job jobs[64];
   pthread_t tid[64];
   memset(jobs, 0, sizeof jobs);
@@ -446,7 +455,8 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
       stop_id = j->rs[a].n_ids;
       next_start = n->rs[b].n_ids;
     }
-    if (lh_i32vec_append(out, j->ids.data + start_id, stop_id - start_id)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+    if (stop_id > start_id && lh_i32vec_append(out, j->ids.data + start_id, stop_id - start_id))
+      st = lh_error_set(err, LH_ENOMEM, "out of memory");
     start_id = next_start;
   }
   for (int k = 0; k < threads; k++) {
