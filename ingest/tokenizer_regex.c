@@ -34,8 +34,9 @@
 
 extern const uint32_t tk_ud_gc[][2];
 extern const size_t tk_ud_gc_n;
-extern const uint32_t tk_ud_onig_space[][2], tk_ud_onig_word[][2], tk_ud_onig_digit[][2];
-extern const size_t tk_ud_onig_space_n, tk_ud_onig_word_n, tk_ud_onig_digit_n;
+extern const uint32_t tk_ud_onig_space[][2], tk_ud_onig_word[][2], tk_ud_onig_word_in_class[][2],
+    tk_ud_onig_digit[][2];
+extern const size_t tk_ud_onig_space_n, tk_ud_onig_word_n, tk_ud_onig_word_in_class_n, tk_ud_onig_digit_n;
 extern const char *const tk_ud_script_names[];
 extern const size_t tk_ud_nscripts;
 extern const uint32_t (*const tk_ud_scripts[])[2];
@@ -418,7 +419,7 @@ static void item_lit(item *it, uint32_t a, uint32_t b) {
 
 /* Class-like escapes: \s \S \d \D \w \W \h \H \p{..} \P{..}. After the backslash; returns
  * true when it consumed one (negated set in *neg). */
-static bool class_escape(tr *t, item *it, bool *neg) {
+static bool class_escape(tr *t, item *it, bool *neg, bool in_class) {
   uint8_t c = t->p[t->i];
   *neg = false;
   switch (c) {
@@ -438,7 +439,11 @@ static bool class_escape(tr *t, item *it, bool *neg) {
     return true;
   case 'w':
   case 'W':
-    rs_from_table(&it->onig, tk_ud_onig_word, tk_ud_onig_word_n);
+    /* Oniguruma's \w differs inside brackets (Latin-1 superscripts and fractions) */
+    if (in_class)
+      rs_from_table(&it->onig, tk_ud_onig_word_in_class, tk_ud_onig_word_in_class_n);
+    else
+      rs_from_table(&it->onig, tk_ud_onig_word, tk_ud_onig_word_n);
     snprintf(it->text, sizeof it->text, "\\p{L}\\p{M}\\p{N}\\p{Pc}");
     *neg = c == 'W';
     t->i++;
@@ -717,7 +722,7 @@ static void parse_class(tr *t, rset *exact, item **items_out, size_t *nitems_out
       }
       item tmp = {0};
       bool eneg;
-      if (class_escape(t, &tmp, &eneg)) {
+      if (class_escape(t, &tmp, &eneg, true)) {
         rs_norm(&tmp.onig);
         if (eneg) {
           rset cpl = {0};
@@ -868,7 +873,7 @@ static void translate(tr *t) {
       uint8_t e = t->p[t->i];
       item it = {0};
       bool neg;
-      if (class_escape(t, &it, &neg)) {
+      if (class_escape(t, &it, &neg, false)) {
         if (t->ci && e != 's' && e != 'S' && e != 'd' && e != 'D' && e != 'h' && e != 'H')
           unsup(t, "character classes in a case-insensitive region");
         begin_atom(t);
