@@ -255,7 +255,8 @@ static void test_tokenizer(const char *name) {
   CHECK_EQ(bad_off, 0);
   CHECK_EQ(bad_dec, 0);
   CHECK(n >= 120);
-  /* threads: the concatenation of all cases, cut into small chunks */
+  /* threads: the concatenation of all cases (repeated to at least 200 KB), cut into small chunks */
+  while (doc.len && doc.len < (200u << 10)) lh_buf_append(&doc, doc.data, doc.len);
   lh_tokenizer_encode(t, doc.data, doc.len, 0, &doc_ids, &err);
   for (int th = 2; th <= 4; th++) {
     lh_i32vec pv = {0};
