@@ -22,6 +22,10 @@
  * find_iter follows the onig crate: after an empty match at the end of the previous match, the
  * search moves on one character; matches never overlap.
  *
+ * The four most common pre-tokenizer patterns (GPT-2, cl100k, Qwen2, o200k) are recognized by
+ * their text and matched by hand-written code (tokenizer_fastsplit.c) instead; the PCRE2
+ * program is still compiled, and the tests check that both agree.
+ *
  * Invariant: a tk_regex is immutable after tk_regex_compile; matching uses caller-owned match
  * data, so any number of threads can match with one tk_regex.
  */
@@ -1261,6 +1265,7 @@ lh_status tk_regex_compile(tk_regex *re, const char *pat, size_t len, bool liter
   pcre2_pattern_info(re->code, PCRE2_INFO_MAXLOOKBEHIND, &plb);
   re->can_be_empty = minlen == 0;
   re->lookbehind = plb + 1 > lb ? plb + 1 : lb;
+  if (!literal) re->fast_kind = tk_fast_kind(pat, len);
   return LH_OK;
 }
 
@@ -1320,6 +1325,11 @@ static int run_match(const pcre2_code *code, bool jit, pcre2_match_data *md, pcr
 
 int tk_regex_find(const tk_regex *re, pcre2_match_data *md, pcre2_match_context *mc, const uint8_t *subj,
                   size_t len, tk_find *f, bool partial, size_t *ms, size_t *me) {
+  if (re->fast_kind) { /* tokenizer_fastsplit.c: no lookbehind, no empty match */
+    int r = tk_fast_find(re->fast_kind, subj, len, f->pos, partial, ms, me);
+    if (r == TK_FIND_MATCH) f->pos = f->last_end = *me;
+    return r;
+  }
   for (;;) {
     if (f->pos > len) return TK_FIND_NONE;
     uint32_t opts = PCRE2_NO_UTF_CHECK | (partial ? PCRE2_PARTIAL_HARD : 0);
