@@ -36,8 +36,9 @@
  *           Steps after the splitting one see the same pieces on both sides of Q, so they need
  *           no condition.
  * In a segment that is not final (more text may follow), a restart point must also not depend
- * on unseen text: the splitting regex runs in PCRE2 hard-partial mode, so a match or failure
- * that needed more text is reported as such, and Q counts only if the match before it, and
+ * on unseen text: the splitting regex runs in PCRE2 hard-partial mode (the hand-written
+ * matchers of tokenizer_fastsplit.c do the same), so a match or failure that needed more text
+ * is reported as such, and Q counts only if the match before it, and
  * the kind of the element after it, are settled; added-token matches must start more than
  * the longest token's length before the end. Normalization is final for any segment whose end
  * is followed by a segment-starting character, which callers arrange (tokenizer_stream.c).
