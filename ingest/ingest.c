@@ -256,17 +256,20 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
   r->st.by_status[ie->e.status]++;
   r->st.by_reason[ie->e.reason]++;
   if (code != LH_OK && r->p->on_error == LH_INGEST_ON_ERROR_FAIL) {
-    lh_buf in = {0}, name = {0};
+    /* The message reaches terminals: names (and details quoting names) are shown escaped. */
+    lh_buf in = {0}, name = {0}, det = {0};
     lh_ingest_display_name(r->in->name, strlen(r->in->name), 200, &in);
+    lh_ingest_display_name(ie->e.detail, strlen(ie->e.detail), 600, &det);
     if (ie->e.type == LH_ENTRY_INPUT)
-      lh_error_set(&r->err, code, "%s: %s", in.data ? in.data : "", ie->e.detail);
+      lh_error_set(&r->err, code, "%s: %s", in.data ? in.data : "", det.data ? det.data : "");
     else {
       lh_ingest_display_name(ie->e.path, ie->e.path_len, 200, &name);
       lh_error_set(&r->err, code, "%s: entry '%s': %s", in.data ? in.data : "", name.data ? name.data : "",
-                   ie->e.detail);
+                   det.data ? det.data : "");
     }
     lh_buf_free(&in);
     lh_buf_free(&name);
+    lh_buf_free(&det);
     return code;
   }
   if (c->n_ents >= MAX_CHUNK_ENTRIES) return flush(r);

@@ -318,11 +318,15 @@ int lh_cmd_ingest(int argc, char **argv) {
       const lh_ingest_entry *e = &b.entries[i];
       lh_ingest_entry_json(e, &line);
       if (e->status == LH_ENTRY_ERROR && p.on_error == LH_INGEST_ON_ERROR_SKIP && !quiet) {
-        lh_buf name = {0};
+        lh_buf name = {0}, in = {0}, det = {0};
         lh_ingest_display_name(e->path, e->path_len, 200, &name);
-        fprintf(stderr, "%slonghaul ingest: %s: %s: %s (skipped)\n", show_progress ? "\r\033[K" : "", inputs[e->input],
-                name.data, e->detail);
+        lh_ingest_display_name(inputs[e->input], strlen(inputs[e->input]), 200, &in);
+        lh_ingest_display_name(e->detail, strlen(e->detail), 400, &det);
+        fprintf(stderr, "%slonghaul ingest: %s: %s: %s (skipped)\n", show_progress ? "\r\033[K" : "", in.data,
+                name.data, det.data);
         lh_buf_free(&name);
+        lh_buf_free(&in);
+        lh_buf_free(&det);
       }
     }
     if (line.len) bad |= fwrite(line.data, 1, line.len, man.f) != line.len;
