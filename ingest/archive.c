@@ -300,14 +300,13 @@ typedef struct rd {
   char detail[512];
 } rd;
 
-static void rd_fail(rd *o, struct archive *a, src *s, int rc, int64_t entry_off) {
+static void rd_fail(rd *o, struct archive *a, int rc, int64_t entry_off) {
   o->code = LH_EFORMAT;
   o->why = reason_of(a);
   o->fatal = rc == ARCHIVE_FATAL;
   o->off = archive_filter_bytes(a, -1);
   snprintf(o->detail, sizeof o->detail, "%s (at byte %" PRId64 " of the entry, input offset %" PRId64 ")",
            errstr(a), entry_off, o->off);
-  (void)s;
 }
 
 /* Read and throw away the rest of an entry, under the caps. */
@@ -316,7 +315,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     double t0 = lh_now();
     int rc = archive_read_data_skip(a);
     lh_reader_add_read_time(s->r, t0);
-    if (rc < ARCHIVE_WARN) rd_fail(o, a, s, rc, 0);
+    if (rc < ARCHIVE_WARN) rd_fail(o, a, rc, 0);
     return;
   }
   for (;;) {
@@ -328,7 +327,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, s, rc, 0);
+      rd_fail(o, a, rc, 0);
       return;
     }
     s->data_bytes += (int64_t)n;
@@ -360,7 +359,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return LH_OK;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, s, rc, at);
+      rd_fail(o, a, rc, at);
       return LH_OK;
     }
     int want = 1;
@@ -375,7 +374,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     s->data_bytes += (int64_t)n;
     if (rc == ARCHIVE_WARN) {
       /* Data came with a warning (a zip CRC mismatch, say): the content is suspect. */
-      rd_fail(o, a, s, rc, at);
+      rd_fail(o, a, rc, at);
       o->fatal = 0;
     }
     if ((st = check_caps(s, a, o->detail))) {
@@ -431,8 +430,7 @@ static lh_entry_type type_of(struct archive_entry *e) {
 }
 
 /* Fill m from e. name_buf holds a made-up name when the archive gives none. */
-static void meta_of(lh_reader *r, src *s, struct archive *a, struct archive_entry *e, int64_t idx, lh_buf *name_buf,
-                    lh_meta *m) {
+static void meta_of(src *s, struct archive *a, struct archive_entry *e, int64_t idx, lh_buf *name_buf, lh_meta *m) {
   memset(m, 0, sizeof *m);
   const char *p = archive_entry_pathname(e);
   if (!p) p = archive_entry_pathname_utf8(e);
@@ -463,7 +461,6 @@ static void meta_of(lh_reader *r, src *s, struct archive *a, struct archive_entr
   m->encrypted = archive_entry_is_encrypted(e);
   if (fmt_base(a) == ARCHIVE_FORMAT_AR && (!strcmp(p, "/") || !strcmp(p, "//") || !strcmp(p, "/SYM64/")))
     m->type = LH_ENTRY_OTHER; /* the symbol or long-name table libarchive reports as an entry */
-  (void)r;
 }
 
 /* Record that the input died (or could not be opened). */
@@ -534,7 +531,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     char warn[512] = "";
     if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr(a));
     lh_meta m;
-    meta_of(r, s, a, e, idx, &name, &m);
+    meta_of(s, a, e, idx, &name, &m);
     lh_buf_clear(&prev);
     lh_buf_append(&prev, m.path, m.path_len);
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
@@ -751,7 +748,7 @@ static lh_status sort_pass(sorter *so, int pass) {
       break;
     }
     lh_meta m;
-    meta_of(r, s, a, e, idx, &name, &m);
+    meta_of(s, a, e, idx, &name, &m);
     lh_buf_clear(&prev);
     lh_buf_append(&prev, m.path, m.path_len);
     srec *x = NULL;

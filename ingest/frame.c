@@ -314,7 +314,6 @@ static lh_status decide(lh_reader *r, int final) {
   if (nul >= 0 || ((double)bad > r->p->max_invalid_share * (double)n && bad >= 4)) {
     r->doc.binary = 1;
     r->doc.stopped = 1;
-    r->doc.invalid = (int64_t)bad;
     return LH_OK;
   }
   lh_status s = lh_reader_mark(r, &r->doc.mark_start);

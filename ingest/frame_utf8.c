@@ -79,6 +79,7 @@ lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_b
     }
     u->npend = 0;
   }
+  if (!n) return LH_OK;
   size_t i = 0, run = 0;
   while (i < n) {
     i += ascii_run(p + i, n - i);
