@@ -296,7 +296,7 @@ static lh_status emit_content(lh_reader *r, const uint8_t *p, size_t n, int fina
     if (b->len > old) r->doc.last = b->data[b->len - 1];
     lh_status s = lh_reader_text_done(r, old);
     if (s) return s;
-    p += k, n -= k;
+    if (k) p += k, n -= k;
   } while (n);
   return LH_OK;
 }

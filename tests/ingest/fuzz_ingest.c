@@ -23,6 +23,10 @@
     }                                                                       \
   } while (0)
 
+/* Undefined behaviour stops the run like a crash (the fuzz build compiles UBSan recoverable). */
+const char *__ubsan_default_options(void);
+const char *__ubsan_default_options(void) { return "halt_on_error=1:print_stacktrace=1"; }
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
   uint8_t opt = data[0];
