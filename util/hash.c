@@ -1,6 +1,7 @@
 /* hash.c — SHA-256 and CRC-32C (see hash.h). Plain C; CRC-32C picks the SSE4.2 path at run time. */
 #include "util/hash.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const uint32_t K256[64] = {
@@ -41,6 +42,22 @@ static void sha256_block(uint32_t h[8], const uint8_t *p) {
   h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
 }
 
+/* SHA-NI when the CPU has it (hash_shani.c), unless LH_SHA256_PORTABLE is set (tests run both). */
+int lh_sha256_shani_available(void);
+void lh_sha256_blocks_shani(uint32_t h[8], const uint8_t *p, size_t nblocks);
+static int use_shani = -1;
+
+static void sha256_blocks(uint32_t h[8], const uint8_t *p, size_t nblocks) {
+  int u = __atomic_load_n(&use_shani, __ATOMIC_RELAXED);
+  if (u < 0) {
+    u = !getenv("LH_SHA256_PORTABLE") && lh_sha256_shani_available();
+    __atomic_store_n(&use_shani, u, __ATOMIC_RELAXED);
+  }
+  if (u) lh_sha256_blocks_shani(h, p, nblocks);
+  else
+    for (; nblocks; nblocks--, p += 64) sha256_block(h, p);
+}
+
 void lh_sha256_init(lh_sha256 *s) {
   static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -57,10 +74,11 @@ void lh_sha256_update(lh_sha256 *s, const void *data, size_t n) {
     memcpy(s->block + s->fill, p, take);
     s->fill += take, p += take, n -= take;
     if (s->fill < 64) return;
-    sha256_block(s->h, s->block);
+    sha256_blocks(s->h, s->block, 1);
     s->fill = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) sha256_block(s->h, p);
+  sha256_blocks(s->h, p, n / 64);
+  p += n / 64 * 64, n %= 64;
   memcpy(s->block, p, n);
   s->fill = n;
 }
