@@ -29,8 +29,8 @@
  * lh_ingest_next, so on two cores reading and tokenizing overlap. A failed lh_ingest_next (any
  * status but LH_OK) is final: the handle is FAILED, later calls return the same status and
  * message, and the batch returned with the failure is still valid and holds everything read up to
- * and including the entry that failed ("keep what was read"). Only lh_ingest_stats may be called
- * from another thread while a call is in flight.
+ * and including the entry that failed ("keep what was read"). Only lh_ingest_stats_get may be
+ * called from another thread while a call is in flight.
  *
  * Inputs. lh_ingest_add_path takes a folder (walked in a deterministic order: entries of each
  * directory by byte order of their names with directories compared as "name/", which is the byte
