@@ -111,7 +111,7 @@ lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_statu
       ts->pcap = cap;
     }
   }
-  memcpy(ts->pend + ts->plen, c->ents, c->n_ents * sizeof *c->ents);
+  if (c->n_ents) memcpy(ts->pend + ts->plen, c->ents, c->n_ents * sizeof *c->ents);
   ts->plen += c->n_ents;
   c->n_ents = 0; /* ownership moved here */
 
@@ -144,7 +144,7 @@ lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_statu
   if (keep > c->live_mark) keep = c->live_mark;
   size_t drop = keep > ts->mbase ? (size_t)(keep - ts->mbase) : 0;
   if (drop > ts->unres) drop = ts->unres;
-  if (drop >= 4096 || drop == ts->mlen) {
+  if (drop && (drop >= 4096 || drop == ts->mlen)) {
     memmove(ts->moff, ts->moff + drop, (ts->mlen - drop) * sizeof *ts->moff);
     memmove(ts->mval, ts->mval + drop, (ts->mlen - drop) * sizeof *ts->mval);
     ts->mlen -= drop;
