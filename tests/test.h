@@ -9,7 +9,9 @@
 #ifndef LH_TESTS_TEST_H
 #define LH_TESTS_TEST_H
 
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp; test targets also get it on the command line */
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
