@@ -144,6 +144,14 @@ typedef struct lh_backend_ops {
    * memory, [nrows x vocab]. */
   lh_status (*logits)(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows, float *out,
                       lh_error *err);
+
+  /* Checkpoint copies that do not stall compute (optional: NULL where a backend has none; callers
+   * then use to_host). to_host_async starts copying `bytes` of backend memory src, as it is after
+   * every operation issued so far, into host memory dst and returns at once; later operations may
+   * change or free src. dst must stay valid and untouched until wait_host returns, which waits for
+   * every copy started so far. */
+  lh_status (*to_host_async)(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err);
+  lh_status (*wait_host)(lh_backend *be, lh_error *err);
 } lh_backend_ops;
 
 #define LH_ACT_SLOTS 4

@@ -1,4 +1,4 @@
-/* internal.h — the engine's private structures, shared by engine/*.c (not for other subsystems).
+/* internal.h — the engine's private structures, shared by the .c files in engine/ (not for other subsystems).
  *
  * Who fills what: engine/model.c (lh_model_open) parses config.json (engine/config.c), maps and
  * validates the safetensors files (engine/safetensors.c) and builds the host weight views

@@ -7,7 +7,7 @@ secs=${2:-20}
 shopt -s nullglob
 found=0
 for f in "$build"/tests/*/fuzz_*; do
-  [ -x "$f" ] || continue
+  [ -f "$f" ] && [ -x "$f" ] || continue
   found=1
   name=$(basename "$f")
   work=$(mktemp -d)

@@ -1,0 +1,611 @@
+/* bench_cuda.c — first numbers of the CUDA backend on one GPU, each next to its peer and its limit.
+ *
+ * Sections (all in one process, one GPU):
+ *   ceilings   bf16 GEMM 8192^3 through cuBLAS and a device-to-device copy, measured here: the
+ *              rates every other line is judged against
+ *   lightning  the lightning core (kernels/cuda/lightning.cu) at 64 heads x 128, 16K and 64K tokens,
+ *              fp32 state in and out; limit = Q/K/V/O bytes over the copy rate
+ *   attention  causal GQA prefill over paged KV (64 q / 8 kv heads, d 128) at 16K and 64K tokens, and
+ *              decode over long KV; limit = FLOPs over the GEMM rate (prefill), bytes over copy (decode)
+ *   moe        the MoE op (32 experts x 9216, top-2, hidden 6144) on 16K tokens, grouped and
+ *              per-expert GEMMs, against cuBLAS dense GEMMs of the same FLOPs in this process
+ *   slice      the 8-layer real-width slice (random weights made on the GPU), 32K tokens in chunks:
+ *              tokens/s, model TFLOP/s, MFU against the GEMM rate, time per op kind, peak memory
+ *   decode     after the slice's prefill: 1 and 16 forks decoding together
+ * Peers run in the same session from the tools/bench_peers scripts and write "key milliseconds" lines; pass
+ * that file with --peers to print them beside ours (transformers' lightning loop, torch SDPA, torch
+ * cuBLAS GEMM). Times are medians of repeated runs timed with CUDA events after a warm-up.
+ *
+ * Usage: bench_cuda [--peers FILE] [--quick] [--tokens N] [--chunk N]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/kernels.h"
+
+#define H 64
+#define D 128
+#define HKV 8
+
+static double g_gemm_tflops = 0, g_copy_gbs = 0;
+static char g_peer_key[64][64];
+static double g_peer_ms[64];
+static int g_npeers;
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "bench_cuda: %s: %s\n", what, msg);
+  exit(1);
+}
+static void ck(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) die(what, cudaGetErrorString(e));
+}
+static void cb(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS) die(what, cublasGetStatusString(s));
+}
+static void lk(lh_status s, const lh_error *err, const char *what) {
+  if (s != LH_OK) die(what, err->msg);
+}
+
+static void *dmalloc(size_t b) {
+  void *p;
+  ck(cudaMalloc(&p, b), "cudaMalloc");
+  return p;
+}
+
+static double peer(const char *key) {
+  for (int i = 0; i < g_npeers; i++)
+    if (!strcmp(g_peer_key[i], key)) return g_peer_ms[i];
+  return NAN;
+}
+
+static void load_peers(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "bench_cuda: no peers file %s (peers left blank)\n", path);
+    return;
+  }
+  char key[64];
+  double ms;
+  while (g_npeers < 64 && fscanf(f, "%63s %lf", key, &ms) == 2) {
+    snprintf(g_peer_key[g_npeers], 64, "%s", key);
+    g_peer_ms[g_npeers++] = ms;
+  }
+  fclose(f);
+}
+
+/* Median of reps timings (ms) of fn(ctx) on stream st, after one warm-up. */
+typedef void (*bench_fn)(void *ctx);
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double time_ms(cudaStream_t st, int reps, bench_fn fn, void *ctx) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  fn(ctx);
+  ck(cudaStreamSynchronize(st), "warm-up");
+  double t[64];
+  if (reps > 64) reps = 64;
+  for (int r = 0; r < reps; r++) {
+    ck(cudaEventRecord(a, st), "record");
+    fn(ctx);
+    ck(cudaEventRecord(b, st), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t[r] = ms;
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  qsort(t, reps, sizeof(double), cmp_d);
+  return t[reps / 2];
+}
+
+static void row(const char *what, double ours_ms, const char *peer_name, double peer_ms, const char *rate,
+                double limit_ms) {
+  char pbuf[32] = "-", rbuf[32] = "-", lbuf[32] = "-";
+  if (!isnan(peer_ms)) snprintf(pbuf, sizeof pbuf, "%.3f", peer_ms), snprintf(rbuf, sizeof rbuf, "%.2fx", peer_ms / ours_ms);
+  if (!isnan(limit_ms)) snprintf(lbuf, sizeof lbuf, "%.3f (%.0f%%)", limit_ms, 100.0 * limit_ms / ours_ms);
+  printf("| %-44s | %10.3f | %-28s | %10s | %7s | %-16s | %s\n", what, ours_ms, peer_name, pbuf, rbuf, lbuf, rate);
+  fflush(stdout);
+}
+
+static void header(const char *title) {
+  printf("\n## %s\n| %-44s | %10s | %-28s | %10s | %7s | %-16s | rate\n", title, "what", "ours ms", "peer", "peer ms",
+         "speedup", "limit ms (ours%)");
+}
+
+/* ---- ceilings ---------------------------------------------------------------------------------------- */
+
+typedef struct gemm_ctx {
+  cublasHandle_t h;
+  void *a, *b, *c;
+  int64_t m, n, k;
+} gemm_ctx;
+static void run_gemm(void *p) {
+  gemm_ctx *g = p;
+  cb(lh_cuda_gemm(g->h, g->a, g->k, g->m, (int)g->k, g->b, (int)g->n, g->c, g->n, 0), "gemm");
+}
+typedef struct copy_ctx {
+  void *a, *b;
+  size_t bytes;
+  cudaStream_t st;
+} copy_ctx;
+static void run_copy(void *p) {
+  copy_ctx *c = p;
+  ck(cudaMemcpyAsync(c->b, c->a, c->bytes, cudaMemcpyDeviceToDevice, c->st), "copy");
+}
+
+static void bench_ceilings(cudaStream_t st, cublasHandle_t h) {
+  header("ceilings (measured in this process)");
+  const int64_t N = 8192;
+  gemm_ctx g = {h, dmalloc(N * N * 2), dmalloc(N * N * 2), dmalloc(N * N * 2), N, N, N};
+  ck(lh_cuda_fill_uniform_bf16(st, g.a, N * N, 1, 1.0f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(st, g.b, N * N, 2, 1.0f), "fill");
+  double ms = time_ms(st, 10, run_gemm, &g);
+  g_gemm_tflops = 2.0 * N * N * N / (ms * 1e-3) / 1e12;
+  char rate[64];
+  snprintf(rate, sizeof rate, "%.0f TFLOP/s", g_gemm_tflops);
+  row("cuBLAS bf16 GEMM 8192^3 (random data)", ms, "torch.matmul 8192^3", peer("gemm_8192"), rate, NAN);
+  cudaFree(g.a), cudaFree(g.b), cudaFree(g.c);
+  copy_ctx c = {dmalloc((size_t)4 << 30), dmalloc((size_t)4 << 30), (size_t)4 << 30, st};
+  ms = time_ms(st, 10, run_copy, &c);
+  g_copy_gbs = 2.0 * c.bytes / (ms * 1e-3) / 1e9;
+  snprintf(rate, sizeof rate, "%.0f GB/s (read+write)", g_copy_gbs);
+  row("device copy 4 GiB", ms, "", NAN, rate, NAN);
+  cudaFree(c.a), cudaFree(c.b);
+}
+
+/* ---- lightning ---------------------------------------------------------------------------------------- */
+
+typedef struct light_ctx {
+  cudaStream_t st;
+  void *qkv, *o;
+  lh_cuda_lseg *seg;
+  float *slope;
+  int dv;
+  float *norm_w; /* when set, also the all-heads RMSNorm and the sigmoid gate (HF's forward does both) */
+  int64_t n;
+} light_ctx;
+static void run_light(void *p) {
+  light_ctx *l = p;
+  ck(lh_cuda_lightning_dv(l->st, l->qkv, 3 * H * D, l->seg, 1, H, D, l->slope, l->o, H * D, l->dv), "lightning");
+  if (l->norm_w)
+    ck(lh_cuda_norm_gate(l->st, l->o, H * D, l->qkv, 3 * H * D, l->n, H * D, l->norm_w, 1e-6f, l->o, H * D), "norm");
+}
+static int g_best_dv = 64;
+
+static void bench_lightning(cudaStream_t st, int quick) {
+  header("lightning attention core, 64 heads x 128, fp32 state in/out");
+  int64_t sizes[2] = {16384, 65536};
+  for (int si = 0; si < 2; si++) {
+    int64_t n = sizes[si];
+    light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, 64, NULL, n};
+    float *state = dmalloc((size_t)H * D * D * 4);
+    l.slope = dmalloc(H * 4);
+    float sl[H];
+    for (int h = 0; h < H; h++) sl[h] = (float)pow(1.0 / pow(2.0, 8.0 / H), h + 1);
+    ck(cudaMemcpy(l.slope, sl, sizeof sl, cudaMemcpyHostToDevice), "copy");
+    ck(lh_cuda_fill_uniform_bf16(st, l.qkv, n * 3 * H * D, 11, 2.0f), "fill");
+    ck(lh_cuda_fill_uniform_f32(st, state, (int64_t)H * D * D, 12, 0.01f, 0.0f), "fill");
+    lh_cuda_lseg seg = {0, n, state};
+    l.seg = dmalloc(sizeof seg);
+    ck(cudaMemcpy(l.seg, &seg, sizeof seg, cudaMemcpyHostToDevice), "copy");
+    const double bytes = 4.0 * n * H * D * 2 + 2.0 * H * D * D * 4; /* q, k, v in, o out; state in and out */
+    double best = INFINITY;
+    for (int dv = 64; dv >= 32; dv /= 2) {
+      l.dv = dv;
+      double ms = time_ms(st, quick ? 3 : 10, run_light, &l);
+      char what[96], key[64], rate[64];
+      snprintf(what, sizeof what, "lightning core %lldK tokens (block 64, dv %d)", (long long)n / 1024, dv);
+      snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
+      snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (ms * 1e-3) / 1e9);
+      row(what, ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+      snprintf(key, sizeof key, "lightning_fla_%lld", (long long)n);
+      if (!isnan(peer(key))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(key), "", NAN);
+      if (ms < best) best = ms, g_best_dv = dv;
+    }
+    l.dv = g_best_dv;
+    l.norm_w = dmalloc(H * D * 4);
+    ck(lh_cuda_fill_uniform_f32(st, l.norm_w, H * D, 13, 0.1f, 1.0f), "fill");
+    double ms = time_ms(st, quick ? 3 : 10, run_light, &l);
+    char what[96], key[64], rate[64];
+    snprintf(what, sizeof what, "  + all-heads norm + gate (dv %d)", g_best_dv);
+    snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
+    const double nb = bytes + 2.0 * n * H * D * 2; /* the norm reads o and the gate, writes y */
+    snprintf(rate, sizeof rate, "%.0f GB/s", nb / (ms * 1e-3) / 1e9);
+    row(what, ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate, nb / (g_copy_gbs * 1e9) * 1e3);
+    cudaFree(l.norm_w);
+    cudaFree(l.qkv), cudaFree(l.o), cudaFree(state), cudaFree(l.slope), cudaFree(l.seg);
+  }
+}
+
+/* ---- softmax attention ------------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+  cudaStream_t st;
+  void *q, *o;
+  lh_cuda_aseg *seg;
+  int32_t *tiles;
+  int ntiles, nseg, max_splits;
+  float *partial;
+  int decode;
+} attn_ctx;
+static void run_attn(void *p) {
+  attn_ctx *a = p;
+  if (a->decode)
+    ck(lh_cuda_attn_decode(a->st, a->q, a->seg, a->nseg, a->max_splits, H, HKV, D, a->partial, a->o), "decode");
+  else
+    ck(lh_cuda_attn_prefill(a->st, a->q, a->seg, a->tiles, a->ntiles, H, HKV, D, a->o), "prefill");
+}
+
+static void bench_attention(cudaStream_t st, int quick) {
+  header("softmax attention, causal, 64 q / 8 kv heads, d 128, paged KV (bf16)");
+  int64_t sizes[3] = {16384, 65536, 1 << 20};
+  const size_t page_bytes = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  for (int si = 0; si < (quick ? 1 : 3); si++) {
+    int64_t N = sizes[si], npages = N / LH_KV_PAGE_TOKENS;
+    void *kv = dmalloc(npages * page_bytes);
+    ck(lh_cuda_fill_uniform_bf16(st, kv, (int64_t)(npages * page_bytes / 2), 21, 2.0f), "fill");
+    void **hp = malloc(npages * sizeof(void *));
+    for (int64_t i = 0; i < npages; i++) hp[i] = (char *)kv + i * page_bytes;
+    void **dp = dmalloc(npages * sizeof(void *));
+    ck(cudaMemcpy(dp, hp, npages * sizeof(void *), cudaMemcpyHostToDevice), "copy");
+    const int prefill = N <= 65536;
+    int64_t nq = prefill ? N : 16;
+    attn_ctx a = {st, dmalloc((size_t)nq * H * D * 2), dmalloc((size_t)nq * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0};
+    ck(lh_cuda_fill_uniform_bf16(st, a.q, nq * H * D, 22, 2.0f), "fill");
+    char what[96], key[64], rate[64];
+    if (prefill) {
+      lh_cuda_aseg seg = {0, N, 0, dp};
+      a.seg = dmalloc(sizeof seg);
+      ck(cudaMemcpy(a.seg, &seg, sizeof seg, cudaMemcpyHostToDevice), "copy");
+      a.ntiles = (int)(N / 64);
+      int32_t *t = malloc(a.ntiles * 8);
+      for (int i = 0; i < a.ntiles; i++) t[2 * i] = 0, t[2 * i + 1] = (a.ntiles - 1 - i) * 64;
+      a.tiles = dmalloc(a.ntiles * 8);
+      ck(cudaMemcpy(a.tiles, t, a.ntiles * 8, cudaMemcpyHostToDevice), "copy");
+      free(t);
+      double ms = time_ms(st, quick || N > 16384 ? 3 : 10, run_attn, &a);
+      double flops = 4.0 * D * H * ((double)N * (N + 1) / 2);
+      snprintf(what, sizeof what, "prefill %lldK tokens (one chunk)", (long long)N / 1024);
+      snprintf(key, sizeof key, "sdpa_%lld", (long long)N);
+      snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+      row(what, ms, "torch SDPA causal enable_gqa", peer(key), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+      if (N == 65536) {
+        /* The chunked-prefill case: the last 16K queries [48K, 64K) over keys [0, 64K). */
+        const int64_t p0 = N - 16384;
+        lh_cuda_aseg cs = {0, 16384, p0, dp};
+        ck(cudaMemcpy(a.seg, &cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
+        a.ntiles = 256;
+        int32_t *t2 = malloc(a.ntiles * 8);
+        for (int i = 0; i < a.ntiles; i++) t2[2 * i] = 0, t2[2 * i + 1] = (a.ntiles - 1 - i) * 64;
+        ck(cudaMemcpy(a.tiles, t2, a.ntiles * 8, cudaMemcpyHostToDevice), "copy");
+        free(t2);
+        ms = time_ms(st, 3, run_attn, &a);
+        flops = 4.0 * D * H * (16384.0 * p0 + 16384.0 * 16385 / 2);
+        snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+        row("chunk: queries [48K,64K) over keys [0,64K)", ms, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+      }
+      cudaFree(a.tiles);
+    } else {
+      /* 16 sequences (forks) decoding one token each over the same N keys. */
+      a.decode = 1;
+      a.nseg = 16;
+      a.max_splits = (int)((N + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
+      lh_cuda_aseg segs[16];
+      for (int i = 0; i < 16; i++) segs[i] = (lh_cuda_aseg){i, 1, N - 1, dp};
+      a.seg = dmalloc(sizeof segs);
+      ck(cudaMemcpy(a.seg, segs, sizeof segs, cudaMemcpyHostToDevice), "copy");
+      a.partial = dmalloc((size_t)16 * H * a.max_splits * (D + 2) * 4);
+      double ms = time_ms(st, 5, run_attn, &a);
+      double bytes = 16.0 * N * 2 * HKV * D * 2;
+      snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
+      row("decode, 16 forks x 1M keys (no sharing)", ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+      cudaFree(a.partial);
+    }
+    cudaFree(a.q), cudaFree(a.o), cudaFree(a.seg), cudaFree(kv), cudaFree(dp);
+    free(hp);
+  }
+}
+
+/* ---- the slice ------------------------------------------------------------------------------------------ */
+
+typedef struct slice {
+  lh_backend *be;
+  const lh_backend_ops *ops;
+  const lh_weights *w;
+  lh_config cfg;
+  lh_error err;
+  cudaStream_t st;
+} slice;
+
+typedef struct seqm {
+  lh_seq_mem mem;
+  void *light[8];
+  void **tables[1];
+  int64_t pos;
+} seqm;
+
+static void seq_make(slice *s, seqm *q, int64_t max_tokens) {
+  memset(q, 0, sizeof *q);
+  const size_t sb = (size_t)H * D * D * 4, pb = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  for (int i = 0; i < s->cfg.n_lightning; i++) q->light[i] = s->ops->alloc(s->be, sb);
+  int64_t np = (max_tokens + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS;
+  q->tables[0] = calloc(np, sizeof(void *));
+  for (int64_t i = 0; i < np; i++)
+    if (!(q->tables[0][i] = s->ops->alloc(s->be, pb))) die("alloc", "KV page");
+  q->mem.lightning = q->light;
+  q->mem.kv_pages = q->tables;
+  q->mem.n_pages = np;
+}
+
+/* A fork: its own copies of the lightning states and of the last, partly written page; the full
+ * pages are shared. */
+static void seq_fork(slice *s, const seqm *src, seqm *q, int64_t max_tokens) {
+  memset(q, 0, sizeof *q);
+  const size_t sb = (size_t)H * D * D * 4, pb = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  for (int i = 0; i < s->cfg.n_lightning; i++) {
+    q->light[i] = s->ops->alloc(s->be, sb);
+    lk(s->ops->copy(s->be, q->light[i], src->light[i], sb, &s->err), &s->err, "copy");
+  }
+  int64_t np = (max_tokens + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS, shared = src->pos / LH_KV_PAGE_TOKENS;
+  q->tables[0] = calloc(np, sizeof(void *));
+  for (int64_t i = 0; i < np; i++) {
+    if (i < shared) q->tables[0][i] = src->tables[0][i];
+    else {
+      q->tables[0][i] = s->ops->alloc(s->be, pb);
+      if (i == shared) lk(s->ops->copy(s->be, q->tables[0][i], src->tables[0][i], pb, &s->err), &s->err, "copy");
+    }
+  }
+  q->mem.lightning = q->light;
+  q->mem.kv_pages = q->tables;
+  q->mem.n_pages = np;
+  q->pos = src->pos;
+}
+
+enum { T_LIGHT, T_SOFT, T_MOE, T_NORM, T_NK };
+static const char *t_names[T_NK] = {"lightning blocks", "softmax blocks", "MoE blocks", "embed/norms/residuals"};
+
+/* One forward of the layer loop over a batch (as engine/forward.c runs it); per-kind times added to
+ * acc (ms) when ev != NULL. x, h, a: activation slots. */
+static void forward(slice *s, const int32_t *tok, const lh_batch *b, cudaEvent_t *ev, double *acc) {
+  const lh_config *c = &s->cfg;
+  const int64_t n = b->n;
+  void *x = s->ops->act(s->be, 0), *h = s->ops->act(s->be, 1), *a = s->ops->act(s->be, 2);
+  int e = 0, kinds[64];
+  if (ev) ck(cudaEventRecord(ev[e++], s->st), "ev");
+  lk(s->ops->embed(s->be, tok, n, x, &s->err), &s->err, "embed");
+  lk(s->ops->rmsnorm(s->be, x, n, &s->w->layers[0].in_norm, h, &s->err), &s->err, "norm");
+  if (ev) kinds[e] = T_NORM, ck(cudaEventRecord(ev[e++], s->st), "ev");
+  int li = 0, si = 0;
+  for (int l = 0; l < c->n_layers; l++) {
+    lh_layer_kind k = c->layer_kind[l];
+    if (k == LH_LAYER_LIGHTNING) lk(s->ops->attn_lightning(s->be, l, li++, h, b, a, &s->err), &s->err, "lightning");
+    else lk(s->ops->attn_softmax(s->be, l, si++, h, b, a, &s->err), &s->err, "softmax");
+    if (ev) kinds[e] = k == LH_LAYER_LIGHTNING ? T_LIGHT : T_SOFT, ck(cudaEventRecord(ev[e++], s->st), "ev");
+    lk(s->ops->residual(s->be, h, a, c->attn_alpha[k], c->attn_beta[k], n, x, &s->w->layers[l].post_norm, h, &s->err),
+       &s->err, "residual");
+    if (ev) kinds[e] = T_NORM, ck(cudaEventRecord(ev[e++], s->st), "ev");
+    lk(s->ops->moe(s->be, l, h, n, a, &s->err), &s->err, "moe");
+    if (ev) kinds[e] = T_MOE, ck(cudaEventRecord(ev[e++], s->st), "ev");
+    const lh_tensor *next = l + 1 < c->n_layers ? &s->w->layers[l + 1].in_norm : NULL; /* logits norm x */
+    lk(s->ops->residual(s->be, h, a, c->mlp_alpha, c->mlp_beta, n, x, next, h, &s->err), &s->err, "residual");
+    if (ev) kinds[e] = T_NORM, ck(cudaEventRecord(ev[e++], s->st), "ev");
+  }
+  if (ev) {
+    ck(cudaEventSynchronize(ev[e - 1]), "sync");
+    for (int i = 1; i < e; i++) {
+      float ms;
+      ck(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]), "elapsed");
+      acc[kinds[i]] += ms;
+    }
+  }
+}
+
+typedef struct moe_ctx {
+  slice *s;
+  void *in, *out;
+  int64_t n;
+} moe_ctx;
+static void run_moe(void *p) {
+  moe_ctx *m = p;
+  lk(m->s->ops->moe(m->s->be, 0, m->in, m->n, m->out, &m->s->err), &m->s->err, "moe");
+}
+
+static void bench_moe(slice *s, int64_t n) {
+  header("MoE layer: 32 experts x 9216, top-2, hidden 6144");
+  moe_ctx m = {s, s->ops->act(s->be, 1), s->ops->act(s->be, 2), n};
+  ck(lh_cuda_fill_uniform_bf16(s->st, m.in, n * 6144, 31, 1.7f), "fill");
+  const double flops = (double)n * 2 * 3 * 2.0 * 6144 * 9216 + 2.0 * n * 6144 * 32;
+  /* The same FLOPs as dense GEMMs: n*K rows through [6144 -> 18432] and [9216 -> 6144]. */
+  cublasHandle_t hb = lh_cuda_cublas(s->be);
+  const int64_t rows = 2 * n;
+  gemm_ctx g1 = {hb, dmalloc(rows * 6144 * 2), dmalloc((size_t)18432 * 6144 * 2), dmalloc(rows * 18432 * 2), rows,
+                 18432, 6144};
+  gemm_ctx g2 = {hb, g1.c, dmalloc((size_t)6144 * 9216 * 2), g1.a, rows, 6144, 9216};
+  ck(lh_cuda_fill_uniform_bf16(s->st, g1.a, rows * 6144, 32, 1.0f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(s->st, g1.b, (int64_t)18432 * 6144, 33, 0.02f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(s->st, g2.b, (int64_t)6144 * 9216, 34, 0.02f), "fill");
+  double d1 = time_ms(s->st, 10, run_gemm, &g1), d2 = time_ms(s->st, 10, run_gemm, &g2);
+  double dense = d1 + d2, dense_flops = 2.0 * rows * 6144 * 18432 + 2.0 * rows * 9216 * 6144;
+  char what[96], rate[64];
+  snprintf(rate, sizeof rate, "%.0f TFLOP/s", dense_flops / (dense * 1e-3) / 1e12);
+  snprintf(what, sizeof what, "cuBLAS dense GEMMs, same FLOPs (%lldK rows)", (long long)rows / 1024);
+  row(what, dense, "torch.matmul same shapes", peer("moe_dense_torch"), rate, dense_flops / (g_gemm_tflops * 1e12) * 1e3);
+  for (int grouped = 0; grouped <= 1; grouped++) {
+    lh_cuda_tuning t = {grouped, g_best_dv};
+    lh_cuda_set_tuning(s->be, &t);
+    double ms = time_ms(s->st, 10, run_moe, &m);
+    int gst = 0;
+    int eff = lh_cuda_get_tuning(s->be, &gst).moe_grouped;
+    if (grouped && !eff) printf("  (cuBLAS refused the grouped GEMM, status %d)\n", gst);
+    snprintf(what, sizeof what, "MoE op %lldK tokens, %s", (long long)n / 1024,
+             eff ? "grouped GEMM" : "GEMM per expert");
+    snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
+    row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  }
+  lh_cuda_tuning t = {0, g_best_dv};
+  lh_cuda_set_tuning(s->be, &t);
+  printf("  (the slice below runs with per-expert GEMMs and lightning dv %d, the faster above)\n", g_best_dv);
+  cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
+}
+
+static double slice_linear_flops(const lh_config *c) {
+  const double hid = c->hidden_size, Hd = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+  double f = 0;
+  for (int l = 0; l < c->n_layers; l++) {
+    if (c->layer_kind[l] == LH_LAYER_LIGHTNING) f += 2 * hid * 4 * Hd + 2 * Hd * hid;
+    else f += 2 * hid * (Hd + 2 * kv) + 2 * Hd * hid;
+    f += 2 * hid * c->n_experts + c->top_k * (2 * hid * 2 * c->intermediate_size + 2.0 * c->intermediate_size * hid);
+  }
+  return f;
+}
+
+static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
+  header("8-layer real-width slice (7 lightning + 1 softmax), random weights on the GPU");
+  const lh_config *c = &s->cfg;
+  int32_t *tok = malloc((size_t)tokens * 4);
+  for (int64_t i = 0; i < tokens; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)c->vocab_size);
+  cudaEvent_t ev[64];
+  for (int i = 0; i < 64; i++) ck(cudaEventCreate(&ev[i]), "event");
+  double acc[T_NK] = {0}, best = INFINITY;
+  seqm q;
+  seq_make(s, &q, tokens + 64);
+  const double lin = slice_linear_flops(c);
+  /* softmax FLOPs: 4 d H per (query, key) pair, causal; lightning core 4 d^2 H per token */
+  const double att = 4.0 * D * H * ((double)tokens * (tokens + 1) / 2) * c->n_softmax;
+  const double lc = 4.0 * D * D * H * (double)tokens * c->n_lightning;
+  const double flops = lin * tokens + att + lc;
+  for (int rep = 0; rep < (quick ? 1 : 2); rep++) {
+    double a2[T_NK] = {0};
+    for (int i = 0; i < s->cfg.n_lightning; i++)
+      ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
+    ck(cudaStreamSynchronize(s->st), "sync");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int64_t p = 0; p < tokens; p += chunk) {
+      int64_t n = tokens - p < chunk ? tokens - p : chunk;
+      lh_segment sg = {&q.mem, 0, n, p};
+      lh_batch b = {n, 1, &sg};
+      forward(s, tok + p, &b, rep ? ev : NULL, a2);
+    }
+    int64_t last = (tokens - 1) % chunk;
+    float *logits = malloc((size_t)c->vocab_size * 4);
+    lk(s->ops->logits(s->be, s->ops->act(s->be, 0), &last, 1, logits, &s->err), &s->err, "logits");
+    free(logits);
+    lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (rep) memcpy(acc, a2, sizeof acc);
+    if (ms < best) best = ms;
+    printf("  run %d: %.1f ms%s\n", rep, ms, rep ? " (with per-op events)" : "");
+  }
+  q.pos = tokens;
+  char what[96], rate[128];
+  snprintf(what, sizeof what, "prefill %lldK tokens, chunks of %lldK", (long long)tokens / 1024, (long long)chunk / 1024);
+  snprintf(rate, sizeof rate, "%.0f tokens/s, %.0f model TFLOP/s, MFU %.0f%% of measured GEMM", tokens / (best * 1e-3),
+           flops / (best * 1e-3) / 1e12, 100.0 * flops / (best * 1e-3) / 1e12 / g_gemm_tflops);
+  row(what, best, "transformers (not run: see NOTES)", peer("slice_hf"), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  printf("  model FLOPs %.3e (linear %.3e, softmax attention %.3e, lightning core %.3e)\n", flops, lin * tokens, att, lc);
+  if (!quick) {
+    double tot = 0;
+    for (int k = 0; k < T_NK; k++) tot += acc[k];
+    for (int k = 0; k < T_NK; k++) printf("  %-24s %9.1f ms  %5.1f%%\n", t_names[k], acc[k], 100 * acc[k] / tot);
+  }
+  lh_cuda_mem mi;
+  lh_cuda_mem_info(s->be, &mi);
+  printf("  device memory: weights %.1f GB, workspace %.2f GB, states+KV %.2f GB, device in use %.1f GB\n",
+         mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e9, mi.device_used / 1e9);
+
+  /* Decode after the prefill: 1 sequence, then 16 forks of it together. */
+  header("decode after the prefill (one token per sequence per step)");
+  for (int nf = 1; nf <= 16; nf *= 16) {
+    seqm f[16];
+    for (int i = 0; i < nf; i++) seq_fork(s, &q, &f[i], tokens + 64);
+    lh_segment sg[16];
+    int32_t dt[16];
+    for (int i = 0; i < nf; i++) dt[i] = (int32_t)(i + 1);
+    const int steps = 8;
+    double ms = 0;
+    for (int step = 0; step < steps + 1; step++) {
+      for (int i = 0; i < nf; i++) sg[i] = (lh_segment){&f[i].mem, i, 1, f[i].pos};
+      lh_batch b = {nf, nf, sg};
+      lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      forward(s, dt, &b, NULL, NULL);
+      int64_t rows[16];
+      for (int i = 0; i < nf; i++) rows[i] = i;
+      int32_t next[16];
+      lh_sampler_params sp = {0};
+      lk(lh_cuda_next_tokens(s->be, s->ops->act(s->be, 0), rows, nf, &sp, NULL, next, &s->err), &s->err, "tokens");
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      if (step) ms += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+      for (int i = 0; i < nf; i++) f[i].pos++, dt[i] = next[i];
+    }
+    ms /= steps;
+    snprintf(what, sizeof what, "decode step, %d sequence%s at %lldK context", nf, nf > 1 ? "s" : "",
+             (long long)tokens / 1024);
+    snprintf(rate, sizeof rate, "%.1f tokens/s per sequence, %.1f total", 1e3 / ms, nf * 1e3 / ms);
+    /* the floor of a decode step is reading the active weights once: attention + 2 experts per layer */
+    row(what, ms, "", NAN, rate, NAN);
+    for (int i = 0; i < nf; i++) {
+      for (int l = 0; l < s->cfg.n_lightning; l++) s->ops->free(s->be, f[i].light[l]);
+      int64_t shared = q.pos / LH_KV_PAGE_TOKENS;
+      for (int64_t p = shared; p < f[i].mem.n_pages; p++) s->ops->free(s->be, f[i].tables[0][p]);
+      free(f[i].tables[0]);
+    }
+  }
+  for (int i = 0; i < 64; i++) cudaEventDestroy(ev[i]);
+  free(tok);
+}
+
+int main(int argc, char **argv) {
+  const char *peers = NULL;
+  int quick = 0;
+  int64_t tokens = 32768, chunk = 16384;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--peers") && i + 1 < argc) peers = argv[++i];
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--tokens N] [--chunk N]\n");
+      return 2;
+    }
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  char why[256];
+  if (!lh_cuda_available(why, sizeof why)) {
+    printf("bench_cuda: %s; nothing to measure\n", why);
+    return 0;
+  }
+  if (peers) load_peers(peers);
+  struct cudaDeviceProp prop;
+  ck(cudaGetDeviceProperties(&prop, 0), "properties");
+  printf("# bench_cuda on %s (%d SMs, %.0f GB)\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1e9);
+
+  slice s = {0};
+  s.ops = &lh_backend_cuda;
+  s.cfg = lh_cuda_slice_config(4096);
+  lk(lh_cuda_open_random(&s.cfg, 42, chunk, 0, &s.be, &s.err), &s.err, "open the slice");
+  s.w = lh_cuda_weights(s.be);
+  s.st = lh_cuda_stream(s.be);
+  bench_ceilings(s.st, lh_cuda_cublas(s.be));
+  bench_lightning(s.st, quick);
+  bench_attention(s.st, quick);
+  bench_moe(&s, chunk);
+  bench_slice(&s, tokens, chunk, quick);
+  s.ops->close(s.be);
+  return 0;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make_payload.sh — gather what bench/cuda/run_device.sh needs into /work/main/.dev/cuda (git-ignored
+# there), from a CUDA build of this worktree: the two programs, the shared libraries the GPU box
+# lacks (shared/gpu/carry-libs.sh), the peers script and the optional flash-linear-attention wheel.
+# Usage: bench/cuda/make_payload.sh [BUILD_DIR] [WHEEL_DIR]
+# (gpu_model_parity is built only where engine/forward.c exists; it is carried when present.)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$here/build}
+whl=${2:-}
+dest=/work/main/.dev/cuda
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/whl"
+cp "$build/tests/gpu/gpu_parity" "$build/bench/cuda/bench_cuda" "$dest/bin/"
+if [ -x "$build/tests/gpu/gpu_model_parity" ]; then cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"; fi
+cp "$here/tools/bench_peers/peers.py" "$here/bench/cuda/run_device.sh" "$dest/"
+if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
+# carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
+mkdir -p "$dest/libs"
+for b in "$dest"/bin/*; do
+  (cd /work/main && /work/shared/gpu/carry-libs.sh --dest .dev/cuda/libs "$b" >/dev/null) || true
+done
+du -sh "$dest"
+ls -R "$dest" | head -30

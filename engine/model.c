@@ -1,0 +1,267 @@
+/* model.c — open a model folder: config, weights, identity, backend binding (see engine.h).
+ *
+ * lh_model_open runs, in order: read and parse config.json (engine/config.c); map and validate the
+ * safetensors files (engine/safetensors.c); build and shape-check the weight views
+ * (engine/weights.c); compute the model id; hand the mappings to the model; bind the backend
+ * (ops->open) unless the backend is "none". Any failure undoes everything done so far, so a
+ * failed open leaks nothing and leaves no half-built model.
+ *
+ * The model id. SHA-256 over: a version tag; the normalised configuration (every lh_config field
+ * that changes the computed numbers, floats in hex; not model_type, token ids or the context
+ * limit, so the HF and original forms of one model agree when they compute the same function);
+ * then, for every logical weight in a fixed order (embedding, final norm, lm_head or "tied", each
+ * layer's norms, attention projections, router and experts w1, w3, w2 in expert order), its role,
+ * dtype, shape, byte length and a digest of its bytes, followed by each lightning layer's slopes.
+ * Logical weights, not file tensors, are hashed, so sharding and the naming scheme (per-expert or
+ * fused) do not change the id. The byte digest reads a tensor whole when it is at most 64 KiB and
+ * otherwise 4 blocks of 4 KiB spread evenly over it (first and last included): for
+ * MiniMax-Text-01 (about 9,000 weights, 900 GB) that is about 150 MB of reads, where hashing
+ * everything would take minutes. The price: two checkpoints that differ only in unsampled bytes
+ * get the same id; a fine-tune, a re-quantisation or a different seed changes sampled bytes.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/internal.h"
+#include "engine/safetensors.h"
+#include "engine/weights.h"
+#include "util/buf.h"
+#include "util/fs.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#define CONFIG_MAX_BYTES (16u << 20)
+#define ID_WHOLE_MAX (64u << 10)
+#define ID_BLOCK (4u << 10)
+#define ID_BLOCKS 4
+
+size_t lh_dtype_size(lh_dtype t) {
+  switch (t) {
+  case LH_F32: return 4;
+  case LH_BF16: return 2;
+  case LH_F16: return 2;
+  default: return 0;
+  }
+}
+
+const char *lh_dtype_name(lh_dtype t) {
+  switch (t) {
+  case LH_F32: return "F32";
+  case LH_BF16: return "BF16";
+  case LH_F16: return "F16";
+  default: return "?";
+  }
+}
+
+lh_model_params lh_model_default_params(void) {
+  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0};
+  return p;
+}
+
+/* ---- identity ------------------------------------------------------------------------------ */
+
+static void hash_tensor(lh_sha256 *h, const char *role, const lh_tensor *t) {
+  size_t n = (size_t)lh_dtype_size(t->dtype);
+  for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+  char line[256];
+  int k = snprintf(line, sizeof line, "%s %s [%lld,%lld,%lld]/%d %zu\n", role, lh_dtype_name(t->dtype),
+                   (long long)t->shape[0], (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                   (long long)(t->ndim > 2 ? t->shape[2] : 0), t->ndim, n);
+  lh_sha256_update(h, line, (size_t)k);
+  const uint8_t *p = t->data;
+  if (!p || !n) return;
+  if (n <= ID_WHOLE_MAX) {
+    lh_sha256_update(h, p, n);
+    return;
+  }
+  for (int b = 0; b < ID_BLOCKS; b++) {
+    size_t off = (n - ID_BLOCK) / (ID_BLOCKS - 1) * (size_t)b;
+    if (b == ID_BLOCKS - 1) off = n - ID_BLOCK;
+    lh_sha256_update(h, p + off, ID_BLOCK);
+  }
+}
+
+static void model_id(lh_model *m) {
+  const lh_config *c = &m->cfg;
+  lh_buf b = {0};
+  lh_buf_printf(&b,
+                "longhaul model id v1\nvocab=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d inter=%d "
+                "experts=%d top_k=%d block=%d rotary=%d theta=%a eps=%a tie=%d postnorm=%d attn_alpha=%a,%a "
+                "attn_beta=%a,%a mlp=%a,%a kinds=",
+                c->vocab_size, c->hidden_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+                c->intermediate_size, c->n_experts, c->top_k, c->block_size, c->rotary_dim, c->rope_theta,
+                c->rms_norm_eps, c->tie_word_embeddings, c->postnorm, (double)c->attn_alpha[0],
+                (double)c->attn_alpha[1], (double)c->attn_beta[0], (double)c->attn_beta[1], (double)c->mlp_alpha,
+                (double)c->mlp_beta);
+  for (int i = 0; i < c->n_layers; i++) lh_buf_append(&b, c->layer_kind[i] == LH_LAYER_LIGHTNING ? "L" : "S", 1);
+  lh_buf_append(&b, "\n", 1);
+  lh_sha256 h;
+  lh_sha256_init(&h);
+  lh_sha256_update(&h, b.data, b.len);
+  lh_buf_free(&b);
+  const lh_weights *w = &m->w;
+  hash_tensor(&h, "embed", &w->embed);
+  hash_tensor(&h, "final_norm", &w->final_norm);
+  if (c->tie_word_embeddings)
+    lh_sha256_update(&h, "lm_head tied\n", 13);
+  else
+    hash_tensor(&h, "lm_head", &w->lm_head);
+  char role[64];
+  for (int l = 0; l < c->n_layers; l++) {
+    const lh_layer_weights *lw = &w->layers[l];
+#define H(field)                                                  \
+  do {                                                            \
+    snprintf(role, sizeof role, "%d.%s", l, #field);              \
+    hash_tensor(&h, role, &lw->field);                            \
+  } while (0)
+    H(in_norm);
+    H(post_norm);
+    if (lw->kind == LH_LAYER_LIGHTNING) {
+      H(qkv);
+      H(out_gate);
+      H(out_proj);
+      H(attn_norm);
+      lh_sha256_update(&h, lw->slope, sizeof(float) * (size_t)c->n_heads);
+    } else {
+      H(q_proj);
+      H(k_proj);
+      H(v_proj);
+      H(o_proj);
+    }
+    H(router);
+#undef H
+    for (int e = 0; e < c->n_experts; e++) {
+      snprintf(role, sizeof role, "%d.w1.%d", l, e);
+      hash_tensor(&h, role, &lw->w1[e]);
+      snprintf(role, sizeof role, "%d.w3.%d", l, e);
+      hash_tensor(&h, role, &lw->w3[e]);
+      snprintf(role, sizeof role, "%d.w2.%d", l, e);
+      hash_tensor(&h, role, &lw->w2[e]);
+    }
+  }
+  uint8_t dig[32];
+  lh_sha256_final(&h, dig);
+  lh_hex(dig, 32, m->id);
+}
+
+/* ---- open / close -------------------------------------------------------------------------- */
+
+void lh_model_close(lh_model *m) {
+  if (!m) return;
+  if (m->be && m->ops && m->ops->close) m->ops->close(m->be);
+  for (int i = 0; i < m->n_maps; i++)
+    if (m->maps[i].base) munmap(m->maps[i].base, m->maps[i].size);
+  free(m->maps);
+  for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+  free(m->owned);
+  free(m);
+}
+
+lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err) {
+  *out = NULL;
+  if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
+  lh_model_params p = params ? *params : lh_model_default_params();
+  if (p.threads < 0) return lh_error_set(err, LH_EINVAL, "threads must be >= 0 (0 = all cores), got %d", p.threads);
+  if (p.max_chunk < 1) return lh_error_set(err, LH_EINVAL, "max_chunk must be >= 1, got %d", p.max_chunk);
+  const char *bname = p.backend ? p.backend : "cpu";
+
+  lh_model *m = calloc(1, sizeof *m);
+  if (!m) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_st_set *s = NULL;
+  lh_status st;
+  if (snprintf(m->dir, sizeof m->dir, "%s", dir) >= (int)sizeof m->dir) {
+    st = lh_error_set(err, LH_ELIMIT, "model folder path too long");
+    goto fail;
+  }
+  if (snprintf(m->backend_name, sizeof m->backend_name, "%s", bname) >= (int)sizeof m->backend_name) {
+    st = lh_error_set(err, LH_EINVAL, "unknown backend '%s'", bname);
+    goto fail;
+  }
+  m->params = p;
+  m->params.backend = m->backend_name;
+  m->max_rows = p.max_chunk;
+
+  if (!lh_is_dir(dir)) {
+    st = lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (no such directory)", dir);
+    goto fail;
+  }
+  char cpath[4096];
+  if ((st = lh_path_join(cpath, sizeof cpath, dir, "config.json"))) {
+    st = lh_error_set(err, st, "%s: path too long", dir);
+    goto fail;
+  }
+  lh_buf cb = {0};
+  if ((st = lh_file_read(cpath, CONFIG_MAX_BYTES, &cb, err))) {
+    lh_buf_free(&cb);
+    goto fail;
+  }
+  st = lh_config_parse(cb.data, cb.len, cpath, &m->cfg, err);
+  lh_buf_free(&cb);
+  if (st) goto fail;
+
+  if ((st = lh_st_open_dir(dir, &s, err))) goto fail;
+  if ((st = lh_weights_build(m, s, err))) goto fail;
+  model_id(m);
+  if ((st = lh_st_move_to_model(s, m, err))) goto fail;
+  s = NULL;
+  if (p.verbose)
+    lh_log_info("%s: %d layers (%d lightning, %d softmax), %d files, id %.16s", dir, m->cfg.n_layers,
+                m->cfg.n_lightning, m->cfg.n_softmax, m->n_maps, m->id);
+
+  if (strcmp(bname, "none")) {
+    m->ops = lh_backend_find(bname);
+    if (!m->ops) {
+      st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not available in this build (try \"cpu\")", bname);
+      goto fail;
+    }
+    if (!m->ops->open) {
+      m->ops = NULL;
+      st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not implemented in this build yet", bname);
+      goto fail;
+    }
+    if ((st = m->ops->open(&m->cfg, &m->w, &m->params, m->max_rows, &m->be, err))) {
+      m->be = NULL;
+      goto fail;
+    }
+  }
+  *out = m;
+  return LH_OK;
+fail:
+  lh_st_close(s);
+  lh_model_close(m);
+  return st;
+}
+
+const lh_config *lh_model_config(const lh_model *m) { return &m->cfg; }
+const char *lh_model_dir(const lh_model *m) { return m->dir; }
+const char *lh_model_backend(const lh_model *m) { return m->backend_name; }
+const char *lh_model_id(const lh_model *m) { return m->id; }
+
+void lh_model_get_stats(const lh_model *m, lh_model_stats *st) {
+  const lh_config *c = &m->cfg;
+  int64_t V = c->vocab_size, Hd = c->hidden_size, HD = (int64_t)c->n_heads * c->head_dim,
+          KD = (int64_t)c->n_kv_heads * c->head_dim, I = c->intermediate_size, E = c->n_experts, K = c->top_k;
+  int64_t lin_attn = 5 * HD * Hd, soft_attn = 2 * HD * Hd + 2 * KD * Hd, router = E * Hd, expert = 3 * I * Hd;
+  int64_t head = c->tie_word_embeddings ? 0 : V * Hd;
+  int64_t total = V * Hd + head + Hd, active = total, matmul = V * Hd; /* lm_head (or the tied embedding) */
+  for (int l = 0; l < c->n_layers; l++) {
+    int lin = c->layer_kind[l] == LH_LAYER_LIGHTNING;
+    int64_t attn = lin ? lin_attn : soft_attn;
+    int64_t norms = 2 * Hd + (lin ? HD : 0);
+    total += norms + attn + router + E * expert;
+    active += norms + attn + router + K * expert;
+    matmul += attn + router + K * expert;
+  }
+  memset(st, 0, sizeof *st);
+  st->params_total = total;
+  st->params_active = active;
+  for (int i = 0; i < m->n_maps; i++) st->weight_bytes += (int64_t)m->maps[i].size;
+  st->lightning_state_bytes = (int64_t)c->n_lightning * c->n_heads * c->head_dim * c->head_dim * 4;
+  lh_dtype kv = m->ops ? m->ops->kv_dtype : LH_F32;
+  st->kv_bytes_per_token = (int64_t)c->n_softmax * 2 * KD * (int64_t)lh_dtype_size(kv);
+  st->flops_per_token = 2.0 * (double)matmul;
+  st->attn_flops_per_token_per_ctx = 4.0 * (double)c->n_softmax * (double)HD;
+}

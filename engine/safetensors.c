@@ -1,0 +1,504 @@
+/* safetensors.c — map and validate .safetensors files; resolve sharded folders (see safetensors.h).
+ *
+ * Layout of a file: an 8-byte little-endian header length N, N bytes of JSON, then the data
+ * section. The validation follows the reference library (huggingface/safetensors), which refuses
+ * files whose spans overlap, leave holes or leave bytes after the last tensor; longhaul refuses the
+ * same files, so anything it loads transformers loads too. Everything is checked against the real
+ * file size before any pointer into the mapping is formed, and arithmetic on offsets and shapes is
+ * overflow-checked, because the header is untrusted input (fuzz_safetensors runs lh_st_parse on
+ * arbitrary bytes).
+ *
+ * Names are collected in one arena while parsing (offsets, since the arena grows) and turned into
+ * pointers by lh_st_finish, which also sorts the tensors by name and rejects duplicates.
+ * This file never copies tensor data and never writes to a mapping (they are PROT_READ).
+ */
+#define _GNU_SOURCE
+#include "engine/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "util/buf.h"
+#include "util/fs.h"
+#include "util/log.h"
+
+#define JSON_INT_MAX 9007199254740992.0 /* 2^53: larger integers are not exact in a double */
+
+/* Set state carried between parse calls. name offsets are kept in a side array while the arena
+ * grows; lh_st_finish converts them. */
+typedef struct st_priv {
+  size_t *name_off;
+  size_t cap_t;
+  lh_buf names;
+} st_priv;
+
+/* lh_st_set has no private pointer field, so the private part lives in front of it. */
+typedef struct st_full {
+  lh_st_set pub;
+  st_priv priv;
+} st_full;
+
+static st_priv *priv(lh_st_set *s) { return &((st_full *)s)->priv; }
+
+lh_st_set *lh_st_new(void) {
+  st_full *f = calloc(1, sizeof *f);
+  return f ? &f->pub : NULL;
+}
+
+static const struct {
+  const char *name;
+  int size; /* 0: a valid safetensors dtype longhaul cannot load */
+  lh_dtype dt;
+} dtypes[] = {
+    {"F32", 4, LH_F32},     {"BF16", 2, LH_BF16},   {"F16", 2, LH_F16},     {"F64", 0, 0},
+    {"I64", 0, 0},          {"I32", 0, 0},          {"I16", 0, 0},          {"I8", 0, 0},
+    {"U64", 0, 0},          {"U32", 0, 0},          {"U16", 0, 0},          {"U8", 0, 0},
+    {"BOOL", 0, 0},         {"F8_E4M3", 0, 0},      {"F8_E5M2", 0, 0},      {"F8_E8M0", 0, 0},
+    {"F6_E2M3", 0, 0},      {"F6_E3M2", 0, 0},      {"F4", 0, 0},           {"C64", 0, 0},
+};
+
+lh_status lh_st_dtype(const char *name, lh_dtype *out, const char *path, const char *tensor, lh_error *err) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++) {
+    if (strcmp(name, dtypes[i].name)) continue;
+    if (!dtypes[i].size)
+      return lh_error_set(err, LH_EUNSUPPORTED,
+                          "%s: tensor '%s' has dtype %s; longhaul loads F32, BF16 and F16 weights only", path, tensor,
+                          name);
+    *out = dtypes[i].dt;
+    return LH_OK;
+  }
+  return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' has unknown dtype \"%.40s\"", path, tensor, name);
+}
+
+static int json_u64(const cJSON *v, uint64_t *out) {
+  if (!cJSON_IsNumber(v)) return 0;
+  double d = v->valuedouble;
+  if (!(d >= 0) || d > JSON_INT_MAX || d != (double)(uint64_t)d) return 0;
+  *out = (uint64_t)d;
+  return 1;
+}
+
+static lh_status push_tensor(lh_st_set *s, const lh_st_tensor *t, const char *name, lh_error *err, const char *path) {
+  st_priv *p = priv(s);
+  if ((size_t)s->n == p->cap_t) {
+    size_t cap = p->cap_t ? p->cap_t * 2 : 64;
+    lh_st_tensor *nt = realloc(s->t, cap * sizeof *nt);
+    if (!nt) return lh_error_set(err, LH_ENOMEM, "%s: out of memory for the tensor index", path);
+    s->t = nt;
+    size_t *no = realloc(p->name_off, cap * sizeof *no);
+    if (!no) return lh_error_set(err, LH_ENOMEM, "%s: out of memory for the tensor index", path);
+    p->name_off = no;
+    p->cap_t = cap;
+  }
+  p->name_off[s->n] = p->names.len;
+  if (lh_buf_append(&p->names, name, strlen(name) + 1))
+    return lh_error_set(err, LH_ENOMEM, "%s: out of memory for tensor names", path);
+  s->t[s->n] = *t;
+  s->t[s->n].name = NULL;
+  s->n++;
+  return LH_OK;
+}
+
+typedef struct span {
+  uint64_t b, e;
+  const char *name;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->b != y->b) return x->b < y->b ? -1 : 1;
+  if (x->e != y->e) return x->e < y->e ? -1 : 1;
+  return 0;
+}
+
+static void fmt_shape(char *out, size_t n, const int64_t *shape, int ndim) {
+  size_t k = (size_t)snprintf(out, n, "[");
+  for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(out + k, n - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (k < n) snprintf(out + k, n - k, "]");
+}
+
+static lh_status parse_entry(lh_st_set *s, const cJSON *e, const uint8_t *data, uint64_t data_size, int file,
+                             const char *path, span *sp, lh_error *err) {
+  const char *name = e->string;
+  if (!cJSON_IsObject(e))
+    return lh_error_set(err, LH_EFORMAT, "%s: header entry '%s' is not an object", path, name);
+  const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
+  const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+  if (!cJSON_IsString(jd))
+    return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' has no string \"dtype\"", path, name);
+  if (!cJSON_IsArray(js))
+    return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' has no \"shape\" array", path, name);
+  if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2)
+    return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' needs \"data_offsets\": [begin, end]", path, name);
+  lh_st_tensor t;
+  memset(&t, 0, sizeof t);
+  lh_status st = lh_st_dtype(jd->valuestring, &t.dtype, path, name, err);
+  if (st) return st;
+  int nd = cJSON_GetArraySize(js);
+  if (nd > LH_ST_MAX_DIMS)
+    return lh_error_set(err, LH_EUNSUPPORTED, "%s: tensor '%s' has %d dimensions (at most %d are supported)", path,
+                        name, nd, LH_ST_MAX_DIMS);
+  t.ndim = nd;
+  uint64_t nelem = 1;
+  int i = 0;
+  const cJSON *d;
+  cJSON_ArrayForEach(d, js) {
+    uint64_t v;
+    if (!json_u64(d, &v))
+      return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, i);
+    t.shape[i++] = (int64_t)v;
+    if (__builtin_mul_overflow(nelem, v, &nelem))
+      return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s': the element count overflows", path, name);
+  }
+  uint64_t b, en;
+  if (!json_u64(jo->child, &b) || !json_u64(jo->child->next, &en))
+    return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s': data_offsets must be non-negative integers", path, name);
+  if (b > en)
+    return lh_error_set(err, LH_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path,
+                        name, (unsigned long long)b, (unsigned long long)en);
+  if (en > data_size)
+    return lh_error_set(err, LH_EFORMAT,
+                        "%s: tensor '%s': data_offsets [%llu, %llu] lie outside the data section (%llu bytes)", path,
+                        name, (unsigned long long)b, (unsigned long long)en, (unsigned long long)data_size);
+  uint64_t nbytes;
+  if (__builtin_mul_overflow(nelem, (uint64_t)lh_dtype_size(t.dtype), &nbytes) || nbytes != en - b) {
+    char sh[256];
+    fmt_shape(sh, sizeof sh, t.shape, t.ndim);
+    return lh_error_set(err, LH_EFORMAT,
+                        "%s: tensor '%s': shape %s x %s needs %llu bytes but data_offsets [%llu, %llu] span %llu", path,
+                        name, sh, jd->valuestring, (unsigned long long)(nelem * lh_dtype_size(t.dtype)),
+                        (unsigned long long)b, (unsigned long long)en, (unsigned long long)(en - b));
+  }
+  t.nbytes = nbytes;
+  t.data = nbytes ? data + b : NULL;
+  t.file = file;
+  sp->b = b;
+  sp->e = en;
+  sp->name = name;
+  return push_tensor(s, &t, name, err, path);
+}
+
+lh_status lh_st_parse(lh_st_set *s, const void *buf, size_t size, int file, const char *path, lh_error *err) {
+  const uint8_t *p = buf;
+  if (size < 8)
+    return lh_error_set(err, LH_EFORMAT, "%s: %zu bytes is too short for a safetensors file (8-byte header length)",
+                        path, size);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+  if (hlen > size - 8)
+    return lh_error_set(err, LH_EFORMAT, "%s: the header length %llu goes beyond the end of the file (%zu bytes)",
+                        path, (unsigned long long)hlen, size);
+  if (hlen > LH_ST_MAX_HEADER)
+    return lh_error_set(err, LH_EFORMAT, "%s: the header length %llu is over the safetensors limit of %u bytes", path,
+                        (unsigned long long)hlen, LH_ST_MAX_HEADER);
+  if (hlen < 2 || p[8] != '{')
+    return lh_error_set(err, LH_EFORMAT, "%s: the header is not a JSON object", path);
+  const char *json = (const char *)p + 8;
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
+  if (!root)
+    return lh_error_set(err, LH_EFORMAT, "%s: the header is not valid JSON (error near byte %ld of %llu)", path,
+                        end && end >= json ? (long)(end - json) : -1L, (unsigned long long)hlen);
+  lh_status st = LH_OK;
+  span *spans = NULL;
+  if (!end || end < json || end > json + hlen) end = json + hlen;
+  for (const char *q = end; q < json + hlen; q++)
+    if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+      st = lh_error_set(err, LH_EFORMAT, "%s: unexpected bytes after the JSON header (at byte %ld)", path,
+                        (long)(q - json));
+      goto out;
+    }
+  if (!cJSON_IsObject(root)) {
+    st = lh_error_set(err, LH_EFORMAT, "%s: the header is not a JSON object", path);
+    goto out;
+  }
+  const uint8_t *data = p + 8 + hlen;
+  uint64_t data_size = size - 8 - hlen;
+  int cnt = cJSON_GetArraySize(root);
+  spans = calloc((size_t)cnt + 1, sizeof *spans);
+  if (!spans) {
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  int ns = 0;
+  for (const cJSON *e = root->child; e; e = e->next) {
+    if (!e->string) continue;
+    if (!strcmp(e->string, "__metadata__")) {
+      if (!cJSON_IsObject(e)) {
+        st = lh_error_set(err, LH_EFORMAT, "%s: \"__metadata__\" must be an object of strings", path);
+        goto out;
+      }
+      for (const cJSON *m = e->child; m; m = m->next)
+        if (!cJSON_IsString(m)) {
+          st = lh_error_set(err, LH_EFORMAT, "%s: \"__metadata__\" value '%s' is not a string", path,
+                            m->string ? m->string : "?");
+          goto out;
+        }
+      continue;
+    }
+    if ((st = parse_entry(s, e, data, data_size, file, path, &spans[ns], err))) goto out;
+    ns++;
+  }
+  /* The spans must tile [0, data_size) exactly, as the reference library requires. */
+  qsort(spans, (size_t)ns, sizeof *spans, span_cmp);
+  uint64_t at = 0;
+  for (int i = 0; i < ns; i++) {
+    if (spans[i].b < at) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: tensors '%s' and '%s' overlap (bytes [%llu, %llu) of the data)", path,
+                        spans[i - 1].name, spans[i].name, (unsigned long long)spans[i].b,
+                        (unsigned long long)(at < spans[i].e ? at : spans[i].e));
+      goto out;
+    }
+    if (spans[i].b > at) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: data bytes [%llu, %llu) before tensor '%s' belong to no tensor", path,
+                        (unsigned long long)at, (unsigned long long)spans[i].b, spans[i].name);
+      goto out;
+    }
+    at = spans[i].e;
+  }
+  if (at != data_size)
+    st = lh_error_set(err, LH_EFORMAT,
+                      "%s: the data section has %llu bytes but the tensors cover %llu (a truncated or padded file)",
+                      path, (unsigned long long)data_size, (unsigned long long)at);
+  s->header_bytes += hlen;
+out:
+  free(spans);
+  cJSON_Delete(root);
+  return st;
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(((const lh_st_tensor *)a)->name, ((const lh_st_tensor *)b)->name);
+}
+
+lh_status lh_st_finish(lh_st_set *s, lh_error *err) {
+  st_priv *p = priv(s);
+  s->names = p->names.data;
+  for (int i = 0; i < s->n; i++) s->t[i].name = s->names + p->name_off[i];
+  if (s->n) qsort(s->t, (size_t)s->n, sizeof *s->t, name_cmp);
+  for (int i = 1; i < s->n; i++)
+    if (!strcmp(s->t[i - 1].name, s->t[i].name)) {
+      const char *f1 = s->n_maps ? s->maps[s->t[i - 1].file].path : "the header";
+      const char *f2 = s->n_maps ? s->maps[s->t[i].file].path : "the header";
+      return lh_error_set(err, LH_EFORMAT, "tensor '%s' appears twice (in %s and in %s)", s->t[i].name, f1, f2);
+    }
+  return LH_OK;
+}
+
+lh_st_tensor *lh_st_find(const lh_st_set *s, const char *name) {
+  int lo = 0, hi = s->n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(s->t[mid].name, name);
+    if (!c) return &s->t[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return NULL;
+}
+
+lh_status lh_st_add_file(lh_st_set *s, const char *path, lh_error *err) {
+  lh_mapping *nm = realloc(s->maps, (size_t)(s->n_maps + 1) * sizeof *nm);
+  if (!nm) return lh_error_set(err, LH_ENOMEM, "%s: out of memory", path);
+  s->maps = nm;
+  lh_mapping *m = &s->maps[s->n_maps];
+  memset(m, 0, sizeof *m);
+  if (snprintf(m->path, sizeof m->path, "%s", path) >= (int)sizeof m->path)
+    return lh_error_set(err, LH_ELIMIT, "%s: path too long", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return lh_error_set(err, LH_EFORMAT, "%s: not a regular file", path);
+  }
+  if (sb.st_size < 8) {
+    close(fd);
+    return lh_error_set(err, LH_EFORMAT, "%s: %lld bytes is too short for a safetensors file", path,
+                        (long long)sb.st_size);
+  }
+  void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  close(fd);
+  if (base == MAP_FAILED) return lh_error_set(err, LH_EIO, "%s: mmap: %s", path, strerror(e));
+  m->base = base;
+  m->size = (size_t)sb.st_size;
+  s->n_maps++;
+  return lh_st_parse(s, base, m->size, s->n_maps - 1, path, err);
+}
+
+/* A shard name from the index must stay inside the model folder. */
+static int safe_shard_name(const char *n) {
+  if (!n[0] || n[0] == '/') return 0;
+  for (const char *p = n; *p;) {
+    const char *q = strchr(p, '/');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    if ((len == 2 && !strncmp(p, "..", 2)) || len == 0) return 0;
+    if (!q) break;
+    p = q + 1;
+  }
+  return 1;
+}
+
+static lh_status open_index(lh_st_set *s, const char *dir, const char *ipath, lh_error *err) {
+  lh_buf b = {0};
+  lh_status st = lh_file_read(ipath, 256u << 20, &b, err);
+  if (st) return st;
+  cJSON *root = cJSON_ParseWithLength(b.data, b.len);
+  lh_buf_free(&b);
+  if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", ipath);
+  const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+  const char **shards = NULL;
+  int n_shards = 0;
+  if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
+    st = lh_error_set(err, LH_EFORMAT, "%s: needs a \"weight_map\" object (tensor name -> shard file)", ipath);
+    goto out;
+  }
+  int cnt = cJSON_GetArraySize(wm);
+  if (cnt == 0) {
+    st = lh_error_set(err, LH_EFORMAT, "%s: \"weight_map\" is empty", ipath);
+    goto out;
+  }
+  shards = calloc((size_t)cnt, sizeof *shards);
+  if (!shards) {
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory", ipath);
+    goto out;
+  }
+  for (const cJSON *e = wm->child; e; e = e->next) {
+    if (!cJSON_IsString(e) || !e->string) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: weight_map entry '%s' is not a file name", ipath,
+                        e->string ? e->string : "?");
+      goto out;
+    }
+    if (!safe_shard_name(e->valuestring)) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: weight_map entry '%s' names '%s', which is outside the model folder",
+                        ipath, e->string, e->valuestring);
+      goto out;
+    }
+    int seen = 0;
+    for (int i = 0; i < n_shards && !seen; i++) seen = !strcmp(shards[i], e->valuestring);
+    if (!seen) shards[n_shards++] = e->valuestring;
+  }
+  for (int i = 0; i < n_shards; i++) {
+    char path[4096];
+    if ((st = lh_path_join(path, sizeof path, dir, shards[i]))) goto out;
+    if ((st = lh_st_add_file(s, path, err))) {
+      if (st == LH_ENOTFOUND) lh_error_prefix(err, st, "%s names a shard that is missing: ", ipath);
+      goto out;
+    }
+  }
+  if ((st = lh_st_finish(s, err))) goto out;
+  /* Cross-check: every indexed tensor is in the shard the index names. Tensors the index does not
+   * list are still loaded (transformers reads every key of each shard), with a warning. */
+  for (const cJSON *e = wm->child; e; e = e->next) {
+    lh_st_tensor *t = lh_st_find(s, e->string);
+    const char *want = e->valuestring;
+    if (!t) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' is listed in shard '%s' but no shard holds it", ipath,
+                        e->string, want);
+      goto out;
+    }
+    const char *have = s->maps[t->file].path;
+    size_t hl = strlen(have), wl = strlen(want);
+    if (hl < wl || strcmp(have + hl - wl, want) || (hl > wl && have[hl - wl - 1] != '/')) {
+      st = lh_error_set(err, LH_EFORMAT, "%s: tensor '%s' is listed in shard '%s' but it is in %s", ipath, e->string,
+                        want, have);
+      goto out;
+    }
+    t->used = 1;
+  }
+  int unlisted = 0;
+  for (int i = 0; i < s->n; i++) {
+    if (!s->t[i].used && unlisted++ < 5)
+      lh_log_warn("%s: tensor '%s' in %s is not listed in the index; loading it anyway", ipath, s->t[i].name,
+                  s->maps[s->t[i].file].path);
+    s->t[i].used = 0;
+  }
+  if (unlisted > 5) lh_log_warn("%s: %d tensors in all are not listed in the index", ipath, unlisted);
+  s->sharded = 1;
+out:
+  free(shards);
+  cJSON_Delete(root);
+  return st;
+}
+
+lh_status lh_st_open_dir(const char *dir, lh_st_set **out, lh_error *err) {
+  *out = NULL;
+  lh_st_set *s = lh_st_new();
+  if (!s) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  char single[4096], index[4096];
+  lh_status st;
+  if ((st = lh_path_join(single, sizeof single, dir, "model.safetensors")) ||
+      (st = lh_path_join(index, sizeof index, dir, "model.safetensors.index.json"))) {
+    lh_st_close(s);
+    return lh_error_set(err, st, "%s: path too long", dir);
+  }
+  if (lh_is_file(single)) {
+    if (lh_is_file(index))
+      lh_log_warn("%s: both model.safetensors and model.safetensors.index.json exist; using model.safetensors, "
+                  "as transformers does",
+                  dir);
+    st = lh_st_add_file(s, single, err);
+    if (!st) st = lh_st_finish(s, err);
+  } else if (lh_is_file(index)) {
+    st = open_index(s, dir, index, err);
+  } else {
+    char bin[4096];
+    lh_path_join(bin, sizeof bin, dir, "pytorch_model.bin");
+    if (lh_is_file(bin))
+      st = lh_error_set(err, LH_EUNSUPPORTED,
+                        "%s: only pytorch_model.bin was found; longhaul reads safetensors only (convert with "
+                        "transformers' save_pretrained(safe_serialization=True))",
+                        dir);
+    else
+      st = lh_error_set(err, LH_ENOTFOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
+  }
+  if (st) {
+    lh_st_close(s);
+    return st;
+  }
+  *out = s;
+  return LH_OK;
+}
+
+void lh_st_close(lh_st_set *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n_maps; i++)
+    if (s->maps[i].base) munmap(s->maps[i].base, s->maps[i].size);
+  free(s->maps);
+  free(s->t);
+  st_priv *p = priv(s);
+  free(p->name_off);
+  lh_buf_free(&p->names);
+  free(s);
+}
+
+lh_status lh_st_move_to_model(lh_st_set *s, lh_model *m, lh_error *err) {
+  st_priv *p = priv(s);
+  void **owned = realloc(m->owned, (size_t)(m->n_owned + 2) * sizeof *owned);
+  if (!owned) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  m->owned = owned;
+  m->owned[m->n_owned++] = s->t;
+  m->owned[m->n_owned++] = p->names.data;
+  m->maps = s->maps;
+  m->n_maps = s->n_maps;
+  free(p->name_off);
+  free(s);
+  return LH_OK;
+}

@@ -1,0 +1,58 @@
+/* rope.c — rotary position embedding, rotate-half convention (HF's apply_rotary_pos_emb).
+ *
+ * HF builds the angle as an fp32 product inv_freq * position and takes cos/sin of that fp32
+ * value; the same rounding is kept here (the angle is formed in fp32, cos/sin are taken in double
+ * and rounded), so positions far into a long context rotate exactly as the reference does.
+ * Partial rotary (the original MiniMax-Text-01 `rotary_dim`, vLLM's neox style): only the first
+ * rotary_dim dims of a head rotate, pairing i with i + rotary_dim/2, with frequencies over
+ * rotary_dim; the remaining dims pass through.
+ */
+#include <math.h>
+
+#include "kernels/cpu/ops.h"
+
+void lh_rope_inv_freq(double theta, int rotary_dim, float *inv_freq) {
+  for (int i = 0; i < rotary_dim / 2; i++) {
+    float e = (float)(2 * i) / (float)rotary_dim; /* torch.arange(0, R, 2).float() / R */
+    float p = (float)pow(theta, (double)e);
+    inv_freq[i] = 1.0f / p;
+  }
+}
+
+typedef struct rope_job {
+  float *x;
+  int64_t ld, n;
+  int n_heads, head_dim, rotary_dim;
+  const float *inv_freq;
+  const int64_t *pos;
+} rope_job;
+
+static void rope_task(void *ctx, int64_t t, int worker) {
+  (void)worker;
+  const rope_job *j = ctx;
+  int64_t r0 = t * 16, r1 = r0 + 16 < j->n ? r0 + 16 : j->n;
+  int half = j->rotary_dim / 2;
+  float c[512], s[512]; /* rotary_dim <= 1024: checked by the caller's config */
+  for (int64_t r = r0; r < r1; r++) {
+    float p = (float)j->pos[r];
+    for (int i = 0; i < half; i++) {
+      float a = j->inv_freq[i] * p;
+      c[i] = (float)cos((double)a);
+      s[i] = (float)sin((double)a);
+    }
+    for (int h = 0; h < j->n_heads; h++) {
+      float *x = j->x + r * j->ld + (int64_t)h * j->head_dim;
+      for (int i = 0; i < half; i++) {
+        float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * c[i] - x2 * s[i];
+        x[i + half] = x2 * c[i] + x1 * s[i];
+      }
+    }
+  }
+}
+
+void lh_rope(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int head_dim, int rotary_dim,
+             const float *inv_freq, const int64_t *pos) {
+  rope_job j = {x, ld, n, n_heads, head_dim, rotary_dim, inv_freq, pos};
+  lh_pool_run(pool, (n + 15) / 16, rope_task, &j);
+}

@@ -1,0 +1,425 @@
+/* backend_cuda.cu — lh_backend_cuda: the engine's operations on one NVIDIA GPU.
+ *
+ * Each operation is a short, fixed sequence of cuBLAS GEMMs and kernels from the kernels/cuda op files on the
+ * backend's compute stream; it returns as soon as the work is enqueued, except where a result must
+ * reach the host (logits, MoE expert counts, to_host). Per-call metadata (token ids, segment and
+ * page tables, tile lists) goes up through the upload ring (transfer.cu).
+ *
+ * The layer math is the CPU reference's (kernels/cpu, shared/DESIGN.md) in bf16 storage with fp32
+ * arithmetic:
+ *   lightning: [qkv | gate] = h Wqkvg^T; o = lightning(SiLU(q), SiLU(k), SiLU(v)); y = sigmoid(gate) *
+ *              RMSNorm_1e-6(o) * w; out = y Wout^T
+ *   softmax:   [q | k | v] = h Wqkv^T; RoPE(q, k); K, V -> pages; o = causal GQA softmax; out = o Wo^T
+ *   MoE:       route (fp32 softmax, top-k, renormalise); sort pairs by expert; per expert
+ *              act = SiLU(x W1^T) * (x W3^T), y = act W2^T; out = sum_k w_k y_k in slot order
+ * Determinism: every kernel is reproducible and cuBLAS is used from one stream with a fixed
+ * workspace, so the same inputs and chunk plan give the same bits.
+ */
+#include <algorithm>
+#include <string.h>
+
+#include "kernels/cuda/backend_internal.h"
+
+#define PAGE LH_KV_PAGE_TOKENS
+
+static lh_status check_rows(lh_cuda_backend *b, int64_t n, const char *op, lh_error *err) {
+  if (n < 1 || n > b->max_rows)
+    return lh_error_set(err, LH_EINVAL, "cuda %s: %lld rows, must be in [1, %lld] (max_rows)", op, (long long)n,
+                        (long long)b->max_rows);
+  return LH_OK;
+}
+
+static lh_status norm_weight(lh_cuda_backend *b, const lh_tensor *w, float **out, lh_error *err) {
+  auto it = b->norm_of.find(w);
+  if (it == b->norm_of.end())
+    return lh_error_set(err, LH_EINVAL, "cuda backend: norm weight %s is not one of this model's norms",
+                        w && w->name ? w->name : "(unnamed)");
+  *out = it->second;
+  return LH_OK;
+}
+
+static lh_status gemm(lh_cuda_backend *b, const void *x, int64_t ldx, int64_t n, int in, const void *w, int out,
+                      void *y, int64_t ldy, int y_f32, lh_error *err) {
+  CB(lh_cuda_gemm(b->blas, x, ldx, n, in, w, out, y, ldy, y_f32));
+  return LH_OK;
+}
+
+/* ---- row-wise ------------------------------------------------------------------------------ */
+
+static lh_status op_embed(lh_backend *be, const int32_t *tokens, int64_t n, void *x, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_rows(b, n, "embed", err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  for (int64_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= b->cfg.vocab_size)
+      return lh_error_set(err, LH_EINVAL, "cuda embed: token %lld is %d, outside the vocabulary [0, %d)", (long long)i,
+                          tokens[i], b->cfg.vocab_size);
+  void *dev;
+  LH_TRY(lh_cu_upload(b, tokens, (size_t)n * sizeof(int32_t), &dev, err));
+  CU(lh_cuda_embed(b->stream, b->embed, (const int32_t *)dev, n, b->cfg.hidden_size, x));
+  return LH_OK;
+}
+
+static lh_status op_rmsnorm(lh_backend *be, const void *x, int64_t n, const lh_tensor *w, void *y, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_rows(b, n, "rmsnorm", err));
+  float *wd;
+  LH_TRY(norm_weight(b, w, &wd, err));
+  CU(lh_cuda_rmsnorm(b->stream, x, n, b->cfg.hidden_size, wd, (float)b->cfg.rms_norm_eps, y));
+  return LH_OK;
+}
+
+static lh_status op_residual(lh_backend *be, const void *h, const void *a, float alpha, float beta, int64_t n, void *x,
+                             const lh_tensor *norm_w, void *y, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_rows(b, n, "residual", err));
+  float *wd = NULL;
+  if (norm_w) LH_TRY(norm_weight(b, norm_w, &wd, err));
+  CU(lh_cuda_residual_norm(b->stream, h, a, alpha, beta, n, b->cfg.hidden_size, x, wd, (float)b->cfg.rms_norm_eps,
+                           y));
+  return LH_OK;
+}
+
+static lh_status check_batch(lh_cuda_backend *b, const lh_batch *bt, const char *op, lh_error *err) {
+  LH_TRY(check_rows(b, bt->n, op, err));
+  int64_t next = 0;
+  for (int i = 0; i < bt->nseg; i++) {
+    const lh_segment &s = bt->seg[i];
+    if (s.row0 != next || s.nrows < 1 || s.pos < 0)
+      return lh_error_set(err, LH_EINVAL, "cuda %s: segment %d covers rows [%lld, %lld) at pos %lld; segments must "
+                          "tile the batch in order", op, i, (long long)s.row0, (long long)(s.row0 + s.nrows),
+                          (long long)s.pos);
+    next += s.nrows;
+  }
+  if (next != bt->n)
+    return lh_error_set(err, LH_EINVAL, "cuda %s: segments cover %lld of %lld rows", op, (long long)next,
+                        (long long)bt->n);
+  return LH_OK;
+}
+
+/* ---- lightning -------------------------------------------------------------------------------- */
+
+static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const void *h, const lh_batch *bt, void *out,
+                                   lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_batch(b, bt, "attn_lightning", err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  const lh_config &c = b->cfg;
+  const cu_layer &L = b->layers[layer];
+  const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)c.n_heads * c.head_dim;
+  if (L.kind != LH_LAYER_LIGHTNING || lidx < 0 || lidx >= c.n_lightning)
+    return lh_error_set(err, LH_EINVAL, "cuda attn_lightning: layer %d (lightning %d) is not a lightning layer", layer,
+                        lidx);
+  LH_TRY(gemm(b, h, hid, n, (int)hid, L.qkvg, (int)(4 * Hd), b->proj, 4 * Hd, 0, err));
+  std::vector<lh_cuda_lseg> segs(bt->nseg);
+  bool all_single = true;
+  for (int i = 0; i < bt->nseg; i++) {
+    segs[i].row0 = bt->seg[i].row0;
+    segs[i].nrows = bt->seg[i].nrows;
+    segs[i].state = (float *)bt->seg[i].seq->lightning[lidx];
+    all_single = all_single && segs[i].nrows == 1;
+  }
+  void *dsegs;
+  LH_TRY(lh_cu_upload(b, segs.data(), segs.size() * sizeof(lh_cuda_lseg), &dsegs, err));
+  if (all_single)
+    CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
+                                   c.head_dim, L.slope, b->attn_o, Hd));
+  else
+    CU(lh_cuda_lightning_dv(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
+                            c.head_dim, L.slope, b->attn_o, Hd, b->tune.lightning_dv));
+  CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f, b->attn_o,
+                       Hd));
+  return gemm(b, b->attn_o, Hd, n, (int)Hd, L.out_proj, (int)hid, out, hid, 0, err);
+}
+
+/* ---- softmax ---------------------------------------------------------------------------------- */
+
+static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void *h, const lh_batch *bt, void *out,
+                                 lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_batch(b, bt, "attn_softmax", err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  const lh_config &c = b->cfg;
+  const cu_layer &L = b->layers[layer];
+  const int H = c.n_heads, Hkv = c.n_kv_heads, d = c.head_dim;
+  const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)H * d, qw = (int64_t)(H + 2 * Hkv) * d;
+  if (L.kind != LH_LAYER_SOFTMAX || sidx < 0 || sidx >= c.n_softmax)
+    return lh_error_set(err, LH_EINVAL, "cuda attn_softmax: layer %d (softmax %d) is not a softmax layer", layer, sidx);
+  LH_TRY(gemm(b, h, hid, n, (int)hid, L.qkv, (int)qw, b->proj, qw, 0, err));
+
+  /* One upload: the segment table, then every segment's page pointers. */
+  const bool blocked = d == 32 || d == 64 || d == 128;
+  bool all_single = true;
+  size_t npages = 0;
+  for (int i = 0; i < bt->nseg; i++) {
+    const lh_segment &s = bt->seg[i];
+    int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
+    if (need > s.seq->n_pages)
+      return lh_error_set(err, LH_EINVAL, "cuda attn_softmax: segment %d needs %lld KV pages for positions [0, %lld), "
+                          "its table has %lld", i, (long long)need, (long long)(s.pos + s.nrows),
+                          (long long)s.seq->n_pages);
+    npages += (size_t)need;
+    all_single = all_single && s.nrows == 1;
+  }
+  /* Head sizes without a blocked kernel run each query row as its own one-row segment through the
+   * decode kernel: its K/V rows are all written first, so that is exactly causal attention. */
+  const bool per_row = !all_single && !blocked;
+  const int nseg = per_row ? (int)n : bt->nseg;
+  const size_t seg_bytes = (size_t)nseg * sizeof(lh_cuda_aseg);
+  const size_t blob_bytes = seg_bytes + npages * sizeof(void *);
+  void *hblob, *dblob;
+  LH_TRY(lh_cu_reserve(b, blob_bytes, &hblob, &dblob, err));
+  lh_cuda_aseg *segs = (lh_cuda_aseg *)hblob;
+  void **pages = (void **)((unsigned char *)hblob + seg_bytes);
+  unsigned char *dbase = (unsigned char *)dblob;
+  size_t pg = 0;
+  int64_t max_splits = 1;
+  int k = 0;
+  for (int i = 0; i < bt->nseg; i++) {
+    const lh_segment &s = bt->seg[i];
+    int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
+    void *const *table = (void *const *)(dbase + seg_bytes + pg * sizeof(void *));
+    memcpy(pages + pg, s.seq->kv_pages[sidx], (size_t)need * sizeof(void *));
+    pg += (size_t)need;
+    const int64_t rows = per_row ? s.nrows : 1;
+    for (int64_t r = 0; r < rows; r++, k++) {
+      segs[k].row0 = per_row ? s.row0 + r : s.row0;
+      segs[k].nrows = per_row ? 1 : s.nrows;
+      segs[k].pos = per_row ? s.pos + r : s.pos;
+      segs[k].pages = table;
+      int64_t sp = (segs[k].pos + segs[k].nrows + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT;
+      max_splits = std::max(max_splits, sp);
+    }
+  }
+  LH_TRY(lh_cu_commit(b, hblob, dblob, blob_bytes, err));
+  const lh_cuda_aseg *dsegs = (const lh_cuda_aseg *)dblob;
+
+  CU(lh_cuda_rope_kv(b->stream, b->proj, qw, dsegs, nseg, n, H, Hkv, d, c.rotary_dim, b->inv_freq, b->q_rope));
+  if (all_single || per_row) {
+    size_t need = (size_t)nseg * H * max_splits * (d + 2) * sizeof(float);
+    if (need > b->partial_bytes) {
+      CU(cudaStreamSynchronize(b->stream));
+      cudaFree(b->partial);
+      b->partial = NULL;
+      b->partial_bytes = 0;
+      size_t cap = std::max(need, (size_t)1 << 20);
+      CU(cudaMalloc(&b->partial, cap));
+      b->partial_bytes = cap;
+    }
+    CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
+  } else {
+    /* 64-row tiles, the ones with the most keys first so the long tiles start early. */
+    std::vector<int32_t> tiles;
+    std::vector<std::pair<int64_t, int>> order;
+    for (int i = 0; i < bt->nseg; i++)
+      for (int64_t r0 = 0; r0 < bt->seg[i].nrows; r0 += 64) {
+        order.push_back({-(bt->seg[i].pos + r0), (int)tiles.size() / 2});
+        tiles.push_back(i);
+        tiles.push_back((int32_t)r0);
+      }
+    std::stable_sort(order.begin(), order.end());
+    std::vector<int32_t> sorted(tiles.size());
+    for (size_t j = 0; j < order.size(); j++) {
+      sorted[2 * j] = tiles[2 * order[j].second];
+      sorted[2 * j + 1] = tiles[2 * order[j].second + 1];
+    }
+    void *dtiles;
+    LH_TRY(lh_cu_upload(b, sorted.data(), sorted.size() * sizeof(int32_t), &dtiles, err));
+    CU(lh_cuda_attn_prefill(b->stream, b->q_rope, dsegs, (const int32_t *)dtiles, (int)order.size(), H, Hkv, d,
+                            b->attn_o));
+  }
+  return gemm(b, b->attn_o, Hd, n, (int)Hd, L.o_proj, (int)hid, out, hid, 0, err);
+}
+
+/* ---- MoE -------------------------------------------------------------------------------------- */
+
+static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, void *out, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_rows(b, n, "moe", err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  const lh_config &c = b->cfg;
+  const cu_layer &L = b->layers[layer];
+  const int E = c.n_experts, K = c.top_k, I = c.intermediate_size, hid = c.hidden_size;
+  const int64_t m = n * K;
+  LH_TRY(gemm(b, h, hid, n, hid, L.router, E, b->rlogits, E, 1, err));
+  CU(lh_cuda_moe_route(b->stream, b->rlogits, n, E, K, b->ids, b->wts));
+  CU(lh_cuda_moe_plan(b->stream, b->ids, n, K, E, b->hist, b->offsets, b->pos, b->src_row));
+  std::vector<int32_t> off(E + 1);
+  LH_TRY(lh_cu_download(b, off.data(), b->offsets, (E + 1) * sizeof(int32_t), err));
+  if (off[E] != m)
+    return lh_error_set(err, LH_EBACKEND, "cuda moe: routing placed %d of %lld pairs", off[E], (long long)m);
+  CU(lh_cuda_gather_rows(b->stream, h, b->src_row, 1, m, hid, b->xs));
+
+  std::vector<int> rows;
+  std::vector<const void *> ptr(6 * (size_t)E);
+  const void **x1 = ptr.data(), **w1 = x1 + E, **y1 = w1 + E, **x2 = y1 + E, **w2 = x2 + E, **y2 = w2 + E;
+  for (int e = 0; e < E; e++) {
+    int cnt = off[e + 1] - off[e];
+    if (!cnt) continue;
+    int g = (int)rows.size();
+    rows.push_back(cnt);
+    x1[g] = b->xs + (int64_t)off[e] * hid;
+    w1[g] = L.w13 + (int64_t)e * 2 * I * hid;
+    y1[g] = b->gu + (int64_t)off[e] * 2 * I;
+    x2[g] = b->sact + (int64_t)off[e] * I;
+    w2[g] = L.w2 + (int64_t)e * hid * I;
+    y2[g] = b->ys + (int64_t)off[e] * hid;
+  }
+  const int G = (int)rows.size();
+  bool done = false;
+  if (b->tune.moe_grouped) {
+    void *dptr;
+    LH_TRY(lh_cu_upload(b, ptr.data(), ptr.size() * sizeof(void *), &dptr, err));
+    void **d = (void **)dptr;
+    cublasStatus_t s1 = lh_cuda_gemm_grouped(b->blas, G, rows.data(), hid, 2 * I, d, d + E, d + 2 * E);
+    if (s1 == CUBLAS_STATUS_NOT_SUPPORTED || s1 == CUBLAS_STATUS_INVALID_VALUE) {
+      /* This cuBLAS cannot group these problems: use one GEMM per expert from now on (the check
+       * fails before anything is enqueued). */
+      b->tune.moe_grouped = 0;
+      b->grouped_status = (int)s1;
+    } else {
+      CB(s1);
+      CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
+      CB(lh_cuda_gemm_grouped(b->blas, G, rows.data(), I, hid, d + 3 * E, d + 4 * E, d + 5 * E));
+      done = true;
+    }
+  }
+  if (!done) {
+    for (int g = 0; g < G; g++)
+      LH_TRY(gemm(b, x1[g], hid, rows[g], hid, w1[g], 2 * I, (void *)y1[g], 2 * I, 0, err));
+    CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
+    for (int g = 0; g < G; g++)
+      LH_TRY(gemm(b, x2[g], I, rows[g], I, w2[g], hid, (void *)y2[g], hid, 0, err));
+  }
+  CU(lh_cuda_moe_combine(b->stream, b->ys, b->pos, b->wts, n, K, hid, out));
+  return LH_OK;
+}
+
+/* ---- logits and tokens ------------------------------------------------------------------------ */
+
+/* Final norm + lm_head of rows [i0, i0+m) of the list into b->lg_out (device, fp32). */
+static lh_status logits_batch(lh_cuda_backend *b, const void *x, const int64_t *rows, int64_t m, lh_error *err) {
+  void *drows;
+  LH_TRY(lh_cu_upload(b, rows, (size_t)m * sizeof(int64_t), &drows, err));
+  CU(lh_cuda_rmsnorm_rows(b->stream, x, (const int64_t *)drows, m, b->cfg.hidden_size, b->final_norm,
+                          (float)b->cfg.rms_norm_eps, b->lg_x));
+  return gemm(b, b->lg_x, b->cfg.hidden_size, m, b->cfg.hidden_size, b->lm_head, b->cfg.vocab_size, b->lg_out,
+              b->cfg.vocab_size, 1, err);
+}
+
+static lh_status check_row_list(lh_cuda_backend *b, const int64_t *rows, int64_t nrows, lh_error *err) {
+  for (int64_t i = 0; i < nrows; i++)
+    if (rows[i] < 0 || rows[i] >= b->max_rows)
+      return lh_error_set(err, LH_EINVAL, "cuda logits: row %lld is %lld, outside [0, %lld)", (long long)i,
+                          (long long)rows[i], (long long)b->max_rows);
+  return LH_OK;
+}
+
+static lh_status op_logits(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows, float *out,
+                           lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_row_list(b, rows, nrows, err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  const int64_t V = b->cfg.vocab_size;
+  for (int64_t i0 = 0; i0 < nrows; i0 += b->lg_rows) {
+    int64_t m = std::min(b->lg_rows, nrows - i0);
+    LH_TRY(logits_batch(b, x, rows + i0, m, err));
+    CU(cudaMemcpyAsync(out + i0 * V, b->lg_out, (size_t)(m * V) * sizeof(float), cudaMemcpyDeviceToHost, b->stream));
+    CU(cudaStreamSynchronize(b->stream));
+  }
+  return LH_OK;
+}
+
+double lh_cuda_uniform(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
+                              const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  LH_TRY(check_row_list(b, rows, nrows, err));
+  LH_TRY(lh_cu_begin_op(b, err));
+  const int V = b->cfg.vocab_size;
+  for (int64_t i0 = 0; i0 < nrows; i0 += b->lg_rows) {
+    int m = (int)std::min(b->lg_rows, nrows - i0);
+    LH_TRY(logits_batch(b, x, rows + i0, m, err));
+    if (!p || !(p->temperature > 0.0f)) {
+      CU(lh_cuda_argmax(b->stream, b->lg_out, m, V, b->tok_out));
+    } else {
+      std::vector<double> u(m);
+      for (int i = 0; i < m; i++) {
+        uint64_t fresh = p->seed;
+        u[i] = lh_cuda_uniform(rng_state ? rng_state : &fresh);
+      }
+      void *du;
+      LH_TRY(lh_cu_upload(b, u.data(), m * sizeof(double), &du, err));
+      CU(lh_cuda_sample(b->stream, b->lg_out, m, V, p->temperature, p->top_k, p->top_p, (const double *)du,
+                        b->tok_out));
+    }
+    LH_TRY(lh_cu_download(b, tokens + i0, b->tok_out, m * sizeof(int32_t), err));
+  }
+  return LH_OK;
+}
+
+/* ---- the rest of the public surface ------------------------------------------------------------ */
+
+static void *op_act(lh_backend *be, int slot) {
+  lh_cuda_backend *b = cu_be(be);
+  return slot >= 0 && slot < LH_ACT_SLOTS ? b->act[slot] : NULL;
+}
+
+cudaStream_t lh_cuda_stream(lh_backend *be) { return cu_be(be)->stream; }
+void *lh_cuda_cublas(lh_backend *be) { return cu_be(be)->blas; }
+
+lh_status lh_cuda_sync(lh_backend *be, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  CU(cudaStreamSynchronize(b->stream));
+  CU(cudaStreamSynchronize(b->copy_stream));
+  CU(cudaGetLastError());
+  return LH_OK;
+}
+
+void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m) {
+  lh_cuda_backend *b = cu_be(be);
+  m->weights = b->wbytes;
+  m->workspace = b->wsbytes + b->partial_bytes + b->up_cap + b->snap_cap + ((size_t)64 << 20);
+  m->state_live = b->live_bytes;
+  m->state_pooled = b->pooled_bytes;
+  size_t fr = 0, tot = 0;
+  if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) m->device_used = tot - fr;
+  else m->device_used = 0, (void)cudaGetLastError();
+}
+
+void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t) { cu_be(be)->tune = *t; }
+
+lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status) {
+  if (grouped_status) *grouped_status = cu_be(be)->grouped_status;
+  return cu_be(be)->tune;
+}
+
+extern "C" const lh_backend_ops lh_backend_cuda = {
+    "cuda",               /* name */
+    LH_BF16,              /* act_dtype */
+    LH_BF16,              /* kv_dtype */
+    lh_cu_open,           /* open */
+    lh_cu_close,          /* close */
+    lh_cu_alloc,          /* alloc */
+    lh_cu_free,           /* free */
+    lh_cu_to_host,        /* to_host */
+    lh_cu_from_host,      /* from_host */
+    lh_cu_copy,           /* copy */
+    op_act,               /* act */
+    op_embed,             /* embed */
+    op_rmsnorm,           /* rmsnorm */
+    op_residual,          /* residual */
+    op_attn_lightning,    /* attn_lightning */
+    op_attn_softmax,      /* attn_softmax */
+    op_moe,               /* moe */
+    op_logits,            /* logits */
+    lh_cu_to_host_async,  /* to_host_async */
+    lh_cu_wait_host,      /* wait_host */
+};

@@ -1,0 +1,86 @@
+/* cuda_backend.h — what the CUDA backend offers beyond the lh_backend_ops table: a real-width random
+ * model built on the GPU without files (benchmarks), its stream (timing with events), GPU-side
+ * token choice, device memory figures and tuning switches.
+ *
+ *     lh_config cfg = ...;                       // any shape; lh_cuda_slice_config() gives issue 8's slice
+ *     lh_backend *be;
+ *     lh_cuda_open_random(&cfg, 1234, 16384, 0, &be, &err);   // weights drawn on the GPU
+ *     const lh_weights *w = lh_cuda_weights(be);              // host views (data NULL) to pass norms by
+ *     be->ops->embed(be, ...); ... be->ops->close(be);
+ *
+ * Everything here takes a backend made by lh_backend_cuda.open or lh_cuda_open_random; passing
+ * another backend is undefined. Errors are LH_EBACKEND with the failing CUDA/cuBLAS call and its
+ * message, LH_ENOMEM when device memory runs out, LH_EINVAL for bad arguments.
+ */
+#ifndef LH_KERNELS_CUDA_BACKEND_H
+#define LH_KERNELS_CUDA_BACKEND_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/engine.h"
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Is a usable CUDA device present? Fills why (if not NULL) when not. Never fails hard. */
+int lh_cuda_available(char *why, size_t why_len);
+
+/* The 8-layer real-width MiniMax-Text-01 slice of issue 8 (7 lightning + 1 softmax at layer 7,
+ * hidden 6144, 64 heads x 128, 8 kv heads, 32 experts x 9216 top-2), with the given vocab. */
+lh_config lh_cuda_slice_config(int vocab);
+
+/* A backend bound to a model with the shapes of cfg whose weights are drawn on the GPU from seed
+ * (uniform, scaled by 1/sqrt(fan_in); norm weights near 1; the HF slopes). max_rows as in open. */
+lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device, lh_backend **out,
+                              lh_error *err);
+/* Host views of the weights (random backends: data NULL); pass &w->layers[i].in_norm etc. to the
+ * norm operations. Lives until close. */
+const lh_weights *lh_cuda_weights(lh_backend *be);
+
+cudaStream_t lh_cuda_stream(lh_backend *be);
+/* Wait for all work on the backend's streams; reports any asynchronous CUDA error. */
+lh_status lh_cuda_sync(lh_backend *be, lh_error *err);
+
+typedef struct lh_cuda_mem {
+  size_t weights;      /* bytes of weights on the device */
+  size_t workspace;    /* activation and scratch buffers (fixed at open, grows only for decode splits) */
+  size_t state_live;   /* bytes handed out by ops->alloc and not freed */
+  size_t state_pooled; /* freed blocks kept for reuse */
+  size_t device_used;  /* cudaMemGetInfo: total - free */
+} lh_cuda_mem;
+void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
+
+typedef struct lh_cuda_tuning {
+  int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
+                       them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
+  int lightning_dv; /* v dims per lightning CTA at head_dim 128: 64 (the default, 0) or 32 (measured
+                       slower: bench/NOTES.md) */
+} lh_cuda_tuning;
+void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t);
+/* The switches in effect; *grouped_status (if not NULL) is the cuBLAS status with which a grouped
+ * GEMM was refused, after which the backend uses a GEMM per expert (0: never refused). */
+lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status);
+
+/* Next token for each listed row of x (the hidden states after the last layer) computed on the GPU:
+ * final norm, lm_head and the choice all stay on the device; only the token ids come back.
+ * temperature 0: greedy (equal to argmax of ops->logits). Otherwise each row draws
+ * u = lh_cuda_uniform(rng_state) in row order (rng_state NULL: a fresh copy of p->seed per row,
+ * as lh_sample does) and picks as lh_sample would from ops->logits' values with that draw,
+ * for 1 <= top_k <= 256 (top_k 0 considers the 256 most likely tokens). */
+lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
+                              const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err);
+/* lh_sample's uniform draw: the top 53 bits of splitmix64 as a double in [0, 1); advances *state. */
+double lh_cuda_uniform(uint64_t *state);
+
+/* The backend's cuBLAS handle (bound to its stream), for benchmarks that time cuBLAS next to us. */
+void *lh_cuda_cublas(lh_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,211 @@
+/* transfer.cu — device memory handed to the engine (lightning states, KV pages), copies between it and
+ * the host, and the checkpoint path that copies without stalling compute.
+ *
+ * Allocation: blocks are pooled by exact size (the engine asks for a few sizes only: a lightning
+ * state, a KV page), because cudaFree synchronises the whole device. A pooled block is handed out
+ * again zeroed by a memset on the compute stream, which orders it after every earlier use of the
+ * block: all work runs on that one stream.
+ *
+ * Checkpoint copies (to_host_async): the source is first snapshotted device-to-device on the compute
+ * stream (fast, and it frees the source for the next chunk at once), the copy stream waits for that
+ * snapshot, moves it to pinned host memory and hands it to the caller's buffer from a host callback.
+ * wait_host drains the copy stream. Staging is a bump allocator reset at each drain; a request that
+ * does not fit drains first and grows the staging.
+ *
+ * Small uploads (token ids, segment tables, page tables) go through a pinned ring mirrored on the
+ * device. It is rewound only at the start of an operation and after a stream synchronisation, so no
+ * pending copy or kernel can still be reading what is overwritten; if one operation's uploads do
+ * not fit, a larger ring replaces it and the old one is freed at the next rewind.
+ */
+#include <string.h>
+
+#include "kernels/cuda/backend_internal.h"
+
+lh_status lh_cu_fail(lh_error *err, const char *call, cudaError_t e, const char *file, int line) {
+  const char *base = strrchr(file, '/');
+  return lh_error_set(err, e == cudaErrorMemoryAllocation ? LH_ENOMEM : LH_EBACKEND, "cuda: %s failed: %s: %s (%s:%d)",
+                      call, cudaGetErrorName(e), cudaGetErrorString(e), base ? base + 1 : file, line);
+}
+
+lh_status lh_cu_blas_fail(lh_error *err, const char *call, cublasStatus_t s, const char *file, int line) {
+  const char *base = strrchr(file, '/');
+  return lh_error_set(err, s == CUBLAS_STATUS_ALLOC_FAILED ? LH_ENOMEM : LH_EBACKEND,
+                      "cublas: %s failed: %s: %s (%s:%d)", call, cublasGetStatusName(s), cublasGetStatusString(s),
+                      base ? base + 1 : file, line);
+}
+
+void *lh_cu_alloc(lh_backend *be, size_t bytes) {
+  lh_cuda_backend *b = cu_be(be);
+  if (bytes == 0) bytes = 1;
+  void *p = NULL;
+  auto it = b->pool.find(bytes);
+  if (it != b->pool.end() && !it->second.empty()) {
+    p = it->second.back();
+    it->second.pop_back();
+    b->pooled_bytes -= bytes;
+  } else if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError(); /* clear the sticky-free allocation error */
+    return NULL;
+  }
+  if (cudaMemsetAsync(p, 0, bytes, b->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    b->pool[bytes].push_back(p);
+    b->pooled_bytes += bytes;
+    return NULL;
+  }
+  b->live[p] = bytes;
+  b->live_bytes += bytes;
+  return p;
+}
+
+void lh_cu_free(lh_backend *be, void *p) {
+  if (!p) return;
+  lh_cuda_backend *b = cu_be(be);
+  auto it = b->live.find(p);
+  if (it == b->live.end()) return; /* not ours: ignore rather than corrupt the pool */
+  size_t bytes = it->second;
+  b->live.erase(it);
+  b->live_bytes -= bytes;
+  b->pool[bytes].push_back(p);
+  b->pooled_bytes += bytes;
+}
+
+void lh_cu_release_memory(lh_cuda_backend *b) {
+  for (auto &r : b->retired) cudaFree(r.first), cudaFreeHost(r.second);
+  b->retired.clear();
+  for (auto &kv : b->live) cudaFree(kv.first);
+  for (auto &kv : b->pool)
+    for (void *p : kv.second) cudaFree(p);
+  b->live.clear();
+  b->pool.clear();
+  b->live_bytes = b->pooled_bytes = 0;
+}
+
+lh_status lh_cu_to_host(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  if (!bytes) return LH_OK;
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, b->stream));
+  CU(cudaStreamSynchronize(b->stream));
+  return LH_OK;
+}
+
+lh_status lh_cu_from_host(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  if (!bytes) return LH_OK;
+  /* From pageable memory the call returns once src has been staged, so the caller may reuse it. */
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, b->stream));
+  return LH_OK;
+}
+
+lh_status lh_cu_copy(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  if (!bytes) return LH_OK;
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->stream));
+  return LH_OK;
+}
+
+static void CUDART_CB deliver(void *arg) {
+  const cu_async *a = static_cast<const cu_async *>(arg);
+  memcpy(a->dst, a->pinned, a->bytes);
+}
+
+lh_status lh_cu_wait_host(lh_backend *be, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  CU(cudaStreamSynchronize(b->copy_stream));
+  b->pending.clear();
+  b->snap_off = 0;
+  return LH_OK;
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+lh_status lh_cu_to_host_async(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err) {
+  lh_cuda_backend *b = cu_be(be);
+  if (!bytes) return LH_OK;
+  if (b->snap_off + bytes > b->snap_cap) {
+    LH_TRY(lh_cu_wait_host(be, err));
+    if (bytes > b->snap_cap) {
+      size_t cap = align256(bytes > 2 * b->snap_cap ? bytes : 2 * b->snap_cap);
+      if (cap < ((size_t)64 << 20)) cap = (size_t)64 << 20;
+      /* The copy stream is idle; the compute stream may still hold snapshot copies into the old
+       * buffer only if the copy stream has not consumed them, which wait_host ruled out. */
+      CU(cudaStreamSynchronize(b->stream));
+      cudaFree(b->snap_dev);
+      cudaFreeHost(b->snap_host);
+      b->snap_dev = b->snap_host = NULL;
+      b->snap_cap = 0;
+      CU(cudaMalloc(&b->snap_dev, cap));
+      CU(cudaHostAlloc(&b->snap_host, cap, cudaHostAllocDefault));
+      b->snap_cap = cap;
+    }
+  }
+  unsigned char *sd = b->snap_dev + b->snap_off, *sh = b->snap_host + b->snap_off;
+  b->snap_off += align256(bytes);
+  CU(cudaMemcpyAsync(sd, src, bytes, cudaMemcpyDeviceToDevice, b->stream));
+  CU(cudaEventRecord(b->snap_event, b->stream));
+  CU(cudaStreamWaitEvent(b->copy_stream, b->snap_event, 0));
+  CU(cudaMemcpyAsync(sh, sd, bytes, cudaMemcpyDeviceToHost, b->copy_stream));
+  b->pending.push_back(cu_async{dst, sh, bytes});
+  CU(cudaLaunchHostFunc(b->copy_stream, deliver, &b->pending.back()));
+  return LH_OK;
+}
+
+lh_status lh_cu_begin_op(lh_cuda_backend *b, lh_error *err) {
+  if (b->up_off <= b->up_cap / 2 && b->retired.empty()) return LH_OK;
+  CU(cudaStreamSynchronize(b->stream)); /* nothing enqueued can still read the ring */
+  for (auto &r : b->retired) cudaFree(r.first), cudaFreeHost(r.second);
+  b->retired.clear();
+  b->up_off = 0;
+  return LH_OK;
+}
+
+lh_status lh_cu_reserve(lh_cuda_backend *b, size_t bytes, void **host, void **dev, lh_error *err) {
+  size_t need = align256(bytes ? bytes : 1);
+  if (b->up_off + need > b->up_cap) {
+    /* Work enqueued later in this operation may still read the current ring, so it is retired
+     * (freed at the next operation's start) rather than rewound. */
+    size_t cap = 2 * b->up_cap > 2 * need ? 2 * b->up_cap : 2 * need;
+    unsigned char *d = NULL, *h = NULL;
+    CU(cudaMalloc(&d, cap));
+    cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaFree(d);
+      return lh_cu_fail(err, "cudaHostAlloc(upload ring)", e, __FILE__, __LINE__);
+    }
+    b->retired.push_back({b->up_dev, b->up_host});
+    b->up_dev = d, b->up_host = h, b->up_cap = cap, b->up_off = 0;
+  }
+  *host = b->up_host + b->up_off;
+  *dev = b->up_dev + b->up_off;
+  b->up_off += need;
+  return LH_OK;
+}
+
+lh_status lh_cu_commit(lh_cuda_backend *b, const void *host, void *dev, size_t bytes, lh_error *err) {
+  if (bytes) CU(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, b->stream));
+  return LH_OK;
+}
+
+lh_status lh_cu_upload(lh_cuda_backend *b, const void *src, size_t bytes, void **dev, lh_error *err) {
+  void *h;
+  LH_TRY(lh_cu_reserve(b, bytes, &h, dev, err));
+  if (bytes) memcpy(h, src, bytes);
+  return lh_cu_commit(b, h, *dev, bytes, err);
+}
+
+lh_status lh_cu_download(lh_cuda_backend *b, void *dst, const void *src, size_t bytes, lh_error *err) {
+  if (!bytes) return LH_OK;
+  if (bytes > b->rb_cap) {
+    CU(cudaStreamSynchronize(b->stream));
+    cudaFreeHost(b->rb_host);
+    b->rb_host = NULL;
+    b->rb_cap = 0;
+    size_t cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes;
+    CU(cudaHostAlloc(&b->rb_host, cap, cudaHostAllocDefault));
+    b->rb_cap = cap;
+  }
+  CU(cudaMemcpyAsync(b->rb_host, src, bytes, cudaMemcpyDeviceToHost, b->stream));
+  CU(cudaStreamSynchronize(b->stream));
+  memcpy(dst, b->rb_host, bytes);
+  return LH_OK;
+}

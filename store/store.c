@@ -1,0 +1,518 @@
+/* store.c — the store's connection: open, durability settings, schema and forward migrations, and
+ * the mapping of SQLite failures to lh_status with messages a user can act on.
+ *
+ * Invariants:
+ *   1. A file is a longhaul store when its application_id is LH_STORE_APP_ID; an empty file becomes
+ *      one. Anything else (another SQLite database, a non-database) is refused, never written.
+ *   2. user_version is the schema version. Migrations run forward only, all in one BEGIN IMMEDIATE
+ *      transaction that re-reads the version under the lock, so two processes opening an old file
+ *      at once migrate it once. A version above LH_STORE_SCHEMA_VERSION is refused (LH_EUNSUPPORTED)
+ *      before anything is written.
+ *   3. page_size and auto_vacuum=INCREMENTAL are fixed when the file is created (they cannot change
+ *      later without a full VACUUM); journal mode, synchronous, cache size, foreign keys and the
+ *      busy timeout are set on every connection. docs/store.md has the measurements behind them.
+ *   4. Every write transaction is BEGIN IMMEDIATE: it takes the write lock first or fails with
+ *      LH_EBUSY after busy_timeout_ms, so no transaction dies half way on a lock upgrade.
+ * It must never: print, exit, or leave a transaction open after returning an error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store_internal.h"
+#include "util/log.h"
+
+#define LH_STORE_APP_ID 0x4c485354 /* "LHST" */
+#define LH_STORE_PAGE_SIZE 65536
+
+static const char *const schema_v1 =
+    "CREATE TABLE models(\n"
+    "  id TEXT PRIMARY KEY,                 -- lh_model_id: SHA-256 hex of config + tensor index\n"
+    "  name TEXT,\n"
+    "  info TEXT,\n"
+    "  created_ms INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TABLE batches(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  name TEXT NOT NULL UNIQUE,\n"
+    "  created_ms INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TABLE jobs(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  batch_id INTEGER NOT NULL REFERENCES batches(id) ON DELETE CASCADE,\n"
+    "  custom_id TEXT NOT NULL,\n"
+    "  group_key TEXT,\n"
+    "  model_id TEXT,\n"
+    "  request TEXT NOT NULL,\n"
+    "  state TEXT NOT NULL CHECK(state IN ('queued','running','done','failed')),\n"
+    "  attempts INTEGER NOT NULL DEFAULT 0,\n"
+    "  created_ms INTEGER NOT NULL,\n"
+    "  started_ms INTEGER,\n"
+    "  finished_ms INTEGER,\n"
+    "  updated_ms INTEGER NOT NULL,\n"
+    "  error TEXT,\n"
+    "  owner_host TEXT,                     -- claim holder (store_jobs.c): machine identity\n"
+    "  owner_name TEXT,                     -- its host name, for display\n"
+    "  owner_pid INTEGER,\n"
+    "  owner_start INTEGER,                 -- the owner process's start time (clock ticks)\n"
+    "  heartbeat_ms INTEGER,\n"
+    "  ckpt_id INTEGER REFERENCES checkpoints(id) ON DELETE SET NULL, -- resume point\n"
+    "  tokens_total INTEGER NOT NULL DEFAULT -1,\n"
+    "  UNIQUE(batch_id, custom_id)\n"
+    ");\n"
+    "CREATE INDEX jobs_state ON jobs(state, batch_id, id);\n"
+    "CREATE INDEX jobs_group ON jobs(batch_id, group_key);\n"
+    "CREATE INDEX jobs_ckpt ON jobs(ckpt_id);\n"
+    "CREATE TABLE documents(\n"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,\n"
+    "  seq INTEGER NOT NULL,\n"
+    "  path TEXT NOT NULL,\n"
+    "  bytes INTEGER NOT NULL,\n"
+    "  sha256 TEXT,\n"
+    "  tok_start INTEGER NOT NULL,\n"
+    "  tok_end INTEGER NOT NULL,\n"
+    "  meta TEXT,\n"
+    "  PRIMARY KEY(job_id, seq)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE results(\n"
+    "  job_id INTEGER PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,\n"
+    "  json TEXT NOT NULL,\n"
+    "  blob BLOB,\n"
+    "  created_ms INTEGER NOT NULL\n"
+    ");\n"
+    "CREATE TABLE checkpoints(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  model_id TEXT NOT NULL REFERENCES models(id),\n"
+    "  prefix_hash BLOB NOT NULL CHECK(length(prefix_hash) = 32), -- SHA-256 of tokens[0:pos], LE u32\n"
+    "  pos INTEGER NOT NULL CHECK(pos > 0),\n"
+    "  parent_id INTEGER REFERENCES checkpoints(id), -- no cascade: a parent goes only with its subtree\n"
+    "  parent_pos INTEGER NOT NULL CHECK(parent_pos >= 0 AND parent_pos < pos),\n"
+    "  job_id INTEGER REFERENCES jobs(id) ON DELETE SET NULL, -- producer\n"
+    "  has_state INTEGER NOT NULL DEFAULT 1, -- 0: thinned by gc, KV rows only\n"
+    "  n_lightning INTEGER NOT NULL,\n"
+    "  lightning_bytes INTEGER NOT NULL,\n"
+    "  n_softmax INTEGER NOT NULL,\n"
+    "  kv_dtype INTEGER NOT NULL,\n"
+    "  kv_row_bytes INTEGER NOT NULL,\n"
+    "  vocab_size INTEGER NOT NULL,\n"
+    "  state_bytes INTEGER NOT NULL,\n"
+    "  kv_bytes INTEGER NOT NULL,\n"
+    "  created_ms INTEGER NOT NULL,\n"
+    "  last_used_ms INTEGER NOT NULL,\n"
+    "  UNIQUE(model_id, prefix_hash)\n"
+    ");\n"
+    "CREATE INDEX checkpoints_resume ON checkpoints(model_id, pos) WHERE has_state = 1;\n"
+    "CREATE INDEX checkpoints_parent ON checkpoints(parent_id);\n"
+    "CREATE INDEX checkpoints_job ON checkpoints(job_id);\n"
+    "CREATE TABLE ckpt_pages(\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  ckpt_id INTEGER NOT NULL REFERENCES checkpoints(id) ON DELETE CASCADE,\n"
+    "  part INTEGER NOT NULL,               -- 0 lightning, 1 kv, 2 logits (lh_store_part)\n"
+    "  layer INTEGER NOT NULL,\n"
+    "  seq INTEGER NOT NULL,                -- page number within (part, layer)\n"
+    "  nbytes INTEGER NOT NULL,\n"
+    "  crc32c INTEGER NOT NULL,\n"
+    "  data BLOB NOT NULL,                  -- last, so reading the other columns skips it\n"
+    "  UNIQUE(ckpt_id, part, layer, seq)\n"
+    ");\n";
+
+/* migrations[v-1] takes a file from version v-1 to v. Append; never edit a shipped entry. */
+static const char *const migrations[LH_STORE_SCHEMA_VERSION] = {schema_v1};
+
+lh_store_params lh_store_default_params(void) {
+  lh_store_params p;
+  memset(&p, 0, sizeof p);
+  p.create = 1;
+  p.busy_timeout_ms = 30000;
+  p.lease_s = 120;
+  p.heartbeat = 1;
+  p.page_bytes = (size_t)8 << 20;
+  p.cache_mib = 64;
+  return p;
+}
+
+int64_t lh_store__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+lh_status lh_store__sql_error(lh_store *s, int rc, lh_error *err, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  const char *path = s ? s->path : "store";
+  const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
+  int sys = s && s->db ? sqlite3_system_errno(s->db) : 0;
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return lh_error_set(err, LH_EBUSY,
+                          "%s: %s: the database is locked by another process (waited %d ms); another longhaul "
+                          "may be writing a checkpoint or holding a transaction: retry, or raise the busy timeout",
+                          path, what, s ? s->p.busy_timeout_ms : 0);
+    case SQLITE_FULL:
+      if (s && s->p.max_db_bytes > 0 && sys != ENOSPC)
+        return lh_error_set(err, LH_EFULL,
+                            "%s: %s: the database reached its size limit of %lld bytes; nothing was half "
+                            "written: free space (longhaul store gc) or raise the limit, then rerun to resume",
+                            path, what, (long long)s->p.max_db_bytes);
+      return lh_error_set(err, LH_EFULL,
+                          "%s: %s: the disk is full; nothing was half written: free space (longhaul store gc), "
+                          "then rerun to resume",
+                          path, what);
+    case SQLITE_READONLY:
+      if (rc == SQLITE_READONLY_ROLLBACK)
+        return lh_error_set(err, LH_EINVAL,
+                            "%s: %s: a writer died in the middle of a transaction and its journal must be rolled "
+                            "back, which a read-only handle cannot do: open the store writable once",
+                            path, what);
+      return lh_error_set(err, LH_EINVAL,
+                          "%s: %s: the database is read-only (%s): check the file's and its directory's "
+                          "permissions and the mount",
+                          path, what, msg);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return lh_error_set(err, LH_ECORRUPT, "%s: %s: %s (not a longhaul store, or damaged)", path, what, msg);
+    case SQLITE_NOMEM:
+      return lh_error_set(err, LH_ENOMEM, "%s: %s: out of memory", path, what);
+    case SQLITE_CONSTRAINT:
+      return lh_error_set(err, LH_EINVAL, "%s: %s: %s", path, what, msg);
+    case SQLITE_CANTOPEN:
+      return lh_error_set(err, LH_EIO, "%s: %s: cannot open the file or its journal (%s%s%s); is the directory "
+                          "writable?", path, what, msg, sys ? ": " : "", sys ? strerror(sys) : "");
+    case SQLITE_IOERR:
+      if (sys == ENOSPC)
+        return lh_error_set(err, LH_EFULL, "%s: %s: the disk is full; nothing was half written: free space, then "
+                            "rerun to resume", path, what);
+      return lh_error_set(err, LH_EIO, "%s: %s: I/O error (%s%s%s)", path, what, msg, sys ? ": " : "",
+                          sys ? strerror(sys) : "");
+    default:
+      return lh_error_set(err, LH_EIO, "%s: %s: %s", path, what, msg);
+  }
+}
+
+lh_status lh_store__exec(lh_store *s, const char *sql, lh_error *err) {
+  int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+  if (rc != SQLITE_OK) return lh_store__sql_error(s, rc, err, "%.60s", sql);
+  return LH_OK;
+}
+
+lh_status lh_store__prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_error *err) {
+  int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+  if (rc != SQLITE_OK) return lh_store__sql_error(s, rc, err, "preparing '%.60s'", sql);
+  return LH_OK;
+}
+
+lh_status lh_store__writable(lh_store *s, const char *what, lh_error *err) {
+  if (s->p.read_only)
+    return lh_error_set(err, LH_EINVAL, "%s: %s: the store was opened read-only", s->path, what);
+  return LH_OK;
+}
+
+lh_status lh_store__begin(lh_store *s, const char *what, lh_error *err) {
+  lh_status st = lh_store__writable(s, what, err);
+  if (st) return st;
+  int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) return lh_store__sql_error(s, rc, err, "%s", what);
+  return LH_OK;
+}
+
+lh_status lh_store__commit(lh_store *s, const char *what, lh_error *err) {
+  int rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) {
+    lh_status st = lh_store__sql_error(s, rc, err, "committing %s", what);
+    lh_store__rollback(s);
+    return st;
+  }
+  return LH_OK;
+}
+
+void lh_store__rollback(lh_store *s) {
+  if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+char *lh_store__col_strdup(sqlite3_stmt *st, int col) {
+  const unsigned char *t = sqlite3_column_text(st, col);
+  return t ? strdup((const char *)t) : NULL;
+}
+
+static lh_status pragma_int(lh_store *s, const char *sql, int64_t *out, lh_error *err) {
+  sqlite3_stmt *st;
+  lh_status rs = lh_store__prepare(s, sql, &st, err);
+  if (rs) return rs;
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "reading %s", sql);
+  return LH_OK;
+}
+
+/* Identity of this process for claims (see store_internal.h). */
+static void read_line(const char *path, char *out, size_t n) {
+  out[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(out, (int)n, f)) out[strcspn(out, "\n")] = 0;
+  fclose(f);
+}
+
+int64_t lh_store__proc_start(int64_t pid);
+int64_t lh_store__proc_start(int64_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  /* Field 2 is "(comm)" and may hold spaces; fields after the last ')' are plain. */
+  char *p = strrchr(buf, ')');
+  if (!p) return -1;
+  p++;
+  char state = 0;
+  long long v = 0;
+  int field = 2;
+  for (char *tok = strtok(p, " "); tok; tok = strtok(NULL, " ")) {
+    field++;
+    if (field == 3) state = tok[0];
+    if (field == 22) {
+      v = atoll(tok);
+      break;
+    }
+  }
+  if (field != 22) return -1;
+  if (state == 'Z' || state == 'X') return -1; /* exited, not yet reaped: dead for our purpose */
+  return v;
+}
+
+static void owner_init(lh_store_owner *o) {
+  char boot[64], ns[64] = "";
+  if (gethostname(o->hostname, sizeof o->hostname) != 0) snprintf(o->hostname, sizeof o->hostname, "unknown");
+  o->hostname[sizeof o->hostname - 1] = 0;
+  read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  ssize_t k = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  ns[k > 0 ? k : 0] = 0;
+  snprintf(o->host, sizeof o->host, "%s %s %s", o->hostname, boot[0] ? boot : "-", ns[0] ? ns : "-");
+  o->pid = getpid();
+  int64_t st = lh_store__proc_start(o->pid);
+  o->start = st > 0 ? st : 0;
+}
+
+/* What the file is: schema version, application id, number of schema objects. */
+static lh_status identify(lh_store *s, int64_t *v, int64_t *app, int64_t *tables, lh_error *err) {
+  lh_status st;
+  if ((st = pragma_int(s, "PRAGMA user_version", v, err)) || (st = pragma_int(s, "PRAGMA application_id", app, err)) ||
+      (st = pragma_int(s, "SELECT count(*) FROM sqlite_schema", tables, err)))
+    return st;
+  return LH_OK;
+}
+
+/* Refuse foreign and newer files before anything (even a journal mode) is changed. */
+static lh_status check_identity(lh_store *s, int64_t v, int64_t app, int64_t tables, lh_error *err) {
+  if (app != LH_STORE_APP_ID && (tables > 0 || s->p.read_only))
+    return lh_error_set(err, LH_EINVAL, "%s: %s; refusing to touch it", s->path,
+                        tables ? "is a SQLite database but not a longhaul store" : "is an empty file, not a longhaul store");
+  if (v > LH_STORE_SCHEMA_VERSION)
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "%s: made by a newer longhaul (schema %lld, this build knows up to %d): upgrade longhaul",
+                        s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
+  return LH_OK;
+}
+
+static lh_status migrate(lh_store *s, lh_error *err) {
+  lh_status st = lh_store__begin(s, "migrating the schema", err);
+  if (st) return st;
+  int64_t v = 0, app = 0, tables = 0;
+  /* Again under the write lock: another process may have created or migrated it meanwhile. */
+  if ((st = identify(s, &v, &app, &tables, err)) || (st = check_identity(s, v, app, tables, err))) goto fail;
+  for (int64_t to = v + 1; to <= LH_STORE_SCHEMA_VERSION; to++) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(s->db, migrations[to - 1], NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+      st = lh_error_set(err, LH_EIO, "%s: migrating the schema to version %lld: %s", s->path, (long long)to,
+                        msg ? msg : sqlite3_errstr(rc));
+      sqlite3_free(msg);
+      goto fail;
+    }
+  }
+  if (v < LH_STORE_SCHEMA_VERSION) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d; PRAGMA application_id = %d", LH_STORE_SCHEMA_VERSION,
+             LH_STORE_APP_ID);
+    if ((st = lh_store__exec(s, sql, err))) goto fail;
+    if (v > 0) lh_log_info("%s: schema migrated from version %lld to %d", s->path, (long long)v, LH_STORE_SCHEMA_VERSION);
+  }
+  if ((st = lh_store__commit(s, "the schema", err))) return st;
+  s->version = LH_STORE_SCHEMA_VERSION;
+  return LH_OK;
+fail:
+  lh_store__rollback(s);
+  return st;
+}
+
+static int valid_word(const char *w) {
+  if (!w || !*w) return 0;
+  for (const char *c = w; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z'))) return 0;
+  return 1;
+}
+
+static lh_status configure(lh_store *s, int creating, lh_error *err) {
+  char sql[256];
+  lh_status st;
+  if ((st = lh_store__exec(s, "PRAGMA foreign_keys = ON", err))) return st;
+  snprintf(sql, sizeof sql, "PRAGMA cache_size = %d", -(s->p.cache_mib > 0 ? s->p.cache_mib : 64) * 1024);
+  if ((st = lh_store__exec(s, sql, err))) return st;
+  if (s->p.read_only) return LH_OK;
+  if (creating) {
+    /* Only effective before the first table exists; harmless on an existing file. */
+    int ps = s->p.db_page_size ? s->p.db_page_size : LH_STORE_PAGE_SIZE;
+    if (ps < 512 || ps > 65536 || (ps & (ps - 1)))
+      return lh_error_set(err, LH_EINVAL, "%s: page size %d is not a power of two in 512..65536", s->path, ps);
+    snprintf(sql, sizeof sql, "PRAGMA page_size = %d; PRAGMA auto_vacuum = INCREMENTAL", ps);
+    if ((st = lh_store__exec(s, sql, err))) return st;
+  }
+  const char *jm = s->p.journal_mode ? s->p.journal_mode : "truncate";
+  const char *sy = s->p.synchronous ? s->p.synchronous : "full";
+  if (!valid_word(jm) || !valid_word(sy))
+    return lh_error_set(err, LH_EINVAL, "%s: bad journal_mode '%s' or synchronous '%s'", s->path, jm, sy);
+  snprintf(sql, sizeof sql, "PRAGMA journal_mode = %s", jm);
+  sqlite3_stmt *q;
+  if ((st = lh_store__prepare(s, sql, &q, err))) return st;
+  int rc = sqlite3_step(q);
+  char got[32] = "";
+  if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
+    snprintf(got, sizeof got, "%s", (const char *)sqlite3_column_text(q, 0));
+  sqlite3_finalize(q);
+  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "setting journal_mode %s", jm);
+  if (strcasecmp(got, jm) != 0)
+    return lh_error_set(err, LH_EBUSY,
+                        "%s: could not switch the journal mode to %s (it stays %s): another process has the "
+                        "database open in another mode; close it and retry",
+                        s->path, jm, got);
+  snprintf(sql, sizeof sql, "PRAGMA synchronous = %s", sy);
+  if ((st = lh_store__exec(s, sql, err))) return st;
+  if (s->p.max_db_bytes > 0) {
+    int64_t page = 0;
+    if ((st = pragma_int(s, "PRAGMA page_size", &page, err))) return st;
+    int64_t pages = s->p.max_db_bytes / (page > 0 ? page : LH_STORE_PAGE_SIZE);
+    if (pages < 1) pages = 1;
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count = %lld", (long long)pages);
+    if ((st = lh_store__exec(s, sql, err))) return st;
+  }
+  return LH_OK;
+}
+
+lh_status lh_store_open(const char *path, const lh_store_params *params, lh_store **out, lh_error *err) {
+  *out = NULL;
+  if (!path || !*path) return lh_error_set(err, LH_EINVAL, "store: no database path given");
+  lh_store *s = calloc(1, sizeof *s);
+  if (!s) return lh_error_set(err, LH_ENOMEM, "%s: out of memory", path);
+  s->p = params ? *params : lh_store_default_params();
+  if (s->p.busy_timeout_ms < 0) s->p.busy_timeout_ms = 0;
+  if (s->p.lease_s <= 0) s->p.lease_s = 120;
+  if (s->p.page_bytes == 0) s->p.page_bytes = (size_t)8 << 20;
+  if (strlen(path) >= sizeof s->path) {
+    free(s);
+    return lh_error_set(err, LH_EINVAL, "store: path too long");
+  }
+  if (s->p.page_bytes < ((size_t)64 << 10) || s->p.page_bytes > ((size_t)256 << 20)) {
+    size_t pb = s->p.page_bytes;
+    free(s);
+    return lh_error_set(err, LH_EINVAL, "%s: page_bytes %zu is outside 64 KiB .. 256 MiB", path, pb);
+  }
+  snprintf(s->path, sizeof s->path, "%s", path);
+  pthread_mutex_init(&s->hb_mu, NULL);
+  pthread_cond_init(&s->hb_cv, NULL);
+  owner_init(&s->me);
+
+  struct stat sb;
+  int exists = stat(path, &sb) == 0;
+  if (!exists && (s->p.read_only || !s->p.create)) {
+    lh_store_close(s);
+    return lh_error_set(err, LH_ENOTFOUND, "%s: no store there", path);
+  }
+  if (exists && !S_ISREG(sb.st_mode)) {
+    lh_store_close(s);
+    return lh_error_set(err, LH_EINVAL, "%s: not a regular file", path);
+  }
+  int flags = s->p.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  int rc = sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    lh_status st = lh_store__sql_error(s, rc, err, "opening");
+    lh_store_close(s);
+    return st;
+  }
+  if (!s->p.read_only && sqlite3_db_readonly(s->db, "main") == 1) {
+    lh_store_close(s);
+    return lh_error_set(err, LH_EINVAL,
+                        "%s: the file is not writable (permissions or a read-only file system); fix that, or open "
+                        "it read-only (longhaul store ls / verify)",
+                        path);
+  }
+  sqlite3_busy_timeout(s->db, s->p.busy_timeout_ms);
+  sqlite3_extended_result_codes(s->db, 1);
+  int64_t v = 0, app = 0, tables = 0;
+  lh_status st = identify(s, &v, &app, &tables, err);
+  if (!st) st = check_identity(s, v, app, tables, err);
+  if (!st && s->p.read_only && v < LH_STORE_SCHEMA_VERSION)
+    st = lh_error_set(err, LH_EUNSUPPORTED,
+                      "%s: schema version %lld is older than this build's %d; open it writable once (any "
+                      "`longhaul run` or `longhaul store gc`) to migrate it",
+                      path, (long long)v, LH_STORE_SCHEMA_VERSION);
+  if (!st) st = configure(s, tables == 0, err);
+  if (!st && s->p.read_only) s->version = (int)v;
+  if (!st && !s->p.read_only) st = migrate(s, err);
+  if (st) {
+    lh_store_close(s);
+    return st;
+  }
+  *out = s;
+  return LH_OK;
+}
+
+void lh_store_close(lh_store *s) {
+  if (!s) return;
+  lh_store__heartbeat_stop(s);
+  if (s->db) {
+    lh_store__rollback(s);
+    sqlite3_close_v2(s->db);
+  }
+  pthread_mutex_destroy(&s->hb_mu);
+  pthread_cond_destroy(&s->hb_cv);
+  free(s);
+}
+
+const char *lh_store_path(const lh_store *s) { return s->path; }
+int lh_store_schema_version(const lh_store *s) { return s->version; }
+
+lh_status lh_store_model_put(lh_store *s, const char *model_id, const char *name, const char *info_json,
+                             lh_error *err) {
+  if (!model_id || strlen(model_id) != 64)
+    return lh_error_set(err, LH_EINVAL, "%s: model id must be 64 hex characters", s->path);
+  lh_status st = lh_store__writable(s, "recording a model", err);
+  if (st) return st;
+  sqlite3_stmt *q;
+  if ((st = lh_store__prepare(s,
+                              "INSERT INTO models(id, name, info, created_ms) VALUES(?1, ?2, ?3, ?4) "
+                              "ON CONFLICT(id) DO UPDATE SET name = coalesce(?2, name), info = coalesce(?3, info)",
+                              &q, err)))
+    return st;
+  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(q, 3, info_json, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(q, 4, lh_store__now_ms());
+  int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "recording model %.12s", model_id);
+  return LH_OK;
+}

@@ -1,0 +1,397 @@
+/* store_admin.c — what `longhaul store ls|verify|gc` runs: sizes, integrity checks, retention.
+ *
+ * gc plans on a snapshot of the checkpoint forest taken inside its write transaction (so nothing
+ * changes between planning and deleting) and applies three policies:
+ *   keep_last N   per producing job, checkpoints older than its N newest lose their state (are
+ *                 thinned) when they have descendants, or are deleted when they do not;
+ *   older_than    a checkpoint unused that long is deleted when its whole subtree is too;
+ *   max_bytes     while the payload is over the cap, the least recently used candidate goes: a
+ *                 checkpoint with descendants is thinned, a leaf is deleted (its parent may then
+ *                 become a leaf).
+ * Protection: for every queued or running job with a resume point, that checkpoint keeps its state
+ * and neither it nor any ancestor is deleted (ancestors may be thinned: the resume point needs only
+ * their KV rows). Deletion is leaf-first, so a parent never goes before its children. Space returns
+ * to the file system through incremental vacuum (auto_vacuum=INCREMENTAL is set at creation).
+ *
+ * It must never: delete a checkpoint that a surviving checkpoint descends from, or touch the chain
+ * of a queued or running job's resume point beyond thinning its ancestors.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store/store_internal.h"
+#include "util/log.h"
+
+static int64_t file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (int64_t)sb.st_size : 0;
+}
+
+static lh_status scalar(lh_store *s, const char *sql, int64_t *out, lh_error *err) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s, sql, &q, err);
+  if (st) return st;
+  int rc = sqlite3_step(q);
+  if (rc == SQLITE_ROW) *out = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "reading %.40s", sql);
+  return LH_OK;
+}
+
+lh_status lh_store_get_stats(lh_store *s, lh_store_stats *st, lh_error *err) {
+  memset(st, 0, sizeof *st);
+  st->file_bytes = file_size(s->path);
+  lh_status rs;
+  if ((rs = scalar(s, "PRAGMA page_size", &st->page_size, err)) || (rs = scalar(s, "PRAGMA page_count", &st->page_count, err)) ||
+      (rs = scalar(s, "PRAGMA freelist_count", &st->freelist_pages, err)) ||
+      (rs = scalar(s, "SELECT count(*) FROM batches", &st->batches, err)) ||
+      (rs = scalar(s, "SELECT count(*) FROM checkpoints", &st->checkpoints, err)) ||
+      (rs = scalar(s, "SELECT count(*) FROM checkpoints WHERE has_state = 0", &st->thin_checkpoints, err)) ||
+      (rs = scalar(s, "SELECT coalesce(sum(state_bytes), 0) FROM checkpoints", &st->state_bytes, err)) ||
+      (rs = scalar(s, "SELECT coalesce(sum(kv_bytes), 0) FROM checkpoints", &st->kv_bytes, err)))
+    return rs;
+  static const char *const q[LH_JOB_STATE_COUNT] = {
+      "SELECT count(*) FROM jobs WHERE state = 'queued'", "SELECT count(*) FROM jobs WHERE state = 'running'",
+      "SELECT count(*) FROM jobs WHERE state = 'done'", "SELECT count(*) FROM jobs WHERE state = 'failed'"};
+  for (int i = 0; i < LH_JOB_STATE_COUNT; i++)
+    if ((rs = scalar(s, q[i], &st->jobs[i], err))) return rs;
+  return LH_OK;
+}
+
+/* ---- verify -------------------------------------------------------------------------------- */
+
+static void problem(lh_store_verify_report *r, const char *fmt, const char *a) {
+  lh_buf_printf(&r->problems, fmt, a);
+}
+
+lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh_error *err) {
+  memset(r, 0, sizeof *r);
+  if (repair && s->p.read_only)
+    return lh_error_set(err, LH_EINVAL, "%s: repair needs the store opened writable", s->path);
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s, "PRAGMA quick_check", &q, err);
+  if (st) return st;
+  int rc;
+  r->db_ok = 1;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char *t = (const char *)sqlite3_column_text(q, 0);
+    if (t && strcmp(t, "ok") != 0) {
+      r->db_ok = 0;
+      problem(r, "sqlite: %s\n", t);
+    }
+  }
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) {
+    r->db_ok = 0;
+    lh_buf_printf(&r->problems, "sqlite: quick_check failed: %s\n", sqlite3_errmsg(s->db));
+  }
+  if ((st = lh_store__prepare(s, "PRAGMA foreign_key_check", &q, err))) return st;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    r->db_ok = 0;
+    lh_buf_printf(&r->problems, "sqlite: table %s row %lld refers to a missing %s row\n",
+                  (const char *)sqlite3_column_text(q, 0), (long long)sqlite3_column_int64(q, 1),
+                  (const char *)sqlite3_column_text(q, 2));
+  }
+  sqlite3_finalize(q);
+
+  lh_store_ckpt_info *list;
+  size_t n;
+  if ((st = lh_store_ckpt_list(s, &list, &n, err))) return st;
+  int64_t *bad = calloc(n ? n : 1, sizeof *bad);
+  size_t nbad = 0;
+  if (!bad) {
+    free(list);
+    return lh_error_set(err, LH_ENOMEM, "%s: out of memory verifying", s->path);
+  }
+  for (size_t i = 0; i < n; i++) {
+    lh_store__ckrow row;
+    lh_error e;
+    lh_error_clear(&e);
+    if ((st = lh_store__ckpt_row(s, list[i].id, &row, err))) break;
+    r->checkpoints++;
+    lh_status cs = LH_OK;
+    if (row.parent_id) {
+      lh_store__ckrow pr;
+      if (lh_store__ckpt_row(s, row.parent_id, &pr, NULL))
+        cs = lh_error_set(&e, LH_ECORRUPT, "checkpoint %lld (pos %lld): parent %lld missing", (long long)row.id,
+                          (long long)row.pos, (long long)row.parent_id);
+      else if (pr.pos != row.parent_pos || strcmp(pr.model_id, row.model_id) ||
+               pr.lay.n_lightning != row.lay.n_lightning || pr.lay.lightning_bytes != row.lay.lightning_bytes ||
+               pr.lay.n_softmax != row.lay.n_softmax || pr.lay.kv_row_bytes != row.lay.kv_row_bytes ||
+               pr.lay.kv_dtype != row.lay.kv_dtype || pr.lay.vocab_size != row.lay.vocab_size)
+        cs = lh_error_set(&e, LH_ECORRUPT, "checkpoint %lld (pos %lld): parent %lld at %lld does not match", (long long)row.id,
+                          (long long)row.pos, (long long)pr.id, (long long)pr.pos);
+    } else if (row.parent_pos != 0) {
+      cs = lh_error_set(&e, LH_ECORRUPT, "checkpoint %lld (pos %lld): root starting at %lld", (long long)row.id,
+                        (long long)row.pos, (long long)row.parent_pos);
+    }
+    int64_t expect_kv = (row.pos - row.parent_pos) * (int64_t)row.lay.kv_row_bytes * row.lay.n_softmax;
+    int64_t expect_state = (int64_t)row.lay.lightning_bytes * row.lay.n_lightning + (int64_t)row.lay.vocab_size * 4;
+    if (!cs && (row.kv_bytes != expect_kv || row.state_bytes != (row.has_state ? expect_state : 0)))
+      cs = lh_error_set(&e, LH_ECORRUPT, "checkpoint %lld (pos %lld): recorded sizes do not match its layout",
+                        (long long)row.id, (long long)row.pos);
+    if (!cs) cs = lh_store__ckpt_check_part(s, &row, LH_PART_KV, NULL, NULL, &r->pages, &r->bytes, &e);
+    if (!cs && row.has_state) cs = lh_store__ckpt_check_part(s, &row, LH_PART_LIGHTNING, NULL, NULL, &r->pages, &r->bytes, &e);
+    if (!cs && row.has_state) cs = lh_store__ckpt_check_part(s, &row, LH_PART_LOGITS, NULL, NULL, &r->pages, &r->bytes, &e);
+    if (!cs && !row.has_state) {
+      int64_t extra = 0;
+      sqlite3_stmt *x;
+      if (!lh_store__prepare(s, "SELECT count(*) FROM ckpt_pages WHERE ckpt_id = ?1 AND part != 1", &x, NULL)) {
+        sqlite3_bind_int64(x, 1, row.id);
+        if (sqlite3_step(x) == SQLITE_ROW) extra = sqlite3_column_int64(x, 0);
+        sqlite3_finalize(x);
+      }
+      if (extra)
+        cs = lh_error_set(&e, LH_ECORRUPT, "checkpoint %lld (pos %lld): thin but holds %lld state pages",
+                          (long long)row.id, (long long)row.pos, (long long)extra);
+    }
+    if (cs == LH_ECORRUPT) {
+      r->damaged++;
+      problem(r, "%s\n", e.msg);
+      bad[nbad++] = row.id;
+    } else if (cs) {
+      st = cs;
+      if (err) *err = e;
+      break;
+    }
+  }
+  free(list);
+  if (!st && repair && nbad) {
+    if (!(st = lh_store__begin(s, "repairing", err))) {
+      for (size_t i = 0; i < nbad && !st; i++) {
+        lh_store__ckrow row;
+        if (lh_store__ckpt_row(s, bad[i], &row, NULL)) continue; /* already gone with an ancestor */
+        int64_t k = 0;
+        st = lh_store__drop_subtree(s, bad[i], &k, err);
+        r->dropped += k;
+      }
+      if (!st) st = lh_store__commit(s, "repairing", err);
+      else lh_store__rollback(s);
+    }
+  }
+  free(bad);
+  return st;
+}
+
+/* ---- gc ------------------------------------------------------------------------------------ */
+
+lh_store_gc_params lh_store_gc_default_params(void) {
+  lh_store_gc_params p;
+  memset(&p, 0, sizeof p);
+  p.older_than_s = -1;
+  p.max_bytes = -1;
+  p.keep_last = -1;
+  p.vacuum = 1;
+  return p;
+}
+
+typedef struct gnode {
+  int64_t id, parent_id, pos, job_id, last_used, state_bytes, kv_bytes;
+  int parent;        /* index or -1 */
+  int has_state;
+  int children;      /* surviving children */
+  int resume;        /* a queued/running job resumes here: keep its state */
+  int pinned;        /* on a protected chain: never delete */
+  int del, thin;     /* the plan */
+} gnode;
+
+static int by_pos_desc(const void *a, const void *b) {
+  const gnode *x = a, *y = b;
+  return x->pos < y->pos ? 1 : x->pos > y->pos ? -1 : (x->id < y->id ? 1 : -1);
+}
+
+static int by_job_pos_desc(const void *a, const void *b) {
+  const gnode *const *x = a, *const *y = b;
+  if ((*x)->job_id != (*y)->job_id) return (*x)->job_id < (*y)->job_id ? -1 : 1;
+  return (*x)->pos < (*y)->pos ? 1 : (*x)->pos > (*y)->pos ? -1 : 0;
+}
+
+static int find_node(const gnode *v, int n, int64_t id) {
+  /* v is sorted by pos descending, not by id: a linear scan is fine at gc's sizes */
+  for (int i = 0; i < n; i++)
+    if (v[i].id == id) return i;
+  return -1;
+}
+
+static void mark_delete(gnode *v, int i, lh_store_gc_report *r) {
+  if (v[i].del) return;
+  v[i].del = 1;
+  r->deleted++;
+  r->bytes_freed += (v[i].thin ? 0 : v[i].state_bytes) + v[i].kv_bytes;
+  if (v[i].thin) r->thinned--; /* counted as a deletion instead */
+  if (v[i].parent >= 0) v[v[i].parent].children--;
+}
+
+static void mark_thin(gnode *v, int i, lh_store_gc_report *r) {
+  if (v[i].thin || v[i].del || !v[i].has_state) return;
+  v[i].thin = 1;
+  r->thinned++;
+  r->bytes_freed += v[i].state_bytes;
+}
+
+static lh_status plan(lh_store *s, const lh_store_gc_params *p, gnode **out, int *nout, lh_store_gc_report *r,
+                      lh_error *err) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s,
+                                   "SELECT id, coalesce(parent_id, 0), pos, coalesce(job_id, 0), last_used_ms, "
+                                   "has_state, state_bytes, kv_bytes FROM checkpoints",
+                                   &q, err);
+  if (st) return st;
+  int n = 0, cap = 0, rc;
+  gnode *v = NULL;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    if (n == cap) {
+      int nc = cap ? 2 * cap : 256;
+      gnode *nv = realloc(v, (size_t)nc * sizeof *v);
+      if (!nv) {
+        st = lh_error_set(err, LH_ENOMEM, "%s: out of memory planning gc", s->path);
+        break;
+      }
+      v = nv, cap = nc;
+    }
+    gnode *g = &v[n++];
+    memset(g, 0, sizeof *g);
+    g->id = sqlite3_column_int64(q, 0);
+    g->parent_id = sqlite3_column_int64(q, 1);
+    g->pos = sqlite3_column_int64(q, 2);
+    g->job_id = sqlite3_column_int64(q, 3);
+    g->last_used = sqlite3_column_int64(q, 4);
+    g->has_state = sqlite3_column_int(q, 5);
+    g->state_bytes = sqlite3_column_int64(q, 6);
+    g->kv_bytes = sqlite3_column_int64(q, 7);
+  }
+  sqlite3_finalize(q);
+  if (!st && rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "planning gc");
+  if (st) {
+    free(v);
+    return st;
+  }
+  if (n) qsort(v, (size_t)n, sizeof *v, by_pos_desc);
+  for (int i = 0; i < n; i++) {
+    v[i].parent = v[i].parent_id ? find_node(v, n, v[i].parent_id) : -1;
+    if (v[i].parent >= 0) v[v[i].parent].children++;
+  }
+  /* Protection from queued and running jobs' resume points. */
+  if ((st = lh_store__prepare(s, "SELECT ckpt_id FROM jobs WHERE state IN ('queued', 'running') AND ckpt_id IS NOT NULL",
+                              &q, err))) {
+    free(v);
+    return st;
+  }
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    int i = find_node(v, n, sqlite3_column_int64(q, 0));
+    if (i < 0) continue;
+    if (!v[i].resume) r->protected_ckpts++;
+    v[i].resume = 1;
+    for (; i >= 0 && !v[i].pinned; i = v[i].parent) v[i].pinned = 1;
+  }
+  sqlite3_finalize(q);
+  int64_t now = p->now_ms ? p->now_ms : lh_store__now_ms();
+
+  if (p->keep_last >= 0 && n) {
+    gnode **byjob = malloc((size_t)n * sizeof *byjob);
+    if (!byjob) {
+      free(v);
+      return lh_error_set(err, LH_ENOMEM, "%s: out of memory planning gc", s->path);
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+      if (v[i].job_id && v[i].has_state) byjob[m++] = &v[i];
+    qsort(byjob, (size_t)m, sizeof *byjob, by_job_pos_desc);
+    for (int i = 0, rank = 0; i < m; i++) {
+      rank = (i > 0 && byjob[i]->job_id == byjob[i - 1]->job_id) ? rank + 1 : 0;
+      if (rank < p->keep_last || byjob[i]->resume) continue;
+      mark_thin(v, (int)(byjob[i] - v), r);
+    }
+    free(byjob);
+    /* Thinned leaves hold only KV that nothing needs: delete them (children first: v is pos-descending). */
+    for (int i = 0; i < n; i++)
+      if (v[i].thin && v[i].children == 0 && !v[i].pinned) mark_delete(v, i, r);
+  }
+  if (p->older_than_s >= 0) {
+    int64_t cutoff = now - p->older_than_s * 1000;
+    /* Children come before parents in v, so a node's subtree is decided before it is. */
+    for (int i = 0; i < n; i++)
+      if (!v[i].del && !v[i].pinned && v[i].last_used < cutoff && v[i].children == 0) mark_delete(v, i, r);
+  }
+  if (p->max_bytes >= 0) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+      if (!v[i].del) total += v[i].kv_bytes + (v[i].thin ? 0 : v[i].state_bytes);
+    while (total > p->max_bytes) {
+      int best = -1;
+      for (int i = 0; i < n; i++) {
+        if (v[i].del || v[i].resume) continue;
+        int can_delete = v[i].children == 0 && !v[i].pinned;
+        int can_thin = v[i].children > 0 && v[i].has_state && !v[i].thin;
+        if (!can_delete && !can_thin) continue;
+        if (best < 0 || v[i].last_used < v[best].last_used ||
+            (v[i].last_used == v[best].last_used && v[i].pos < v[best].pos))
+          best = i;
+      }
+      if (best < 0) break; /* everything left is protected */
+      int64_t before = r->bytes_freed;
+      if (v[best].children == 0 && !v[best].pinned)
+        mark_delete(v, best, r);
+      else
+        mark_thin(v, best, r);
+      total -= r->bytes_freed - before;
+    }
+  }
+  *out = v;
+  *nout = n;
+  return LH_OK;
+}
+
+lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_report *r, lh_error *err) {
+  memset(r, 0, sizeof *r);
+  lh_store_gc_params p = pp ? *pp : lh_store_gc_default_params();
+  r->file_before = file_size(s->path);
+  lh_status st = lh_store__begin(s, "collecting garbage", err);
+  if (st) return st;
+  gnode *v = NULL;
+  int n = 0;
+  if ((st = plan(s, &p, &v, &n, r, err))) goto fail;
+  if (!p.dry_run) {
+    sqlite3_stmt *q;
+    if ((st = lh_store__prepare(s, "DELETE FROM checkpoints WHERE id = ?1", &q, err))) goto fail;
+    for (int i = 0; i < n && !st; i++) { /* pos-descending: children before parents */
+      if (!v[i].del) continue;
+      sqlite3_reset(q);
+      sqlite3_bind_int64(q, 1, v[i].id);
+      int rc = sqlite3_step(q);
+      if (rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "deleting checkpoint %lld", (long long)v[i].id);
+    }
+    sqlite3_finalize(q);
+    for (int i = 0; i < n && !st; i++)
+      if (v[i].thin && !v[i].del) st = lh_store__thin(s, v[i].id, err);
+    if (st) goto fail;
+  }
+  free(v);
+  v = NULL;
+  if (p.dry_run) {
+    lh_store__rollback(s);
+    r->file_after = r->file_before;
+    return LH_OK;
+  }
+  if ((st = lh_store__commit(s, "collecting garbage", err))) return st;
+  if (p.vacuum) {
+    /* Moves pages from the end of the file into the freed ones and truncates: I/O proportional to
+     * what it moves, in its own transaction. */
+    sqlite3_stmt *q;
+    if ((st = lh_store__prepare(s, "PRAGMA incremental_vacuum", &q, err))) return st;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "returning free space (incremental vacuum)");
+  }
+  r->file_after = file_size(s->path);
+  return LH_OK;
+fail:
+  free(v);
+  lh_store__rollback(s);
+  return st;
+}

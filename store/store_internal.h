@@ -1,0 +1,96 @@
+/* store_internal.h — the store's private structures and helpers, shared by the store's .c files only.
+ *
+ * store.c owns the connection (open, pragmas, schema, error mapping); store_jobs.c the job state
+ * machine and claims; store_ckpt.c checkpoint pages, chains and prefix lookup; store_writer.c the
+ * asynchronous writer; store_admin.c stats, verify and gc; store_engine.c the engine glue.
+ */
+#ifndef LH_STORE_INTERNAL_H
+#define LH_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "store/store.h"
+
+/* Who holds a claim: the machine (host name, boot id, pid namespace: equal means "the same process
+ * table", so a pid can be checked directly) and the process (pid plus its start time in clock ticks
+ * since boot, so a recycled pid is not mistaken for the owner). */
+typedef struct lh_store_owner {
+  char host[512];     /* "name boot-id pidns" */
+  char hostname[256]; /* for display */
+  int64_t pid;
+  int64_t start;      /* /proc/<pid>/stat field 22; 0 when unknown */
+} lh_store_owner;
+
+struct lh_store {
+  sqlite3 *db;
+  char path[4096];
+  lh_store_params p;
+  int version;
+  lh_store_owner me;
+  /* heartbeat thread: started by the first claim when p.heartbeat */
+  int hb_started;
+  int hb_stop;
+  pthread_t hb_thread;
+  pthread_mutex_t hb_mu;
+  pthread_cond_t hb_cv;
+};
+
+struct lh_store_ckpt {
+  lh_state_layout lay;
+  char model_id[65];
+  int64_t job_id;
+  int64_t pos, parent_pos;
+  int has_parent;
+  uint8_t hash[32], parent_hash[32];
+  unsigned char *mem; /* lightning [n_lightning][lightning_bytes] | kv [n_softmax][rows*row] | logits */
+  size_t cap, kv_off, logits_off, bytes;
+  struct lh_store_ckpt *next; /* writer queue / pool link */
+};
+
+/* Unix time in milliseconds. */
+int64_t lh_store__now_ms(void);
+
+/* Map a SQLite failure (rc, with the connection's message) to an lh_status and a message that
+ * names the file and what was being done: "run.db: writing checkpoint at 4096: database is full...". */
+lh_status lh_store__sql_error(lh_store *s, int rc, lh_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+lh_status lh_store__exec(lh_store *s, const char *sql, lh_error *err);
+lh_status lh_store__prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_error *err);
+/* BEGIN IMMEDIATE (the write lock up front, so a transaction never fails half way on a lock). */
+lh_status lh_store__begin(lh_store *s, const char *what, lh_error *err);
+lh_status lh_store__commit(lh_store *s, const char *what, lh_error *err);
+void lh_store__rollback(lh_store *s);
+/* LH_EINVAL with a message if the handle is read-only. */
+lh_status lh_store__writable(lh_store *s, const char *what, lh_error *err);
+
+/* Duplicate a column's text (NULL stays NULL). */
+char *lh_store__col_strdup(sqlite3_stmt *st, int col);
+
+/* Claims (store_jobs.c): 1 if the owner described is alive (its claim holds), 0 if not. */
+int lh_store__owner_alive(const lh_store *s, const char *host, int64_t pid, int64_t start, int64_t heartbeat_ms,
+                          int64_t now_ms);
+void lh_store__heartbeat_stop(lh_store *s);
+
+/* Checkpoints (store_ckpt.c). Fill a checkpoint's layout and key from lay and c, and make room. */
+lh_status lh_store__ckpt_reset(lh_store_ckpt *ck, const lh_state_layout *lay, const lh_store_cursor *c,
+                               lh_error *err);
+/* Structure and checksums of one checkpoint's pages of one part: see store_ckpt.c. With cb NULL the
+ * pages are read and checked but not delivered. Problems are described in err (LH_ECORRUPT). */
+typedef struct lh_store__ckrow {
+  int64_t id, parent_id, pos, parent_pos, job_id;
+  int has_state;
+  lh_state_layout lay;
+  int64_t state_bytes, kv_bytes, last_used_ms, created_ms;
+  char model_id[65];
+  uint8_t hash[32];
+} lh_store__ckrow;
+lh_status lh_store__ckpt_row(lh_store *s, int64_t id, lh_store__ckrow *row, lh_error *err);
+lh_status lh_store__ckpt_check_part(lh_store *s, const lh_store__ckrow *row, lh_store_part part, lh_store_load_cb cb,
+                                    void *user, int64_t *pages, int64_t *bytes, lh_error *err);
+/* Remove a checkpoint's state pages (lightning, logits), keeping its KV rows; inside a transaction. */
+lh_status lh_store__thin(lh_store *s, int64_t id, lh_error *err);
+lh_status lh_store__ckpt_write_ex(lh_store *s, const lh_store_ckpt *ck, int64_t *id, int *skipped, lh_error *err);
+lh_status lh_store__drop_subtree(lh_store *s, int64_t id, int64_t *n, lh_error *err);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `longhaul model info` on every committed engine fixture: it must succeed, describe the layer plan
+# the fixture's meta.json records, and print valid JSON with --json.
+set -euo pipefail
+bin=${LH_LONGHAUL:-build/longhaul}
+root=${LH_SOURCE_DIR:-.}/tests/fixtures/engine
+n=0
+for d in "$root"/*/; do
+  [ -f "$d/config.json" ] || continue
+  n=$((n + 1))
+  out=$("$bin" model info --model "$d" 2>/dev/null)
+  plan=$(tr -d '\n ' <"$d/meta.json" | grep -o '"layer_types":\[[^]]*\]' | sed 's/.*\[//; s/\]//; s/"linear_attention"/L/g; s/"full_attention"/S/g; s/,//g')
+  grep -q "^layer plan   $plan" <<<"$out" || { echo "FAIL: $d: layer plan '$plan' not in:"; echo "$out"; exit 1; }
+  grep -q '^parameters ' <<<"$out" || { echo "FAIL: $d: no parameter line"; exit 1; }
+  json=$("$bin" model info --model "$d" --json 2>/dev/null)
+  if command -v python3 >/dev/null; then
+    python3 -c 'import json,sys; o=json.load(sys.stdin); assert o["layer_plan"]==sys.argv[1], o["layer_plan"]; assert o["params_total"]>0' "$plan" <<<"$json" \
+      || { echo "FAIL: $d: --json"; exit 1; }
+  else
+    grep -q "\"layer_plan\":[[:space:]]*\"$plan\"" <<<"$json" || { echo "FAIL: $d: --json"; exit 1; }
+  fi
+  echo "ok: $d ($plan)"
+done
+[ "$n" -ge 5 ] || { echo "FAIL: expected five fixtures, found $n"; exit 1; }
+# errors: a folder that is not a model, and usage
+if "$bin" model info --model "$root/README.md" 2>/dev/null; then echo "FAIL: README.md opened as a model"; exit 1; fi
+set +e
+"$bin" model info >/dev/null 2>&1; rc=$?
+set -e
+[ $rc = 2 ] || { echo "FAIL: missing --model should be a usage error (2), got $rc"; exit 1; }

@@ -1,0 +1,1118 @@
+/* gpu_parity.c — every CUDA backend operation against a reference that shares no code with it.
+ *
+ * For several model shapes (tiny, the embedded model's, a d=64 one, an odd head size that takes the
+ * fallback paths, and MiniMax-Text-01's real widths) it builds random bf16 weights on the host, binds
+ * lh_backend_cuda to them, and runs each operation through the backend table on random inputs,
+ * comparing with tests/gpu/ref.c (fp32/fp64 on the same bf16-valued operands): relative L2 <= 1e-2
+ * for bf16 paths, never a NaN. Outputs are poisoned with NaN before each run, so an element the GPU
+ * did not write fails. Chunked prefill continues the state of the previous chunk, decode runs batches
+ * of several sequences, and each stateful op is re-run from saved states to check the bits repeat.
+ * At the real shapes the kernels are also driven directly over long inputs (2K-token lightning,
+ * attention over 1.2K-3K keys with several decode splits).
+ *
+ * Exit 77 when no GPU is present (CI builds this but has no GPU). `--quick` skips the real shapes.
+ * After each suite a DIGEST line gives the SHA-256 of every GPU output in it, so two runs (or a full and
+ * a --quick run) can be compared bit for bit.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/kernels.h"
+#include "tests/gpu/ref.h"
+#include "tests/test.h"
+#include "util/half.h"
+#include "util/hash.h"
+
+#define TOL_BF16 1e-2
+#define MAX_ROWS 1280
+#define NAN_BF16 0x7FC0
+
+static lh_sha256 g_digest;
+static int g_fail;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- random host data -------------------------------------------------------------------------- */
+
+typedef struct fill_ctx {
+  uint16_t *bf;
+  float *f;
+  int64_t n, chunk;
+  uint64_t seed;
+  float scale, offset;
+} fill_ctx;
+
+static void fill_part(int64_t i, void *p) {
+  fill_ctx *c = p;
+  int64_t a = i * c->chunk, b = a + c->chunk < c->n ? a + c->chunk : c->n;
+  for (int64_t k = a; k < b; k++) {
+    float v = c->offset + c->scale * lh_cuda_hash_uniform(c->seed, (uint64_t)k);
+    if (c->bf) c->bf[k] = lh_f32_to_bf16(v);
+    else c->f[k] = v;
+  }
+}
+
+static uint64_t g_seed = 20261201;
+
+static uint16_t *rand_bf16(int64_t n, float scale) {
+  uint16_t *x = malloc((size_t)n * 2);
+  fill_ctx c = {x, NULL, n, 1 << 20, ++g_seed, scale, 0.0f};
+  ref_par_for((n + c.chunk - 1) / c.chunk, fill_part, &c);
+  return x;
+}
+
+/* Random floats already rounded to bf16 (so the GPU and the reference see the same values). */
+static float *rand_f(int64_t n, float scale, float offset) {
+  float *x = malloc((size_t)n * 4);
+  fill_ctx c = {NULL, x, n, 1 << 20, ++g_seed, scale, offset};
+  ref_par_for((n + c.chunk - 1) / c.chunk, fill_part, &c);
+  ref_round_bf16(x, n);
+  return x;
+}
+
+/* ---- a host model --------------------------------------------------------------------------------- */
+
+typedef struct model {
+  const char *name;
+  lh_config cfg;
+  lh_weights w;
+  lh_layer_weights layers[8];
+  lh_tensor *experts[8];   /* 3*E tensors per layer: w1, w3, w2 */
+  void *blobs[256];
+  int nblobs;
+} model;
+
+static void *keep(model *m, void *p) {
+  if (m->nblobs == (int)(sizeof m->blobs / sizeof m->blobs[0])) {
+    fprintf(stderr, "FATAL: too many host tensors in model %s\n", m->name);
+    exit(1);
+  }
+  m->blobs[m->nblobs++] = p;
+  return p;
+}
+
+static lh_tensor bf_tensor(model *m, const char *name, int64_t rows, int64_t cols, float scale) {
+  lh_tensor t = {keep(m, rand_bf16(rows * cols, scale)), LH_BF16, 2, {rows, cols, 0}, name};
+  return t;
+}
+
+static lh_tensor norm_tensor(model *m, const char *name, int64_t n) {
+  float *v = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) v[i] = 1.0f + 0.1f * lh_cuda_hash_uniform(g_seed + 77, (uint64_t)i);
+  g_seed++;
+  lh_tensor t = {keep(m, v), LH_F32, 1, {n, 0, 0}, name};
+  return t;
+}
+
+static lh_config make_cfg(int hidden, int H, int Hkv, int d, int E, int I, int K, int vocab, const char *kinds,
+                          int rotary) {
+  lh_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.model_type, sizeof c.model_type, "minimax");
+  c.vocab_size = vocab, c.hidden_size = hidden, c.n_heads = H, c.n_kv_heads = Hkv, c.head_dim = d;
+  c.intermediate_size = I, c.n_experts = E, c.top_k = K, c.block_size = 256, c.rotary_dim = rotary;
+  c.rope_theta = 10000000.0, c.rms_norm_eps = 1e-5, c.postnorm = 1, c.max_position_embeddings = 1 << 20;
+  c.bos_token_id = c.eos_token_id = -1;
+  c.attn_alpha[0] = c.attn_alpha[1] = 1.7f, c.attn_beta[0] = c.attn_beta[1] = 0.8f;
+  c.mlp_alpha = 1.3f, c.mlp_beta = 0.9f;
+  c.n_layers = (int)strlen(kinds);
+  for (int i = 0; i < c.n_layers; i++) {
+    c.layer_kind[i] = kinds[i] == 'S' ? LH_LAYER_SOFTMAX : LH_LAYER_LIGHTNING;
+    if (kinds[i] == 'S') c.n_softmax++;
+    else c.n_lightning++;
+  }
+  return c;
+}
+
+static void build_model(model *m, const char *name, lh_config cfg) {
+  memset(m, 0, sizeof *m);
+  m->name = name;
+  m->cfg = cfg;
+  const int64_t hid = cfg.hidden_size, Hd = (int64_t)cfg.n_heads * cfg.head_dim, kvd = (int64_t)cfg.n_kv_heads * cfg.head_dim;
+  const int64_t E = cfg.n_experts, I = cfg.intermediate_size;
+  const float sh = sqrtf(3.0f / hid), sd = sqrtf(3.0f / Hd), si = sqrtf(3.0f / I);
+  m->w.embed = bf_tensor(m, "embed", cfg.vocab_size, hid, 1.7f);
+  m->w.lm_head = bf_tensor(m, "lm_head", cfg.vocab_size, hid, sh);
+  m->w.final_norm = norm_tensor(m, "final_norm", hid);
+  m->w.layers = m->layers;
+  const double base = 1.0 / pow(2.0, 8.0 / cfg.n_heads);
+  for (int l = 0; l < cfg.n_layers; l++) {
+    lh_layer_weights *L = &m->layers[l];
+    L->kind = cfg.layer_kind[l];
+    L->in_norm = norm_tensor(m, "in_norm", hid);
+    L->post_norm = norm_tensor(m, "post_norm", hid);
+    if (L->kind == LH_LAYER_LIGHTNING) {
+      L->qkv = bf_tensor(m, "qkv", 3 * Hd, hid, sh);
+      L->out_gate = bf_tensor(m, "out_gate", Hd, hid, sh);
+      L->out_proj = bf_tensor(m, "out_proj", hid, Hd, sd);
+      L->attn_norm = norm_tensor(m, "attn_norm", Hd);
+      double factor = 1.0 - (double)l / ((double)cfg.n_layers - 1.0 + 1e-5) + 1e-5;
+      for (int h = 0; h < cfg.n_heads; h++) L->slope[h] = (float)(pow(base, h + 1) * factor);
+    } else {
+      L->q_proj = bf_tensor(m, "q_proj", Hd, hid, sh);
+      L->k_proj = bf_tensor(m, "k_proj", kvd, hid, sh);
+      L->v_proj = bf_tensor(m, "v_proj", kvd, hid, sh);
+      L->o_proj = bf_tensor(m, "o_proj", hid, Hd, sd);
+    }
+    L->router = bf_tensor(m, "router", E, hid, sh * 4.0f);
+    lh_tensor *ex = keep(m, calloc(3 * E, sizeof(lh_tensor)));
+    m->experts[l] = ex;
+    /* One big random block per matrix kind, sliced per expert (fewer, larger allocations). */
+    uint16_t *b1 = keep(m, rand_bf16(E * I * hid, sh)), *b3 = keep(m, rand_bf16(E * I * hid, sh));
+    uint16_t *b2 = keep(m, rand_bf16(E * hid * I, si));
+    for (int64_t e = 0; e < E; e++) {
+      ex[e] = (lh_tensor){b1 + e * I * hid, LH_BF16, 2, {I, hid, 0}, "w1"};
+      ex[E + e] = (lh_tensor){b3 + e * I * hid, LH_BF16, 2, {I, hid, 0}, "w3"};
+      ex[2 * E + e] = (lh_tensor){b2 + e * hid * I, LH_BF16, 2, {hid, I, 0}, "w2"};
+    }
+    L->w1 = ex, L->w3 = ex + E, L->w2 = ex + 2 * E;
+  }
+}
+
+static void free_model(model *m) {
+  for (int i = 0; i < m->nblobs; i++) free(m->blobs[i]);
+  m->nblobs = 0;
+}
+
+static float *tensor_f32(const lh_tensor *t) {
+  int64_t n = t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1);
+  float *f = malloc((size_t)n * 4);
+  if (t->dtype == LH_F32) memcpy(f, t->data, (size_t)n * 4);
+  else ref_bf16_to_f32(t->data, f, n);
+  return f;
+}
+
+/* ---- device helpers --------------------------------------------------------------------------------- */
+
+typedef struct ctx {
+  model *m;
+  lh_backend *be;
+  const lh_backend_ops *ops;
+  cudaStream_t st;
+  lh_error err;
+} ctx;
+
+static void die_on(ctx *c, lh_status s, const char *what) {
+  if (s != LH_OK) {
+    fprintf(stderr, "FATAL %s: %s: %s\n", what, lh_status_name(s), c->err.msg);
+    exit(1);
+  }
+}
+
+static void put_bf16(ctx *c, void *dst, const float *src, int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) h[i] = lh_f32_to_bf16(src[i]);
+  die_on(c, c->ops->from_host(c->be, dst, h, (size_t)n * 2, &c->err), "from_host");
+  die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
+  free(h);
+}
+
+static float *get_bf16(ctx *c, const void *src, int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  float *f = malloc((size_t)n * 4);
+  die_on(c, c->ops->to_host(c->be, h, src, (size_t)n * 2, &c->err), "to_host");
+  lh_sha256_update(&g_digest, h, (size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(h[i]);
+  free(h);
+  return f;
+}
+
+static float *get_f32(ctx *c, const void *src, int64_t n) {
+  float *f = malloc((size_t)n * 4);
+  die_on(c, c->ops->to_host(c->be, f, src, (size_t)n * 4, &c->err), "to_host");
+  lh_sha256_update(&g_digest, f, (size_t)n * 4);
+  return f;
+}
+
+static void poison(ctx *c, void *p, int64_t n) {
+  cudaError_t e = lh_cuda_fill_bf16(c->st, p, n, NAN_BF16);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "FATAL poison: %s\n", cudaGetErrorString(e));
+    exit(1);
+  }
+}
+
+/* Compare, print one line, count a failure. exact: require bitwise-equal values. */
+static void report(const char *model, const char *what, const float *got, const float *ref, int64_t n, double tol) {
+  int64_t nan = 0;
+  double maxabs = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(got[i]) || isinf(got[i])) nan++;
+    double d = fabs((double)got[i] - ref[i]);
+    if (d > maxabs) maxabs = d;
+  }
+  double rel = nan ? INFINITY : lh_rel_l2(got, ref, (size_t)n);
+  int ok = nan == 0 && rel <= tol;
+  if (!ok) g_fail++;
+  printf("%-5s %-12s %-46s n=%-9lld rel_l2=%.3e max_abs=%.3e nan=%lld  %s\n", ok ? "PASS" : "FAIL", model, what,
+         (long long)n, rel, maxabs, (long long)nan, ok ? "" : "<<<");
+  fflush(stdout);
+}
+
+static void report_bits(const char *model, const char *what, const void *a, const void *b, size_t bytes) {
+  int ok = memcmp(a, b, bytes) == 0;
+  if (!ok) g_fail++;
+  printf("%-5s %-12s %-46s bytes=%-9zu bitwise %s\n", ok ? "PASS" : "FAIL", model, what, bytes,
+         ok ? "identical" : "DIFFER <<<");
+  fflush(stdout);
+}
+
+/* ---- sequences --------------------------------------------------------------------------------------- */
+
+#define MAX_PAGES 16
+
+typedef struct seq {
+  lh_seq_mem mem;
+  void *light[4];
+  void **tables[4];
+  void *pages[MAX_PAGES];
+  float *ref_state;            /* [H][d][d] */
+  float *refK, *refV;          /* [MAX_PAGES*256][Hkv][d] (after RoPE for K) */
+  int64_t pos;
+} seq;
+
+static void seq_init(ctx *c, seq *s, int with_state) {
+  const lh_config *cf = &c->m->cfg;
+  memset(s, 0, sizeof *s);
+  const int64_t sb = (int64_t)cf->n_heads * cf->head_dim * cf->head_dim;
+  s->light[0] = c->ops->alloc(c->be, (size_t)sb * 4);
+  s->ref_state = calloc((size_t)sb, 4);
+  if (with_state) {
+    float *st = rand_f(sb, 0.05f, 0.0f);
+    die_on(c, c->ops->from_host(c->be, s->light[0], st, (size_t)sb * 4, &c->err), "state upload");
+    memcpy(s->ref_state, st, (size_t)sb * 4);
+    free(st);
+  }
+  const size_t page_bytes = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim * 2;
+  for (int i = 0; i < MAX_PAGES; i++) s->pages[i] = c->ops->alloc(c->be, page_bytes);
+  s->tables[0] = s->pages;
+  s->mem.lightning = s->light;
+  s->mem.kv_pages = s->tables;
+  s->mem.n_pages = MAX_PAGES;
+  const size_t kvn = (size_t)MAX_PAGES * LH_KV_PAGE_TOKENS * cf->n_kv_heads * cf->head_dim;
+  s->refK = calloc(kvn, 4);
+  s->refV = calloc(kvn, 4);
+  if (!s->light[0] || !s->pages[MAX_PAGES - 1]) {
+    fprintf(stderr, "FATAL: backend alloc failed\n");
+    exit(1);
+  }
+}
+
+static void seq_free(ctx *c, seq *s) {
+  c->ops->free(c->be, s->light[0]);
+  for (int i = 0; i < MAX_PAGES; i++) c->ops->free(c->be, s->pages[i]);
+  free(s->ref_state), free(s->refK), free(s->refV);
+}
+
+/* ---- reference layer pieces ---------------------------------------------------------------------------- */
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Lightning block for rows of several segments (each its own sequence). h: [n][hidden]. */
+static void ref_lightning_block(const model *m, int layer, const float *h, int64_t n, seq **segseq,
+                                const int64_t *segrows, int nseg, float *out) {
+  const lh_config *cf = &m->cfg;
+  const lh_layer_weights *L = &m->layers[layer];
+  const int hid = cf->hidden_size, H = cf->n_heads, d = cf->head_dim, Hd = H * d;
+  float *proj = malloc((size_t)n * 3 * Hd * 4), *gate = malloc((size_t)n * Hd * 4), *o = malloc((size_t)n * Hd * 4);
+  ref_linear(h, n, hid, L->qkv.data, 3 * Hd, proj);
+  ref_linear(h, n, hid, L->out_gate.data, Hd, gate);
+  int64_t r = 0;
+  for (int i = 0; i < nseg; i++) {
+    ref_lightning_core(proj + r * 3 * Hd, 3 * Hd, segrows[i], H, d, L->slope, segseq[i]->ref_state, o + r * Hd);
+    r += segrows[i];
+  }
+  const float *nw = L->attn_norm.data;
+  ref_rmsnorm(o, n, Hd, nw, 1e-6f, o);
+  for (int64_t i = 0; i < n * Hd; i++) o[i] *= sigm(gate[i]);
+  ref_linear(o, n, Hd, L->out_proj.data, hid, out);
+  free(proj), free(gate), free(o);
+}
+
+static void ref_softmax_block(const model *m, int layer, const float *h, int64_t n, seq **segseq,
+                              const int64_t *segrows, int nseg, float *out) {
+  const lh_config *cf = &m->cfg;
+  const lh_layer_weights *L = &m->layers[layer];
+  const int hid = cf->hidden_size, H = cf->n_heads, Hkv = cf->n_kv_heads, d = cf->head_dim, Hd = H * d, kvd = Hkv * d;
+  float *q = malloc((size_t)n * Hd * 4), *k = malloc((size_t)n * kvd * 4), *v = malloc((size_t)n * kvd * 4);
+  float *o = malloc((size_t)n * Hd * 4);
+  ref_linear(h, n, hid, L->q_proj.data, Hd, q);
+  ref_linear(h, n, hid, L->k_proj.data, kvd, k);
+  ref_linear(h, n, hid, L->v_proj.data, kvd, v);
+  int64_t r = 0;
+  for (int i = 0; i < nseg; i++) {
+    seq *s = segseq[i];
+    for (int64_t j = 0; j < segrows[i]; j++) {
+      int64_t p = s->pos + j;
+      ref_rope(q + (r + j) * Hd, H, d, cf->rotary_dim, cf->rope_theta, p);
+      ref_rope(k + (r + j) * kvd, Hkv, d, cf->rotary_dim, cf->rope_theta, p);
+      memcpy(s->refK + p * kvd, k + (r + j) * kvd, (size_t)kvd * 4);
+      memcpy(s->refV + p * kvd, v + (r + j) * kvd, (size_t)kvd * 4);
+    }
+    ref_attention(q + r * Hd, s->refK, s->refV, s->pos, segrows[i], H, Hkv, d, o + r * Hd);
+    r += segrows[i];
+  }
+  ref_linear(o, n, Hd, L->o_proj.data, hid, out);
+  free(q), free(k), free(v), free(o);
+}
+
+static void ref_moe_block(const model *m, int layer, const float *h, int64_t n, float *out, float *margin) {
+  const lh_config *cf = &m->cfg;
+  const lh_layer_weights *L = &m->layers[layer];
+  const int E = cf->n_experts;
+  const uint16_t **W1 = malloc(E * sizeof(void *)), **W3 = malloc(E * sizeof(void *)), **W2 = malloc(E * sizeof(void *));
+  for (int e = 0; e < E; e++) W1[e] = L->w1[e].data, W3[e] = L->w3[e].data, W2[e] = L->w2[e].data;
+  ref_moe(h, n, cf->hidden_size, E, cf->top_k, cf->intermediate_size, L->router.data, W1, W3, W2, out, NULL, margin);
+  free(W1), free(W3), free(W2);
+}
+
+/* ---- op tests --------------------------------------------------------------------------------------------- */
+
+static int first_layer(const model *m, lh_layer_kind k) {
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    if (m->cfg.layer_kind[l] == k) return l;
+  return -1;
+}
+
+static void test_rowwise(ctx *c) {
+  const model *m = c->m;
+  const int hid = m->cfg.hidden_size;
+  const int64_t n = 37;
+  void *s0 = c->ops->act(c->be, 0), *s1 = c->ops->act(c->be, 1), *s2 = c->ops->act(c->be, 2), *s3 = c->ops->act(c->be, 3);
+
+  int32_t tok[37];
+  for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+  poison(c, s0, n * hid);
+  die_on(c, c->ops->embed(c->be, tok, n, s0, &c->err), "embed");
+  float *got = get_bf16(c, s0, n * hid), *ref = malloc((size_t)n * hid * 4);
+  for (int i = 0; i < n; i++) ref_bf16_to_f32((const uint16_t *)m->w.embed.data + (int64_t)tok[i] * hid, ref + i * hid, hid);
+  report(m->name, "embed", got, ref, n * hid, 0.0);
+  free(got);
+
+  int32_t bad = m->cfg.vocab_size;
+  lh_status st = c->ops->embed(c->be, &bad, 1, s0, &c->err);
+  int ok = st == LH_EINVAL && strstr(c->err.msg, "outside the vocabulary");
+  printf("%-5s %-12s %-46s %s\n", ok ? "PASS" : "FAIL", m->name, "embed rejects token id == vocab", c->err.msg);
+  if (!ok) g_fail++;
+
+  float *x = rand_f(n * hid, 2.0f, 0.0f), *a = rand_f(n * hid, 1.0f, 0.0f);
+  put_bf16(c, s0, x, n * hid);
+  put_bf16(c, s1, a, n * hid);
+  const lh_tensor *w_in = &lh_cuda_weights(c->be)->layers[0].in_norm, *w_post = &lh_cuda_weights(c->be)->layers[0].post_norm;
+  float *wf_in = tensor_f32(&m->layers[0].in_norm), *wf_post = tensor_f32(&m->layers[0].post_norm);
+  poison(c, s2, n * hid);
+  die_on(c, c->ops->rmsnorm(c->be, s0, n, w_in, s2, &c->err), "rmsnorm");
+  got = get_bf16(c, s2, n * hid);
+  ref_rmsnorm(x, n, hid, wf_in, (float)m->cfg.rms_norm_eps, ref);
+  report(m->name, "rmsnorm", got, ref, n * hid, TOL_BF16);
+  free(got);
+
+  const float al = m->cfg.attn_alpha[0], be = m->cfg.attn_beta[0];
+  float *xr = malloc((size_t)n * hid * 4);
+  for (int64_t i = 0; i < n * hid; i++) xr[i] = al * x[i] + be * a[i];
+  poison(c, s2, n * hid);
+  poison(c, s3, n * hid);
+  die_on(c, c->ops->residual(c->be, s0, s1, al, be, n, s2, w_post, s3, &c->err), "residual");
+  got = get_bf16(c, s2, n * hid);
+  report(m->name, "residual x = a*h + b*attn", got, xr, n * hid, TOL_BF16);
+  free(got);
+  got = get_bf16(c, s3, n * hid);
+  ref_rmsnorm(xr, n, hid, wf_post, (float)m->cfg.rms_norm_eps, ref);
+  report(m->name, "residual + post norm", got, ref, n * hid, TOL_BF16);
+  free(got);
+  /* In place: x over h, y over a. */
+  die_on(c, c->ops->residual(c->be, s0, s1, al, be, n, s0, w_post, s1, &c->err), "residual in place");
+  got = get_bf16(c, s1, n * hid);
+  report(m->name, "residual + norm in place (x=h, y=a)", got, ref, n * hid, TOL_BF16);
+  free(got);
+  free(x), free(a), free(xr), free(ref), free(wf_in), free(wf_post);
+}
+
+/* Lightning op: two chunks continuing one state, then a decode batch of three sequences. */
+static void test_lightning(ctx *c, int64_t n1, int64_t n2) {
+  const model *m = c->m;
+  const int layer = first_layer(m, LH_LAYER_LIGHTNING);
+  if (layer < 0) return;
+  const int hid = m->cfg.hidden_size;
+  const int64_t sb = (int64_t)m->cfg.n_heads * m->cfg.head_dim * m->cfg.head_dim;
+  void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+  seq A, B, C;
+  seq_init(c, &A, 1);
+  seq_init(c, &B, 1);
+  seq_init(c, &C, 0);
+  char what[96];
+  float *saved = malloc((size_t)sb * 4);
+  memcpy(saved, A.ref_state, (size_t)sb * 4);
+  float *h1 = NULL;
+  int64_t ns[2] = {n1, n2};
+  for (int chunk = 0; chunk < 2; chunk++) {
+    int64_t n = ns[chunk];
+    float *h = rand_f(n * hid, 1.0f, 0.0f), *ref = malloc((size_t)n * hid * 4);
+    put_bf16(c, in, h, n * hid);
+    poison(c, out, n * hid);
+    lh_segment sg = {&A.mem, 0, n, A.pos};
+    lh_batch b = {n, 1, &sg};
+    double t0 = now_s();
+    die_on(c, c->ops->attn_lightning(c->be, layer, 0, in, &b, out, &c->err), "attn_lightning");
+    die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
+    double t1 = now_s();
+    float *got = get_bf16(c, out, n * hid);
+    seq *ss[1] = {&A};
+    ref_lightning_block(m, layer, h, n, ss, &n, 1, ref);
+    snprintf(what, sizeof what, "lightning chunk %d rows [%lld,%lld) (%.1f ms)", chunk + 1, (long long)A.pos,
+             (long long)(A.pos + n), (t1 - t0) * 1e3);
+    report(m->name, what, got, ref, n * hid, TOL_BF16);
+    float *st = get_f32(c, A.light[0], sb);
+    snprintf(what, sizeof what, "lightning state after chunk %d", chunk + 1);
+    report(m->name, what, st, A.ref_state, sb, TOL_BF16);
+    free(st), free(got), free(ref);
+    A.pos += n;
+    if (chunk == 0) h1 = h;
+    else free(h);
+  }
+  /* Determinism: chunk 1 again from the saved state. */
+  {
+    float *st_after2 = get_f32(c, A.light[0], sb);
+    die_on(c, c->ops->from_host(c->be, A.light[0], saved, (size_t)sb * 4, &c->err), "restore");
+    put_bf16(c, in, h1, n1 * hid);
+    lh_segment sg = {&A.mem, 0, n1, 0};
+    lh_batch b = {n1, 1, &sg};
+    uint16_t *o1 = malloc((size_t)n1 * hid * 2), *o2 = malloc((size_t)n1 * hid * 2);
+    float *s1 = malloc((size_t)sb * 4), *s2 = malloc((size_t)sb * 4);
+    die_on(c, c->ops->attn_lightning(c->be, layer, 0, in, &b, out, &c->err), "attn_lightning rerun");
+    die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n1 * hid * 2, &c->err), "to_host");
+    die_on(c, c->ops->to_host(c->be, s1, A.light[0], (size_t)sb * 4, &c->err), "to_host");
+    die_on(c, c->ops->from_host(c->be, A.light[0], saved, (size_t)sb * 4, &c->err), "restore");
+    die_on(c, c->ops->attn_lightning(c->be, layer, 0, in, &b, out, &c->err), "attn_lightning rerun");
+    die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n1 * hid * 2, &c->err), "to_host");
+    die_on(c, c->ops->to_host(c->be, s2, A.light[0], (size_t)sb * 4, &c->err), "to_host");
+    report_bits(m->name, "lightning chunk rerun: output", o1, o2, (size_t)n1 * hid * 2);
+    report_bits(m->name, "lightning chunk rerun: state", s1, s2, (size_t)sb * 4);
+    /* Snapshot semantics of to_host_async: the copy sees the state before the next call changes it. */
+    float *snap = malloc((size_t)sb * 4);
+    die_on(c, c->ops->to_host_async(c->be, snap, A.light[0], (size_t)sb * 4, &c->err), "to_host_async");
+    die_on(c, c->ops->attn_lightning(c->be, layer, 0, in, &b, out, &c->err), "attn_lightning after async");
+    die_on(c, c->ops->wait_host(c->be, &c->err), "wait_host");
+    report_bits(m->name, "to_host_async snapshot before a later update", snap, s2, (size_t)sb * 4);
+    die_on(c, c->ops->from_host(c->be, A.light[0], st_after2, (size_t)sb * 4, &c->err), "restore");
+    free(o1), free(o2), free(s1), free(s2), free(snap), free(st_after2);
+  }
+  /* Decode batch: A continues, B has its own random state, C starts from zero. */
+  {
+    const int64_t n = 3;
+    float *h = rand_f(n * hid, 1.0f, 0.0f), *ref = malloc((size_t)n * hid * 4);
+    put_bf16(c, in, h, n * hid);
+    poison(c, out, n * hid);
+    lh_segment sg[3] = {{&A.mem, 0, 1, A.pos}, {&B.mem, 1, 1, 0}, {&C.mem, 2, 1, 0}};
+    lh_batch b = {n, 3, sg};
+    die_on(c, c->ops->attn_lightning(c->be, layer, 0, in, &b, out, &c->err), "attn_lightning decode");
+    float *got = get_bf16(c, out, n * hid);
+    seq *ss[3] = {&A, &B, &C};
+    int64_t rows[3] = {1, 1, 1};
+    ref_lightning_block(m, layer, h, n, ss, rows, 3, ref);
+    report(m->name, "lightning decode batch of 3 sequences", got, ref, n * hid, TOL_BF16);
+    seq *all[3] = {&A, &B, &C};
+    for (int i = 0; i < 3; i++) {
+      float *st = get_f32(c, all[i]->light[0], sb);
+      snprintf(what, sizeof what, "lightning decode state of sequence %d", i);
+      report(m->name, what, st, all[i]->ref_state, sb, TOL_BF16);
+      free(st);
+    }
+    free(h), free(ref), free(got);
+  }
+  free(h1), free(saved);
+  seq_free(c, &A), seq_free(c, &B), seq_free(c, &C);
+}
+
+static void softmax_call(ctx *c, int layer, seq **ss, const int64_t *rows, int nseg, const float *h, float *ref_out,
+                         const char *what, int check_kv) {
+  const model *m = c->m;
+  const int hid = m->cfg.hidden_size;
+  int64_t n = 0;
+  lh_segment sg[8];
+  for (int i = 0; i < nseg; i++) {
+    sg[i] = (lh_segment){&ss[i]->mem, n, rows[i], ss[i]->pos};
+    n += rows[i];
+  }
+  void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+  put_bf16(c, in, h, n * hid);
+  poison(c, out, n * hid);
+  lh_batch b = {n, nseg, sg};
+  double t0 = now_s();
+  die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), what);
+  die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
+  double t1 = now_s();
+  float *got = get_bf16(c, out, n * hid);
+  ref_softmax_block(m, layer, h, n, ss, rows, nseg, ref_out);
+  char line[128];
+  snprintf(line, sizeof line, "%s (%.1f ms)", what, (t1 - t0) * 1e3);
+  report(m->name, line, got, ref_out, n * hid, TOL_BF16);
+  free(got);
+  if (check_kv) {
+    /* The K/V rows the call appended, read back from the pages in the documented layout. */
+    const int Hkv = m->cfg.n_kv_heads, d = m->cfg.head_dim, kvd = Hkv * d;
+    seq *s = ss[0];
+    float *gk = malloc((size_t)rows[0] * kvd * 4), *gv = malloc((size_t)rows[0] * kvd * 4);
+    const size_t page_elems = (size_t)2 * Hkv * LH_KV_PAGE_TOKENS * d;
+    uint16_t *page = malloc(page_elems * 2);
+    int64_t cur = -1;
+    for (int64_t j = 0; j < rows[0]; j++) {
+      int64_t p = s->pos + j, pg = p / LH_KV_PAGE_TOKENS, r = p % LH_KV_PAGE_TOKENS;
+      if (pg != cur) {
+        die_on(c, c->ops->to_host(c->be, page, s->pages[pg], page_elems * 2, &c->err), "page");
+        cur = pg;
+      }
+      for (int g = 0; g < Hkv; g++)
+        for (int e = 0; e < d; e++) {
+          gk[j * kvd + g * d + e] = lh_bf16_to_f32(page[((size_t)(0 * Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
+          gv[j * kvd + g * d + e] = lh_bf16_to_f32(page[((size_t)(1 * Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
+        }
+    }
+    report(m->name, "  K rows in the pages (after RoPE)", gk, s->refK + s->pos * kvd, rows[0] * kvd, TOL_BF16);
+    report(m->name, "  V rows in the pages", gv, s->refV + s->pos * kvd, rows[0] * kvd, TOL_BF16);
+    free(gk), free(gv), free(page);
+  }
+  for (int i = 0; i < nseg; i++) ss[i]->pos += rows[i];
+}
+
+static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
+  const model *m = c->m;
+  const int layer = first_layer(m, LH_LAYER_SOFTMAX);
+  if (layer < 0) return;
+  const int hid = m->cfg.hidden_size;
+  seq A, B, C;
+  seq_init(c, &A, 0);
+  seq_init(c, &B, 0);
+  seq_init(c, &C, 0);
+  char what[96];
+  int64_t ns[2] = {n1, n2};
+  float *h2 = NULL;
+  for (int k = 0; k < 2; k++) {
+    float *h = rand_f(ns[k] * hid, 1.0f, 0.0f), *ref = malloc((size_t)ns[k] * hid * 4);
+    seq *ss[1] = {&A};
+    snprintf(what, sizeof what, "softmax chunk %d rows [%lld,%lld)", k + 1, (long long)A.pos, (long long)(A.pos + ns[k]));
+    softmax_call(c, layer, ss, &ns[k], 1, h, ref, what, 1);
+    free(ref);
+    if (k == 1) h2 = h;
+    else free(h);
+  }
+  /* Determinism: chunk 2 again (it rewrites the same K/V rows, then attends over them). */
+  {
+    const int64_t n = n2;
+    void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+    put_bf16(c, in, h2, n * hid);
+    lh_segment sg = {&A.mem, 0, n, n1};
+    lh_batch b = {n, 1, &sg};
+    uint16_t *o1 = malloc((size_t)n * hid * 2), *o2 = malloc((size_t)n * hid * 2);
+    die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+    die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n * hid * 2, &c->err), "to_host");
+    die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+    die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n * hid * 2, &c->err), "to_host");
+    report_bits(m->name, "softmax chunk rerun: output", o1, o2, (size_t)n * hid * 2);
+    free(o1), free(o2);
+  }
+  free(h2);
+  /* B gets a long prefix (several decode splits), C a single token. */
+  {
+    float *h = rand_f(nb * hid, 1.0f, 0.0f), *ref = malloc((size_t)nb * hid * 4);
+    seq *ss[1] = {&B};
+    snprintf(what, sizeof what, "softmax prefill of %lld rows (sequence B)", (long long)nb);
+    softmax_call(c, layer, ss, &nb, 1, h, ref, what, 0);
+    free(h), free(ref);
+    int64_t one = 1;
+    h = rand_f(hid, 1.0f, 0.0f), ref = malloc((size_t)hid * 4);
+    ss[0] = &C;
+    softmax_call(c, layer, ss, &one, 1, h, ref, "softmax single row at position 0", 0);
+    free(h), free(ref);
+  }
+  for (int step = 0; step < 2; step++) {
+    float *h = rand_f(3 * hid, 1.0f, 0.0f), *ref = malloc((size_t)3 * hid * 4);
+    seq *ss[3] = {&A, &B, &C};
+    int64_t rows[3] = {1, 1, 1};
+    snprintf(what, sizeof what, "softmax decode batch, keys %lld/%lld/%lld", (long long)A.pos + 1, (long long)B.pos + 1,
+             (long long)C.pos + 1);
+    softmax_call(c, layer, ss, rows, 3, h, ref, what, 0);
+    free(h), free(ref);
+  }
+  /* Mixed batch: a multi-row chunk of C together with a decode row of A. */
+  {
+    float *h = rand_f(6 * hid, 1.0f, 0.0f), *ref = malloc((size_t)6 * hid * 4);
+    seq *ss[2] = {&C, &A};
+    int64_t rows[2] = {5, 1};
+    softmax_call(c, layer, ss, rows, 2, h, ref, "softmax mixed batch (5-row chunk + decode)", 0);
+    free(h), free(ref);
+  }
+  seq_free(c, &A), seq_free(c, &B), seq_free(c, &C);
+}
+
+static void test_moe(ctx *c, int64_t n) {
+  const model *m = c->m;
+  const int hid = m->cfg.hidden_size;
+  void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+  float *h = rand_f(n * hid, 1.0f, 0.0f), *ref = malloc((size_t)n * hid * 4);
+  put_bf16(c, in, h, n * hid);
+  char what[96];
+  uint16_t *first = malloc((size_t)n * hid * 2);
+  for (int grouped = 0; grouped <= 1; grouped++) {
+    lh_cuda_tuning t = {grouped, 0};
+    lh_cuda_set_tuning(c->be, &t);
+    poison(c, out, n * hid);
+    double t0 = now_s();
+    die_on(c, c->ops->moe(c->be, 0, in, n, out, &c->err), "moe");
+    die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
+    double t1 = now_s();
+    float *got = get_bf16(c, out, n * hid);
+    if (!grouped) ref_moe_block(m, 0, h, n, ref, NULL);
+    int gst = 0;
+    int eff = lh_cuda_get_tuning(c->be, &gst).moe_grouped;
+    if (grouped && !eff) printf("INFO  %-12s cuBLAS refused the grouped GEMM (status %d): per-expert GEMMs\n", m->name, gst);
+    snprintf(what, sizeof what, "moe %s (%.1f ms)", eff ? "grouped GEMM" : "per-expert GEMMs", (t1 - t0) * 1e3);
+    report(m->name, what, got, ref, n * hid, TOL_BF16);
+    uint16_t *bits = malloc((size_t)n * hid * 2);
+    die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
+    if (!grouped) {
+      memcpy(first, bits, (size_t)n * hid * 2);
+      die_on(c, c->ops->moe(c->be, 0, in, n, out, &c->err), "moe");
+      die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
+      report_bits(m->name, "moe rerun", first, bits, (size_t)n * hid * 2);
+    }
+    free(got), free(bits);
+  }
+  lh_cuda_tuning t = {0, 0};
+  lh_cuda_set_tuning(c->be, &t);
+  free(h), free(ref), free(first);
+}
+
+/* lh_sample's rule (engine/sample.c) for the top_k candidates, written out here until the CPU
+ * engine is on main: (logit desc, id asc) order, double probabilities, top_p prefix, u * mass. */
+static int32_t host_sample(const float *lg, int V, float temp, int top_k, float top_p, double u) {
+  int k = top_k < V ? top_k : V;
+  int *ci = malloc(k * sizeof(int));
+  double *cv = malloc(k * sizeof(double));
+  for (int c = 0; c < k; c++) {
+    int best = -1;
+    for (int i = 0; i < V; i++) {
+      int after = c == 0 || lg[i] < cv[c - 1] || (lg[i] == cv[c - 1] && i > ci[c - 1]);
+      if (after && (best < 0 || lg[i] > lg[best])) best = i;
+    }
+    ci[c] = best, cv[c] = lg[best];
+  }
+  int n = k;
+  double t = temp, mx = cv[0], sum = 0;
+  for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
+  if (top_p > 0.0f && top_p < 1.0f) {
+    double acc = 0;
+    int keep = n;
+    for (int c = 0; c < n; c++) {
+      acc += exp((cv[c] - mx) / t) / sum;
+      if (acc >= top_p) {
+        keep = c + 1;
+        break;
+      }
+    }
+    n = keep;
+    sum = 0;
+    for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
+  }
+  double target = u * sum, acc = 0;
+  int32_t pick = ci[n - 1];
+  for (int c = 0; c < n; c++) {
+    acc += exp((cv[c] - mx) / t);
+    if (target < acc) {
+      pick = ci[c];
+      break;
+    }
+  }
+  free(ci), free(cv);
+  return pick;
+}
+
+static void test_logits(ctx *c) {
+  const model *m = c->m;
+  const int hid = m->cfg.hidden_size, V = m->cfg.vocab_size;
+  const int64_t n = 10;
+  void *in = c->ops->act(c->be, 0);
+  float *x = rand_f(n * hid, 1.0f, 0.0f);
+  put_bf16(c, in, x, n * hid);
+  int64_t rows[3] = {0, 3, 9};
+  float *got = malloc((size_t)3 * V * 4), *ref = malloc((size_t)3 * V * 4), *xn = malloc((size_t)3 * hid * 4);
+  die_on(c, c->ops->logits(c->be, in, rows, 3, got, &c->err), "logits");
+  lh_sha256_update(&g_digest, got, (size_t)3 * V * 4);
+  float *fw = tensor_f32(&m->w.final_norm);
+  for (int i = 0; i < 3; i++) ref_rmsnorm(x + rows[i] * hid, 1, hid, fw, (float)m->cfg.rms_norm_eps, xn + i * hid);
+  ref_linear(xn, 3, hid, m->w.lm_head.data, V, ref);
+  report(m->name, "logits (final norm + lm_head) of rows 0,3,9", got, ref, 3 * V, TOL_BF16);
+
+  int32_t tok[3];
+  lh_sampler_params sp = {0.0f, 1.0f, 0, 0};
+  die_on(c, lh_cuda_next_tokens(c->be, in, rows, 3, &sp, NULL, tok, &c->err), "next_tokens greedy");
+  int ok = 1;
+  for (int i = 0; i < 3; i++) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+      if (got[i * V + v] > got[i * V + best]) best = v;
+    ok &= tok[i] == best;
+  }
+  if (!ok) g_fail++;
+  printf("%-5s %-12s %-46s %d %d %d\n", ok ? "PASS" : "FAIL", m->name, "GPU greedy == argmax of the logits", tok[0],
+         tok[1], tok[2]);
+  lh_sampler_params ps = {0.8f, 0.9f, 40, 7};
+  uint64_t rng = 7, rng2 = 7;
+  die_on(c, lh_cuda_next_tokens(c->be, in, rows, 3, &ps, &rng, tok, &c->err), "next_tokens sample");
+  ok = 1;
+  for (int i = 0; i < 3; i++) {
+    double u = lh_cuda_uniform(&rng2);
+    int32_t want = host_sample(got + i * V, V, ps.temperature, ps.top_k, ps.top_p, u);
+    ok &= tok[i] == want;
+  }
+  if (!ok) g_fail++;
+  printf("%-5s %-12s %-46s %d %d %d\n", ok ? "PASS" : "FAIL", m->name, "GPU seeded sample == host twin (T .8 k40 p.9)",
+         tok[0], tok[1], tok[2]);
+  free(x), free(got), free(ref), free(xn), free(fw);
+}
+
+/* The whole layer loop (as engine/forward.c runs it) over a prompt in two chunks, against the
+ * reference layers applied to the whole prompt at once; logits of every position of chunk 2. */
+static void test_forward(ctx *c, int64_t n1, int64_t n2) {
+  const model *m = c->m;
+  const lh_config *cf = &m->cfg;
+  const int hid = cf->hidden_size, V = cf->vocab_size;
+  const int64_t N = n1 + n2;
+  int32_t *tok = malloc((size_t)N * 4);
+  for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 2654435761u + 17) % (uint32_t)V);
+  /* GPU: one sequence with a state for every layer. */
+  void *lights[8] = {0}, **tables[4] = {0}, *pages[4][MAX_PAGES];
+  const int64_t sb = (int64_t)cf->n_heads * cf->head_dim * cf->head_dim;
+  const size_t page_bytes = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim * 2;
+  for (int i = 0; i < cf->n_lightning; i++) lights[i] = c->ops->alloc(c->be, (size_t)sb * 4);
+  for (int j = 0; j < cf->n_softmax; j++) {
+    for (int p = 0; p < MAX_PAGES; p++) pages[j][p] = c->ops->alloc(c->be, page_bytes);
+    tables[j] = pages[j];
+  }
+  lh_seq_mem mem = {lights, tables, MAX_PAGES};
+  const lh_weights *hw = lh_cuda_weights(c->be);
+  float *gl = malloc((size_t)n2 * V * 4);
+  int64_t pos = 0;
+  for (int chunk = 0; chunk < 2; chunk++) {
+    int64_t n = chunk ? n2 : n1;
+    void *x = c->ops->act(c->be, 0), *h = c->ops->act(c->be, 1), *a = c->ops->act(c->be, 2);
+    die_on(c, c->ops->embed(c->be, tok + pos, n, x, &c->err), "embed");
+    die_on(c, c->ops->rmsnorm(c->be, x, n, &hw->layers[0].in_norm, h, &c->err), "rmsnorm");
+    lh_segment sg = {&mem, 0, n, pos};
+    lh_batch b = {n, 1, &sg};
+    int li = 0, si = 0;
+    for (int l = 0; l < cf->n_layers; l++) {
+      lh_layer_kind k = cf->layer_kind[l];
+      if (k == LH_LAYER_LIGHTNING) die_on(c, c->ops->attn_lightning(c->be, l, li++, h, &b, a, &c->err), "lightning");
+      else die_on(c, c->ops->attn_softmax(c->be, l, si++, h, &b, a, &c->err), "softmax");
+      die_on(c, c->ops->residual(c->be, h, a, cf->attn_alpha[k], cf->attn_beta[k], n, x, &hw->layers[l].post_norm, h,
+                                 &c->err), "residual");
+      die_on(c, c->ops->moe(c->be, l, h, n, a, &c->err), "moe");
+      const lh_tensor *next = l + 1 < cf->n_layers ? &hw->layers[l + 1].in_norm : NULL;
+      die_on(c, c->ops->residual(c->be, h, a, cf->mlp_alpha, cf->mlp_beta, n, x, next, h, &c->err), "residual");
+    }
+    if (chunk == 1) {
+      int64_t *rows = malloc((size_t)n * sizeof(int64_t));
+      for (int64_t i = 0; i < n; i++) rows[i] = i;
+      die_on(c, c->ops->logits(c->be, x, rows, n, gl, &c->err), "logits");
+      lh_sha256_update(&g_digest, gl, (size_t)n * V * 4);
+      free(rows);
+    }
+    pos += n;
+  }
+  /* Reference: all N tokens at once. */
+  float *x = malloc((size_t)N * hid * 4), *h = malloc((size_t)N * hid * 4), *a = malloc((size_t)N * hid * 4);
+  for (int64_t i = 0; i < N; i++) ref_bf16_to_f32((const uint16_t *)m->w.embed.data + (int64_t)tok[i] * hid, x + i * hid, hid);
+  seq R;
+  memset(&R, 0, sizeof R);
+  R.ref_state = calloc((size_t)sb, 4);
+  const size_t kvn = (size_t)MAX_PAGES * LH_KV_PAGE_TOKENS * cf->n_kv_heads * cf->head_dim;
+  R.refK = calloc(kvn, 4), R.refV = calloc(kvn, 4);
+  float *margin = malloc((size_t)N * 4), *minmargin = malloc((size_t)N * 4);
+  for (int64_t i = 0; i < N; i++) minmargin[i] = INFINITY;
+  for (int l = 0; l < cf->n_layers; l++) {
+    float *w = tensor_f32(&m->layers[l].in_norm), *wp = tensor_f32(&m->layers[l].post_norm);
+    ref_rmsnorm(x, N, hid, w, (float)cf->rms_norm_eps, h);
+    seq *ss[1] = {&R};
+    memset(R.ref_state, 0, (size_t)sb * 4);
+    R.pos = 0;
+    lh_layer_kind k = cf->layer_kind[l];
+    if (k == LH_LAYER_LIGHTNING) ref_lightning_block(m, l, h, N, ss, &N, 1, a);
+    else ref_softmax_block(m, l, h, N, ss, &N, 1, a);
+    for (int64_t i = 0; i < N * hid; i++) x[i] = cf->attn_alpha[k] * h[i] + cf->attn_beta[k] * a[i];
+    ref_rmsnorm(x, N, hid, wp, (float)cf->rms_norm_eps, h);
+    ref_moe_block(m, l, h, N, a, margin);
+    for (int64_t i = 0; i < N; i++) minmargin[i] = margin[i] < minmargin[i] ? margin[i] : minmargin[i];
+    for (int64_t i = 0; i < N * hid; i++) x[i] = cf->mlp_alpha * h[i] + cf->mlp_beta * a[i];
+    free(w), free(wp);
+  }
+  float *fw = tensor_f32(&m->w.final_norm), *rl = malloc((size_t)n2 * V * 4);
+  ref_rmsnorm(x + n1 * hid, n2, hid, fw, (float)cf->rms_norm_eps, h);
+  ref_linear(h, n2, hid, m->w.lm_head.data, V, rl);
+  /* A position whose routing was a near-tie in some layer (probability margin under 1e-2 between
+   * the last chosen expert and the best unchosen one) may be routed to another expert on the GPU,
+   * whose bf16 hidden states differ from the fp32 reference's by rounding; that position's logits
+   * then differ a lot, which is rounding, not a bug. Such a position is excused only if it is both
+   * a near-tie and far off (per-position relative L2 over 5e-2); the bound applies to every other
+   * position, and the excused ones are listed. */
+  char what[96];
+  int64_t keep = 0, excused = 0;
+  float *gk = malloc((size_t)n2 * V * 4), *rk = malloc((size_t)n2 * V * 4);
+  double worst[3] = {0, 0, 0};
+  int64_t wpos[3] = {-1, -1, -1};
+  for (int64_t i = 0; i < n2; i++) {
+    double e = lh_rel_l2(gl + i * V, rl + i * V, (size_t)V);
+    if (minmargin[n1 + i] < 1e-2f && e > 5e-2) {
+      printf("INFO  %-12s   excused position %lld: routing margin %.1e, rel_l2 %.2e\n", m->name, (long long)i,
+             minmargin[n1 + i], e);
+      excused++;
+      continue;
+    }
+    for (int k = 0; k < 3; k++)
+      if (e > worst[k]) {
+        for (int j = 2; j > k; j--) worst[j] = worst[j - 1], wpos[j] = wpos[j - 1];
+        worst[k] = e, wpos[k] = i;
+        break;
+      }
+    memcpy(gk + keep * V, gl + i * V, (size_t)V * 4);
+    memcpy(rk + keep * V, rl + i * V, (size_t)V * 4);
+    keep++;
+  }
+  printf("INFO  %-12s %-46s rel_l2=%.3e over all %lld positions, %lld excused\n", m->name, "whole model",
+         lh_rel_l2(gl, rl, (size_t)n2 * V), (long long)n2, (long long)excused);
+  snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
+  report(m->name, what, gk, rk, keep * V, 2e-2);
+  printf("INFO  %-12s %-46s %.2e@%lld %.2e@%lld %.2e@%lld\n", m->name, "whole model: worst kept positions (rel_l2@pos)",
+         worst[0], (long long)wpos[0], worst[1], (long long)wpos[1], worst[2], (long long)wpos[2]);
+  free(gk), free(rk);
+  int agree = 0;
+  for (int64_t i = 0; i < n2; i++) {
+    int bg = 0, br = 0;
+    for (int v = 1; v < V; v++) {
+      if (gl[i * V + v] > gl[i * V + bg]) bg = v;
+      if (rl[i * V + v] > rl[i * V + br]) br = v;
+    }
+    agree += bg == br;
+  }
+  printf("INFO  %-12s %-46s %d of %lld positions\n", m->name, "whole model: same argmax as the reference", agree,
+         (long long)n2);
+  for (int i = 0; i < cf->n_lightning; i++) c->ops->free(c->be, lights[i]);
+  for (int j = 0; j < cf->n_softmax; j++)
+    for (int p = 0; p < MAX_PAGES; p++) c->ops->free(c->be, pages[j][p]);
+  free(tok), free(gl), free(x), free(h), free(a), free(fw), free(rl), free(R.ref_state), free(R.refK), free(R.refV);
+  free(margin), free(minmargin);
+}
+
+/* ---- kernels driven directly at real shapes over longer inputs ---------------------------------------- */
+
+static void *dmalloc(size_t bytes) {
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    fprintf(stderr, "FATAL cudaMalloc %zu\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+static void check_cuda(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) {
+    fprintf(stderr, "FATAL %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+  }
+}
+
+static float *dl_bf16(const void *d, int64_t n) {
+  uint16_t *h = malloc((size_t)n * 2);
+  float *f = malloc((size_t)n * 4);
+  check_cuda(cudaMemcpy(h, d, (size_t)n * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  lh_sha256_update(&g_digest, h, (size_t)n * 2);
+  for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(h[i]);
+  free(h);
+  return f;
+}
+
+
+static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
+  const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
+  uint16_t *qkv = rand_bf16(n * stride, 2.0f);
+  float *qf = malloc((size_t)n * stride * 4), *st = rand_f(sb, 0.05f, 0.0f), *slope = malloc(H * 4);
+  ref_bf16_to_f32(qkv, qf, n * stride);
+  for (int h = 0; h < H; h++) slope[h] = (float)pow(1.0 / pow(2.0, 8.0 / H), h + 1);
+  void *dq = dmalloc((size_t)n * stride * 2), *dout = dmalloc((size_t)n * Hd * 2);
+  float *dst = dmalloc((size_t)sb * 4), *dsl = dmalloc(H * 4);
+  lh_cuda_lseg seg = {0, n, dst}, *dseg = dmalloc(sizeof seg);
+  check_cuda(cudaMemcpy(dq, qkv, (size_t)n * stride * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dst, st, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
+  check_cuda(lh_cuda_lightning_dv(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dv), "lh_cuda_lightning");
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
+  check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
+  char what[96];
+  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d dv %d, state in", (long long)n, H, d, dv);
+  report("real", what, got, ref, n * Hd, TOL_BF16);
+  report("real", "kernel lightning state out", gst, st, sb, TOL_BF16);
+  cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg);
+  free(qkv), free(qf), free(st), free(slope), free(got), free(ref), free(gst);
+}
+
+/* Attention kernels over pages filled with random K/V: a prefill chunk at [pos, pos+n) and a decode
+ * batch of three sequences of different lengths. */
+static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos, int H, int Hkv, int d) {
+  const int64_t kvd = (int64_t)Hkv * d, Hd = (int64_t)H * d;
+  const int64_t P = pos + n;
+  int64_t maxp = P;
+  for (int i = 0; i < 3; i++) maxp = dec_pos[i] + 1 > maxp ? dec_pos[i] + 1 : maxp;
+  const int64_t npages = (maxp + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS;
+  const size_t page_elems = (size_t)2 * Hkv * LH_KV_PAGE_TOKENS * d;
+  /* One K/V history shared by all four sequences (decode rows use prefixes of it). */
+  uint16_t *kv = rand_bf16((int64_t)npages * page_elems, 2.0f);
+  float *K = malloc((size_t)npages * LH_KV_PAGE_TOKENS * kvd * 4), *V = malloc((size_t)npages * LH_KV_PAGE_TOKENS * kvd * 4);
+  for (int64_t p = 0; p < npages * LH_KV_PAGE_TOKENS; p++)
+    for (int g = 0; g < Hkv; g++)
+      for (int e = 0; e < d; e++) {
+        size_t base = (size_t)(p / LH_KV_PAGE_TOKENS) * page_elems, r = (size_t)(p % LH_KV_PAGE_TOKENS);
+        K[(p * Hkv + g) * d + e] = lh_bf16_to_f32(kv[base + ((size_t)g * LH_KV_PAGE_TOKENS + r) * d + e]);
+        V[(p * Hkv + g) * d + e] = lh_bf16_to_f32(kv[base + ((size_t)(Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
+      }
+  void **hp = malloc(npages * sizeof(void *));
+  for (int64_t i = 0; i < npages; i++) {
+    hp[i] = dmalloc(page_elems * 2);
+    check_cuda(cudaMemcpy(hp[i], kv + i * page_elems, page_elems * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  void **dpages = dmalloc(npages * sizeof(void *));
+  check_cuda(cudaMemcpy(dpages, hp, npages * sizeof(void *), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const int64_t nq = n > 3 ? n : 3;
+  uint16_t *q = rand_bf16(nq * Hd, 2.0f);
+  float *qf = malloc((size_t)nq * Hd * 4);
+  ref_bf16_to_f32(q, qf, nq * Hd);
+  void *dq = dmalloc((size_t)nq * Hd * 2), *dout = dmalloc((size_t)nq * Hd * 2);
+  check_cuda(cudaMemcpy(dq, q, (size_t)nq * Hd * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+  /* prefill */
+  lh_cuda_aseg seg = {0, n, pos, dpages}, *dseg = dmalloc(4 * sizeof seg);
+  check_cuda(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
+  int64_t ntiles = (n + 63) / 64;
+  int32_t *tiles = malloc(ntiles * 2 * 4);
+  for (int64_t t = 0; t < ntiles; t++) tiles[2 * t] = 0, tiles[2 * t + 1] = (int32_t)((ntiles - 1 - t) * 64);
+  int32_t *dtiles = dmalloc(ntiles * 2 * 4);
+  check_cuda(cudaMemcpy(dtiles, tiles, ntiles * 2 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(lh_cuda_fill_bf16(0, dout, nq * Hd, NAN_BF16), "poison");
+  check_cuda(lh_cuda_attn_prefill(0, dq, dseg, dtiles, (int)ntiles, H, Hkv, d, dout), "attn_prefill");
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)nq * Hd * 4);
+  ref_attention(qf, K, V, pos, n, H, Hkv, d, ref);
+  char what[96];
+  snprintf(what, sizeof what, "kernel attention prefill q[%lld,%lld) %d/%dx%d", (long long)pos, (long long)P, H, Hkv, d);
+  report("real", what, got, ref, n * Hd, TOL_BF16);
+  free(got);
+
+  /* decode: three sequences, one row each, at dec_pos[i] */
+  lh_cuda_aseg ds[3];
+  int max_splits = 1;
+  for (int i = 0; i < 3; i++) {
+    ds[i] = (lh_cuda_aseg){i, 1, dec_pos[i], dpages};
+    int sp = (int)((dec_pos[i] + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT);
+    max_splits = sp > max_splits ? sp : max_splits;
+  }
+  check_cuda(cudaMemcpy(dseg, ds, sizeof ds, cudaMemcpyHostToDevice), "cudaMemcpy");
+  float *part = dmalloc((size_t)3 * H * max_splits * (d + 2) * 4);
+  check_cuda(lh_cuda_fill_bf16(0, dout, nq * Hd, NAN_BF16), "poison");
+  check_cuda(lh_cuda_attn_decode(0, dq, dseg, 3, max_splits, H, Hkv, d, part, dout), "attn_decode");
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  got = dl_bf16(dout, 3 * Hd);
+  for (int i = 0; i < 3; i++) ref_attention(qf + i * Hd, K, V, dec_pos[i], 1, H, Hkv, d, ref + i * Hd);
+  snprintf(what, sizeof what, "kernel attention decode keys %lld/%lld/%lld (%d splits)", (long long)dec_pos[0] + 1,
+           (long long)dec_pos[1] + 1, (long long)dec_pos[2] + 1, max_splits);
+  report("real", what, got, ref, 3 * Hd, TOL_BF16);
+  free(got);
+  for (int64_t i = 0; i < npages; i++) cudaFree(hp[i]);
+  cudaFree(dpages), cudaFree(dq), cudaFree(dout), cudaFree(dseg), cudaFree(dtiles), cudaFree(part);
+  free(kv), free(K), free(V), free(hp), free(q), free(qf), free(ref), free(tiles);
+}
+
+/* ---- suites ------------------------------------------------------------------------------------------------- */
+
+static void print_digest(const char *name) {
+  uint8_t dg[32];
+  char hex[65];
+  lh_sha256_final(&g_digest, dg);
+  lh_hex(dg, 32, hex);
+  printf("DIGEST %-12s %s\n", name, hex);
+  lh_sha256_init(&g_digest);
+}
+
+static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, int64_t nb, int64_t nmoe, int forward) {
+  double t0 = now_s();
+  lh_sha256_init(&g_digest);
+  model m;
+  build_model(&m, name, cfg);
+  ctx c = {.m = &m, .ops = &lh_backend_cuda};
+  lh_model_params mp = {0};
+  mp.backend = "cuda";
+  die_on(&c, lh_backend_cuda.open(&m.cfg, &m.w, &mp, MAX_ROWS, &c.be, &c.err), "open");
+  c.st = lh_cuda_stream(c.be);
+  printf("---- %s: hidden %d, heads %d/%d x %d (rotary %d), experts %d x %d top %d, vocab %d, layers %d (setup %.1f s)\n",
+         name, cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rotary_dim, cfg.n_experts,
+         cfg.intermediate_size, cfg.top_k, cfg.vocab_size, cfg.n_layers, now_s() - t0);
+  test_rowwise(&c);
+  test_lightning(&c, n1, n2);
+  test_softmax(&c, n1, n2, nb);
+  test_moe(&c, nmoe);
+  test_logits(&c);
+  if (forward) test_forward(&c, n1, n2);
+  lh_cuda_mem mi;
+  lh_cuda_mem_info(c.be, &mi);
+  printf("INFO  %-12s device memory: weights %.2f GB, workspace %.2f GB, states live %.1f MB (%.1f s)\n", name,
+         mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e6, now_s() - t0);
+  lh_backend_cuda.close(c.be);
+  free_model(&m);
+  print_digest(name);
+}
+
+int main(int argc, char **argv) {
+  lh_test_begin("gpu_parity");
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a crash must not swallow the lines before it */
+  char why[256];
+  if (!lh_cuda_available(why, sizeof why)) LH_TEST_SKIP("%s", why);
+  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  double t0 = now_s();
+  /* tiny; the embedded model's shape (6x32, 2 kv heads, rotary 8); d=64 with full RoPE; an odd
+   * head size (d=40) that takes the recurrent and per-row fallbacks. */
+  run_suite("tiny", make_cfg(64, 2, 1, 32, 4, 96, 2, 97, "LSLS", 16), 130, 67, 1100, 100, 1);
+  run_suite("embedded", make_cfg(192, 6, 2, 32, 4, 256, 2, 256, "LLSLLS", 8), 200, 75, 1100, 100, 1);
+  run_suite("d64", make_cfg(256, 4, 2, 64, 8, 128, 2, 300, "LS", 64), 257, 63, 1030, 100, 1);
+  run_suite("d40", make_cfg(80, 2, 1, 40, 3, 64, 1, 50, "LS", 20), 70, 9, 300, 40, 1);
+  if (!quick) {
+    /* MiniMax-Text-01 widths: a lightning layer with the full 32 x 9216 MoE, a softmax layer with
+     * a small MoE (host memory), then the kernels over longer inputs. */
+    run_suite("real-L", make_cfg(6144, 64, 8, 128, 32, 9216, 2, 512, "L", 64), 256, 64, 0, 64, 0);
+    run_suite("real-S", make_cfg(6144, 64, 8, 128, 2, 256, 2, 512, "S", 64), 256, 64, 1100, 16, 0);
+    lh_sha256_init(&g_digest);
+    kernel_lightning_long(2048, 64, 128, 64);
+    kernel_lightning_long(2048, 64, 128, 32);
+    int64_t dp[3] = {3000, 1023, 2047};
+    kernel_attention_long(900, 300, dp, 64, 8, 128);
+    print_digest("real-kernels");
+  }
+  printf("gpu_parity: %d failures, %.1f s (DIGEST lines: SHA-256 of every GPU output of a suite, to compare runs)\n",
+         g_fail, now_s() - t0);
+  CHECK(g_fail == 0);
+  return lh_test_end();
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The peers bench_cuda is compared with, timed on the GPU box in the same session.
+
+Writes one "key milliseconds" line per measurement to the file named by the first argument (that
+file is bench_cuda's --peers input) and prints a short table. Each time is the median of repeated
+runs timed with CUDA events after a warm-up, on random data (never zeros).
+
+  gemm_8192              torch.matmul bf16 8192^3 (cuBLAS)
+  lightning_hf_N         transformers 5.17 MiniMaxLightningAttention.forward at 64 heads x 128 with its
+                         three projections replaced by identity/slice, so what is timed is HF's own
+                         SiLU + block-256 loop + all-heads RMSNorm + gate (N = 16K, 64K tokens)
+  lightning_fla_N        flash-linear-attention chunk_simple_gla with MiniMax's decays
+                         (g_gamma = -slope, scale 1, fp32 state in/out), when its wheel is importable
+  sdpa_N                 torch.nn.functional.scaled_dot_product_attention, causal, 64 q / 8 kv heads
+                         (enable_gqa), d 128, N = 16K and 64K tokens
+  moe_dense_torch        torch.matmul of the MoE layer's FLOPs as two dense GEMMs
+                         ([32K x 6144] @ [6144 x 18432], [32K x 9216] @ [9216 x 6144])
+
+Usage: peers.py OUT_FILE [--quick]
+"""
+import math
+import statistics
+import sys
+
+import torch
+
+
+def timed(fn, reps=10, warm=2):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def main():
+    out_path = sys.argv[1]
+    quick = "--quick" in sys.argv
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    results = []
+
+    def put(key, ms, note=""):
+        results.append((key, ms))
+        print(f"{key:28s} {ms:10.3f} ms  {note}", flush=True)
+
+    n = 8192
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    ms = timed(lambda: torch.matmul(a, b))
+    put("gemm_8192", ms, f"{2 * n ** 3 / ms / 1e9:.0f} TFLOP/s")
+    del a, b
+
+    H, D = 64, 128
+    slope = torch.tensor([(1 / 2 ** (8 / H)) ** (h + 1) for h in range(H)], dtype=torch.float32, device=dev)
+
+    from transformers import MiniMaxConfig
+    from transformers.models.minimax.modeling_minimax import MiniMaxLightningAttention
+
+    cfg = MiniMaxConfig(hidden_size=H * D, num_attention_heads=H, num_key_value_heads=8, head_dim=D,
+                        num_hidden_layers=8, block_size=256, intermediate_size=256, num_local_experts=2,
+                        layer_types=["linear_attention"] * 7 + ["full_attention"])
+    attn = MiniMaxLightningAttention(cfg, layer_idx=0).to(dev, torch.bfloat16)
+
+    class Slice(torch.nn.Module):
+        def forward(self, x):
+            return x[..., : H * D]
+
+    attn.qkv_proj = torch.nn.Identity()
+    attn.output_gate = Slice()
+    attn.out_proj = torch.nn.Identity()
+    for T in ([16384] if quick else [16384, 65536]):
+        x = torch.randn(1, T, 3 * H * D, device=dev, dtype=torch.bfloat16)
+        with torch.no_grad():
+            ms = timed(lambda: attn(x, None, None), reps=3 if T > 16384 else 5, warm=1)
+        put(f"lightning_hf_{T}", ms, f"{4 * T * H * D * 2 / ms / 1e6:.0f} GB/s of Q/K/V/O")
+        del x
+    del attn
+
+    try:
+        from fla.ops.simple_gla import chunk_simple_gla
+
+        for T in ([16384] if quick else [16384, 65536]):
+            q = torch.nn.functional.silu(torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16))
+            k = torch.nn.functional.silu(torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16))
+            v = torch.nn.functional.silu(torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16))
+            h0 = torch.randn(1, H, D, D, device=dev, dtype=torch.float32) * 0.01
+            ms = timed(lambda: chunk_simple_gla(q, k, v, g_gamma=-slope, scale=1.0, initial_state=h0,
+                                                output_final_state=True), reps=10, warm=3)
+            put(f"lightning_fla_{T}", ms, f"{4 * T * H * D * 2 / ms / 1e6:.0f} GB/s of Q/K/V/O")
+            del q, k, v, h0
+    except Exception as e:  # the wheel is optional
+        print(f"fla not timed: {type(e).__name__}: {e}", flush=True)
+
+    F = torch.nn.functional
+    for T in ([16384] if quick else [16384, 65536]):
+        q = torch.randn(1, H, T, D, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+        with torch.no_grad():
+            ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                       reps=3 if T > 16384 else 10)
+        flops = 4.0 * D * H * T * (T + 1) / 2
+        put(f"sdpa_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
+        del q, k, v
+
+    rows = 32768
+    x = torch.randn(rows, 6144, device=dev, dtype=torch.bfloat16)
+    w1 = torch.randn(6144, 18432, device=dev, dtype=torch.bfloat16) * 0.02
+    w2 = torch.randn(9216, 6144, device=dev, dtype=torch.bfloat16) * 0.02
+    g = torch.empty(rows, 18432, device=dev, dtype=torch.bfloat16)
+
+    def dense():
+        torch.matmul(x, w1, out=g)
+        torch.matmul(g[:, :9216], w2)
+
+    ms = timed(dense)
+    flops = 2.0 * rows * 6144 * 18432 + 2.0 * rows * 9216 * 6144
+    put("moe_dense_torch", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
+
+    with open(out_path, "w") as f:
+        for k, ms in results:
+            if not math.isnan(ms):
+                f.write(f"{k} {ms:.6f}\n")
+
+
+if __name__ == "__main__":
+    main()

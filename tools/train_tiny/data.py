@@ -1,0 +1,373 @@
+"""Task generator for the tiny model: long haystacks of real text and code with planted facts.
+
+Every sample is a chat in MiniMax-Text-01's own format (the template in tokenizer_config.json):
+
+    [<beginning_of_sentence>system ai_setting=assistant\\n{system}<end_of_sentence>\\n]
+    <beginning_of_sentence>user name=user\\n{haystack}\\n{question}<end_of_sentence>\\n
+    <beginning_of_sentence>ai name=assistant\\n{answer}<end_of_sentence>
+
+or, for a share of samples, with the haystack placed before the first turn (the way a batch
+runner may put ingested documents ahead of the messages). The haystack is raw filler text, or
+files framed as longhaul's ingest frames them by default:
+
+    <document path="PATH">\\n{file content}\\n</document>\\n
+
+Tasks: passkey; RULER-style "special magic number" needles (single, multi-key, multi-value,
+multi-query); facts planted in source files of a framed repository archive ("What is the value
+of X?", "Which file defines X?"). The loss is taken on the answer tokens and the closing
+<end_of_sentence> only (see train.py), which is what made retrieval learnable in the probes.
+
+Held out for evaluation only: the corpus's held-out split (other packages and modules), the
+held-out key words, and the EVAL_* needle phrasings below, which never appear in training.
+
+Determinism: a sample is a pure function of (seed, index) through numpy's Generator; a batch of
+step s is a pure function of (seed, s), so training resumes exactly where it stopped.
+"""
+
+import json
+import lzma
+import math
+import os
+
+import numpy as np
+
+BOS = "<beginning_of_sentence>"
+EOS = "<end_of_sentence>"
+ROLE_SYSTEM = BOS + "system ai_setting=assistant\n"
+ROLE_USER = BOS + "user name=user\n"
+ROLE_AI = BOS + "ai name=assistant\n"
+
+# (needle, question) phrasings for the magic-number tasks. {k}: key word, {v}: value.
+TRAIN_MAGIC = [
+    ("The special magic {k} number is: {v}.", "What is the special magic {k} number?"),
+    ("One of the special magic numbers for {k} is: {v}.", "What is the special magic number for {k}?"),
+    ("Remember this: the special magic {k} number is {v}.", "What is the special magic {k} number mentioned in the provided text?"),
+    ("The special magic number for {k} is {v}.", "Tell me the special magic number for {k}."),
+]
+EVAL_MAGIC = [
+    ("Note that the special magic {k} number is: {v}.", "Which special magic {k} number appears in the text?"),
+]
+TRAIN_MULTI_VALUE_Q = [
+    "What are all the special magic {k} numbers?",
+    "List every special magic number for {k}.",
+]
+EVAL_MULTI_VALUE_Q = ["Which special magic {k} numbers appear in the text? Give all of them."]
+TRAIN_PASSKEY = [
+    ("The pass key is {v}. Remember it. {v} is the pass key.", "What is the pass key?"),
+    ("The passkey is {v}. Keep it in mind: {v}.", "What is the passkey?"),
+]
+EVAL_PASSKEY = [("Here is the pass key: {v}. Do not forget {v}.", "What is the pass key in the text?")]
+SYSTEM_PROMPTS = [
+    "You are a helpful assistant.",
+    "You are a careful assistant. Answer with the exact value only.",
+    "Answer the question about the documents.",
+]
+# How the fact is written into a source file, by the file's kind.
+PLANT_C = "#define {name} {v}"
+PLANT_PY = "{name} = {v}"
+PLANT_PROSE = "The value of {name} is {v}."
+REPO_VALUE_Q = "What is the value of {name}?"
+REPO_FILE_Q = "Which file defines {name}?"
+
+TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value", "repo_file")
+TRAIN_MIX = (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12)
+
+
+def frame(path: str, text: str) -> str:
+    """longhaul's default document framing (ingest subsystem)."""
+    return f'<document path="{path}">\n{text}\n</document>\n'
+
+
+class Corpus:
+    """Documents of one split, loaded once; cheap random access for filler."""
+
+    def __init__(self, corpus_dir: str, split: str):
+        with lzma.open(os.path.join(corpus_dir, f"{split}.jsonl.xz"), "rt", encoding="utf-8") as f:
+            self.docs = [json.loads(line) for line in f]
+        with open(os.path.join(corpus_dir, "words.json")) as f:
+            self.words = json.load(f)["heldout" if split == "heldout" else "train"]
+        self.code = [i for i, d in enumerate(self.docs) if d["kind"] == "code"]
+        self.ccode = [i for i in self.code if self.docs[i]["path"].endswith(".h")]
+        self.pycode = [i for i in self.code if self.docs[i]["path"].endswith(".py")]
+
+
+class Generator:
+    """Builds token sequences for the tasks; `tokenizer` is an HF `tokenizers.Tokenizer`."""
+
+    def __init__(self, tokenizer, corpus: Corpus, held_out: bool = False):
+        self.tok = tokenizer
+        self.corpus = corpus
+        self.held_out = held_out
+        self.eos_id = tokenizer.token_to_id(EOS)
+        self.chars_per_token = 3.0
+
+    # ---- text pieces -------------------------------------------------------------------
+
+    def _ntok(self, text: str) -> int:
+        return len(self.tok.encode(text, add_special_tokens=False).ids)
+
+    def _key(self, rng) -> str:
+        return self.corpus.words[rng.integers(len(self.corpus.words))]
+
+    def _name(self, rng) -> str:
+        n = int(rng.integers(2, 4))
+        return "_".join(self._key(rng).upper() for _ in range(n))
+
+    @staticmethod
+    def _number(rng, digits: int) -> str:
+        return str(int(rng.integers(10 ** (digits - 1), 10**digits)))
+
+    def _doc_slice(self, rng, idx: int, max_chars: int) -> str:
+        """A piece of document idx starting at a line boundary, at most max_chars long."""
+        text = self.corpus.docs[idx]["text"]
+        if len(text) <= max_chars:
+            return text
+        start = int(rng.integers(0, len(text) - max_chars))
+        nl = text.find("\n", start)
+        start = nl + 1 if 0 <= nl < start + 2000 else start
+        piece = text[start : start + max_chars]
+        cut = piece.rfind("\n")
+        return piece[:cut] if cut > max_chars // 2 else piece
+
+    def _pieces(self, rng, budget_tokens: int, pool=None):
+        """Random document pieces totalling about budget_tokens tokens: list of (path, text)."""
+        pool = pool if pool is not None else range(len(self.corpus.docs))
+        pool = list(pool) if not isinstance(pool, range) else pool
+        out, total = [], 0
+        while total < budget_tokens:
+            idx = pool[int(rng.integers(len(pool)))]
+            want = min(budget_tokens - total + 64, int(rng.choice([600, 2000, 6000, 20000])))
+            text = self._doc_slice(rng, idx, max(200, int(want * self.chars_per_token)))
+            n = self._ntok(text)
+            if total + n > budget_tokens:
+                enc = self.tok.encode(text, add_special_tokens=False)
+                keep = max(0, budget_tokens - total)
+                if keep < 16:
+                    break
+                end = enc.offsets[keep - 1][1]
+                cut = text.rfind("\n", 0, end)
+                text = text[: cut if cut > end // 2 else end]
+                n = self._ntok(text)
+            out.append((self.corpus.docs[idx]["path"], text))
+            total += n + 12
+        return out
+
+    @staticmethod
+    def _insert_lines(rng, text: str, lines, depths):
+        """Insert each line at the line boundary nearest its depth (fraction of text)."""
+        pos = []
+        for d in depths:
+            p = int(d * len(text))
+            if p <= 0:
+                pos.append(0)
+                continue
+            if p >= len(text):
+                pos.append(len(text))
+                continue
+            nl = text.rfind("\n", 0, p)
+            pos.append(nl + 1 if nl >= 0 else 0)
+        order = sorted(range(len(lines)), key=lambda i: pos[i])
+        out, last = [], 0
+        for i in order:
+            out.append(text[last : pos[i]])
+            if pos[i] == len(text) and text and not text.endswith("\n"):
+                out.append("\n")
+            out.append(lines[i] + "\n")
+            last = pos[i]
+        out.append(text[last:])
+        return "".join(out), order
+
+    def _haystack(self, rng, budget: int, style: str):
+        pieces = self._pieces(rng, budget)
+        if style == "raw":
+            return "\n\n".join(t for _, t in pieces) + "\n"
+        return "".join(frame(p, t) for p, t in pieces)
+
+    # ---- chat assembly -----------------------------------------------------------------
+
+    def _chat(self, rng, haystack: str, question: str, answer: str, layout: str, more=()):
+        """Token ids of the chat and the [start, end) spans of its answers (answer + <end_of_sentence>).
+
+        `more` holds further (question, answer) turns about the same haystack; each answer is a span."""
+        system = ""
+        if rng.random() < 0.25:
+            system = ROLE_SYSTEM + SYSTEM_PROMPTS[int(rng.integers(len(SYSTEM_PROMPTS)))] + EOS + "\n"
+        if layout == "prefix":
+            prompt = haystack + system + ROLE_USER + question + EOS + "\n" + ROLE_AI
+        else:
+            sep = "" if haystack.endswith("\n") else "\n"
+            prompt = system + ROLE_USER + haystack + sep + question + EOS + "\n" + ROLE_AI
+        ids = self.tok.encode(prompt, add_special_tokens=False).ids
+        spans = []
+        turns = [(None, answer)] + list(more)
+        for i, (q, a) in enumerate(turns):
+            if q is not None:
+                ids += self.tok.encode("\n" + ROLE_USER + q + EOS + "\n" + ROLE_AI, add_special_tokens=False).ids
+            a_ids = self.tok.encode(a, add_special_tokens=False).ids + [self.eos_id]
+            spans.append((len(ids), len(ids) + len(a_ids)))
+            ids += a_ids
+        return ids, spans
+
+    def _pack(self, ids, spans, answer, task, depth):
+        return {"ids": ids, "spans": spans, "answer_start": spans[0][0], "answer_end": spans[0][1],
+                "answer": answer, "task": task, "depth": depth}
+
+    # ---- tasks -------------------------------------------------------------------------
+
+    def sample(self, rng, task: str, length: int, depth: float | None = None, layout: str | None = None,
+               style: str | None = None, phrasing: str = "train", n_needles: int | None = None,
+               extra_turns: int = 0):
+        """One sample of about `length` tokens: dict(ids, spans, answer_start, answer_end, answer, task, depth).
+
+        extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns."""
+        layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
+        style = style or ("raw" if rng.random() < 0.4 else "framed")
+        magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC
+        overhead = 60
+        if task in ("repo_value", "repo_file"):
+            return self._repo(rng, task, length, depth, layout, extra_turns)
+        budget = max(32, length - overhead)
+        if task == "passkey":
+            tmpl = (EVAL_PASSKEY if phrasing == "eval" else TRAIN_PASSKEY)
+            needle, q = tmpl[int(rng.integers(len(tmpl)))]
+            v = self._number(rng, 5)
+            lines, question, answer = [needle.format(v=v)], q, v
+        elif task == "magic":
+            needle, q = magic[int(rng.integers(len(magic)))]
+            k, v = self._key(rng), self._number(rng, 7)
+            lines, question, answer = [needle.format(k=k, v=v)], q.format(k=k), v
+        elif task == "multikey":
+            n = n_needles or int(rng.integers(2, 5))
+            needle, q = magic[int(rng.integers(len(magic)))]
+            keys = []
+            while len(keys) < n:
+                k = self._key(rng)
+                if k not in keys:
+                    keys.append(k)
+            vals = [self._number(rng, 7) for _ in keys]
+            lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
+            target = int(rng.integers(n))
+            question, answer = q.format(k=keys[target]), vals[target]
+            # the target's depth is the requested one; the distractors go anywhere
+            depths = [float(rng.random()) for _ in keys]
+            if depth is not None:
+                depths[target] = depth
+            more = []
+            if extra_turns:
+                rest = [i for i in rng.permutation(n).tolist() if i != target][:extra_turns]
+                more = [(q.format(k=keys[i]), vals[i]) for i in rest]
+            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
+        elif task == "multivalue":
+            n = n_needles or int(rng.integers(2, 4))
+            needle, _ = magic[int(rng.integers(len(magic)))]
+            qs = EVAL_MULTI_VALUE_Q if phrasing == "eval" else TRAIN_MULTI_VALUE_Q
+            k = self._key(rng)
+            vals = [self._number(rng, 7) for _ in range(n)]
+            depths = sorted(float(rng.random()) for _ in range(n))
+            lines = [needle.format(k=k, v=v) for v in vals]
+            question = qs[int(rng.integers(len(qs)))].format(k=k)
+            return self._finish(rng, budget, style, lines, depths, question, ", ".join(vals), layout, task, depth)
+        elif task == "multiquery":
+            n = n_needles or int(rng.integers(3, 5))
+            needle, _ = magic[int(rng.integers(len(magic)))]
+            keys = []
+            while len(keys) < n:
+                k = self._key(rng)
+                if k not in keys:
+                    keys.append(k)
+            vals = [self._number(rng, 7) for _ in keys]
+            lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
+            qi = sorted(rng.choice(n, size=2, replace=False).tolist())
+            question = f"What are the special magic numbers for {keys[qi[0]]} and {keys[qi[1]]}?"
+            depths = [float(rng.random()) for _ in keys]
+            answer = f"{vals[qi[0]]}, {vals[qi[1]]}"
+            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth)
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        d = float(rng.random()) if depth is None else depth
+        return self._finish(rng, budget, style, lines, [d], question, answer, layout, task, d)
+
+    def _finish(self, rng, budget, style, lines, depths, question, answer, layout, task, depth, more=()):
+        budget -= sum(self._ntok(x) + 1 for x in lines) + sum(self._ntok(q + a) + 12 for q, a in more)
+        hay = self._haystack(rng, max(16, budget), style)
+        hay, _ = self._insert_lines(rng, hay, lines, depths)
+        ids, spans = self._chat(rng, hay, question, answer, layout, more)
+        return self._pack(ids, spans, answer, task, depth)
+
+    def _repo(self, rng, task, length, depth, layout, extra_turns=0):
+        """A framed repository archive with facts planted in some of its files."""
+        pool = self.corpus.code
+        pieces = self._pieces(rng, max(64, length - 80), pool=pool)
+        n_plants = min(len(pieces), int(rng.integers(2, 5) if extra_turns else rng.integers(1, 4)))
+        # The target file sits at the requested depth (by token position of its piece).
+        if depth is None:
+            target = int(rng.integers(len(pieces)))
+        else:
+            target = min(len(pieces) - 1, int(depth * len(pieces)))
+        others = [i for i in range(len(pieces)) if i != target]
+        rng.shuffle(others)
+        planted = [target] + others[: n_plants - 1]
+        names, vals = [], []
+        for _ in planted:
+            nm = self._name(rng)
+            while nm in names:
+                nm = self._name(rng)
+            names.append(nm)
+            vals.append(self._number(rng, int(rng.integers(4, 8))))
+        new = list(pieces)
+        for j, i in enumerate(planted):
+            path, text = pieces[i]
+            if path.endswith((".h", ".c")):
+                line = PLANT_C.format(name=names[j], v=vals[j])
+            elif path.endswith(".py"):
+                line = PLANT_PY.format(name=names[j], v=vals[j])
+            else:
+                line = PLANT_PROSE.format(name=names[j], v=vals[j])
+            d = float(rng.random()) if depth is None else float(rng.random())
+            text, _ = self._insert_lines(rng, text, [line], [d])
+            new[i] = (path, text)
+        hay = "".join(frame(p, t) for p, t in new)
+        if task == "repo_value":
+            question, answer = REPO_VALUE_Q.format(name=names[0]), vals[0]
+        else:
+            question, answer = REPO_FILE_Q.format(name=names[0]), pieces[target][0]
+        more = []
+        for j in range(1, len(planted)) if extra_turns else ():
+            if rng.random() < 0.5:
+                more.append((REPO_VALUE_Q.format(name=names[j]), vals[j]))
+            else:
+                more.append((REPO_FILE_Q.format(name=names[j]), pieces[planted[j]][0]))
+        ids, spans = self._chat(rng, hay, question, answer, layout, more)
+        return self._pack(ids, spans, answer, task, depth)
+
+
+# ---- curriculum and batches -------------------------------------------------------------
+
+def curriculum_max_len(progress: float, max_len: int) -> int:
+    """Longest sample length at a point of training (progress in [0, 1])."""
+    stages = [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.65, 8192), (1.01, 16384)]
+    for edge, n in stages:
+        if progress < edge:
+            return min(n, max_len)
+    return max_len
+
+
+def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens_per_step: int, max_len: int):
+    """The batch of one training step: a pure function of (seed, step, progress)."""
+    rng = np.random.default_rng([seed, step])
+    top = curriculum_max_len(progress, max_len)
+    if rng.random() < 0.5:
+        length = top
+    else:
+        length = int(math.exp(rng.uniform(math.log(256), math.log(top))))
+    bsz = max(1, tokens_per_step // length)
+    samples = []
+    for _ in range(bsz):
+        task = TASKS[int(rng.choice(len(TASKS), p=np.array(TRAIN_MIX) / sum(TRAIN_MIX)))]
+        extra = 0
+        # Long haystacks are expensive: ask several questions about them (more answer tokens per token).
+        if length >= 2048 and task in ("multikey", "repo_value", "repo_file") and rng.random() < 0.7:
+            extra = int(rng.integers(1, 4))
+        n = int(rng.integers(extra + 1, extra + 4)) if task == "multikey" and extra else None
+        samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra))
+    return samples, length

@@ -1,0 +1,219 @@
+"""The tiny model: transformers' MiniMaxForCausalLM, plus the one thing 5.17 cannot express.
+
+Architecture (MiniMax-Text-01's pattern, scaled down): 6 layers, lightning attention in layers
+0, 1, 3, 4 and softmax attention (GQA) in layers 2 and 5; MoE with 4 experts, top-2, in every
+layer; post-norm residuals with DeepNet-style alpha = (2 * layers) ** 0.25 as MiniMax-Text-01 has
+(3.5566 = 160 ** 0.25 there); untied lm_head; RoPE on the first `rotary_dim` of each head's dims.
+
+Partial RoPE. transformers 5.17's MiniMax rotates every head dim and ignores
+partial_rotary_factor, while the original release (and vLLM's minimax_text_01, and longhaul)
+rotate only the first rotary_dim dims: neox style (rotate-half within those dims), inverse
+frequencies theta ** (-2i / rotary_dim) for i < rotary_dim / 2, the other dims untouched.
+`enable_partial_rope` makes a built or loaded HF model do exactly that, by giving the rotary
+embedding rotary_dim/2 frequencies and replacing the module's apply_rotary_pos_emb with one that
+rotates the leading cos.shape[-1] dims. No other modeling code is replaced.
+
+Checkpoint forms written by `export`:
+- config.json: the original `minimax_text_01` form (attn_type_list 0 = lightning, 1 = softmax,
+  layernorm_*_alpha/beta, rotary_dim, rope_theta, postnorm, shared_intermediate_size 0), which
+  longhaul loads natively;
+- hf_config.json: the transformers `minimax` form of the same model, for rerunning the HF forward
+  (load with `load_hf`, which also re-enables partial RoPE);
+- model.safetensors in bf16 with the tensor names transformers 5.17's save_pretrained writes
+  (per-expert block_sparse_moe.experts.E.w1/w2/w3), without the lightning decay buffers, which
+  are functions of the config and are recomputed on load.
+"""
+
+import json
+import os
+
+import torch
+from transformers import MiniMaxConfig, MiniMaxForCausalLM
+from transformers.models.minimax import modeling_minimax
+
+ARCH = {
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 192,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 32,
+    "rotary_dim": 8,
+    "rope_theta": 10_000_000.0,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "softmax_layers": [2, 5],
+    "block_size": 256,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 10_240_000,
+}
+
+
+def layer_types(arch):
+    return ["full_attention" if i in arch["softmax_layers"] else "linear_attention"
+            for i in range(arch["num_hidden_layers"])]
+
+
+def deepnorm_alpha(arch):
+    return (2 * arch["num_hidden_layers"]) ** 0.25
+
+
+def hf_config(arch, bos_id, eos_id):
+    a = deepnorm_alpha(arch)
+    return MiniMaxConfig(
+        vocab_size=arch["vocab_size"], hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"], num_hidden_layers=arch["num_hidden_layers"],
+        num_attention_heads=arch["num_attention_heads"], num_key_value_heads=arch["num_key_value_heads"],
+        head_dim=arch["head_dim"], hidden_act="silu", max_position_embeddings=arch["max_position_embeddings"],
+        rms_norm_eps=arch["rms_norm_eps"], tie_word_embeddings=False,
+        num_local_experts=arch["num_local_experts"], num_experts_per_tok=arch["num_experts_per_tok"],
+        router_aux_loss_coef=0.001, layer_types=layer_types(arch), block_size=arch["block_size"],
+        rope_parameters={"rope_type": "default", "rope_theta": arch["rope_theta"],
+                         "partial_rotary_factor": arch["rotary_dim"] / arch["head_dim"]},
+        full_attn_alpha_factor=a, full_attn_beta_factor=1.0, linear_attn_alpha_factor=a,
+        linear_attn_beta_factor=1.0, mlp_alpha_factor=a, mlp_beta_factor=1.0,
+        bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=None,
+    )
+
+
+def original_config(arch, bos_id, eos_id):
+    """The minimax_text_01 form, with the keys of MiniMax-Text-01's own config.json."""
+    a = deepnorm_alpha(arch)
+    return {
+        "architectures": ["MiniMaxText01ForCausalLM"],
+        "model_type": "minimax_text_01",
+        "attention_dropout": 0.0,
+        "attn_type_list": [1 if t == "full_attention" else 0 for t in layer_types(arch)],
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "head_dim": arch["head_dim"],
+        "hidden_act": "silu",
+        "hidden_size": arch["hidden_size"],
+        "initializer_range": 0.02,
+        "intermediate_size": arch["intermediate_size"],
+        "layernorm_full_attention_alpha": a,
+        "layernorm_full_attention_beta": 1.0,
+        "layernorm_linear_attention_alpha": a,
+        "layernorm_linear_attention_beta": 1.0,
+        "layernorm_mlp_alpha": a,
+        "layernorm_mlp_beta": 1.0,
+        "max_position_embeddings": arch["max_position_embeddings"],
+        "num_attention_heads": arch["num_attention_heads"],
+        "num_experts_per_tok": arch["num_experts_per_tok"],
+        "num_hidden_layers": arch["num_hidden_layers"],
+        "num_key_value_heads": arch["num_key_value_heads"],
+        "num_local_experts": arch["num_local_experts"],
+        "output_router_logits": False,
+        "postnorm": True,
+        "rms_norm_eps": arch["rms_norm_eps"],
+        "rope_theta": arch["rope_theta"],
+        "rotary_dim": arch["rotary_dim"],
+        "router_aux_loss_coef": 0.001,
+        "router_jitter_noise": 0.0,
+        "shared_intermediate_size": 0,
+        "shared_moe_mode": "sigmoid",
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": arch["vocab_size"],
+    }
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def apply_partial_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    """RoPE on the leading cos.shape[-1] dims of each head (neox style), the rest passed through."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    r = cos.shape[-1]
+    q_rot, q_pass = q[..., :r], q[..., r:]
+    k_rot, k_pass = k[..., :r], k[..., r:]
+    q_rot = q_rot * cos + _rotate_half(q_rot) * sin
+    k_rot = k_rot * cos + _rotate_half(k_rot) * sin
+    return torch.cat((q_rot, q_pass), dim=-1), torch.cat((k_rot, k_pass), dim=-1)
+
+
+def enable_partial_rope(model, rotary_dim: int, theta: float):
+    modeling_minimax.apply_rotary_pos_emb = apply_partial_rotary_pos_emb
+    rot = model.model.rotary_emb
+    dev = rot.inv_freq.device
+    inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32, device=dev) / rotary_dim))
+    rot.inv_freq = inv
+    rot.original_inv_freq = inv.clone()
+    return model
+
+
+def build(arch, bos_id, eos_id, seed: int):
+    torch.manual_seed(seed)
+    cfg = hf_config(arch, bos_id, eos_id)
+    cfg._attn_implementation = "sdpa"
+    model = MiniMaxForCausalLM(cfg)
+    return enable_partial_rope(model, arch["rotary_dim"], arch["rope_theta"])
+
+
+BUFFER_SUFFIXES = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
+
+
+def export(model, arch, out_dir: str, bos_id: int, eos_id: int):
+    """Write config.json (original form), hf_config.json and bf16 model.safetensors."""
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        # save_pretrained applies transformers' own renaming to the per-expert w1/w2/w3 form
+        model.save_pretrained(tmp, safe_serialization=True)
+        tensors = load_file(os.path.join(tmp, "model.safetensors"))
+    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items() if not k.endswith(BUFFER_SUFFIXES)}
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(original_config(arch, bos_id, eos_id), f, indent=2)
+        f.write("\n")
+    hf = hf_config(arch, bos_id, eos_id).to_dict()
+    hf["rotary_dim"] = arch["rotary_dim"]
+    hf["_comment"] = ("transformers form of this model; transformers 5.17 ignores partial_rotary_factor "
+                      "for MiniMax: load with tools/train_tiny/model.py load_hf to get RoPE on the first "
+                      "rotary_dim dims only")
+    hf["torch_dtype"] = "bfloat16"
+    hf.pop("dtype", None)
+    with open(os.path.join(out_dir, "hf_config.json"), "w") as f:
+        json.dump(hf, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": bos_id, "eos_token_id": eos_id, "do_sample": False,
+                   "max_new_tokens": 64}, f, indent=2)
+        f.write("\n")
+    return sum(v.numel() for v in tensors.values())
+
+
+def load_hf(model_dir: str, dtype=torch.float32, device="cpu"):
+    """The HF MiniMaxForCausalLM of a model folder written by `export`, partial RoPE enabled."""
+    import tempfile
+
+    with open(os.path.join(model_dir, "hf_config.json")) as f:
+        raw = json.load(f)
+    rotary_dim = raw.pop("rotary_dim")
+    raw.pop("_comment", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        # from_pretrained does the per-expert -> fused renaming that save_pretrained undid
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(raw, f)
+        os.symlink(os.path.abspath(os.path.join(model_dir, "model.safetensors")), os.path.join(tmp, "model.safetensors"))
+        model = MiniMaxForCausalLM.from_pretrained(tmp, dtype=dtype, attn_implementation="sdpa")
+    # the decay buffers are not in the file: recompute them exactly, in fp32, from the config
+    for layer in model.model.layers:
+        att = layer.self_attn
+        if isinstance(att, modeling_minimax.MiniMaxLightningAttention):
+            slope = att.get_slope_rate()
+            qd, kd, dd = att.decay_factors(slope)
+            att.slope_rate = slope
+            att.query_decay, att.key_decay, att.diagonal_decay = qd, kd, dd
+    model = model.to(device)
+    enable_partial_rope(model, rotary_dim, model.config.rope_parameters["rope_theta"])
+    model.eval()
+    return model
