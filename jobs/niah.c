@@ -393,10 +393,9 @@ static const char *builtin_corpus(char *buf, size_t n) {
     char *slash = strrchr(exe, '/');
     if (slash) {
       *slash = 0;
-      snprintf(buf, n, "%s/../examples/niah/haystack.tar.xz", exe);
-      if (lh_is_file(buf)) return buf;
-      snprintf(buf, n, "%s/../share/longhaul/niah/haystack.tar.xz", exe);
-      if (lh_is_file(buf)) return buf;
+      if ((size_t)snprintf(buf, n, "%.3900s/../examples/niah/haystack.tar.xz", exe) < n && lh_is_file(buf)) return buf;
+      if ((size_t)snprintf(buf, n, "%.3900s/../share/longhaul/niah/haystack.tar.xz", exe) < n && lh_is_file(buf))
+        return buf;
     }
   }
   snprintf(buf, n, "%s/niah/haystack.tar.xz", LH_DATA_DIR);
