@@ -388,6 +388,7 @@ static lh_status tokenize_text(run *R, const lh_buf *b, lh_i32vec *out, lh_error
 static lh_status prefill_prefix(run *R, lh_state *st, lh_store_cursor *cur, const int32_t *tokens, int64_t n,
                                 const char *label, int checkpoint, lh_error *err) {
   int64_t pos = lh_state_pos(st), chunk = R->p->chunk, since = 0;
+  if (pos >= n) return LH_OK;
   lh_progress_begin(R->prog, label, "prefill", n, "tok");
   lh_progress_update(R->prog, pos);
   while (pos < n) {
