@@ -71,7 +71,7 @@ set +e
 rc=$?
 set -e
 [ $rc = 1 ] || { cat "$T/run2.log"; fail "rerun exit status $rc"; }
-grep -q "3 already done" "$T/run2.log" || { cat "$T/run2.log"; fail "rerun did not skip finished jobs"; }
+grep -q "5 already done" "$T/run2.log" || { cat "$T/run2.log"; fail "rerun did not skip finished jobs"; }
 cmp "$T/out/output.jsonl" "$T/output.first" || fail "rerun changed output.jsonl"
 "$LH" status --out "$T/out" | tee "$T/status.txt"
 grep -q "done" "$T/status.txt" || fail "status shows no done jobs"
