@@ -41,6 +41,7 @@ void lh_niah_length_label(int64_t v, char *out, int outsz) {
   else snprintf(out, (size_t)outsz, "%.1f%s", x, suf);
 }
 
+#ifdef LH_HAVE_CAIRO
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
@@ -50,7 +51,6 @@ static int cmp_dbl(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-#ifdef LH_HAVE_CAIRO
 typedef struct grid {
   int64_t *len;
   int nl;
