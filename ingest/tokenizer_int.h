@@ -87,6 +87,7 @@ typedef struct tk_regex {
   uint32_t delta_min;
   bool can_be_empty; /* the pattern can match the empty string */
   uint32_t lookbehind; /* longest lookbehind in characters (plus one for ^ and \b) */
+  int fast_kind;       /* TK_FAST_*: a hand-written matcher (tokenizer_fastsplit.c) replaces PCRE2 */
 } tk_regex;
 
 /* Compile an Oniguruma (Ruby syntax) pattern the way HF's SysRegex does, or a literal string
@@ -108,6 +109,19 @@ typedef struct tk_find {
 #define TK_FIND_MATCH 1   /* [*ms, *me) is the next match */
 #define TK_FIND_PARTIAL 2 /* more text could make a match start at *ms (partial mode only) */
 #define TK_FIND_ERROR 3
+
+/* Hand-written matchers for well-known pre-tokenizer patterns (tokenizer_fastsplit.c). */
+#define TK_FAST_GPT2 1   /* GPT-2 ByteLevel */
+#define TK_FAST_CL100K 2 /* cl100k (GPT-4, Llama 3) */
+#define TK_FAST_QWEN2 3  /* cl100k with single digits (Qwen2) */
+#define TK_FAST_O200K 4  /* o200k (GPT-4o, MiniMax) */
+/* The TK_FAST_* kind of an Oniguruma pattern, 0 when none (or the tables could not be built). */
+int tk_fast_kind(const char *pat, size_t len);
+/* The pattern text of a TK_FAST_* kind (for tests), NULL for others. */
+const char *tk_fast_pattern(int kind);
+/* The match starting at pos (these patterns match at every position; TK_FIND_NONE only at the
+ * end); TK_FIND_PARTIAL when partial and deciding needed text past len. */
+int tk_fast_find(int kind, const uint8_t *s, size_t len, size_t pos, bool partial, size_t *ms, size_t *me);
 
 /* Next match of an onig-style find_iter over subj[0, len) (subj may have context before `lo`,
  * which lookbehinds see but matches never start in). With partial, hitting the end of the

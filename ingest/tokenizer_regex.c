@@ -22,6 +22,10 @@
  * find_iter follows the onig crate: after an empty match at the end of the previous match, the
  * search moves on one character; matches never overlap.
  *
+ * The four most common pre-tokenizer patterns (GPT-2, cl100k, Qwen2, o200k) are recognized by
+ * their text and matched by hand-written code (tokenizer_fastsplit.c) instead; the PCRE2
+ * program is still compiled, and the tests check that both agree.
+ *
  * Invariant: a tk_regex is immutable after tk_regex_compile; matching uses caller-owned match
  * data, so any number of threads can match with one tk_regex.
  */
@@ -34,8 +38,9 @@
 
 extern const uint32_t tk_ud_gc[][2];
 extern const size_t tk_ud_gc_n;
-extern const uint32_t tk_ud_onig_space[][2], tk_ud_onig_word[][2], tk_ud_onig_digit[][2];
-extern const size_t tk_ud_onig_space_n, tk_ud_onig_word_n, tk_ud_onig_digit_n;
+extern const uint32_t tk_ud_onig_space[][2], tk_ud_onig_word[][2], tk_ud_onig_word_in_class[][2],
+    tk_ud_onig_digit[][2];
+extern const size_t tk_ud_onig_space_n, tk_ud_onig_word_n, tk_ud_onig_word_in_class_n, tk_ud_onig_digit_n;
 extern const char *const tk_ud_script_names[];
 extern const size_t tk_ud_nscripts;
 extern const uint32_t (*const tk_ud_scripts[])[2];
@@ -418,7 +423,7 @@ static void item_lit(item *it, uint32_t a, uint32_t b) {
 
 /* Class-like escapes: \s \S \d \D \w \W \h \H \p{..} \P{..}. After the backslash; returns
  * true when it consumed one (negated set in *neg). */
-static bool class_escape(tr *t, item *it, bool *neg) {
+static bool class_escape(tr *t, item *it, bool *neg, bool in_class) {
   uint8_t c = t->p[t->i];
   *neg = false;
   switch (c) {
@@ -438,7 +443,11 @@ static bool class_escape(tr *t, item *it, bool *neg) {
     return true;
   case 'w':
   case 'W':
-    rs_from_table(&it->onig, tk_ud_onig_word, tk_ud_onig_word_n);
+    /* Oniguruma's \w differs inside brackets (Latin-1 superscripts and fractions) */
+    if (in_class)
+      rs_from_table(&it->onig, tk_ud_onig_word_in_class, tk_ud_onig_word_in_class_n);
+    else
+      rs_from_table(&it->onig, tk_ud_onig_word, tk_ud_onig_word_n);
     snprintf(it->text, sizeof it->text, "\\p{L}\\p{M}\\p{N}\\p{Pc}");
     *neg = c == 'W';
     t->i++;
@@ -717,7 +726,7 @@ static void parse_class(tr *t, rset *exact, item **items_out, size_t *nitems_out
       }
       item tmp = {0};
       bool eneg;
-      if (class_escape(t, &tmp, &eneg)) {
+      if (class_escape(t, &tmp, &eneg, true)) {
         rs_norm(&tmp.onig);
         if (eneg) {
           rset cpl = {0};
@@ -874,7 +883,7 @@ static void translate(tr *t) {
       uint8_t e = t->p[t->i];
       item it = {0};
       bool neg;
-      if (class_escape(t, &it, &neg)) {
+      if (class_escape(t, &it, &neg, false)) {
         if (t->ci && e != 's' && e != 'S' && e != 'd' && e != 'D' && e != 'h' && e != 'H')
           unsup(t, "character classes in a case-insensitive region");
         begin_atom(t);
@@ -1262,6 +1271,7 @@ lh_status tk_regex_compile(tk_regex *re, const char *pat, size_t len, bool liter
   pcre2_pattern_info(re->code, PCRE2_INFO_MAXLOOKBEHIND, &plb);
   re->can_be_empty = minlen == 0;
   re->lookbehind = plb + 1 > lb ? plb + 1 : lb;
+  if (!literal) re->fast_kind = tk_fast_kind(pat, len);
   return LH_OK;
 }
 
@@ -1321,6 +1331,11 @@ static int run_match(const pcre2_code *code, bool jit, pcre2_match_data *md, pcr
 
 int tk_regex_find(const tk_regex *re, pcre2_match_data *md, pcre2_match_context *mc, const uint8_t *subj,
                   size_t len, tk_find *f, bool partial, size_t *ms, size_t *me) {
+  if (re->fast_kind) { /* tokenizer_fastsplit.c: no lookbehind, no empty match */
+    int r = tk_fast_find(re->fast_kind, subj, len, f->pos, partial, ms, me);
+    if (r == TK_FIND_MATCH) f->pos = f->last_end = *me;
+    return r;
+  }
   for (;;) {
     if (f->pos > len) return TK_FIND_NONE;
     uint32_t opts = PCRE2_NO_UTF_CHECK | (partial ? PCRE2_PARTIAL_HARD : 0);

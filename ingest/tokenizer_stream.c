@@ -102,7 +102,10 @@ static int64_t clean_to_fed(const lh_tok_stream *s, int64_t clean) {
     else
       hi = m;
   }
-  return clean + (lo ? s->fx[lo - 1].delta : s->fx_delta0);
+  int64_t delta = lo ? s->fx[lo - 1].delta : s->fx_delta0;
+  /* inside a U+FFFD that replaced invalid bytes: the offset of those bytes */
+  if (lo < s->nfx && clean > s->fx[lo].clean - 3) clean = s->fx[lo].clean - 3;
+  return clean + delta;
 }
 
 static lh_status add_fixup(lh_tok_stream *s, int64_t clean, int64_t delta) {

@@ -11,8 +11,14 @@ Everything here is produced by running HF `tokenizers` (0.23.2), never by longha
   fixtures  writes tests/fixtures/tokenizer/: the tokenizers trained by tests/tokenizer/hf_diff.py,
             a sample of its generated strings and HF's ids for them, for machines without
             tokenizers installed (the test falls back to them, loudly).
+  realworld writes tests/fixtures/tokenizer/realworld/: two tokenizers shaped like released ones,
+            trained by HF's BPE trainer on text found on this machine (documentation, C headers,
+            Python sources): MiniMax-Text-01 style (NFC, GPT-4o-style Split regex, ByteLevel,
+            MiniMax's special tokens) and Llama-3 style (cl100k-style Split, ignore_merges,
+            BOS TemplateProcessing, 256 reserved special tokens). Run it before `fixtures`,
+            which records HF outputs for them too.
 
-Usage: tools/make_tokenizer_fixtures.py unicode|fixtures [--python-ok]
+Usage: tools/make_tokenizer_fixtures.py unicode|fixtures|realworld
 """
 import json
 import os
@@ -108,6 +114,10 @@ def make_unicode():
     out.append(f"const size_t tk_ud_gc_n = {len(runs)};\n")
     out.append(c_ranges("tk_ud_onig_space", ranges(onig_set("\\s", cps, text)), "Oniguruma \\s"))
     out.append(c_ranges("tk_ud_onig_word", ranges(onig_set("\\w", cps, text)), "Oniguruma \\w"))
+    # Inside a bracket class Oniguruma's \w leaves out some Latin-1 code points (superscripts,
+    # fractions) that \w outside one matches.
+    out.append(c_ranges("tk_ud_onig_word_in_class", ranges(onig_set("[\\w]", cps, text)),
+                        "Oniguruma \\w inside a bracket class"))
     out.append(c_ranges("tk_ud_onig_digit", ranges(onig_set("\\d", cps, text)), "Oniguruma \\d"))
     out.append("const char *const tk_ud_script_names[] = {" + ", ".join('"%s"' % s for s in SCRIPTS) + "};")
     out.append(f"const size_t tk_ud_nscripts = {len(SCRIPTS)};")
@@ -181,12 +191,93 @@ def make_unicode():
     print("wrote", path)
 
 
+def local_text(limit):
+    """Text from this machine: documentation and sources, in a fixed order."""
+    import glob
+    import gzip
+    files = sorted(glob.glob("/usr/share/doc/*/copyright") + glob.glob("/usr/share/doc/*/README*") +
+                   glob.glob("/usr/share/doc/*/changelog*.gz") + glob.glob("/usr/share/common-licenses/*") +
+                   glob.glob("/usr/include/*.h") + glob.glob("/usr/include/*/*.h") +
+                   glob.glob("/usr/lib/python3*/*.py") + glob.glob("/usr/lib/python3*/*/*.py"))
+    out, n = [], 0
+    for f in files:
+        try:
+            data = gzip.open(f).read() if f.endswith(".gz") else open(f, "rb").read()
+        except (OSError, EOFError):
+            continue
+        if b"\0" in data:
+            continue
+        t = data.decode("utf-8", "replace")
+        out.append(t)
+        n += len(t)
+        if n >= limit:
+            break
+    return out
+
+
+def make_realworld():
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                            processors, trainers)
+    sys.path.insert(0, os.path.join(ROOT, "tests", "tokenizer"))
+    import hf_diff
+    outdir = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "realworld")
+    os.makedirs(outdir, exist_ok=True)
+    text = local_text(40 << 20)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+
+    # MiniMax-Text-01 style: GPT2Tokenizer class, add_prefix_space false, bos <beginning_of_sentence>,
+    # eos <end_of_sentence>, unk <end_of_document>; its chat template also uses <begin_of_document>
+    # and <function_call>. Pre-tokenization as GPT-4o's (MiniMax-M2's tokenizer.json) behind NFC.
+    t = Tokenizer(models.BPE())
+    t.normalizer = normalizers.NFC()
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(hf_diff.GPT4O_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t.decoder = decoders.ByteLevel()
+    t.post_processor = processors.ByteLevel(trim_offsets=False)
+    sp = ["<beginning_of_sentence>", "<end_of_sentence>", "<end_of_document>", "<begin_of_document>",
+          "<function_call>", "<jupyter_start>", "<jupyter_text>", "<jupyter_code>", "<jupyter_output>",
+          "<empty_output>", "<commit_before>", "<commit_msg>", "<commit_after>", "<reponame>"]
+    t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=16384, special_tokens=sp, initial_alphabet=alphabet,
+                                                    show_progress=False))
+    t.save(os.path.join(outdir, "minimax-text-01-style.tokenizer.json"), pretty=False)
+
+    # Llama-3 style.
+    t = Tokenizer(models.BPE(ignore_merges=True))
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(hf_diff.CL100K_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=16384, initial_alphabet=alphabet, show_progress=False))
+    names = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+             "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+             "<|eot_id|>", "<|python_tag|>"] + ["<|reserved_special_token_%d|>" % i for i in range(2, 247)]
+    t.add_special_tokens([AddedToken(x, special=True, normalized=False) for x in names])
+    bos = t.token_to_id("<|begin_of_text|>")
+    t.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    t.save(os.path.join(outdir, "llama3-style.tokenizer.json"), pretty=False)
+    with open(os.path.join(outdir, "README"), "w") as f:
+        f.write("Made by tools/make_tokenizer_fixtures.py realworld (HF tokenizers %s BpeTrainer, vocab 16384, on\n"
+                "%d MB of documentation and source text found on the machine that ran it).\n"
+                "minimax-text-01-style: NFC + Split(GPT-4o regex, Isolated) + ByteLevel(no regex), ByteLevel\n"
+                "  decoder and post-processor, MiniMax-Text-01's special tokens.\n"
+                "llama3-style: Split(cl100k regex, Isolated) + ByteLevel(no regex), ignore_merges, 256 special\n"
+                "  tokens, TemplateProcessing adding <|begin_of_text|>.\n"
+                % (__import__("tokenizers").__version__, sum(map(len, text)) >> 20))
+    print("wrote", outdir)
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("unicode", "fixtures"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("unicode", "fixtures", "realworld"):
         print(__doc__)
         sys.exit(2)
     if sys.argv[1] == "unicode":
         make_unicode()
+    elif sys.argv[1] == "realworld":
+        make_realworld()
     else:
         sys.path.insert(0, os.path.join(ROOT, "tests", "tokenizer"))
         import hf_diff

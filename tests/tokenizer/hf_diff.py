@@ -254,7 +254,37 @@ def build_tokenizers():
     t.train_from_iterator(training_corpus(5, sp), trainers.BpeTrainer(
         vocab_size=2500, special_tokens=sp, limit_alphabet=300, show_progress=False))
     toks["llama2"] = t
+
+    # 6. Subword BPE: continuing_subword_prefix and end_of_word_suffix, unk without fusing, no
+    #    decoder (ids decode joined by spaces), accents stripped by NFD + Replace(\p{Mn}).
+    t = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    t.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Replace(Regex("\\p{Mn}"), ""),
+                                         normalizers.Lowercase()])
+    t.pre_tokenizer = pre_tokenizers.Split(Regex("\\w+|[^\\w\\s]+"), behavior="isolated")
+    sp = ["[UNK]", "[CLS]", "[SEP]"]
+    t.train_from_iterator(training_corpus(6, sp), trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=sp, limit_alphabet=150, continuing_subword_prefix="##",
+        end_of_word_suffix="</w>", show_progress=False))
+    t.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
+        ("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])
+    toks["subword"] = t
     return toks
+
+
+REALWORLD = ["minimax-text-01-style", "llama3-style"]
+
+
+def realworld_tokenizers():
+    """The committed real-world-style tokenizers (tools/make_tokenizer_fixtures.py realworld)."""
+    from tokenizers import Tokenizer
+    d = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "tests", "fixtures", "tokenizer", "realworld")
+    out = {}
+    for name in REALWORLD:
+        p = os.path.join(d, name + ".tokenizer.json")
+        if os.path.exists(p):
+            out["realworld/" + name] = (p, Tokenizer.from_file(p))
+    return out
 
 
 def finish_llama2(path):
@@ -287,6 +317,12 @@ def write_tokenizers(outdir):
         if name == "llama2":
             finish_llama2(p)
         paths[name] = p
+    # the legacy merges form: "a b" strings (with the #version line merges.txt files carry)
+    j = json.load(open(paths["gpt2"], encoding="utf-8"))
+    j["model"]["merges"] = ["#version: 0.2"] + ["%s %s" % (a, b) for a, b in j["model"]["merges"]]
+    p = os.path.join(outdir, "gpt2-legacy-merges.tokenizer.json")
+    json.dump(j, open(p, "w", encoding="utf-8"), ensure_ascii=False)
+    paths["gpt2-legacy-merges"] = p
     return {n: (p, Tokenizer.from_file(p)) for n, p in paths.items()}
 
 # ------------------------------------------------------------------------------ component cases
@@ -306,7 +342,8 @@ FEATURE_PATS = ["^\\s*\\w+", "\\w+$", "$", "^", ".", "(?m).+", ".+", "\\b\\w+\\b
                 "\\p{Hiragana}|\\p{Katakana}", "\\p{Any}", "\\p{Mn}+", "\\p{Lo}\\p{M}*", "[\\p{P}\\p{S}]",
                 "\\p{Zs}", "[^\\p{L}\\p{N}\\s]+", "\\s*[\\r\\n]+", "\\s+(?!\\S)", "(?i)[0-9]+", "\\A.", ".\\z",
                 ".\\Z", "[\\t-\\r ]", "\\p{Nd}\\p{No}", "[[a-z]&&[^aeiou]]+", "(?>a+)b", "a++b|a", "(\\w)\\1",
-                "(?<x>\\d)\\k<x>", "\\\\", "\\.\\*\\?", "[\\]\\[]", "[-a]", "[a-]", "\\p{L}{2,}?", "\\u00e9+"]
+                "(?<x>\\d)\\k<x>", "\\\\", "\\.\\*\\?", "[\\]\\[]", "[-a]", "[a-]", "\\p{L}{2,}?", "\\u00e9+", "[\\w]+", "[\\W]+",
+                "[^\\w\\s]+", "\\w+|[^\\w\\s]+", "[\\w\\d]", "[^\\W]+"]
 STRING_PATS = ["▁", " ", ".", "a|b", "\\n", "ab", "\U0001F600", "..."]
 TEXTS = ["Hello world", "  leading and trailing  ", "tabs\tand\nnewlines\r\n\r\nend", "don't I'M you'Re 'ſ 'ﬆ 'ß",
          "数字123 4567 ٠١٢٣ ０１２ ¹²³ 𝟘𝟙", "İstanbul ıi ǅǆ ẞß ΐΰ ﬁﬂ", "café cafe\u0301 e\u0323\u0301 e\u0301\u0323",
@@ -456,9 +493,12 @@ def live(longhaul, workdir, n):
     log = lambda m: print(m, flush=True)
     log("hf_diff: HF tokenizers %s, %d strings per tokenizer" % (tokenizers.__version__, n))
     toks = write_tokenizers(workdir)
+    rw = realworld_tokenizers()
+    toks.update(rw)
     total = 0
     for k, (name, (tj, tok)) in enumerate(sorted(toks.items())):
-        texts = gen_strings(1000 + k, n, specials_of(tok))
+        texts = gen_strings(1000 + k, n if name not in rw and "legacy" not in name else max(n // 3, 100),
+                            specials_of(tok))
         m, t = compare(name, tj, tok, texts, longhaul, log, 77 + k)
         log("hf_diff: %-8s %6d strings + decodes: %d mismatches (longhaul %.1fs)" % (name, len(texts), m, t))
         total += m
@@ -466,14 +506,17 @@ def live(longhaul, workdir, n):
     return 0 if not total else 1
 
 
-def write_fixtures(outdir, n=800):
+def write_fixtures(outdir, n=450):
     """Tokenizers + strings + HF outputs for test_tokenizer_fixtures (no Python needed there)."""
     import tokenizers
     toks = write_tokenizers(outdir)
+    rw = realworld_tokenizers()
+    toks.update(rw)
     for k, (name, (tj, tok)) in enumerate(sorted(toks.items())):
-        texts = gen_strings(5000 + k, 3 * n, specials_of(tok))
+        m = n if name not in rw and "legacy" not in name else n // 3
+        texts = gen_strings(5000 + k, 3 * m, specials_of(tok))
         # keep the fixture small (a few MB in all): the long strings are left to the live test
-        texts = [t for t in texts if len(t) < 1000][:n]
+        texts = [t for t in texts if len(t) < 1000][:m]
         strs, plain, special = hf_outputs(tok, texts)
         with open(os.path.join(outdir, name + ".cases.jsonl"), "w", encoding="utf-8") as f:
             for t, a, b in zip(texts, plain, special):

@@ -254,8 +254,14 @@ static void test_tokenizer(const char *name) {
   CHECK_EQ(bad_stream, 0);
   CHECK_EQ(bad_off, 0);
   CHECK_EQ(bad_dec, 0);
-  CHECK(n >= 800);
-  /* threads: the concatenation of all cases, cut into small chunks */
+  CHECK(n >= 120);
+  /* threads: the concatenation of all cases (repeated to at least 200 KB), cut into small chunks */
+  while (doc.len && doc.len < (200u << 10)) { /* append a copy (appending from itself could move it) */
+    size_t n0 = doc.len;
+    if (lh_buf_reserve(&doc, n0)) break;
+    memcpy(doc.data + n0, doc.data, n0);
+    doc.len = 2 * n0;
+  }
   lh_tokenizer_encode(t, doc.data, doc.len, 0, &doc_ids, &err);
   for (int th = 2; th <= 4; th++) {
     lh_i32vec pv = {0};
@@ -263,7 +269,7 @@ static void test_tokenizer(const char *name) {
     st = tk_encode_parallel_sized(t, doc.data, doc.len, th, 2048, &pv, &used, &err);
     CHECK_MSG(st == LH_OK && same_ids(&pv, &doc_ids),
               "%s: %d threads differ from one thread (%zu vs %zu ids)", name, th, pv.len, doc_ids.len);
-    if (t->pretok_restart) CHECK_MSG(used == th, "%s: %d threads found no stitch point (used %d)", name, th, used);
+    if (t->pretok_restart) CHECK_MSG(used > 1, "%s: %d threads found no stitch point (used %d)", name, th, used);
     lh_i32vec_free(&pv);
   }
   lh_i32vec sv = {0};
@@ -279,7 +285,8 @@ static void test_tokenizer(const char *name) {
 int main(int argc, char **argv) {
   lh_test_begin("test_tokenizer_fixtures");
   test_components();
-  const char *names[] = {"gpt2", "minimax", "llama3", "kitchen", "llama2"};
+  const char *names[] = {"gpt2",    "gpt2-legacy-merges", "minimax", "llama3", "kitchen", "llama2", "subword",
+                         "realworld/minimax-text-01-style", "realworld/llama3-style"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     if (argc < 2 || !strcmp(argv[1], names[i])) test_tokenizer(names[i]);
   return lh_test_end();

@@ -308,6 +308,99 @@ static void test_stream_edges(void) {
   lh_tokenizer_close(t);
 }
 
+/* ------------------------------------------------- hand-written matchers against PCRE2's */
+
+/* The hand-written matchers of tokenizer_fastsplit.c against the PCRE2 translation of the same
+ * pattern on random text drawn from characters near every class boundary: the complete
+ * find_iter walk must agree, and in partial mode (every prefix of the text, as the stream and
+ * the threads see it) a match reported final must be the complete text's match. */
+static void test_fast_split(void) {
+
+  /* letters of every case class, marks, numbers, spaces of all kinds, contraction letters
+   * (with U+017F, which folds to s), punctuation, emoji parts, and Unicode 16 additions */
+  static const uint32_t alpha[] = {
+      'a', 'b', 's', 't', 'r', 'e', 'v', 'm', 'l', 'd', 'S', 'T', 'R', 'E', 'V', 'M', 'L', 'D', 'Q', '\'',
+      '\'', '\'', '0', '1', '9', ' ', ' ', ' ', '\t', '\r', '\n', '\n', '\v', '\f', '/', '/', '.', ',', '!',
+      '-', '_', '(', '"', 0x17F, 0xC5, 0xE9, 0xC9, 0x1C5, 0x2B0, 0x5D0, 0x4E2D, 0x3042, 0x301, 0x308,
+      0x903, 0x20DD, 0x663, 0x216B, 0xBD, 0xB2, 0xA0, 0x85, 0x1680, 0x2003, 0x2028, 0x2029, 0x202F, 0x205F,
+      0x3000, 0x200B, 0x200D, 0x1F600, 0x1F3FB, 0x1F469, 0xFE0F, 0x2019, 0x1C89, 0x1C8A, 0x897, 0x10D4A,
+      0x1E5D0, 0x16D40, 0xAA, 0xBA, 0x10FFFD, 0xE000, 0x378};
+  const size_t na = sizeof alpha / sizeof *alpha;
+  pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+  pcre2_match_context *mc = pcre2_match_context_create(NULL);
+  pcre2_jit_stack *js = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
+  pcre2_jit_stack_assign(mc, NULL, js);
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  for (int kind = TK_FAST_GPT2; kind <= TK_FAST_O200K; kind++) {
+    tk_regex fast, slow;
+    lh_error err = {0};
+    const char *pat = tk_fast_pattern(kind);
+    size_t p = (size_t)kind;
+    CHECK(tk_regex_compile(&fast, pat, strlen(pat), false, "test", &err) == LH_OK);
+    CHECK_MSG(fast.fast_kind == kind, "pattern %zu: kind %d", p, fast.fast_kind);
+    slow = fast;
+    slow.fast_kind = 0;
+    size_t bad = 0, early_partial = 0, checked = 0;
+    for (int round = 0; round < 3000 && bad < 5; round++) {
+      char text[256];
+      size_t n = 0;
+      int len = 1 + (int)((rng >> 33) % 24);
+      for (int k = 0; k < len; k++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        n += (size_t)tk_utf8_put(alpha[(rng >> 33) % na], text + n);
+      }
+      const uint8_t *u = (const uint8_t *)text;
+      /* the complete walks */
+      size_t ends[64], ne = 0;
+      tk_find fs = {0, SIZE_MAX, 0, false}, fg = fs;
+      for (;;) {
+        size_t s1 = 0, e1 = 0, s2 = 0, e2 = 0;
+        int r1 = tk_regex_find(&fast, md, mc, u, n, &fs, false, &s1, &e1);
+        int r2 = tk_regex_find(&slow, md, mc, u, n, &fg, false, &s2, &e2);
+        checked++;
+        if (r1 != r2 || (r1 == TK_FIND_MATCH && (s1 != s2 || e1 != e2))) {
+          if (bad++ < 5)
+            fprintf(stderr, "pattern %zu on %.*s: fast %d [%zu,%zu) pcre2 %d [%zu,%zu)\n", p, (int)n, text, r1, s1, e1,
+                    r2, s2, e2);
+          break;
+        }
+        if (r1 != TK_FIND_MATCH || ne == 64) break;
+        ends[ne++] = e1;
+      }
+      /* partial walks over every prefix that ends on a character boundary */
+      for (size_t cut = 1; cut < n; cut++) {
+        if ((u[cut] & 0xC0) == 0x80) continue;
+        tk_find f = {0, SIZE_MAX, 0, false};
+        for (size_t k = 0;; k++) {
+          size_t ms = 0, me = 0;
+          int r = tk_regex_find(&fast, md, mc, u, cut, &f, true, &ms, &me);
+          if (r != TK_FIND_MATCH) {
+            tk_find g = f;
+            size_t gs = 0, ge = 0;
+            if (tk_regex_find(&slow, md, mc, u, cut, &g, true, &gs, &ge) == TK_FIND_MATCH) early_partial++;
+            break;
+          }
+          if (k >= ne || me != ends[k]) {
+            if (bad++ < 5)
+              fprintf(stderr, "pattern %zu on %.*s cut at %zu: match %zu ends at %zu, complete text's at %zu\n", p,
+                      (int)n, text, cut, k, me, k < ne ? ends[k] : 0);
+            break;
+          }
+        }
+      }
+    }
+    fprintf(stderr, "fast matcher %d: %zu matches agree with PCRE2's, %zu early partials\n", kind, checked,
+            early_partial);
+    CHECK_MSG(bad == 0, "pattern %zu: %zu disagreements in %zu matches", p, bad, checked);
+    /* partial answers where PCRE2 already knew the match: allowed (the stream waits), but rare */
+    CHECK_MSG(early_partial * 20 < checked, "pattern %zu: %zu early partials", p, early_partial);
+    tk_regex_free(&fast);
+  }
+  pcre2_jit_stack_free(js);
+  pcre2_match_context_free(mc);
+  pcre2_match_data_free(md);
+}
+
 int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
@@ -316,5 +409,6 @@ int main(void) {
   test_threads();
   test_big_pretoken();
   test_stream_edges();
+  test_fast_split();
   return lh_test_end();
 }
