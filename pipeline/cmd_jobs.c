@@ -98,6 +98,46 @@ static int parse_int(const char *flag, const char *v, int lo, int *out) {
   return 0;
 }
 
+/* The summary table: one row per line of output.jsonl (this run's and earlier runs' answers). */
+static void print_table(const char *output_path) {
+  FILE *f = fopen(output_path, "rb");
+  if (!f) return;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  int rows = 0;
+  while ((n = getline(&line, &cap, f)) > 0) {
+    cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+    if (!o) continue;
+    if (!rows++) printf("\n%-24s %-6s %10s %8s  %s\n", "custom_id", "status", "prompt_tok", "out_tok", "answer / error");
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "custom_id"));
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(o, "response");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(resp, "body");
+    int code = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(resp, "status_code"));
+    char text[64] = "";
+    double pt = 0, ct = 0;
+    if (cJSON_IsObject(body)) {
+      const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(body, "choices"), 0);
+      const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ch, "message"), "content"));
+      if (!t) t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ch, "text"));
+      const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+      pt = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"));
+      ct = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"));
+      snprintf(text, sizeof text, "%s", t ? t : "");
+    } else {
+      const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message"));
+      snprintf(text, sizeof text, "%s", m ? m : "error");
+    }
+    for (char *c = text; *c; c++)
+      if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+    printf("%-24.24s %-6d %10.0f %8.0f  %s\n", id ? id : "?", code, pt, ct, text);
+    cJSON_Delete(o);
+  }
+  if (rows) printf("\n");
+  free(line);
+  fclose(f);
+}
+
 int lh_cmd_run(int argc, char **argv) {
   lh_runner_params p = lh_runner_default_params();
   /* first pass: --defaults, so that flags override it wherever they are */
@@ -169,6 +209,7 @@ int lh_cmd_run(int argc, char **argv) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_USAGE;
   }
+  print_table(sum.output_path);
   printf("longhaul run: %d requests: %d done, %d failed, %d malformed line%s, %d already done%s", sum.requests,
          sum.done, sum.failed, sum.bad_lines, sum.bad_lines == 1 ? "" : "s", sum.skipped_done,
          sum.interrupted_left ? "" : "\n");
