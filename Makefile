@@ -30,7 +30,7 @@ test: deps-test build
 test-asan:
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLH_SANITIZE=ON -DLH_CUDA=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 1800
 
 fuzz:

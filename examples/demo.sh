@@ -1,5 +1,32 @@
 #!/usr/bin/env bash
-# make demo: run examples/demo.jsonl on the embedded model (filled in by the job-runner work).
+# make demo: run examples/demo.jsonl (two questions over a real source archive with two planted
+# facts) on the embedded model, print the answers and where the results are. A second run finds
+# the checkpoints in the store and skips the prefill.
 set -euo pipefail
-echo "longhaul demo: the batch runner has not landed yet; build/longhaul --help shows what exists." >&2
-exit 1
+cd "$(dirname "$0")/.."
+out=${DEMO_OUT:-demo-out}
+model=models/haul-tiny
+echo "== longhaul demo: 2 questions over examples/demo-repo.tar.gz (CPython's concurrent package"
+echo "   with two planted facts), answered by the embedded model $model (see $model/TRAINING.md)"
+rm -f "$out/output.jsonl"
+set +e
+build/longhaul run examples/demo.jsonl --model "$model" --out "$out" --chunk 2048 --force
+rc=$?
+set -e
+echo
+echo "== answers (expected: lighthouse 7305614, worker-timeout 4817)"
+python3 - "$out/output.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if o["error"]:
+        print(f'  {o["custom_id"]:16} ERROR {o["error"]["message"]}')
+        continue
+    body = o["response"]["body"]
+    print(f'  {o["custom_id"]:16} {body["choices"][0]["message"]["content"]!r}   '
+          f'({body["usage"]["prompt_tokens"]} prompt tokens)')
+PY
+echo
+echo "results: $out/output.jsonl, $out/jobs/<custom_id>/result.json; store: $out/longhaul.db"
+echo "run 'make demo' again: the prefill is restored from the store's checkpoints"
+exit $rc

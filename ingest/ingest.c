@@ -66,6 +66,8 @@ struct lh_ingest {
   size_t n_ready, cap_ready;
   lh_ingest_entry *bents;
   size_t cap_bents;
+  lh_tokside *tok; /* NULL in text-only mode */
+  lh_i32vec ids;
   int64_t tokens_total;
   double tokenize_seconds;
 };
@@ -139,6 +141,9 @@ static void chunk_recycle(lh_ingest *ing, lh_chunk *c) {
 }
 
 static void chunk_push(lh_ingest *ing, lh_chunk *c) {
+  /* Only the document being read can still send an entry that points back at an older mark. */
+  lh_reader *r = &ing->r;
+  c->live_mark = r->doc.active && r->doc.mark_start >= 0 ? r->doc.mark_start : r->mark_next;
   pthread_mutex_lock(&ing->mu);
   c->next = NULL;
   if (ing->q_tail) ing->q_tail->next = c;
@@ -325,8 +330,6 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
     return lh_error_set(err, LH_EINVAL, "ingest: unknown on_error %d", (int)p->on_error);
   if (p->order == LH_INGEST_SORT_PATH && p->sort_memory <= 0)
     return lh_error_set(err, LH_EINVAL, "ingest: sort_memory must be positive");
-  if (p->tokenizer)
-    return lh_error_set(err, LH_EUNSUPPORTED, "ingest: tokenizing needs the tokenizer, which is not in this build yet");
 
   lh_ingest *ing = calloc(1, sizeof *ing);
   if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -360,6 +363,7 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
   ing->r.tmpl = &ing->tmpl;
   ing->r.include = &ing->include;
   ing->r.exclude = &ing->exclude;
+  if (p->tokenizer && (st = lh_tokside_open(p->tokenizer, &ing->tok, err))) goto fail;
   lh_archive_global_init();
   *out = ing;
   return LH_OK;
@@ -395,6 +399,8 @@ void lh_ingest_close(lh_ingest *ing) {
   for (size_t i = 0; i < ing->n_ready; i++) free(ing->ready[i].own);
   free(ing->ready);
   free(ing->bents);
+  lh_tokside_close(ing->tok);
+  lh_i32vec_free(&ing->ids);
   for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
   free(ing->inputs);
   if (ing->globs)
@@ -476,6 +482,12 @@ static lh_status keep_ready(lh_ingest *ing, lh_ientry *ie) {
   return LH_OK;
 }
 
+static lh_status ready_cb(void *ctx, lh_ientry *ie) {
+  lh_status st = keep_ready(ctx, ie);
+  if (st) free(ie->own);
+  return st;
+}
+
 lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
   memset(b, 0, sizeof *b);
   b->text = "";
@@ -511,14 +523,33 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
   b->text = c->text.data ? c->text.data : "";
   b->text_len = c->text.len;
   b->text_base = c->text_base;
-  for (size_t i = 0; i < c->n_ents; i++) {
-    if (keep_ready(ing, &c->ents[i])) {
-      for (size_t j = i; j < c->n_ents; j++) free(c->ents[j].own);
-      c->n_ents = 0;
-      return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (ing->tok) {
+    ing->ids.len = 0;
+    double secs = 0;
+    lh_error terr = {0};
+    lh_status st = lh_tokside_chunk(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
+    pthread_mutex_lock(&ing->mu);
+    ing->tokenize_seconds += secs;
+    ing->tokens_total = lh_tokside_total(ing->tok);
+    pthread_mutex_unlock(&ing->mu);
+    if (st) {
+      ing->state = ST_FAILED;
+      ing->fail_status = st;
+      snprintf(ing->fail_msg, sizeof ing->fail_msg, "%s", terr.msg);
+      return lh_error_set(err, st, "%s", terr.msg);
     }
+    b->tokens = ing->ids.data;
+    b->n_tokens = ing->ids.len;
+  } else {
+    for (size_t i = 0; i < c->n_ents; i++) {
+      if (keep_ready(ing, &c->ents[i])) {
+        for (size_t j = i; j < c->n_ents; j++) free(c->ents[j].own);
+        c->n_ents = 0;
+        return lh_error_set(err, LH_ENOMEM, "out of memory");
+      }
+    }
+    c->n_ents = 0; /* ownership moved to ready */
   }
-  c->n_ents = 0; /* ownership moved to ready */
   if (ing->cap_bents < ing->n_ready) {
     lh_ingest_entry *m = realloc(ing->bents, ing->n_ready * sizeof *m);
     if (!m) return lh_error_set(err, LH_ENOMEM, "out of memory");

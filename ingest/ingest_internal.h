@@ -103,6 +103,7 @@ typedef struct lh_chunk {
   uint64_t *marks; /* text offsets; ids mark_base, mark_base + 1, ... */
   size_t n_marks, cap_marks;
   int64_t mark_base;
+  int64_t live_mark; /* no entry in a later chunk refers to a mark below this id */
   lh_ientry *ents;
   size_t n_ents, cap_ents;
   int last;             /* no chunk follows */
@@ -110,6 +111,19 @@ typedef struct lh_chunk {
   char msg[LH_ERROR_MSG_MAX];
   struct lh_chunk *next;
 } lh_chunk;
+
+/* ---- the consumer's token side (ingest_tokens.c) ---- */
+
+typedef struct lh_tokside lh_tokside;
+lh_status lh_tokside_open(const lh_tokenizer *t, lh_tokside **out, lh_error *err);
+void lh_tokside_close(lh_tokside *ts);
+/* Take chunk c: its marks, its entries (moved out of c) and its text (fed to the tokenizer; with
+ * c->last, the stream is finished). Appends the ids that became final to ids, adds the time spent
+ * in the tokenizer to *seconds, and hands every entry whose span became final to ready(ctx, ie),
+ * in order (ready takes ownership). */
+lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
+                           void *ctx, double *seconds, lh_error *err);
+int64_t lh_tokside_total(const lh_tokside *ts);
 
 /* ---- the reader (producer) ---- */
 

@@ -784,12 +784,18 @@ static void parse_class(tr *t, rset *exact, item **items_out, size_t *nitems_out
       }
     }
     if (t->ci) {
-      for (long x = lo; x <= hi && x < 0x80; x++)
-        if ((x | 32) >= 'a' && (x | 32) <= 'z') {
-          unsup(t, "letters in a case-insensitive character class");
-          break;
-        }
+      /* ASCII letters: the class is emitted inside (?i:...), where PCRE2 folds them as Oniguruma
+       * does: both cases, plus U+017F (long s) for s and U+212A (Kelvin sign) for k — checked
+       * against HF ("it'\u017f" splits after "'\u017f" with (?i:[sdmt])). The exact set gets the
+       * same members so boundaries and complements agree. */
       if (hi >= 0x80) unsup(t, "non-ASCII characters in a case-insensitive character class");
+      for (long x = lo; x <= hi && x < 0x80; x++) {
+        long l = x | 32;
+        if (l < 'a' || l > 'z') continue;
+        rs_add(&acc, (uint32_t)(x ^ 32), (uint32_t)(x ^ 32));
+        if (l == 's') rs_add(&acc, 0x17F, 0x17F);
+        if (l == 'k') rs_add(&acc, 0x212A, 0x212A);
+      }
     }
     rs_add(&acc, (uint32_t)lo, (uint32_t)hi);
     NEW_ITEM();

@@ -174,6 +174,7 @@ int lh_cmd_ingest(int argc, char **argv) {
   const char **inputs = calloc((size_t)argc, sizeof *inputs);
   size_t n_inputs = 0;
   lh_ingest *ing = NULL;
+  lh_tokenizer *tokenizer = NULL;
   lh_buf line = {0}, tbuf = {0};
   out_file man = {0}, tok = {0}, txt = {0};
   if (!inc || !exc || !inputs) goto done;
@@ -268,9 +269,11 @@ int lh_cmd_ingest(int argc, char **argv) {
   } else if (template_text)
     p.template_text = template_text;
   if (tok_path) {
-    fprintf(stderr, "longhaul ingest: tokenizing is not in this build yet (the tokenizer has not landed); "
-                    "use --no-tokens\n");
-    goto done;
+    if (lh_tokenizer_open(tok_path, &tokenizer, &err)) {
+      fprintf(stderr, "longhaul ingest: %s\n", err.msg);
+      goto done;
+    }
+    p.tokenizer = tokenizer;
   }
   p.include = inc;
   p.exclude = exc;
@@ -381,6 +384,7 @@ done:
   if (tok.f) out_close(&tok, 0);
   if (txt.f) out_close(&txt, 0);
   lh_ingest_close(ing);
+  lh_tokenizer_close(tokenizer);
   lh_buf_free(&line);
   lh_buf_free(&tbuf);
   free(template_text);

@@ -1,23 +1,366 @@
-/* cmd_jobs.c — placeholder until the jobs subsystem lands; its owner replaces this file. */
+/* cmd_jobs.c — `longhaul run`, `longhaul status` and `longhaul results`: the batch runner's
+ * command line. Exit codes: 0 every job done, 1 some jobs failed (or lines were malformed),
+ * 2 usage or set-up error, 130 interrupted (SIGINT/SIGTERM; rerun the same command to resume). */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "jobs/runner.h"
 #include "pipeline/commands.h"
+#include "store/store.h"
+#include "util/fs.h"
+
+#define LH_EXIT_INTERRUPTED 130
+
+static void on_signal(int sig) {
+  lh_runner_request_stop();
+  /* a second signal ends the process at once */
+  signal(sig, SIG_DFL);
+}
+
+static void run_usage(FILE *f) {
+  fprintf(f,
+          "usage: longhaul run BATCH.jsonl --model DIR --out DIR [options]\n"
+          "\n"
+          "Runs every request of an OpenAI Batch API file (/v1/chat/completions or /v1/completions lines;\n"
+          "body.documents lists archives, folders or files to read before the messages) and writes\n"
+          "OUT/output.jsonl plus OUT/jobs/<custom_id>/{result.json,manifest.jsonl}. Rerunning the same\n"
+          "command resumes: finished jobs are skipped, unfinished ones continue from their last checkpoint.\n"
+          "\n"
+          "options:\n"
+          "  --model DIR            HuggingFace model folder (config.json, safetensors, tokenizer.json)\n"
+          "  --out DIR              output folder\n"
+          "  --db FILE              checkpoint store (default OUT/longhaul.db)\n"
+          "  --defaults FILE        JSON with any of: model, out, db, chunk, checkpoint_every, device,\n"
+          "                         threads, max_tokens, chat_template (flags override it)\n"
+          "  --chunk N              tokens per prefill chunk (default 4096)\n"
+          "  --checkpoint-every N   checkpoint after every N chunks (default 1; 0 = never)\n"
+          "  --device cpu|cuda      compute backend (default cpu)\n"
+          "  --threads N            CPU threads (default: all cores)\n"
+          "  --max-tokens N         for requests without max_tokens (default 256)\n"
+          "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
+          "  --force                rerun jobs that are already done or failed\n"
+          "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
+          "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together\n"
+          "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
+          "\n"
+          "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 130 interrupted\n");
+}
+
+/* Values from a defaults file; strings point into the parsed JSON, which lives until exit. */
+static int apply_defaults(const char *path, lh_runner_params *p) {
+  lh_buf b = {0};
+  lh_error e;
+  if (lh_file_read(path, 1 << 20, &b, &e) != LH_OK) {
+    fprintf(stderr, "longhaul run: --defaults: %s\n", e.msg);
+    return -1;
+  }
+  cJSON *o = cJSON_ParseWithLength(b.data, b.len);
+  lh_buf_free(&b);
+  if (!cJSON_IsObject(o)) {
+    fprintf(stderr, "longhaul run: --defaults %s: not a JSON object\n", path);
+    cJSON_Delete(o);
+    return -1;
+  }
+  const cJSON *it;
+  cJSON_ArrayForEach(it, o) {
+    const char *k = it->string;
+    if (cJSON_IsString(it) && !strcmp(k, "model")) p->model_dir = it->valuestring;
+    else if (cJSON_IsString(it) && !strcmp(k, "out")) p->out_dir = it->valuestring;
+    else if (cJSON_IsString(it) && !strcmp(k, "db")) p->db_path = it->valuestring;
+    else if (cJSON_IsString(it) && !strcmp(k, "device")) p->device = it->valuestring;
+    else if (cJSON_IsString(it) && !strcmp(k, "chat_template")) p->chat_template = it->valuestring;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "chunk")) p->chunk = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "checkpoint_every")) p->checkpoint_every = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "threads")) p->threads = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
+    else {
+      fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
+      return -1;
+    }
+  }
+  /* o is deliberately kept: p points into it */
+  return 0;
+}
+
+static int parse_int(const char *flag, const char *v, int lo, int *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || x < lo || x > 1 << 30) {
+    fprintf(stderr, "longhaul run: %s %s: expected an integer >= %d\n", flag, v, lo);
+    return -1;
+  }
+  *out = (int)x;
+  return 0;
+}
+
+/* The summary table: one row per line of output.jsonl (this run's and earlier runs' answers). */
+static void print_table(const char *output_path) {
+  FILE *f = fopen(output_path, "rb");
+  if (!f) return;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  int rows = 0;
+  while ((n = getline(&line, &cap, f)) > 0) {
+    cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
+    if (!o) continue;
+    if (!rows++) printf("\n%-24s %-6s %10s %8s  %s\n", "custom_id", "status", "prompt_tok", "out_tok", "answer / error");
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "custom_id"));
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(o, "response");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(resp, "body");
+    int code = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(resp, "status_code"));
+    char text[64] = "";
+    double pt = 0, ct = 0;
+    if (cJSON_IsObject(body)) {
+      const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(body, "choices"), 0);
+      const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ch, "message"), "content"));
+      if (!t) t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ch, "text"));
+      const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+      pt = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"));
+      ct = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"));
+      snprintf(text, sizeof text, "%s", t ? t : "");
+    } else {
+      const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message"));
+      snprintf(text, sizeof text, "%s", m ? m : "error");
+    }
+    for (char *c = text; *c; c++)
+      if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+    printf("%-24.24s %-6d %10.0f %8.0f  %s\n", id ? id : "?", code, pt, ct, text);
+    cJSON_Delete(o);
+  }
+  if (rows) printf("\n");
+  free(line);
+  fclose(f);
+}
 
 int lh_cmd_run(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
+  lh_runner_params p = lh_runner_default_params();
+  /* first pass: --defaults, so that flags override it wherever they are */
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--defaults") && apply_defaults(argv[i + 1], &p)) return LH_EXIT_USAGE;
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},     {"out", required_argument, 0, 'o'},
+      {"db", required_argument, 0, 'd'},        {"chunk", required_argument, 0, 'c'},
+      {"device", required_argument, 0, 'D'},    {"threads", required_argument, 0, 't'},
+      {"max-tokens", required_argument, 0, 'M'}, {"chat-template", required_argument, 0, 'T'},
+      {"force", no_argument, 0, 'f'},           {"shard", required_argument, 0, 's'},
+      {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
+      {"defaults", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm': p.model_dir = optarg; break;
+    case 'o': p.out_dir = optarg; break;
+    case 'd': p.db_path = optarg; break;
+    case 'D': p.device = optarg; break;
+    case 'T': p.chat_template = optarg; break;
+    case 'f': p.force = 1; break;
+    case 'F': break;
+    case 'c': if (parse_int("--chunk", optarg, 1, &p.chunk)) return LH_EXIT_USAGE; break;
+    case 't': if (parse_int("--threads", optarg, 0, &p.threads)) return LH_EXIT_USAGE; break;
+    case 'M': if (parse_int("--max-tokens", optarg, 1, &p.max_tokens_default)) return LH_EXIT_USAGE; break;
+    case 'k': if (parse_int("--checkpoint-every", optarg, 0, &p.checkpoint_every)) return LH_EXIT_USAGE; break;
+    case 's':
+      if (sscanf(optarg, "%d/%d", &p.shard_index, &p.shard_count) != 2 || p.shard_count < 1 || p.shard_index < 0 ||
+          p.shard_index >= p.shard_count) {
+        fprintf(stderr, "longhaul run: --shard %s: expected I/N with 0 <= I < N\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      break;
+    case 'P': {
+      int m = lh_progress_mode_parse(optarg);
+      if (m < 0) {
+        fprintf(stderr, "longhaul run: --progress %s: expected auto, tty, plain, json or none\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      p.progress = (lh_progress_mode)m;
+      break;
+    }
+    case 'h': run_usage(stdout); return LH_EXIT_OK;
+    default: run_usage(stderr); return LH_EXIT_USAGE;
+    }
+  }
+  if (optind + 1 != argc) {
+    fprintf(stderr, "longhaul run: expected exactly one batch file\n\n");
+    run_usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  p.batch_path = argv[optind];
+  if (!p.model_dir || !p.out_dir) {
+    fprintf(stderr, "longhaul run: --model and --out are required (or a --defaults file naming them)\n");
+    return LH_EXIT_USAGE;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  lh_runner_summary sum;
+  lh_error err;
+  lh_error_clear(&err);
+  lh_status st = lh_run_batch(&p, &sum, &err);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (st != LH_OK && st != LH_EINTR) {
+    fprintf(stderr, "longhaul run: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
+  print_table(sum.output_path);
+  printf("longhaul run: %d requests: %d done, %d failed, %d malformed line%s, %d already done%s", sum.requests,
+         sum.done, sum.failed, sum.bad_lines, sum.bad_lines == 1 ? "" : "s", sum.skipped_done,
+         sum.interrupted_left ? "" : "\n");
+  if (sum.interrupted_left) printf(", %d interrupted\n", sum.interrupted_left);
+  if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
+  printf("  tokens: %lld prefilled, %lld restored from checkpoints (skipped), %lld shared between requests, "
+         "%lld decoded; %.1f s\n",
+         (long long)sum.tokens_prefilled, (long long)sum.tokens_restored, (long long)sum.tokens_shared,
+         (long long)sum.tokens_decoded, sum.seconds);
+  printf("  output: %s\n  store:  %s\n", sum.output_path, sum.db_path);
+  if (st == LH_EINTR) {
+    fprintf(stderr, "longhaul run: %s\n", err.msg);
+    return LH_EXIT_INTERRUPTED;
+  }
+  return sum.failed || sum.bad_lines ? LH_EXIT_FAILED : LH_EXIT_OK;
+}
+
+/* ---- status / results ---- */
+
+static int open_store_ro(const char *db, lh_store **s) {
+  lh_store_params sp = lh_store_default_params();
+  sp.read_only = 1;
+  sp.create = 0;
+  lh_error e;
+  if (lh_store_open(db, &sp, s, &e) != LH_OK) {
+    fprintf(stderr, "longhaul: %s\n", e.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static const char *db_from_args(int argc, char **argv, int *rest) {
+  const char *db = NULL, *out = NULL;
+  static char buf[4200];
+  int j = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--db") && i + 1 < argc) db = argv[++i];
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else rest[j++] = i;
+  }
+  rest[j] = 0;
+  if (!db && out) {
+    snprintf(buf, sizeof buf, "%s/longhaul.db", out);
+    db = buf;
+  }
+  return db ? db : "longhaul.db";
 }
 
 int lh_cmd_status(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
+  int rest[64] = {0};
+  if (argc > 60) return LH_EXIT_USAGE;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: longhaul status [--db FILE | --out DIR]\n  the jobs in a store: state, tokens, attempts, error\n");
+      return LH_EXIT_OK;
+    }
+  const char *db = db_from_args(argc, argv, rest);
+  if (rest[0]) {
+    fprintf(stderr, "longhaul status: unexpected argument '%s'\n", argv[rest[0]]);
+    return LH_EXIT_USAGE;
+  }
+  lh_store *s;
+  if (open_store_ro(db, &s)) return LH_EXIT_USAGE;
+  lh_store_job_info *list = NULL;
+  size_t n = 0;
+  lh_error e;
+  if (lh_store_job_list(s, 0, &list, &n, &e) != LH_OK) {
+    fprintf(stderr, "longhaul status: %s\n", e.msg);
+    lh_store_close(s);
+    return LH_EXIT_USAGE;
+  }
+  int counts[LH_JOB_STATE_COUNT] = {0};
+  printf("%-6s %-24s %-8s %12s %12s %4s  %s\n", "job", "custom_id", "state", "tokens_done", "tokens_total", "try",
+         "error");
+  for (size_t i = 0; i < n; i++) {
+    const lh_store_job_info *j = &list[i];
+    counts[j->state]++;
+    char err1[90] = "";
+    if (j->error) {
+      cJSON *o = cJSON_Parse(j->error);
+      const char *m = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : j->error;
+      snprintf(err1, sizeof err1, "%s", m ? m : j->error);
+      cJSON_Delete(o);
+    }
+    printf("%-6lld %-24.24s %-8s %12lld %12lld %4d  %s\n", (long long)j->id, j->custom_id, lh_job_state_name(j->state),
+           (long long)j->tokens_done, (long long)j->tokens_total, j->attempts, err1);
+  }
+  printf("\n%zu jobs: %d queued, %d running, %d done, %d failed\n", n, counts[LH_JOB_QUEUED], counts[LH_JOB_RUNNING],
+         counts[LH_JOB_DONE], counts[LH_JOB_FAILED]);
+  lh_store_job_list_free(list, n);
+  lh_store_close(s);
+  return LH_EXIT_OK;
 }
 
 int lh_cmd_results(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
+  int rest[64] = {0};
+  if (argc > 60) return LH_EXIT_USAGE;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: longhaul results JOB [--db FILE | --out DIR]\n"
+             "  print the result.json of a finished job (JOB: its custom_id or job number)\n");
+      return LH_EXIT_OK;
+    }
+  const char *db = db_from_args(argc, argv, rest);
+  if (!rest[0] || rest[1]) {
+    fprintf(stderr, "usage: longhaul results JOB [--db FILE | --out DIR]\n");
+    return LH_EXIT_USAGE;
+  }
+  const char *want = argv[rest[0]];
+  lh_store *s;
+  if (open_store_ro(db, &s)) return LH_EXIT_USAGE;
+  lh_store_job_info *list = NULL;
+  size_t n = 0;
+  lh_error e;
+  int rc = LH_EXIT_FAILED, matches = 0;
+  int64_t id = 0;
+  if (lh_store_job_list(s, 0, &list, &n, &e) == LH_OK) {
+    for (size_t i = 0; i < n; i++) {
+      char num[32];
+      snprintf(num, sizeof num, "%lld", (long long)list[i].id);
+      if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
+        /* the newest batch's job wins when a custom_id was used in several batches */
+        id = list[i].id;
+        matches++;
+      }
+    }
+  }
+  if (!id) {
+    fprintf(stderr, "longhaul results: no job '%s' in %s\n", want, db);
+  } else {
+    lh_buf js = {0};
+    lh_store_job_info info;
+    memset(&info, 0, sizeof info);
+    if (lh_store_job_get(s, id, &info, &e) == LH_OK && info.state != LH_JOB_DONE) {
+      fprintf(stderr, "longhaul results: job '%s' is %s%s%s\n", want, lh_job_state_name(info.state),
+              info.error ? ": " : "", info.error ? info.error : "");
+    } else if (lh_store_job_result(s, id, &js, NULL, &e) == LH_OK) {
+      cJSON *o = cJSON_ParseWithLength(js.data, js.len);
+      char *pretty = o ? cJSON_Print(o) : NULL;
+      printf("%s\n", pretty ? pretty : js.data);
+      free(pretty);
+      cJSON_Delete(o);
+      if (matches > 1) fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the newest\n", matches, want);
+      rc = LH_EXIT_OK;
+    } else {
+      fprintf(stderr, "longhaul results: %s\n", e.msg);
+    }
+    lh_store_job_info_clear(&info);
+    lh_buf_free(&js);
+  }
+  lh_store_job_list_free(list, n);
+  lh_store_close(s);
+  return rc;
 }
-

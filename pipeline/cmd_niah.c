@@ -1,11 +1,163 @@
-/* cmd_niah.c — placeholder until the niah subsystem lands; its owner replaces this file. */
+/* cmd_niah.c — `longhaul niah`: a needle-in-a-haystack sweep, and `longhaul niah plot OUT` to
+ * redraw its figures from results.jsonl (on any machine with cairo). */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "jobs/niah.h"
 #include "pipeline/commands.h"
 
-int lh_cmd_niah(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "longhaul: '%s' is not in this build yet\n", argv[0]);
-  return LH_EXIT_USAGE;
+static void on_signal(int sig) {
+  lh_niah_request_stop();
+  signal(sig, SIG_DFL);
 }
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: longhaul niah --model DIR --out DIR [options]\n"
+          "       longhaul niah plot OUT      redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
+          "\n"
+          "A needle-in-a-haystack sweep: for every length x depth x trial, a needle (a key and a random\n"
+          "7-digit value) is placed in a haystack of real text at that depth and the model is asked for it.\n"
+          "The haystack prefix before each needle is computed once for the whole sweep and checkpointed,\n"
+          "so a killed sweep resumes where it stopped.\n"
+          "\n"
+          "options:\n"
+          "  --corpus INPUT         haystack: an archive, folder or file (default: the built-in one,\n"
+          "                         examples/niah/haystack.tar.xz)\n"
+          "  --lengths LIST         e.g. 1k,4k,16k,64k,128k,1m (k = 1024, m = 1048576; default 1k,4k,16k)\n"
+          "  --depths SPEC          FROM:TO:STEP or a list, in percent (default 0:100:10)\n"
+          "  --trials N             trials per cell, each with its own key and value (default 1)\n"
+          "  --variant V            single | multikey | multivalue | multiquery (RULER's; default single)\n"
+          "  --needles N            needles per trial for the multi variants (default 4; multiquery 2)\n"
+          "  --needle TPL           needle template with {key} and {value}\n"
+          "                         (default \"The special magic {key} number is: {value}.\")\n"
+          "  --question TPL         question template ({key}; {key2} for multiquery)\n"
+          "  --answer TPL           expected answer template (default \"{value}\")\n"
+          "  --seed N               (default 20261201)\n"
+          "  --chunk N              tokens per prefill chunk and checkpoint (default 4096)\n"
+          "  --max-tokens N         answer length cap (default 32)\n"
+          "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
+          "  --force                discard earlier results in OUT\n"
+          "  --progress auto|tty|plain|json|none\n"
+          "\n"
+          "writes OUT/results.jsonl, results.csv, summary.json, sweep.json, heatmap.png, heatmap.svg\n");
+}
+
+int lh_cmd_niah(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "plot")) {
+    if (argc != 3) {
+      fprintf(stderr, "usage: longhaul niah plot OUT\n");
+      return LH_EXIT_USAGE;
+    }
+    lh_error e;
+    if (lh_niah_plot_dir(argv[2], &e) != LH_OK) {
+      fprintf(stderr, "longhaul niah plot: %s\n", e.msg);
+      return LH_EXIT_FAILED;
+    }
+    printf("longhaul niah plot: wrote %s/heatmap.png, heatmap.svg, results.csv, summary.json\n", argv[2]);
+    return LH_EXIT_OK;
+  }
+  lh_niah_params p = lh_niah_default_params();
+  lh_error e;
+  const char *lengths = "1k,4k,16k", *depths = "0:100:10";
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 'm'},   {"out", required_argument, 0, 'o'},
+      {"corpus", required_argument, 0, 'c'},  {"lengths", required_argument, 0, 'L'},
+      {"depths", required_argument, 0, 'D'},  {"trials", required_argument, 0, 't'},
+      {"variant", required_argument, 0, 'V'}, {"needles", required_argument, 0, 'n'},
+      {"needle", required_argument, 0, 'N'},  {"question", required_argument, 0, 'Q'},
+      {"answer", required_argument, 0, 'A'},  {"seed", required_argument, 0, 's'},
+      {"chunk", required_argument, 0, 'k'},   {"max-tokens", required_argument, 0, 'M'},
+      {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 'T'},
+      {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
+      {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  optind = 1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    char *end = NULL;
+    switch (c) {
+    case 'm': p.model_dir = optarg; break;
+    case 'o': p.out_dir = optarg; break;
+    case 'c': p.corpus = optarg; break;
+    case 'L': lengths = optarg; break;
+    case 'D': depths = optarg; break;
+    case 'N': p.needle = optarg; break;
+    case 'Q': p.question = optarg; break;
+    case 'A': p.answer = optarg; break;
+    case 'd': p.device = optarg; break;
+    case 'b': p.db_path = optarg; break;
+    case 'f': p.force = 1; break;
+    case 'V': {
+      int v = lh_niah_variant_parse(optarg);
+      if (v < 0) {
+        fprintf(stderr, "longhaul niah: --variant %s: expected single, multikey, multivalue or multiquery\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      p.variant = (lh_niah_variant)v;
+      break;
+    }
+    case 'P': {
+      int m = lh_progress_mode_parse(optarg);
+      if (m < 0) {
+        fprintf(stderr, "longhaul niah: --progress %s: expected auto, tty, plain, json or none\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      p.progress = (lh_progress_mode)m;
+      break;
+    }
+    case 't': case 'n': case 's': case 'k': case 'M': case 'T': {
+      long long v = strtoll(optarg, &end, 10);
+      if (!*optarg || *end || v < (c == 'T' || c == 's' ? 0 : 1)) {
+        fprintf(stderr, "longhaul niah: bad number '%s'\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      if (c == 't') p.trials = (int)v;
+      else if (c == 'n') p.n_needles = (int)v;
+      else if (c == 's') p.seed = (uint64_t)v;
+      else if (c == 'k') p.chunk = (int)v;
+      else if (c == 'M') p.max_tokens = (int)v;
+      else p.threads = (int)v;
+      break;
+    }
+    case 'h': usage(stdout); return LH_EXIT_OK;
+    default: usage(stderr); return LH_EXIT_USAGE;
+    }
+  }
+  if (optind != argc || !p.model_dir || !p.out_dir) {
+    usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  if ((p.n_lengths = lh_niah_parse_lengths(lengths, p.lengths, LH_NIAH_MAX_CELLS, &e)) < 0 ||
+      (p.n_depths = lh_niah_parse_depths(depths, p.depths, LH_NIAH_MAX_CELLS, &e)) < 0) {
+    fprintf(stderr, "longhaul niah: %s\n", e.msg);
+    return LH_EXIT_USAGE;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  lh_niah_summary s;
+  lh_error_clear(&e);
+  lh_status st = lh_niah_run(&p, &s, &e);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (st != LH_OK && st != LH_EINTR) {
+    fprintf(stderr, "longhaul niah: %s\n", e.msg);
+    return LH_EXIT_USAGE;
+  }
+  printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f\n", s.trials,
+         s.trials_run, s.trials_resumed, s.accuracy, s.exact);
+  printf("  tokens computed %lld of a naive %lld (%.1f%%); %lld restored from checkpoints in this run; %.1f s\n",
+         (long long)s.tokens_computed, (long long)s.tokens_naive,
+         s.tokens_naive ? 100.0 * (double)s.tokens_computed / (double)s.tokens_naive : 0.0,
+         (long long)s.tokens_restored, s.seconds);
+  printf("  results: %s/results.jsonl, results.csv, summary.json, heatmap.png\n", p.out_dir);
+  if (st == LH_EINTR) {
+    fprintf(stderr, "longhaul niah: %s\n", e.msg);
+    return 130;
+  }
+  return LH_EXIT_OK;
+}

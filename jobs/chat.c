@@ -1,0 +1,112 @@
+/* chat.c — see chat.h. Recognition is by the role lines the template writes, not by a hash of the
+ * template text, so revisions of the MiniMax-Text-01 template that keep its format still match. */
+#define _POSIX_C_SOURCE 200809L
+#include "jobs/chat.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/fs.h"
+
+#define BOS_TURN "<beginning_of_sentence>"
+#define EOS_TURN "<end_of_sentence>"
+
+static int is_minimax_template(const char *t) {
+  return strstr(t, BOS_TURN) && strstr(t, EOS_TURN) && strstr(t, "user name=user") && strstr(t, "ai name=assistant");
+}
+
+lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err) {
+  memset(f, 0, sizeof *f);
+  if (override) {
+    if (!strcmp(override, "minimax")) {
+      f->kind = LH_CHAT_MINIMAX;
+      snprintf(f->end_token, sizeof f->end_token, "%s", EOS_TURN);
+      return LH_OK;
+    }
+    if (!strcmp(override, "raw")) {
+      f->kind = LH_CHAT_RAW;
+      return LH_OK;
+    }
+    return lh_error_set(err, LH_EINVAL, "--chat-template %s: unknown format (known: minimax, raw)", override);
+  }
+  char path[4096];
+  lh_path_join(path, sizeof path, model_dir, "tokenizer_config.json");
+  lh_buf b = {0};
+  lh_error e;
+  if (lh_file_read(path, 64u << 20, &b, &e) != LH_OK) {
+    lh_buf_free(&b);
+    if (e.code == LH_ENOTFOUND) {
+      f->kind = 0; /* no template: raw completions only */
+      return LH_OK;
+    }
+    return lh_error_set(err, e.code, "%s", e.msg);
+  }
+  cJSON *root = cJSON_ParseWithLength(b.data, b.len);
+  lh_buf_free(&b);
+  if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+  const char *text = NULL;
+  if (cJSON_IsString(t)) {
+    text = t->valuestring;
+  } else if (cJSON_IsArray(t)) { /* [{"name": "default", "template": "..."}, ...] */
+    const cJSON *it;
+    cJSON_ArrayForEach(it, t) {
+      const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+      const cJSON *tt = cJSON_GetObjectItemCaseSensitive(it, "template");
+      if (cJSON_IsString(tt) && (!text || (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))))
+        text = tt->valuestring;
+    }
+  }
+  lh_status st = LH_OK;
+  if (!text) {
+    f->kind = 0;
+  } else if (is_minimax_template(text)) {
+    f->kind = LH_CHAT_MINIMAX;
+    snprintf(f->end_token, sizeof f->end_token, "%s", EOS_TURN);
+  } else {
+    st = lh_error_set(err, LH_EUNSUPPORTED,
+                      "%s: its chat_template is not one longhaul renders natively (it knows MiniMax-Text-01's); "
+                      "pass --chat-template minimax to use MiniMax-Text-01's format or --chat-template raw "
+                      "to send the message texts unformatted",
+                      path);
+  }
+  cJSON_Delete(root);
+  return st;
+}
+
+lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *before, lh_buf *after, lh_error *err) {
+  if (r->endpoint == LH_EP_COMPLETIONS) return lh_buf_append_str(after, r->prompt ? r->prompt : "");
+  if (f->kind == 0)
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "the model has no chat_template in tokenizer_config.json; pass --chat-template minimax or "
+                        "--chat-template raw, or use /v1/completions");
+  int first_user = -1;
+  for (int i = 0; i < r->n_messages; i++)
+    if (!strcmp(r->messages[i].role, "user")) {
+      first_user = i;
+      break;
+    }
+  if (first_user < 0 && r->n_documents > 0)
+    return lh_error_set(err, LH_EINVAL, "line %d: documents need a user message to go into", r->line);
+  lh_buf *cur = before;
+  if (first_user < 0) cur = after;
+  for (int i = 0; i < r->n_messages; i++) {
+    const lh_message *m = &r->messages[i];
+    if (f->kind == LH_CHAT_RAW) {
+      if (i == first_user) cur = after;
+      lh_buf_append_str(cur, m->content);
+      if (i + 1 < r->n_messages) lh_buf_append_str(cur, "\n");
+      continue;
+    }
+    const char *head = !strcmp(m->role, "system") ? BOS_TURN "system ai_setting=assistant\n"
+                       : !strcmp(m->role, "user") ? BOS_TURN "user name=user\n"
+                                                  : BOS_TURN "ai name=assistant\n";
+    lh_buf_append_str(cur, head);
+    if (i == first_user) cur = after;
+    lh_buf_append_str(cur, m->content);
+    lh_buf_append_str(cur, EOS_TURN "\n");
+  }
+  if (f->kind == LH_CHAT_MINIMAX) lh_buf_append_str(after, BOS_TURN "ai name=assistant\n");
+  return LH_OK;
+}

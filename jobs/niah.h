@@ -1,0 +1,93 @@
+/* niah.h — needle-in-a-haystack sweeps: lengths x depths x trials, RULER's variants, prefix reuse
+ * through the store, results as CSV/JSONL/summary and the heatmap (jobs/niah_plot.h).
+ *
+ * A trial's prompt, in the model's chat format (a user turn, then the generation prompt):
+ *
+ *     <user turn head> H[0:p] NEEDLE H[p:h] (more needles after p, for the multi variants)
+ *     QUESTION <end of turn> <assistant head>
+ *
+ * H is one token stream for the whole sweep: the corpus ingested and framed as documents (the
+ * built-in corpus is examples/niah/haystack.tar.xz), repeated when a length needs more. p is the
+ * depth's share of the haystack part, moved back to the nearest line start; h makes the prompt
+ * `length` tokens long. So every trial's prompt up to its first needle is a prefix of the same
+ * stream: one "main" state walks along it, checkpointed into the store at every chunk boundary,
+ * and each trial forks from the main state at the last chunk boundary before its needle and
+ * computes only the rest. A killed sweep reloads its finished trials from results.jsonl and the
+ * main state from the store.
+ *
+ * Scoring (per trial): exact = the answer, stripped of surrounding space and a final period,
+ * equals the expected text; contains = every expected value occurs in the answer (RULER's
+ * recall metric); score = contains, which is what the heatmap shows.
+ */
+#ifndef LH_JOBS_NIAH_H
+#define LH_JOBS_NIAH_H
+
+#include <stdint.h>
+
+#include "jobs/progress.h"
+#include "util/err.h"
+
+typedef enum lh_niah_variant {
+  LH_NIAH_SINGLE = 0,  /* one needle, one question */
+  LH_NIAH_MULTIKEY,    /* one needle asked for, n_needles-1 needles with other keys as distractors */
+  LH_NIAH_MULTIVALUE,  /* n_needles needles with the same key and different values; all are asked for */
+  LH_NIAH_MULTIQUERY,  /* n_needles needles with different keys; all are asked for */
+  LH_NIAH_VARIANT_COUNT
+} lh_niah_variant;
+
+const char *lh_niah_variant_name(lh_niah_variant v);
+int lh_niah_variant_parse(const char *s); /* -1 when unknown */
+
+#define LH_NIAH_MAX_CELLS 64
+
+typedef struct lh_niah_params {
+  const char *model_dir;
+  const char *out_dir;
+  const char *corpus;     /* any ingest input; NULL: the built-in haystack */
+  const char *db_path;    /* NULL: OUT/niah.db */
+  const char *device;     /* "cpu" or "cuda" */
+  int threads;
+  int64_t lengths[LH_NIAH_MAX_CELLS];
+  int n_lengths;
+  double depths[LH_NIAH_MAX_CELLS];
+  int n_depths;
+  const char *needle;     /* templates with {key} and {value}; NULL: RULER's */
+  const char *question;   /* for multi-value / multi-query the question names {key} (the first) */
+  const char *answer;     /* expected answer template ({value}, {key}); NULL: "{value}" (single, multikey) */
+  lh_niah_variant variant;
+  int n_needles;          /* multi variants (default 4; multi-query 2) */
+  int trials;             /* per cell (default 1) */
+  uint64_t seed;
+  int chunk;              /* tokens per chunk (default 4096) */
+  int max_tokens;         /* answer length cap (default 32) */
+  int force;              /* discard earlier results in OUT */
+  lh_progress_mode progress;
+} lh_niah_params;
+
+lh_niah_params lh_niah_default_params(void);
+
+/* "1k,4k,128k,1m" (k = 1024, m = 1048576; plain numbers as given) into lengths; "0:100:10" or
+ * "0,50,100" into depths. Return the count, or -1 with a message in err. */
+int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err);
+int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err);
+
+typedef struct lh_niah_summary {
+  int trials, trials_run, trials_resumed;
+  double accuracy, exact;        /* over all trials */
+  int64_t tokens_computed;       /* prefilled by this sweep, all runs */
+  int64_t tokens_naive;          /* sum of every trial's prompt length */
+  int64_t tokens_restored;       /* main-state tokens restored from checkpoints in this run */
+  double seconds;
+} lh_niah_summary;
+
+/* Run (or resume) a sweep into p->out_dir: results.jsonl, results.csv, summary.json, sweep.json,
+ * heatmap.png and heatmap.svg (when built with cairo; otherwise a note says how to draw them).
+ * LH_EINTR when interrupted (resumable). */
+lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *err);
+
+/* Redraw OUT/heatmap.{png,svg} and rewrite results.csv and summary.json from OUT/results.jsonl. */
+lh_status lh_niah_plot_dir(const char *out_dir, lh_error *err);
+
+void lh_niah_request_stop(void);
+
+#endif

@@ -1,0 +1,913 @@
+/* runner.c — the batch runner (see runner.h for the steps).
+ *
+ * Invariants
+ *  1. Every valid request is a job in the store, unique by (batch, custom_id); the batch is named
+ *     by the batch file's content digest, so rerunning the same file finds the same jobs and an
+ *     edited file is a new batch (whose prefixes still meet the old checkpoints by content).
+ *  2. A job's answer exists only once its state is `done` in the store: output.jsonl and the
+ *     per-job folders are rebuilt from the store at the end of every run, so a crash at any moment
+ *     loses at most the work since the last checkpoint, and rerunning prints the same lines.
+ *  3. The shared prefix of a group (text before the documents + the documents) is computed at
+ *     most once per run and checkpointed every `checkpoint_every` chunks at chunk boundaries that
+ *     are multiples of `chunk` from position 0, so an interrupted run resumes on the same chunk plan
+ *     and gives bitwise the answers an uninterrupted run gives.
+ *  4. Nothing here holds more than one group's tokens and states; prompts are token arrays
+ *     (4 bytes a token), never activations.
+ *
+ * Failure isolation: a request that is malformed, over the model's limits or names a missing
+ * document fails alone (or with its group, for a document problem); an engine failure fails the
+ * group it happened in; only set-up problems (model, store, output folder) stop the run.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "jobs/runner.h"
+
+#include <archive.h>
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "ingest/ingest.h"
+#include "ingest/tokenizer.h"
+#include "jobs/batch.h"
+#include "jobs/chat.h"
+#include "store/store.h"
+#include "util/fs.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+#ifndef LH_VERSION
+#define LH_VERSION "0"
+#endif
+
+static volatile sig_atomic_t stop_requested;
+
+void lh_runner_request_stop(void) { stop_requested = 1; }
+
+lh_runner_params lh_runner_default_params(void) {
+  lh_runner_params p = {0};
+  p.device = "cpu";
+  p.chunk = 4096;
+  p.checkpoint_every = 1;
+  p.max_tokens_default = 256;
+  p.shard_count = 1;
+  p.max_group = 64;
+  p.progress = LH_PROGRESS_AUTO;
+  return p;
+}
+
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz) {
+  lh_sha256 s;
+  lh_sha256_init(&s);
+  lh_sha256_update(&s, batch_digest, strlen(batch_digest) + 1);
+  lh_sha256_update(&s, custom_id, strlen(custom_id));
+  uint8_t d[32];
+  lh_sha256_final(&s, d);
+  char hex[65];
+  lh_hex(d, 12, hex);
+  snprintf(out, outsz, "batch_req_%s", hex);
+}
+
+void lh_runner_job_dirname(const char *id, char *out, size_t outsz) {
+  size_t o = 0, n = strlen(id);
+  for (size_t i = 0; i < n && o + 4 < outsz && o < 200; i++) {
+    unsigned char c = (unsigned char)id[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+             (c == '.' && i > 0);
+    if (ok) out[o++] = (char)c;
+    else o += (size_t)snprintf(out + o, outsz - o, "%%%02X", c);
+  }
+  out[o] = 0;
+  if (o >= 200 || strlen(id) * 3 > 200) { /* possibly shortened: make it unique */
+    uint8_t d[32];
+    lh_sha256_buf(id, n, d);
+    char hex[65];
+    lh_hex(d, 6, hex);
+    if (o > 180) o = 180;
+    snprintf(out + o, outsz - o, "~%s", hex);
+  }
+}
+
+/* ---- per-run context ---- */
+
+typedef struct run {
+  const lh_runner_params *p;
+  lh_batch batch;
+  char batch_digest[65];
+  lh_model *model;
+  const lh_config *cfg;
+  lh_tokenizer *tok;
+  lh_chat_format chat;
+  lh_store *store;
+  lh_store_writer *writer;
+  lh_progress *prog;
+  int64_t batch_id;
+  int64_t *job_ids;   /* [batch.n], 0 for bad lines and other shards */
+  char model_name[256];
+  int32_t stop_ids[8];
+  int n_stop_ids;
+  lh_runner_summary *sum;
+} run;
+
+typedef struct job {
+  lh_request *r;
+  int64_t id;
+  lh_buf before, after;
+  lh_i32vec suffix;
+  lh_state *st;
+  lh_i32vec gen;
+  lh_buf text;
+  lh_sampler_params sp;
+  uint64_t rng;
+  int max_tokens;
+  int done;
+  const char *finish;
+  double t_start, t_decode;
+  int64_t prompt_tokens;
+  int failed;
+  int fail_status;
+  char fail_code[32];
+  lh_error err;
+} job;
+
+static char *render_json_string(cJSON *o) {
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+/* The store keeps a failed job's error as a small JSON object so output.jsonl can be rebuilt with
+ * the right status code. */
+static lh_status fail_job(run *R, int64_t id, int status, const char *code, const char *msg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "status_code", status);
+  cJSON_AddStringToObject(o, "code", code);
+  cJSON_AddStringToObject(o, "message", msg);
+  char *s = render_json_string(o);
+  lh_error e;
+  lh_status st = lh_store_job_fail(R->store, id, s ? s : msg, &e);
+  free(s);
+  if (st != LH_OK) lh_log_warn("could not record the failure of job %lld: %s", (long long)id, e.msg);
+  R->sum->failed++;
+  return st;
+}
+
+static void group_key(run *R, const lh_request *r, const char *before, char out[65]) {
+  char dk[65];
+  lh_request_documents_key(r, dk);
+  lh_sha256 s;
+  lh_sha256_init(&s);
+  lh_sha256_update(&s, lh_model_id(R->model), 64);
+  lh_sha256_update(&s, dk, 64);
+  lh_sha256_update(&s, before, strlen(before));
+  uint8_t d[32];
+  lh_sha256_final(&s, d);
+  lh_hex(d, 32, out);
+}
+
+static uint64_t str_hash64(const char *s) {
+  uint8_t d[32];
+  lh_sha256_buf(s, strlen(s), d);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = v << 8 | d[i];
+  return v;
+}
+
+/* ---- set-up ---- */
+
+static lh_status batch_digest(const char *path, char out[65], lh_error *err) {
+  lh_buf b = {0};
+  lh_status st = lh_file_read(path, (size_t)1 << 34, &b, err);
+  if (st == LH_OK) {
+    uint8_t d[32];
+    lh_sha256_buf(b.data, b.len, d);
+    lh_hex(d, 32, out);
+  }
+  lh_buf_free(&b);
+  return st;
+}
+
+static void collect_stop_ids(run *R) {
+  R->n_stop_ids = 0;
+  if (R->cfg->eos_token_id >= 0) R->stop_ids[R->n_stop_ids++] = R->cfg->eos_token_id;
+  if (R->chat.end_token[0]) {
+    int32_t id = lh_tokenizer_token_to_id(R->tok, R->chat.end_token);
+    if (id >= 0) R->stop_ids[R->n_stop_ids++] = id;
+  }
+  /* generation_config.json may list more end ids (int or array). */
+  char path[4096];
+  lh_path_join(path, sizeof path, lh_model_dir(R->model), "generation_config.json");
+  lh_buf b = {0};
+  if (lh_file_read(path, 1 << 20, &b, NULL) == LH_OK) {
+    cJSON *g = cJSON_ParseWithLength(b.data, b.len);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(g, "eos_token_id");
+    if (cJSON_IsNumber(e) && R->n_stop_ids < 8) R->stop_ids[R->n_stop_ids++] = (int32_t)e->valuedouble;
+    const cJSON *it;
+    if (cJSON_IsArray(e))
+      cJSON_ArrayForEach(it, e) if (cJSON_IsNumber(it) && R->n_stop_ids < 8) R->stop_ids[R->n_stop_ids++] =
+          (int32_t)it->valuedouble;
+    cJSON_Delete(g);
+  }
+  lh_buf_free(&b);
+}
+
+static int is_stop_id(const run *R, int32_t id) {
+  for (int i = 0; i < R->n_stop_ids; i++)
+    if (R->stop_ids[i] == id) return 1;
+  return 0;
+}
+
+/* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force. */
+static lh_status add_jobs(run *R, lh_error *err) {
+  R->job_ids = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->job_ids);
+  if (!R->job_ids) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (int i = 0; i < R->batch.n; i++) {
+    lh_request *r = &R->batch.req[i];
+    if (r->error.code != LH_OK) continue;
+    lh_buf before = {0}, after = {0};
+    lh_error e;
+    char key[65] = "";
+    if (lh_chat_render(&R->chat, r, &before, &after, &e) != LH_OK) {
+      r->error = e; /* rendering problems are request errors (reported like malformed lines) */
+      lh_error_prefix(&r->error, e.code, "line %d: ", r->line);
+      R->batch.n_bad++;
+      lh_buf_free(&before);
+      lh_buf_free(&after);
+      continue;
+    }
+    group_key(R, r, before.data ? before.data : "", key);
+    lh_buf_free(&before);
+    lh_buf_free(&after);
+    if (R->p->shard_count > 1 && (int)(str_hash64(key) % (uint64_t)R->p->shard_count) != R->p->shard_index) {
+      R->sum->not_in_shard++;
+      continue;
+    }
+    /* What the store keeps of the request: its line number and custom_id are enough to find it
+     * in the batch file again, and the digest pins the file's content. */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "line", r->line);
+    cJSON_AddStringToObject(o, "custom_id", r->custom_id);
+    cJSON_AddStringToObject(o, "batch_sha256", R->batch_digest);
+    char *js = render_json_string(o);
+    lh_store_job_spec spec = {.custom_id = r->custom_id, .request_json = js, .group_key = key,
+                              .model_id = lh_model_id(R->model)};
+    int existed = 0;
+    lh_status st = lh_store_job_add(R->store, R->batch_id, &spec, &R->job_ids[i], &existed, err);
+    free(js);
+    if (st != LH_OK) return st;
+    R->sum->requests++;
+    if (existed) {
+      lh_store_job_info info;
+      if (lh_store_job_get(R->store, R->job_ids[i], &info, err) != LH_OK) return err ? err->code : LH_EIO;
+      int finished = info.state == LH_JOB_DONE || info.state == LH_JOB_FAILED;
+      lh_store_job_info_clear(&info);
+      if (finished && R->p->force) {
+        if ((st = lh_store_job_requeue(R->store, R->job_ids[i], err)) != LH_OK) return st;
+      } else if (finished) {
+        R->sum->skipped_done++;
+      }
+    }
+  }
+  return LH_OK;
+}
+
+static int find_request(const run *R, int64_t job_id) {
+  for (int i = 0; i < R->batch.n; i++)
+    if (R->job_ids[i] == job_id) return i;
+  return -1;
+}
+
+/* ---- one group ---- */
+
+typedef struct manifest {
+  lh_buf jsonl;
+  lh_store_doc *docs;
+  char **paths, **shas;
+  size_t n, cap;
+} manifest;
+
+static void manifest_free(manifest *m) {
+  lh_buf_free(&m->jsonl);
+  for (size_t i = 0; i < m->n; i++) {
+    free(m->paths[i]);
+    free(m->shas[i]);
+  }
+  free(m->docs);
+  free(m->paths);
+  free(m->shas);
+  memset(m, 0, sizeof *m);
+}
+
+static lh_status manifest_add(manifest *m, const lh_ingest_entry *e0, int64_t token_offset) {
+  lh_ingest_entry e = *e0;
+  if (e.token_start >= 0) e.token_start += token_offset, e.token_end += token_offset;
+  lh_status st = lh_ingest_entry_json(&e, &m->jsonl);
+  if (st) return st;
+  if (e.status != LH_ENTRY_OK && e.status != LH_ENTRY_PARTIAL) return LH_OK;
+  if (m->n == m->cap) {
+    size_t nc = m->cap ? 2 * m->cap : 64;
+    lh_store_doc *d = realloc(m->docs, nc * sizeof *d);
+    if (d) m->docs = d;
+    char **p = realloc(m->paths, nc * sizeof *p);
+    if (p) m->paths = p;
+    char **h = realloc(m->shas, nc * sizeof *h);
+    if (h) m->shas = h;
+    if (!d || !p || !h) return LH_ENOMEM;
+    m->cap = nc;
+  }
+  m->paths[m->n] = strndup(e.path, e.path_len);
+  m->shas[m->n] = NULL;
+  if (e.has_sha256) {
+    m->shas[m->n] = malloc(65);
+    if (m->shas[m->n]) lh_hex(e.sha256, 32, m->shas[m->n]);
+  }
+  m->docs[m->n] = (lh_store_doc){.path = m->paths[m->n], .bytes = e.bytes, .sha256_hex = m->shas[m->n],
+                                 .tok_start = e.token_start, .tok_end = e.token_end};
+  m->n++;
+  return LH_OK;
+}
+
+/* Ingest the documents of r (shared by its group), appending tokens to P and entries to man. */
+static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, manifest *man, double *mb,
+                                  lh_error *err) {
+  for (int d = 0; d < r->n_documents; d++) {
+    const lh_document_input *di = &r->documents[d];
+    lh_ingest_params ip = lh_ingest_default_params();
+    ip.tokenizer = R->tok;
+    ip.template_text = di->frame;
+    size_t ni = 0, ne = 0;
+    for (char **g = di->include; g && *g; g++) ni++;
+    for (char **g = di->exclude; g && *g; g++) ne++;
+    ip.include = (const char *const *)di->include;
+    ip.n_include = ni;
+    ip.exclude = (const char *const *)di->exclude;
+    ip.n_exclude = ne;
+    lh_ingest *ing = NULL;
+    lh_status st = lh_ingest_open(&ip, &ing, err);
+    if (st == LH_OK) st = lh_ingest_add_path(ing, di->resolved, err);
+    if (st != LH_OK) {
+      lh_ingest_close(ing);
+      return lh_error_prefix(err, st, "document %s: ", di->path);
+    }
+    int64_t offset = (int64_t)P->len;
+    lh_ingest_batch b;
+    lh_progress_begin(R->prog, r->custom_id, "ingest", 0, "B");
+    while ((st = lh_ingest_next(ing, &b, err)) == LH_OK) {
+      if (lh_i32vec_append(P, b.tokens, b.n_tokens) != LH_OK) {
+        st = lh_error_set(err, LH_ENOMEM, "out of memory holding the prompt's tokens");
+        break;
+      }
+      for (size_t i = 0; i < b.n_entries; i++)
+        if ((st = manifest_add(man, &b.entries[i], offset)) != LH_OK) break;
+      if (st != LH_OK) break;
+      lh_ingest_stats is;
+      lh_ingest_stats_get(ing, &is);
+      lh_progress_update(R->prog, is.source_bytes);
+      if (b.done) break;
+    }
+    lh_ingest_stats is;
+    lh_ingest_stats_get(ing, &is);
+    *mb += (double)is.source_bytes / 1e6;
+    lh_progress_end(R->prog);
+    lh_ingest_close(ing);
+    if (st != LH_OK) return lh_error_prefix(err, st, "document %s: ", di->path);
+  }
+  return LH_OK;
+}
+
+static lh_status tokenize_text(run *R, const lh_buf *b, lh_i32vec *out, lh_error *err) {
+  if (!b->len) return LH_OK;
+  return lh_tokenizer_encode(R->tok, b->data, b->len, 0, out, err);
+}
+
+/* Prefill tokens[pos:n] into st in chunks aligned to multiples of chunk, checkpointing. */
+static lh_status prefill_prefix(run *R, lh_state *st, lh_store_cursor *cur, const int32_t *tokens, int64_t n,
+                                const char *label, int checkpoint, lh_error *err) {
+  int64_t pos = lh_state_pos(st), chunk = R->p->chunk, since = 0;
+  if (pos >= n) return LH_OK;
+  lh_progress_begin(R->prog, label, "prefill", n, "tok");
+  lh_progress_update(R->prog, pos);
+  while (pos < n) {
+    int64_t next = (pos / chunk + 1) * chunk;
+    if (next > n) next = n;
+    lh_status s = lh_prefill(st, tokens + pos, next - pos, NULL, NULL, err);
+    if (s != LH_OK) return s;
+    if (cur) lh_store_cursor_feed(cur, tokens + pos, next - pos);
+    R->sum->tokens_prefilled += next - pos;
+    pos = next;
+    since++;
+    int last = pos == n;
+    if (checkpoint && R->writer && cur && R->p->checkpoint_every > 0 &&
+        (since >= R->p->checkpoint_every || last || stop_requested)) {
+      if ((s = lh_store_checkpoint_state(R->writer, st, cur, err)) != LH_OK) return s;
+      since = 0;
+    }
+    lh_progress_update(R->prog, pos);
+    if (stop_requested && !last) {
+      lh_progress_end(R->prog);
+      return lh_error_set(err, LH_EINTR, "interrupted at token %lld of %lld", (long long)pos, (long long)n);
+    }
+  }
+  lh_progress_end(R->prog);
+  return LH_OK;
+}
+
+/* Does text contain a stop string? Returns the cut position or -1. */
+static long find_stop(const lh_request *r, const char *text) {
+  long cut = -1;
+  for (int i = 0; i < r->n_stop; i++) {
+    const char *p = strstr(text, r->stop[i]);
+    if (p && (cut < 0 || p - text < cut)) cut = p - text;
+  }
+  return cut;
+}
+
+static lh_status write_job_files(run *R, job *J, const manifest *man, const char *result_json, lh_error *err) {
+  char dir[4096], name[256], path[4200];
+  lh_runner_job_dirname(J->r->custom_id, name, sizeof name);
+  snprintf(dir, sizeof dir, "%s/jobs/%s", R->p->out_dir, name);
+  lh_status st = lh_mkdir_p(dir, err);
+  if (st) return st;
+  snprintf(path, sizeof path, "%s/result.json", dir);
+  if ((st = lh_file_write_atomic(path, result_json, strlen(result_json), err))) return st;
+  snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
+  return lh_file_write_atomic(path, man->jsonl.data ? man->jsonl.data : "", man->jsonl.len, err);
+}
+
+static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens, int64_t restored, int64_t computed,
+                         int group_size, double t_ingest, double mb, double t_prefill) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
+  cJSON_AddStringToObject(o, "status", "done");
+  cJSON_AddStringToObject(o, "answer", J->text.data ? J->text.data : "");
+  cJSON_AddStringToObject(o, "finish_reason", J->finish);
+  cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
+  cJSON_AddStringToObject(o, "model", R->model_name);
+  cJSON_AddNumberToObject(o, "created", (double)time(NULL));
+  cJSON *t = cJSON_AddObjectToObject(o, "tokens");
+  cJSON_AddNumberToObject(t, "prompt", (double)J->prompt_tokens);
+  cJSON_AddNumberToObject(t, "documents", (double)docs_tokens);
+  cJSON_AddNumberToObject(t, "shared_prefix", (double)prefix_len);
+  cJSON_AddNumberToObject(t, "own_suffix", (double)J->suffix.len);
+  cJSON_AddNumberToObject(t, "completion", (double)J->gen.len);
+  cJSON *c = cJSON_AddObjectToObject(o, "cache");
+  cJSON_AddBoolToObject(c, "hit", restored > 0);
+  cJSON_AddNumberToObject(c, "tokens_reused", (double)restored);
+  cJSON_AddNumberToObject(c, "prefix_tokens_computed", (double)computed);
+  cJSON_AddNumberToObject(c, "requests_sharing_prefix", group_size);
+  cJSON *tm = cJSON_AddObjectToObject(o, "timings_s");
+  cJSON_AddNumberToObject(tm, "ingest", t_ingest);
+  cJSON_AddNumberToObject(tm, "prefill", t_prefill);
+  cJSON_AddNumberToObject(tm, "decode", J->t_decode);
+  cJSON *rt = cJSON_AddObjectToObject(o, "rates");
+  cJSON_AddNumberToObject(rt, "ingest_mb_per_s", t_ingest > 0 ? mb / t_ingest : 0);
+  cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", t_prefill > 0 ? (double)computed / t_prefill : 0);
+  cJSON_AddNumberToObject(rt, "decode_tokens_per_s", J->t_decode > 0 ? (double)J->gen.len / J->t_decode : 0);
+  cJSON *s = cJSON_AddObjectToObject(o, "store");
+  cJSON_AddStringToObject(s, "path", R->sum->db_path);
+  cJSON_AddNumberToObject(s, "job_id", (double)J->id);
+  cJSON *m = cJSON_AddObjectToObject(o, "engine");
+  cJSON_AddStringToObject(m, "model_dir", lh_model_dir(R->model));
+  cJSON_AddStringToObject(m, "model_id", lh_model_id(R->model));
+  cJSON_AddStringToObject(m, "backend", lh_model_backend(R->model));
+  cJSON_AddNumberToObject(m, "chunk", R->p->chunk);
+  cJSON *v = cJSON_AddObjectToObject(o, "versions");
+  cJSON_AddStringToObject(v, "longhaul", LH_VERSION);
+  cJSON_AddStringToObject(v, "sqlite", sqlite3_libversion());
+  cJSON_AddStringToObject(v, "libarchive", archive_version_details());
+  return render_json_string(o);
+}
+
+static void job_free(job *J) {
+  lh_buf_free(&J->before);
+  lh_buf_free(&J->after);
+  lh_i32vec_free(&J->suffix);
+  lh_state_free(J->st);
+  lh_i32vec_free(&J->gen);
+  lh_buf_free(&J->text);
+}
+
+/* Run one claimed group: ids[0..n) share documents and the text before them. */
+static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
+  job *J = calloc((size_t)n, sizeof *J);
+  manifest man = {0};
+  lh_i32vec P = {0};
+  lh_state *base = NULL;
+  float *logits = NULL;
+  lh_state **batch_states = NULL;
+  int32_t *batch_tokens = NULL;
+  int *batch_job = NULL;
+  lh_status st = LH_OK;
+  int vocab = R->cfg->vocab_size;
+  if (!J) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    int ri = find_request(R, ids[i]);
+    J[i].id = ids[i];
+    if (ri < 0) { /* a job of this batch that this run did not add (other shard or edited batch) */
+      lh_store_job_release(R->store, ids[i], NULL);
+      J[i].failed = -1;
+      continue;
+    }
+    J[i].r = &R->batch.req[ri];
+    lh_chat_render(&R->chat, J[i].r, &J[i].before, &J[i].after, NULL);
+  }
+  int lead = -1;
+  for (int i = 0; i < n && lead < 0; i++)
+    if (!J[i].failed) lead = i;
+  if (lead < 0) goto out;
+  const lh_request *r0 = J[lead].r;
+  char label[128];
+  snprintf(label, sizeof label, "%s%s", r0->custom_id, n > 1 ? "+" : "");
+
+  /* 1. shared prefix tokens: the text before the documents, then the documents */
+  double t0 = lh_now(), mb = 0;
+  lh_error e;
+  lh_error_clear(&e);
+  st = tokenize_text(R, &J[lead].before, &P, &e);
+  int64_t docs_start = (int64_t)P.len;
+  if (st == LH_OK) st = ingest_documents(R, r0, &P, &man, &mb, &e);
+  double t_ingest = lh_now() - t0;
+  if (st != LH_OK) {
+    int status = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED ? 400 : 500;
+    for (int i = 0; i < n; i++)
+      if (!J[i].failed) fail_job(R, J[i].id, status, "document_error", e.msg);
+    lh_progress_note(R->prog, "%s: %s", label, e.msg);
+    st = LH_OK; /* the group failed, the run goes on */
+    goto out;
+  }
+  int64_t docs_tokens = (int64_t)P.len - docs_start;
+
+  /* 2. each request's own suffix and its limits */
+  int64_t limit = R->cfg->max_position_embeddings;
+  for (int i = 0; i < n; i++) {
+    if (J[i].failed) continue;
+    J[i].max_tokens = J[i].r->max_tokens > 0 ? J[i].r->max_tokens : R->p->max_tokens_default;
+    if ((st = tokenize_text(R, &J[i].after, &J[i].suffix, &e)) != LH_OK) {
+      fail_job(R, J[i].id, 500, "tokenizer_error", e.msg);
+      J[i].failed = 1;
+      st = LH_OK;
+      continue;
+    }
+    J[i].prompt_tokens = (int64_t)(P.len + J[i].suffix.len);
+    if (J[i].prompt_tokens == 0) {
+      fail_job(R, J[i].id, 400, "invalid_request", "the prompt is empty");
+      J[i].failed = 1;
+      continue;
+    }
+    if (limit > 0 && J[i].prompt_tokens + J[i].max_tokens > limit) {
+      char msg[512];
+      snprintf(msg, sizeof msg,
+               "request over the model's limits: %lld prompt tokens (%lld from documents) + max_tokens %d > the "
+               "model's context of %lld tokens",
+               (long long)J[i].prompt_tokens, (long long)docs_tokens, J[i].max_tokens, (long long)limit);
+      fail_job(R, J[i].id, 400, "context_length_exceeded", msg);
+      lh_progress_note(R->prog, "%s: %s", J[i].r->custom_id, msg);
+      J[i].failed = 1;
+    }
+  }
+  int live = 0;
+  for (int i = 0; i < n; i++) live += !J[i].failed;
+  if (!live) goto out;
+  for (int i = 0; i < n; i++)
+    if (!J[i].failed) lh_store_job_set_tokens(R->store, J[i].id, J[i].prompt_tokens, NULL);
+
+  /* 3. the shared prefix: resume from the store, prefill the rest with checkpoints */
+  double t1 = lh_now();
+  lh_store_cursor cur;
+  int64_t restored = 0, computed = 0;
+  if ((st = lh_store_resume(R->store, R->model, P.data, (int64_t)P.len, J[lead].id, &base, &cur, &e)) != LH_OK) {
+    for (int i = 0; i < n; i++)
+      if (!J[i].failed) fail_job(R, J[i].id, 500, "store_error", e.msg);
+    st = LH_OK;
+    goto out;
+  }
+  restored = lh_state_pos(base);
+  R->sum->tokens_restored += restored;
+  if (restored) lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", label,
+                                 (long long)restored, (long long)P.len);
+  st = prefill_prefix(R, base, &cur, P.data, (int64_t)P.len, label, 1, &e);
+  computed = (int64_t)P.len - restored;
+  double t_prefill = lh_now() - t1;
+  if (st == LH_EINTR) goto interrupted;
+  if (st == LH_OK && R->writer) st = lh_store_writer_flush(R->writer, &e);
+  if (st != LH_OK) {
+    for (int i = 0; i < n; i++)
+      if (!J[i].failed) fail_job(R, J[i].id, 500, "engine_error", e.msg);
+    lh_progress_note(R->prog, "%s: %s", label, e.msg);
+    st = LH_OK;
+    goto out;
+  }
+  if (live > 1) R->sum->tokens_shared += (int64_t)P.len;
+
+  /* 4. fork per request, prefill its suffix, decode everyone together */
+  logits = malloc((size_t)n * (size_t)vocab * sizeof *logits);
+  batch_states = calloc((size_t)n, sizeof *batch_states);
+  batch_tokens = calloc((size_t)n, sizeof *batch_tokens);
+  batch_job = calloc((size_t)n, sizeof *batch_job);
+  if (!logits || !batch_states || !batch_tokens || !batch_job) {
+    st = lh_error_set(err, LH_ENOMEM, "out of memory for decoding %d requests", n);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) {
+    if (J[i].failed) continue;
+    J[i].t_start = lh_now();
+    st = lh_state_fork(base, &J[i].st, &e);
+    if (st == LH_OK && J[i].suffix.len) {
+      int64_t done = 0, len = (int64_t)J[i].suffix.len;
+      while (done < len && st == LH_OK) {
+        int64_t take = len - done < R->p->chunk ? len - done : R->p->chunk;
+        st = lh_prefill(J[i].st, J[i].suffix.data + done, take, logits + (size_t)i * (size_t)vocab, NULL, &e);
+        done += take;
+        R->sum->tokens_prefilled += take;
+      }
+    } else if (st == LH_OK) {
+      const float *ll = lh_state_last_logits(J[i].st);
+      if (ll) memcpy(logits + (size_t)i * (size_t)vocab, ll, (size_t)vocab * sizeof *logits);
+      else st = lh_error_set(&e, LH_EINVAL, "nothing to continue from");
+    }
+    if (st != LH_OK) {
+      fail_job(R, J[i].id, 500, "engine_error", e.msg);
+      J[i].failed = 1;
+      st = LH_OK;
+      continue;
+    }
+    J[i].sp = (lh_sampler_params){.temperature = (float)J[i].r->temperature, .top_p = (float)J[i].r->top_p,
+                                  .top_k = 0, .seed = J[i].r->has_seed ? J[i].r->seed : str_hash64(J[i].r->custom_id)};
+    J[i].rng = J[i].sp.seed;
+  }
+  int64_t decoded = 0;
+  lh_progress_begin(R->prog, label, "decode", 0, "tok");
+  for (;;) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      if (J[i].failed || J[i].done) continue;
+      int32_t t = lh_sample(logits + (size_t)i * (size_t)vocab, vocab, &J[i].sp, &J[i].rng);
+      if (is_stop_id(R, t)) {
+        J[i].done = 1;
+        J[i].finish = "stop";
+      } else {
+        lh_i32vec_push(&J[i].gen, t);
+        decoded++;
+        lh_buf_clear(&J[i].text);
+        lh_tokenizer_decode(R->tok, J[i].gen.data, J[i].gen.len, 1, &J[i].text, NULL);
+        long cut = J[i].r->n_stop ? find_stop(J[i].r, J[i].text.data ? J[i].text.data : "") : -1;
+        if (cut >= 0) {
+          J[i].text.len = (size_t)cut;
+          J[i].text.data[cut] = 0;
+          J[i].done = 1;
+          J[i].finish = "stop";
+        } else if ((int)J[i].gen.len >= J[i].max_tokens ||
+                   (limit > 0 && lh_state_pos(J[i].st) + 1 >= limit)) {
+          J[i].done = 1;
+          J[i].finish = "length";
+        }
+      }
+      if (J[i].done) {
+        J[i].t_decode = lh_now() - J[i].t_start;
+        continue;
+      }
+      batch_states[k] = J[i].st;
+      batch_tokens[k] = t;
+      batch_job[k] = i;
+      k++;
+    }
+    if (!k) break;
+    lh_progress_update(R->prog, decoded);
+    /* logits rows are compacted for the batch, then spread back to each job's row */
+    float *tmp = malloc((size_t)k * (size_t)vocab * sizeof *tmp);
+    if (!tmp) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory while decoding");
+      goto out;
+    }
+    st = lh_decode_batch(batch_states, k, batch_tokens, tmp, &e);
+    for (int q = 0; q < k && st == LH_OK; q++)
+      memcpy(logits + (size_t)batch_job[q] * (size_t)vocab, tmp + (size_t)q * (size_t)vocab,
+             (size_t)vocab * sizeof *tmp);
+    free(tmp);
+    if (st != LH_OK) {
+      for (int q = 0; q < k; q++) {
+        fail_job(R, J[batch_job[q]].id, 500, "engine_error", e.msg);
+        J[batch_job[q]].failed = 1;
+      }
+      st = LH_OK;
+    }
+    if (stop_requested) {
+      lh_progress_end(R->prog);
+      goto interrupted;
+    }
+  }
+  lh_progress_end(R->prog);
+  R->sum->tokens_decoded += decoded;
+
+  /* 5. results */
+  for (int i = 0; i < n; i++) {
+    if (J[i].failed || !J[i].done) continue;
+    char *rj = result_json(R, &J[i], (int64_t)P.len, docs_tokens, restored, computed, live, t_ingest, mb, t_prefill);
+    lh_status s2 = rj ? lh_store_job_set_documents(R->store, J[i].id, man.docs, man.n, &e) : LH_ENOMEM;
+    if (s2 == LH_OK) s2 = lh_store_job_done(R->store, J[i].id, rj, NULL, 0, &e);
+    if (s2 == LH_OK) s2 = write_job_files(R, &J[i], &man, rj, &e);
+    if (s2 == LH_OK) {
+      R->sum->done++;
+    } else {
+      lh_progress_note(R->prog, "%s: could not record the result: %s", J[i].r->custom_id, e.msg);
+      R->sum->failed++;
+    }
+    free(rj);
+  }
+  goto out;
+
+interrupted:
+  for (int i = 0; i < n; i++)
+    if (!J[i].failed) {
+      lh_store_job_release(R->store, J[i].id, NULL);
+      R->sum->interrupted_left++;
+    }
+  if (R->writer) lh_store_writer_flush(R->writer, NULL);
+  st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+
+out:
+  for (int i = 0; i < n; i++) job_free(&J[i]);
+  free(J);
+  lh_state_free(base);
+  lh_i32vec_free(&P);
+  manifest_free(&man);
+  free(logits);
+  free(batch_states);
+  free(batch_tokens);
+  free(batch_job);
+  return st;
+}
+
+/* ---- output.jsonl from the store ---- */
+
+static lh_status write_output(run *R, lh_error *err) {
+  lh_buf out = {0};
+  lh_status st = LH_OK;
+  for (int i = 0; i < R->batch.n && st == LH_OK; i++) {
+    const lh_request *r = &R->batch.req[i];
+    char rid[64];
+    lh_runner_request_id(R->batch_digest, r->custom_id, rid, sizeof rid);
+    if (r->error.code != LH_OK) {
+      st = lh_output_error(&out, r->custom_id, rid, 400, "invalid_request", r->error.msg);
+      continue;
+    }
+    if (!R->job_ids[i]) continue; /* another shard's */
+    lh_store_job_info info;
+    if ((st = lh_store_job_get(R->store, R->job_ids[i], &info, err)) != LH_OK) break;
+    if (info.state == LH_JOB_DONE) {
+      lh_buf js = {0};
+      st = lh_store_job_result(R->store, R->job_ids[i], &js, NULL, err);
+      cJSON *o = st == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
+      if (o) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+        lh_completion c = {
+            .text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")),
+            .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
+            .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
+            .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
+            .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
+            .model = r->model ? r->model : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
+        if (!c.text) c.text = "";
+        if (!c.finish_reason) c.finish_reason = "stop";
+        st = lh_output_success(&out, r, rid, &c);
+        cJSON_Delete(o);
+      } else if (st == LH_OK) {
+        st = lh_output_error(&out, r->custom_id, rid, 500, "internal_error", "the stored result is not valid JSON");
+      }
+      lh_buf_free(&js);
+    } else if (info.state == LH_JOB_FAILED) {
+      cJSON *o = info.error ? cJSON_Parse(info.error) : NULL;
+      const char *code = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "code")) : NULL;
+      const char *msg = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : NULL;
+      const cJSON *sc = o ? cJSON_GetObjectItemCaseSensitive(o, "status_code") : NULL;
+      st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500,
+                           code ? code : "internal_error", msg ? msg : (info.error ? info.error : "failed"));
+      cJSON_Delete(o);
+    }
+    lh_store_job_info_clear(&info);
+  }
+  if (st == LH_OK) st = lh_file_write_atomic(R->sum->output_path, out.data ? out.data : "", out.len, err);
+  lh_buf_free(&out);
+  return st;
+}
+
+/* ---- the run ---- */
+
+lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err) {
+  run R = {0};
+  R.p = p;
+  R.sum = sum;
+  memset(sum, 0, sizeof *sum);
+  double t0 = lh_now();
+  stop_requested = 0;
+  if (!p->batch_path || !p->model_dir || !p->out_dir)
+    return lh_error_set(err, LH_EINVAL, "a batch file, --model and --out are required");
+  if (p->chunk < 1) return lh_error_set(err, LH_EINVAL, "--chunk must be at least 1 (got %d)", p->chunk);
+  if (p->shard_count < 1 || p->shard_index < 0 || p->shard_index >= p->shard_count)
+    return lh_error_set(err, LH_EINVAL, "--shard %d/%d: need 0 <= i < n", p->shard_index, p->shard_count);
+  lh_status st = lh_mkdir_p(p->out_dir, err);
+  if (st) return st;
+  if (p->shard_count > 1) {
+    snprintf(sum->output_path, sizeof sum->output_path, "%s/output-%d-of-%d.jsonl", p->out_dir, p->shard_index,
+             p->shard_count);
+    if (!p->db_path)
+      snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard-%d-of-%d.db", p->out_dir, p->shard_index,
+               p->shard_count);
+  } else {
+    snprintf(sum->output_path, sizeof sum->output_path, "%s/output.jsonl", p->out_dir);
+    if (!p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
+  }
+  if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
+
+  if ((st = batch_digest(p->batch_path, R.batch_digest, err)) != LH_OK) return st;
+  if ((st = lh_batch_load(p->batch_path, &R.batch, err)) != LH_OK) return st;
+  sum->bad_lines = R.batch.n_bad;
+  R.prog = lh_progress_open(p->progress, stderr, 10);
+
+  lh_model_params mp = lh_model_default_params();
+  mp.backend = p->device ? p->device : "cpu";
+  mp.threads = p->threads;
+  if (p->chunk > mp.max_chunk) mp.max_chunk = p->chunk;
+  if ((st = lh_model_open(p->model_dir, &mp, &R.model, err)) != LH_OK) {
+    lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
+    goto done;
+  }
+  R.cfg = lh_model_config(R.model);
+  {
+    const char *slash = strrchr(p->model_dir, '/');
+    const char *base = slash && slash[1] ? slash + 1 : p->model_dir;
+    snprintf(R.model_name, sizeof R.model_name, "%s", base);
+  }
+  if ((st = lh_tokenizer_open(p->model_dir, &R.tok, err)) != LH_OK) {
+    lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
+    goto done;
+  }
+  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R.chat, err)) != LH_OK) goto done;
+  collect_stop_ids(&R);
+
+  lh_store_params sp = lh_store_default_params();
+  if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
+  if ((st = lh_store_model_register(R.store, R.model, err)) != LH_OK) goto done;
+  char bname[4200];
+  snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
+  if ((st = lh_store_batch_put(R.store, bname, &R.batch_id, err)) != LH_OK) goto done;
+  if ((st = add_jobs(&R, err)) != LH_OK) goto done;
+  if (p->checkpoint_every > 0) {
+    lh_store_writer_params wp = lh_store_writer_default_params();
+    if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;
+  }
+
+  for (;;) {
+    if (stop_requested) {
+      st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
+      break;
+    }
+    int64_t *ids = calloc((size_t)p->max_group, sizeof *ids);
+    int nids = 0;
+    if (!ids) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      break;
+    }
+    st = lh_store_job_claim_next(R.store, R.batch_id, p->max_group, ids, &nids, err);
+    if (st == LH_ENOTFOUND) {
+      free(ids);
+      st = LH_OK;
+      break;
+    }
+    if (st == LH_OK) st = run_group(&R, ids, nids, err);
+    free(ids);
+    if (st != LH_OK) break;
+  }
+  if (R.writer) {
+    lh_error we;
+    lh_status ws = lh_store_writer_close(R.writer, &we);
+    R.writer = NULL;
+    if (ws != LH_OK && st == LH_OK) {
+      st = ws;
+      if (err) *err = we;
+    }
+  }
+  {
+    lh_error oe;
+    lh_status os = write_output(&R, &oe);
+    if (os != LH_OK && (st == LH_OK || st == LH_EINTR)) {
+      st = os;
+      if (err) *err = oe;
+    }
+  }
+
+done:
+  sum->seconds = lh_now() - t0;
+  if (R.writer) lh_store_writer_close(R.writer, NULL);
+  lh_store_close(R.store);
+  lh_tokenizer_close(R.tok);
+  lh_model_close(R.model);
+  lh_progress_close(R.prog);
+  free(R.job_ids);
+  lh_batch_free(&R.batch);
+  return st;
+}

@@ -1,0 +1,77 @@
+/* runner.h — the batch runner: OpenAI Batch API JSONL in, output.jsonl and per-job results out,
+ * through ingest -> chunked prefill with checkpoints -> forked decode, resumable at any point.
+ *
+ * What one run does (jobs/runner.c has the details and the invariants):
+ *
+ *   1. Parse the batch (jobs/batch.h). Malformed lines become error lines in output.jsonl; the
+ *      rest become jobs in the store (idempotent: rerunning the same batch finds them).
+ *   2. Claim jobs a group at a time: requests with the same documents (and model) form a group
+ *      that shares one ingest and one prefill.
+ *   3. Ingest the group's documents once into tokens (ingest/ingest.h), render each request with
+ *      the chat format (jobs/chat.h): [text before the documents][documents][text after].
+ *   4. Prefill the shared prefix (text before + documents) in chunks of `chunk` tokens, resuming
+ *      from the longest checkpoint in the store and checkpointing every `checkpoint_every` chunks
+ *      through the asynchronous writer (store/store.h).
+ *   5. Fork the state once per request, prefill each request's own suffix, decode all forks
+ *      together (greedy or seeded sampling, stop strings, max tokens), record results.
+ *   6. Write OUT/output.jsonl (in batch order, atomically) and OUT/jobs/<custom_id>/{result.json,
+ *      manifest.jsonl}.
+ *
+ * SIGINT/SIGTERM: the current chunk finishes, its checkpoint is committed, claims are released,
+ * output.jsonl is written for what is done, and lh_run_batch returns LH_EINTR. Running the same
+ * command again resumes.
+ */
+#ifndef LH_JOBS_RUNNER_H
+#define LH_JOBS_RUNNER_H
+
+#include <stdint.h>
+
+#include "jobs/progress.h"
+#include "util/err.h"
+
+typedef struct lh_runner_params {
+  const char *batch_path;    /* the batch JSONL file */
+  const char *model_dir;
+  const char *out_dir;
+  const char *db_path;       /* NULL: OUT/longhaul.db (OUT/longhaul-shard-I-of-N.db with a shard) */
+  const char *device;        /* "cpu" (default) or "cuda" */
+  const char *chat_template; /* NULL (from tokenizer_config.json), "minimax" or "raw" */
+  int threads;               /* 0 = all cores */
+  int chunk;                 /* tokens per prefill chunk (default 4096) */
+  int checkpoint_every;      /* checkpoint after every N chunks (default 1; 0 = never) */
+  int max_tokens_default;    /* when a request gives no max_tokens (default 256) */
+  int force;                 /* rerun jobs that are already done or failed */
+  int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
+  int max_group;             /* most requests decoded together (default 64) */
+  lh_progress_mode progress;
+} lh_runner_params;
+
+lh_runner_params lh_runner_default_params(void);
+
+typedef struct lh_runner_summary {
+  int requests, bad_lines, done, failed, skipped_done, not_in_shard, interrupted_left;
+  int64_t tokens_prefilled;  /* computed in this run */
+  int64_t tokens_restored;   /* restored from checkpoints in this run */
+  int64_t tokens_shared;     /* prefix tokens computed once and used by several requests */
+  int64_t tokens_decoded;
+  double seconds;
+  char output_path[4096];
+  char db_path[4096];
+} lh_runner_summary;
+
+/* Run a batch. Returns LH_OK when every job of the shard ended (done or failed: see summary),
+ * LH_EINTR when interrupted (resumable), or the set-up error (model, store, output folder). */
+lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err);
+
+/* Ask a running lh_run_batch to stop at the next chunk boundary (async-signal-safe). */
+void lh_runner_request_stop(void);
+
+/* A deterministic request id for output lines: "batch_req_" + 24 hex chars of
+ * SHA-256(batch digest, custom_id). out >= 40 bytes. */
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz);
+
+/* custom_id made safe as a single file-name component (bytes outside [A-Za-z0-9._-] as %XX; a
+ * leading '.' escaped; over 200 bytes shortened with a hash suffix). out >= 256 bytes. */
+void lh_runner_job_dirname(const char *custom_id, char *out, size_t outsz);
+
+#endif

@@ -1,0 +1,138 @@
+/* test_ingest_tokens_unit.c — the token side of ingest in memory, with a real tokenizer: the
+ * tokens the batches carry are exactly the tokenizer's one-shot encoding of the framed text
+ * (add_special = 0), whatever the batch size; token_base is contiguous; entry spans tile the
+ * token stream; a document's span holds exactly the tokens that start inside it; and when an
+ * archive breaks, the tokens of what was read still come out. (That the tokenizer equals HF is
+ * tests/tokenizer's business; that the whole equals HF on real archives is test_ingest_tokens.) */
+#include "tests/test.h"
+
+#include "ingest/ingest.h"
+#include "ingest/tokenizer.h"
+#include "tests/ingest/mem_archive.h"
+#include "util/fs.h"
+
+typedef struct run {
+  lh_buf text;
+  lh_i32vec ids;
+  lh_ingest_entry *ents; /* paths not kept */
+  size_t n;
+  lh_status st;
+} run;
+
+static void do_run(const lh_tokenizer *tok, const lh_buf *arc, size_t batch, run *out) {
+  memset(out, 0, sizeof *out);
+  lh_ingest_params p = lh_ingest_default_params();
+  p.tokenizer = tok;
+  p.batch_bytes = batch;
+  lh_ingest *ing;
+  lh_error err;
+  CHECK(lh_ingest_open(&p, &ing, &err) == LH_OK);
+  CHECK(lh_ingest_add_memory(ing, "a.tar", arc->data, arc->len, &err) == LH_OK);
+  for (;;) {
+    lh_ingest_batch b;
+    out->st = lh_ingest_next(ing, &b, &err);
+    CHECK_EQ(b.token_base, (int64_t)out->ids.len);
+    lh_buf_append(&out->text, b.text, b.text_len);
+    lh_i32vec_append(&out->ids, b.tokens, b.n_tokens);
+    for (size_t i = 0; i < b.n_entries; i++) {
+      out->ents = realloc(out->ents, (out->n + 1) * sizeof *out->ents);
+      out->ents[out->n] = b.entries[i];
+      out->ents[out->n].path = out->ents[out->n].detail = out->ents[out->n].link = NULL;
+      out->n++;
+    }
+    if (out->st || b.done) break;
+  }
+  lh_ingest_stats s;
+  lh_ingest_stats_get(ing, &s);
+  CHECK_EQ(s.tokens, (int64_t)out->ids.len);
+  lh_ingest_close(ing);
+}
+
+static void check_run(const lh_tokenizer *tok, run *r) {
+  lh_i32vec want = {0};
+  lh_error err;
+  CHECK(lh_tokenizer_encode(tok, r->text.data ? r->text.data : "", r->text.len, 0, &want, &err) == LH_OK);
+  CHECK_EQ(r->ids.len, want.len);
+  CHECK(r->ids.len == want.len && !memcmp(r->ids.data, want.data, want.len * sizeof *want.data));
+  int64_t at = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    const lh_ingest_entry *e = &r->ents[i];
+    CHECK_EQ(e->token_start, at);
+    CHECK(e->token_end >= e->token_start);
+    if (e->status == LH_ENTRY_OK) {
+      CHECK(e->token_end > e->token_start);
+      /* Encoding the document alone gives the same tokens: these templates end in "\n" and
+       * start with "<", where both tokenizers split anyway. */
+      lh_i32vec one = {0};
+      lh_tokenizer_encode(tok, r->text.data + e->text_start, e->text_end - e->text_start, 0, &one, &err);
+      CHECK_MSG((int64_t)one.len == e->token_end - e->token_start &&
+                    !memcmp(one.data, r->ids.data + e->token_start, one.len * sizeof *one.data),
+                "document %zu's span", i);
+      lh_i32vec_free(&one);
+    } else if (e->status == LH_ENTRY_SKIPPED)
+      CHECK(e->token_end == e->token_start);
+    at = e->token_end;
+  }
+  CHECK_EQ(at, (int64_t)r->ids.len);
+  lh_i32vec_free(&want);
+}
+
+static void run_free(run *r) {
+  lh_buf_free(&r->text);
+  lh_i32vec_free(&r->ids);
+  free(r->ents);
+}
+
+int main(void) {
+  lh_test_begin("test_ingest_tokens_unit");
+  const char *src = getenv("LH_SOURCE_DIR");
+  char path[1024];
+  size_t big_n = 200000;
+  char *big = malloc(big_n);
+  for (size_t i = 0; i < big_n; i++) big[i] = "int x = 42; // caf\xC3\xA9 \xE4\xB8\x96\n"[i % 25];
+  big[big_n - 1] = '\n';
+  const fent f[] = {
+      {"./a.c", "int main(void) { return 0; }\n", (size_t)-1, 0, NULL, 0},
+      {"./bin.o", "\x7f" "ELF\0\0\0", 8, 0, NULL, 0},
+      {"./big.txt", big, big_n, 0, NULL, 0},
+      {"./dir/", NULL, 0, AE_IFDIR, NULL, 0},
+      {"./e\xCC\x81.md", "Gru\xCC\x88\xC3\x9F" "e, e\xCC\x81 \xF0\x9F\x8C\x8D\r\n", (size_t)-1, 0, NULL, 0},
+      {"./empty", "", 0, 0, NULL, 0},
+      {"./no-nl", "   trailing spaces   ", (size_t)-1, 0, NULL, 0},
+  };
+  lh_buf tar = {0};
+  make_archive(&tar, ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FILTER_NONE, f, sizeof f / sizeof *f);
+  static const char *const toks[] = {"tok_gpt2.json", "tok_split_nfc.json"};
+  for (size_t k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/tests/ingest/fixtures/%s", src ? src : ".", toks[k]);
+    lh_tokenizer *tok;
+    lh_error err;
+    if (lh_tokenizer_open(path, &tok, &err)) {
+      fprintf(stderr, "%s\n", err.msg);
+      CHECK(0);
+      continue;
+    }
+    run a, b;
+    do_run(tok, &tar, 4096, &a);
+    do_run(tok, &tar, 1 << 20, &b);
+    CHECK_EQ(a.st, LH_OK);
+    CHECK_EQ(a.n, 7);
+    check_run(tok, &a);
+    CHECK(a.ids.len == b.ids.len && !memcmp(a.ids.data, b.ids.data, a.ids.len * sizeof *a.ids.data));
+    run_free(&a);
+    run_free(&b);
+    /* Cut inside big.txt: the tokens of everything read still come out, spans included. */
+    lh_buf cut = {0};
+    lh_buf_append(&cut, tar.data, tar.len / 2);
+    do_run(tok, &cut, 4096, &a);
+    CHECK_EQ(a.st, LH_EFORMAT);
+    CHECK(a.n >= 3 && a.ents[a.n - 1].status == LH_ENTRY_ERROR && a.ents[a.n - 1].token_end > a.ents[a.n - 1].token_start);
+    check_run(tok, &a);
+    run_free(&a);
+    lh_buf_free(&cut);
+    lh_tokenizer_close(tok);
+  }
+  lh_buf_free(&tar);
+  free(big);
+  return lh_test_end();
+}
