@@ -1,7 +1,8 @@
 /* tokenizer_fastsplit.c — hand-written matchers for the pre-tokenizer regexes most tokenizers use.
  *
- * GPT-2's ByteLevel regex, cl100k's (Llama 3, GPT-4), Qwen2's (cl100k with single digits) and
- * o200k's (GPT-4o, MiniMax) are recognized by their exact pattern text. For them the leftmost
+ * GPT-2's ByteLevel regex, cl100k's (Llama 3, GPT-4), Qwen2's (cl100k with single digits; also
+ * this project's models) and o200k's (GPT-4o, MiniMax) are recognized by their exact pattern
+ * text, in the spellings tokenizer.json files use. For them the leftmost
  * match at a position is computed directly, following the order in which Oniguruma's
  * backtracking tries the alternatives, with Oniguruma's own Unicode 16 classes (the general
  * categories and \s of tokenizer_unidata.c). That removes PCRE2's per-call set-up and its class
@@ -124,22 +125,28 @@ static const char PAT_O200K[] =
     "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*"
     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-const char *tk_fast_pattern(int kind) {
-  switch (kind) {
-  case TK_FAST_GPT2: return PAT_GPT2;
-  case TK_FAST_CL100K: return PAT_CL100K;
-  case TK_FAST_QWEN2: return PAT_QWEN2;
-  case TK_FAST_O200K: return PAT_O200K;
-  default: return NULL;
-  }
+/* tiktoken's later spelling of the contractions, '(?i:[sdmt]|ll|ve|re): the same set, since the
+ * alternatives start with different letters (and s still takes U+017F) */
+static const char PAT_QWEN2_B[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char PAT_CL100K_B[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const struct {
+  const char *p;
+  int kind;
+} known[] = {{PAT_GPT2, TK_FAST_GPT2},     {PAT_CL100K, TK_FAST_CL100K},   {PAT_CL100K_B, TK_FAST_CL100K},
+             {PAT_QWEN2, TK_FAST_QWEN2},   {PAT_QWEN2_B, TK_FAST_QWEN2},   {PAT_O200K, TK_FAST_O200K}};
+
+const char *tk_fast_pattern(size_t i, int *kind) {
+  if (i >= sizeof known / sizeof *known) return NULL;
+  *kind = known[i].kind;
+  return known[i].p;
 }
 
 int tk_fast_kind(const char *pat, size_t len) {
-  static const struct {
-    const char *p;
-    int kind;
-  } known[] = {{PAT_GPT2, TK_FAST_GPT2}, {PAT_CL100K, TK_FAST_CL100K}, {PAT_QWEN2, TK_FAST_QWEN2},
-               {PAT_O200K, TK_FAST_O200K}};
   for (size_t k = 0; k < sizeof known / sizeof *known; k++)
     if (len == strlen(known[k].p) && !memcmp(pat, known[k].p, len)) {
       pthread_once(&g_once, build);

@@ -117,8 +117,8 @@ typedef struct tk_find {
 #define TK_FAST_O200K 4  /* o200k (GPT-4o, MiniMax) */
 /* The TK_FAST_* kind of an Oniguruma pattern, 0 when none (or the tables could not be built). */
 int tk_fast_kind(const char *pat, size_t len);
-/* The pattern text of a TK_FAST_* kind (for tests), NULL for others. */
-const char *tk_fast_pattern(int kind);
+/* The i-th recognized pattern text and its kind (for tests); NULL past the last. */
+const char *tk_fast_pattern(size_t i, int *kind);
 /* The match starting at pos (these patterns match at every position; TK_FIND_NONE only at the
  * end); TK_FIND_PARTIAL when partial and deciding needed text past len. */
 int tk_fast_find(int kind, const uint8_t *s, size_t len, size_t pos, bool partial, size_t *ms, size_t *me);
