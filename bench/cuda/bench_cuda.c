@@ -16,7 +16,9 @@
  * that file with --peers to print them beside ours (transformers' lightning loop, torch SDPA, torch
  * cuBLAS GEMM). Times are medians of repeated runs timed with CUDA events after a warm-up.
  *
- * Usage: bench_cuda [--peers FILE] [--quick] [--tokens N] [--chunk N]
+ * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N]
+ * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
+ * slice run, fewer repetitions)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -29,6 +31,7 @@
 #include <time.h>
 
 #include "engine/backend.h"
+#include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 
@@ -248,9 +251,141 @@ static void run_attn(void *p) {
     ck(lh_cuda_attn_prefill(a->st, a->q, a->seg, a->tiles, a->ntiles, H, HKV, D, a->o), "prefill");
 }
 
+/* ---- cuDNN's fused attention on the same pages (kernels/cuda/attn_cudnn.h) ----------------------------- */
+
+static lh_cudnn_attn *g_cudnn;
+typedef struct cudnn_ctx {
+  cudaStream_t st;
+  lh_cudnn_attn_args x;
+  int failed;
+  char msg[1024];
+} cudnn_ctx;
+static void *const *g_gather_pages; /* set: run_cudnn gathers the pages into x.k / x.v first */
+static int64_t g_gather_n, g_gather_stride;
+static void run_cudnn(void *p) {
+  cudnn_ctx *c = p;
+  if (c->failed) return;
+  if (g_gather_pages)
+    ck(lh_cuda_kv_gather(c->st, g_gather_pages, g_gather_n, HKV, D, g_gather_stride, (void *)c->x.k, (void *)c->x.v),
+       "gather");
+  if (lh_cudnn_attn_prefill(g_cudnn, c->st, &c->x, c->msg, sizeof c->msg)) c->failed = 1;
+}
+static float bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* rel L2 and max |diff| of two [n] bf16 device arrays */
+static void compare_bf16(const void *a, const void *b, int64_t n, double *rel, double *maxd) {
+  uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2);
+  ck(cudaMemcpy(ha, a, n * 2, cudaMemcpyDeviceToHost), "copy");
+  ck(cudaMemcpy(hb, b, n * 2, cudaMemcpyDeviceToHost), "copy");
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = bf2f(ha[i]), y = bf2f(hb[i]), dd = x - y;
+    num += dd * dd, den += y * y;
+    if (fabs(dd) > mx || isnan(dd)) mx = isnan(dd) ? INFINITY : fabs(dd);
+  }
+  *rel = sqrt(num / (den > 0 ? den : 1)), *maxd = mx;
+  free(ha), free(hb);
+}
+/* cuDNN over rows [pos, pos + nq) of the slab's pages; ours_o holds our kernel's output for them. */
+static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const void *ours_o, int64_t nq, int64_t pos,
+                      double ours_ms, const char *what, void *const *dpages);
+/* cuDNN after gathering the pages contiguous (the backend's path while the copy fits its cap),
+ * the gather included in the time. */
+static void cudnn_gather_row(cudaStream_t st, void *const *dpages, void *q, const void *ours_o, int64_t nq, int64_t pos,
+                             double ours_ms, const char *what) {
+  const int64_t bucket = lh_cudnn_attn_key_bucket(nq, pos), need = (pos + nq + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS;
+  void *k = dmalloc((size_t)HKV * bucket * D * 2), *v = dmalloc((size_t)HKV * bucket * D * 2);
+  void *o = dmalloc((size_t)nq * H * D * 2);
+  int32_t *dlens = dmalloc(32);
+  int32_t lens[8] = {(int32_t)nq, 0, 0, 0, (int32_t)(pos + nq), 0, 0, 0};
+  ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
+  ck(cudaMemset(k, 0, (size_t)HKV * bucket * D * 2), "memset");
+  ck(cudaMemset(v, 0, (size_t)HKV * bucket * D * 2), "memset");
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, H, HKV, D}, 0, ""};
+  g_gather_pages = dpages, g_gather_n = need, g_gather_stride = bucket;
+  double ms = time_ms(st, 3, run_cudnn, &c);
+  g_gather_pages = NULL;
+  char name[96], rate[160];
+  snprintf(name, sizeof name, "cuDNN SDPA (gathered), %s", what);
+  if (c.failed) printf("| %-44s | refused: %s\n", name, c.msg);
+  else {
+    double rel, maxd;
+    compare_bf16(o, ours_o, nq * H * D, &rel, &maxd);
+    double flops = 4.0 * D * H * ((double)nq * pos + (double)nq * (nq + 1) / 2);
+    snprintf(rate, sizeof rate, "%.0f TFLOP/s; vs ours rel L2 %.2e max %.2e", flops / (ms * 1e-3) / 1e12, rel, maxd);
+    row(name, ms, "ours (attention.cu)", ours_ms, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  }
+  cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(dlens);
+}
+static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const void *ours_o, int64_t nq, int64_t pos,
+                      double ours_ms, const char *what, void *const *dpages) {
+  if (!g_cudnn) return;
+  cudnn_gather_row(st, dpages, q, ours_o, nq, pos, ours_ms, what);
+  cudnn_ctx c = {st, {0}, 0, ""};
+  int64_t tl = lh_cudnn_attn_table_len(nq, pos);
+  int32_t *ids = calloc(tl, 4);
+  for (int64_t i = 0; i < tl && i < npages; i++) ids[i] = (int32_t)i;
+  int32_t lens[8] = {(int32_t)nq, 0, 0, 0, (int32_t)(pos + nq), 0, 0, 0};
+  int32_t *dids = dmalloc(tl * 4), *dlens = dmalloc(32);
+  void *o = dmalloc((size_t)nq * H * D * 2);
+  ck(cudaMemcpy(dids, ids, tl * 4, cudaMemcpyHostToDevice), "copy");
+  ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
+  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, H, HKV, D};
+  double ms = time_ms(st, 3, run_cudnn, &c);
+  char name[96], rate[160];
+  snprintf(name, sizeof name, "cuDNN SDPA (paged), %s", what);
+  if (c.failed) {
+    printf("| %-44s | refused: %s\n", name, c.msg);
+  } else {
+    double rel, maxd;
+    compare_bf16(o, ours_o, nq * H * D, &rel, &maxd);
+    double flops = 4.0 * D * H * ((double)nq * pos + (double)nq * (nq + 1) / 2);
+    snprintf(rate, sizeof rate, "%.0f TFLOP/s; vs ours rel L2 %.2e max %.2e", flops / (ms * 1e-3) / 1e12, rel, maxd);
+    row(name, ms, "ours (attention.cu)", ours_ms, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  }
+  int plans;
+  double bs;
+  lh_cudnn_attn_stats(g_cudnn, &plans, &bs);
+  printf("|   (cuDNN plans built so far %d, %.2f s building)\n", plans, bs);
+  free(ids);
+  cudaFree(dids), cudaFree(dlens), cudaFree(o);
+}
+/* The same pattern with contiguous K and V (no paged loads): tells a refusal of paging apart. */
+static void cudnn_contig(cudaStream_t st, int64_t N) {
+  if (!g_cudnn) return;
+  void *q = dmalloc((size_t)N * H * D * 2), *o = dmalloc((size_t)N * H * D * 2);
+  void *k = dmalloc((size_t)N * HKV * D * 2), *v = dmalloc((size_t)N * HKV * D * 2);
+  int32_t *dlens = dmalloc(32);
+  ck(lh_cuda_fill_uniform_bf16(st, q, N * H * D, 31, 2.0f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(st, k, N * HKV * D, 32, 2.0f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(st, v, N * HKV * D, 33, 2.0f), "fill");
+  int32_t lens[8] = {(int32_t)N, 0, 0, 0, (int32_t)N, 0, 0, 0};
+  ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, N, 0, H, HKV, D}, 0, ""};
+  double ms = time_ms(st, 3, run_cudnn, &c);
+  char name[96], rate[64];
+  snprintf(name, sizeof name, "cuDNN SDPA (contiguous K/V), %lldK", (long long)N / 1024);
+  if (c.failed) printf("| %-44s | refused: %s\n", name, c.msg);
+  else {
+    double flops = 4.0 * D * H * ((double)N * (N + 1) / 2);
+    snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+    row(name, ms, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  }
+  cudaFree(q), cudaFree(o), cudaFree(k), cudaFree(v), cudaFree(dlens);
+}
+
+static int64_t g_attn_n = 16384; /* --attn-n: the first prefill size */
 static void bench_attention(cudaStream_t st, int quick) {
   header("softmax attention, causal, 64 q / 8 kv heads, d 128, paged KV (bf16)");
-  int64_t sizes[3] = {16384, 65536, 1 << 20};
+  char cmsg[256] = "";
+  g_cudnn = lh_cudnn_attn_open(cmsg, sizeof cmsg);
+  if (!g_cudnn) printf("|   cuDNN: not used: %s\n", cmsg);
+  else cudnn_contig(st, g_attn_n);
+  int64_t sizes[3] = {g_attn_n, 65536, 1 << 20};
   const size_t page_bytes = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
   for (int si = 0; si < (quick ? 1 : 3); si++) {
     int64_t N = sizes[si], npages = N / LH_KV_PAGE_TOKENS;
@@ -281,6 +416,8 @@ static void bench_attention(cudaStream_t st, int quick) {
       snprintf(key, sizeof key, "sdpa_%lld", (long long)N);
       snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
       row(what, ms, "torch SDPA causal enable_gqa", peer(key), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+      snprintf(what, sizeof what, "prefill %lldK tokens", (long long)N / 1024);
+      cudnn_row(st, kv, npages, a.q, a.o, N, 0, ms, what, dp);
       if (N == 65536) {
         /* The chunked-prefill case: the last 16K queries [48K, 64K) over keys [0, 64K). */
         const int64_t p0 = N - 16384;
@@ -295,6 +432,7 @@ static void bench_attention(cudaStream_t st, int quick) {
         flops = 4.0 * D * H * (16384.0 * p0 + 16384.0 * 16385 / 2);
         snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
         row("chunk: queries [48K,64K) over keys [0,64K)", ms, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+        cudnn_row(st, kv, npages, a.q, a.o, 16384, p0, ms, "chunk [48K,64K)", dp);
       }
       cudaFree(a.tiles);
     } else {
@@ -312,6 +450,27 @@ static void bench_attention(cudaStream_t st, int quick) {
       snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
       row("decode, 16 forks x 1M keys (no sharing)", ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
       cudaFree(a.partial);
+      if (!quick) {
+        /* The last 16K-query chunk of a 1M-token prefill: queries [1M-16K, 1M) over keys [0, 1M). */
+        const int64_t nq2 = 16384, p0 = N - nq2;
+        attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0};
+        ck(lh_cuda_fill_uniform_bf16(st, c2.q, nq2 * H * D, 23, 2.0f), "fill");
+        lh_cuda_aseg cs = {0, nq2, p0, dp};
+        c2.seg = dmalloc(sizeof cs);
+        ck(cudaMemcpy(c2.seg, &cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
+        c2.ntiles = (int)(nq2 / 64);
+        int32_t *t2 = malloc(c2.ntiles * 8);
+        for (int i = 0; i < c2.ntiles; i++) t2[2 * i] = 0, t2[2 * i + 1] = (c2.ntiles - 1 - i) * 64;
+        c2.tiles = dmalloc(c2.ntiles * 8);
+        ck(cudaMemcpy(c2.tiles, t2, c2.ntiles * 8, cudaMemcpyHostToDevice), "copy");
+        free(t2);
+        double ms2 = time_ms(st, 1, run_attn, &c2);
+        double fl2 = 4.0 * D * H * ((double)nq2 * p0 + (double)nq2 * (nq2 + 1) / 2);
+        snprintf(rate, sizeof rate, "%.0f TFLOP/s", fl2 / (ms2 * 1e-3) / 1e12);
+        row("chunk: queries [1M-16K,1M) over keys [0,1M)", ms2, "", NAN, rate, fl2 / (g_gemm_tflops * 1e12) * 1e3);
+        cudnn_row(st, kv, npages, c2.q, c2.o, nq2, p0, ms2, "chunk [1M-16K,1M)", dp);
+        cudaFree(c2.q), cudaFree(c2.o), cudaFree(c2.seg), cudaFree(c2.tiles);
+      }
     }
     cudaFree(a.q), cudaFree(a.o), cudaFree(a.seg), cudaFree(kv), cudaFree(dp);
     free(hp);
@@ -443,7 +602,7 @@ static void bench_moe(slice *s, int64_t n) {
   snprintf(what, sizeof what, "cuBLAS dense GEMMs, same FLOPs (%lldK rows)", (long long)rows / 1024);
   row(what, dense, "torch.matmul same shapes", peer("moe_dense_torch"), rate, dense_flops / (g_gemm_tflops * 1e12) * 1e3);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, g_best_dv};
+    lh_cuda_tuning t = {grouped, g_best_dv, 0};
     lh_cuda_set_tuning(s->be, &t);
     double ms = time_ms(s->st, 10, run_moe, &m);
     int gst = 0;
@@ -454,7 +613,7 @@ static void bench_moe(slice *s, int64_t n) {
     snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
     row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }
-  lh_cuda_tuning t = {0, g_best_dv};
+  lh_cuda_tuning t = {0, g_best_dv, 0};
   lh_cuda_set_tuning(s->be, &t);
   printf("  (the slice below runs with per-expert GEMMs and lightning dv %d, the faster above)\n", g_best_dv);
   cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
@@ -517,6 +676,13 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
            flops / (best * 1e-3) / 1e12, 100.0 * flops / (best * 1e-3) / 1e12 / g_gemm_tflops);
   row(what, best, "transformers (not run: see NOTES)", peer("slice_hf"), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   printf("  model FLOPs %.3e (linear %.3e, softmax attention %.3e, lightning core %.3e)\n", flops, lin * tokens, att, lc);
+  {
+    int64_t calls = 0;
+    double build_s = 0;
+    const char *why = lh_cuda_cudnn_status(s->be, &calls, &build_s);
+    printf("  softmax prefill through cuDNN: %lld segment calls, %.2f s of plan building (in the first run)%s%s\n",
+           (long long)calls, build_s, why[0] ? "; last refusal: " : "", why);
+  }
   if (!quick) {
     double tot = 0;
     for (int k = 0; k < T_NK; k++) tot += acc[k];
@@ -573,14 +739,17 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
 int main(int argc, char **argv) {
   const char *peers = NULL;
   int quick = 0;
+  const char *only = "lightning,attention,moe,slice";
   int64_t tokens = 32768, chunk = 16384;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--peers") && i + 1 < argc) peers = argv[++i];
     else if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--attn-n") && i + 1 < argc) g_attn_n = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
     else {
-      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--tokens N] [--chunk N]\n");
+      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N]\n");
       return 2;
     }
   }
@@ -602,10 +771,10 @@ int main(int argc, char **argv) {
   s.w = lh_cuda_weights(s.be);
   s.st = lh_cuda_stream(s.be);
   bench_ceilings(s.st, lh_cuda_cublas(s.be));
-  bench_lightning(s.st, quick);
-  bench_attention(s.st, quick);
-  bench_moe(&s, chunk);
-  bench_slice(&s, tokens, chunk, quick);
+  if (strstr(only, "lightning")) bench_lightning(s.st, quick);
+  if (strstr(only, "attention")) bench_attention(s.st, quick);
+  if (strstr(only, "moe")) bench_moe(&s, chunk);
+  if (strstr(only, "slice")) bench_slice(&s, tokens, chunk, quick);
   s.ops->close(s.be);
   return 0;
 }

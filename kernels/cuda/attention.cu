@@ -430,3 +430,24 @@ extern "C" cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const
   attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, max_splits, H, d, (bf16 *)o);
   return cudaGetLastError();
 }
+
+/* ---- pages -> contiguous K and V (for cuDNN's non-paged fused attention) ---------------------- */
+
+/* One CTA per (page, K or V, kv head): a 256 x d block that is contiguous in the page and lands
+ * contiguous at rows [page * 256, page * 256 + 256) of that head's [stride_keys][d] slab. */
+static __global__ void kv_gather_kernel(void *const *pages, int Hkv, int d, int64_t stride_keys, bf16 *k, bf16 *v) {
+  const int64_t pg = blockIdx.x;
+  const int kind = blockIdx.y / Hkv, g = blockIdx.y % Hkv;
+  const int4 *src = (const int4 *)((const bf16 *)pages[pg] + ((int64_t)kind * Hkv + g) * PAGE * d);
+  int4 *dst = (int4 *)((kind ? v : k) + ((int64_t)g * stride_keys + pg * PAGE) * d);
+  const int n = PAGE * d / 8; /* int4 = 8 bf16 */
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+extern "C" cudaError_t lh_cuda_kv_gather(cudaStream_t st, void *const *pages, int64_t npages, int Hkv, int d,
+                                         int64_t stride_keys, void *k, void *v) {
+  if (npages <= 0) return cudaSuccess;
+  if (d % 8 || npages * PAGE > stride_keys) return cudaErrorInvalidValue;
+  kv_gather_kernel<<<dim3((unsigned)npages, 2 * Hkv), 256, 0, st>>>(pages, Hkv, d, stride_keys, (bf16 *)k, (bf16 *)v);
+  return cudaGetLastError();
+}

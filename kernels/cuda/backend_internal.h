@@ -11,6 +11,7 @@
 #define LH_KERNELS_CUDA_BACKEND_INTERNAL_H
 
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <deque>
@@ -106,6 +107,20 @@ struct lh_cuda_backend {
   std::unordered_map<size_t, std::vector<void *>> pool;
   size_t live_bytes, pooled_bytes;
 
+  /* KV pages come out of one reserved virtual range (mapped a chunk at a time), so that a
+   * sequence's pages are block indices from one base: what cuDNN's paged attention reads. */
+  size_t kv_page_bytes;        /* 0: no softmax layers */
+  CUdeviceptr kv_base;         /* 0: arena unavailable (pages from cudaMalloc, cuDNN path off) */
+  size_t kv_reserved, kv_mapped, kv_chunk;
+  int64_t kv_next;             /* pages carved so far */
+  std::vector<CUmemGenericAllocationHandle> kv_handles;
+  struct lh_cudnn_attn *cudnn; /* NULL: not available or turned off */
+  int cudnn_warned;
+  int64_t cudnn_calls;         /* segments cuDNN has run */
+  void *kvc;                   /* K and V gathered contiguous for cuDNN (grows with context, capped) */
+  size_t kvc_bytes;
+  char cudnn_why[1024];        /* its last refusal ("" if none) */
+
   /* checkpoint copies */
   unsigned char *snap_dev, *snap_host;
   size_t snap_cap, snap_off;
@@ -154,6 +169,11 @@ lh_status lh_cu_commit(lh_cuda_backend *b, const void *host, void *dev, size_t b
 /* Read bytes of device memory into host memory dst (waits). */
 lh_status lh_cu_download(lh_cuda_backend *b, void *dst, const void *src, size_t bytes, lh_error *err);
 void lh_cu_release_memory(lh_cuda_backend *b);
+/* Reserve the KV arena for pages of kv_page_bytes (leaves kv_base 0 and returns quietly when the
+ * driver refuses: pages then come from cudaMalloc). */
+void lh_cu_kv_arena_open(lh_cuda_backend *b);
+/* Block index of a KV page in the arena, or -1 when it is not an arena page. */
+int64_t lh_cu_kv_block(const lh_cuda_backend *b, const void *page);
 
 /* weights_cuda.cu */
 lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_params *p, int64_t max_rows,

@@ -60,11 +60,20 @@ typedef struct lh_cuda_tuning {
                        them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
   int lightning_dv; /* v dims per lightning CTA at head_dim 128: 64 (the default, 0) or 32 (measured
                        slower: bench/NOTES.md) */
+  int attn_cudnn;   /* softmax prefill through cuDNN's fused attention (attn_cudnn.h): 0 (default) where
+                       a segment has >= LH_CUDNN_MIN_KEYS keys and >= LH_CUDNN_MIN_ROWS rows; 1 never;
+                       2 for every multi-row segment. Where cuDNN is missing or refuses a shape, our
+                       kernel runs. The environment variable LH_CUDA_ATTN=own|cudnn sets 1|2 at open. */
 } lh_cuda_tuning;
+#define LH_CUDNN_MIN_KEYS 16384
+#define LH_CUDNN_MIN_ROWS 512
 void lh_cuda_set_tuning(lh_backend *be, const lh_cuda_tuning *t);
 /* The switches in effect; *grouped_status (if not NULL) is the cuBLAS status with which a grouped
  * GEMM was refused, after which the backend uses a GEMM per expert (0: never refused). */
 lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status);
+/* How many prefill segments cuDNN has run (*calls), the seconds spent building its plans
+ * (*build_s; either may be NULL) and its last refusal ("" when none). */
+const char *lh_cuda_cudnn_status(lh_backend *be, int64_t *calls, double *build_s);
 
 /* Next token for each listed row of x (the hidden states after the last layer) computed on the GPU:
  * final norm, lm_head and the choice all stay on the device; only the token ids come back.

@@ -91,6 +91,11 @@ cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, const lh_cuda_a
 cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg, int max_splits,
                                 int H, int Hkv, int d, float *partial, void *o);
 
+/* Copy a sequence's first npages KV pages into contiguous head-major K and V: row r of kv head g
+ * at (g * stride_keys + r) * d in k and in v (stride_keys >= npages * page rows). pages: device array. */
+cudaError_t lh_cuda_kv_gather(cudaStream_t st, void *const *pages, int64_t npages, int Hkv, int d, int64_t stride_keys,
+                              void *k, void *v);
+
 /* ---- moe.cu ----------------------------------------------------------------------------- */
 
 /* Per row: p = softmax(logits[E]) in fp32, the top K (ties: lower expert id first), weights

@@ -19,6 +19,8 @@
  */
 #include <string.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/backend_internal.h"
 
 lh_status lh_cu_fail(lh_error *err, const char *call, cudaError_t e, const char *file, int line) {
@@ -34,6 +36,121 @@ lh_status lh_cu_blas_fail(lh_error *err, const char *call, cublasStatus_t s, con
                       base ? base + 1 : file, line);
 }
 
+/* ---- the KV arena ------------------------------------------------------------------------------ */
+
+/* The driver's virtual-memory calls, looked up through the runtime at first use rather than
+ * linked: binaries must start on machines with the toolkit but no driver (CI, the build box). */
+static struct {
+  int tried, ok;
+  decltype(&cuMemGetAllocationGranularity) granularity;
+  decltype(&cuMemAddressReserve) reserve;
+  decltype(&cuMemAddressFree) address_free;
+  decltype(&cuMemCreate) create;
+  decltype(&cuMemRelease) release;
+  decltype(&cuMemMap) map;
+  decltype(&cuMemUnmap) unmap;
+  decltype(&cuMemSetAccess) set_access;
+} drv;
+
+template <typename F> static bool entry(const char *name, F *fn) {
+  void *p = NULL;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !p) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  *fn = (F)p;
+  return true;
+}
+
+static bool driver_vmm(void) {
+  if (!drv.tried) {
+    drv.tried = 1;
+    drv.ok = entry("cuMemGetAllocationGranularity", &drv.granularity) && entry("cuMemAddressReserve", &drv.reserve) &&
+             entry("cuMemAddressFree", &drv.address_free) && entry("cuMemCreate", &drv.create) &&
+             entry("cuMemRelease", &drv.release) && entry("cuMemMap", &drv.map) && entry("cuMemUnmap", &drv.unmap) &&
+             entry("cuMemSetAccess", &drv.set_access);
+  }
+  return drv.ok;
+}
+
+void lh_cu_kv_arena_open(lh_cuda_backend *b) {
+  b->kv_base = 0;
+  if (!b->kv_page_bytes || !driver_vmm()) return;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = b->device;
+  size_t gran = 0, free_b = 0, total_b = 0;
+  if (drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS || !gran) return;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return;
+  /* Map 256 pages (at least 64 MiB) at a time; reserve the whole device's size of address space. */
+  size_t chunk = std::max((size_t)64 << 20, 256 * b->kv_page_bytes);
+  b->kv_chunk = (chunk + gran - 1) / gran * gran;
+  b->kv_reserved = (total_b + b->kv_chunk - 1) / b->kv_chunk * b->kv_chunk;
+  if (drv.reserve(&b->kv_base, b->kv_reserved, 0, 0, 0) != CUDA_SUCCESS) b->kv_base = 0, b->kv_reserved = 0;
+  b->kv_mapped = 0;
+  b->kv_next = 0;
+}
+
+/* One more page from the arena (mapping another chunk when needed); NULL when out of memory. */
+static void *kv_arena_page(lh_cuda_backend *b) {
+  const size_t end = (size_t)(b->kv_next + 1) * b->kv_page_bytes;
+  while (end > b->kv_mapped) {
+    if (b->kv_mapped + b->kv_chunk > b->kv_reserved) return NULL;
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = b->device;
+    CUmemGenericAllocationHandle h;
+    if (drv.create(&h, b->kv_chunk, &prop, 0) != CUDA_SUCCESS) return NULL;
+    CUdeviceptr at = b->kv_base + b->kv_mapped;
+    CUmemAccessDesc acc = {};
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (drv.map(at, b->kv_chunk, 0, h, 0) != CUDA_SUCCESS) {
+      drv.release(h);
+      return NULL;
+    }
+    if (drv.set_access(at, b->kv_chunk, &acc, 1) != CUDA_SUCCESS) {
+      drv.unmap(at, b->kv_chunk);
+      drv.release(h);
+      return NULL;
+    }
+    b->kv_handles.push_back(h);
+    b->kv_mapped += b->kv_chunk;
+  }
+  return (void *)(uintptr_t)(b->kv_base + (size_t)b->kv_next++ * b->kv_page_bytes);
+}
+
+int64_t lh_cu_kv_block(const lh_cuda_backend *b, const void *page) {
+  const CUdeviceptr p = (CUdeviceptr)(uintptr_t)page;
+  if (!b->kv_base || p < b->kv_base || p >= b->kv_base + b->kv_mapped) return -1;
+  const size_t off = (size_t)(p - b->kv_base);
+  return off % b->kv_page_bytes ? -1 : (int64_t)(off / b->kv_page_bytes);
+}
+
+static bool in_arena(const lh_cuda_backend *b, const void *p) {
+  const CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+  return b->kv_base && d >= b->kv_base && d < b->kv_base + b->kv_reserved;
+}
+
+static void kv_arena_close(lh_cuda_backend *b) {
+  if (!b->kv_base) return;
+  cudaDeviceSynchronize();
+  for (size_t i = 0; i < b->kv_handles.size(); i++) {
+    drv.unmap(b->kv_base + i * b->kv_chunk, b->kv_chunk);
+    drv.release(b->kv_handles[i]);
+  }
+  b->kv_handles.clear();
+  drv.address_free(b->kv_base, b->kv_reserved);
+  b->kv_base = 0;
+  b->kv_mapped = b->kv_reserved = 0;
+}
+
+/* ---- engine memory ------------------------------------------------------------------------------ */
+
 void *lh_cu_alloc(lh_backend *be, size_t bytes) {
   lh_cuda_backend *b = cu_be(be);
   if (bytes == 0) bytes = 1;
@@ -43,6 +160,9 @@ void *lh_cu_alloc(lh_backend *be, size_t bytes) {
     p = it->second.back();
     it->second.pop_back();
     b->pooled_bytes -= bytes;
+  } else if (b->kv_base && bytes == b->kv_page_bytes) {
+    /* The pool of this size holds arena pages only, so reuse above keeps every page in the arena. */
+    if (!(p = kv_arena_page(b))) return NULL;
   } else if (cudaMalloc(&p, bytes) != cudaSuccess) {
     (void)cudaGetLastError(); /* clear the sticky-free allocation error */
     return NULL;
@@ -73,12 +193,15 @@ void lh_cu_free(lh_backend *be, void *p) {
 void lh_cu_release_memory(lh_cuda_backend *b) {
   for (auto &r : b->retired) cudaFree(r.first), cudaFreeHost(r.second);
   b->retired.clear();
-  for (auto &kv : b->live) cudaFree(kv.first);
+  for (auto &kv : b->live)
+    if (!in_arena(b, kv.first)) cudaFree(kv.first);
   for (auto &kv : b->pool)
-    for (void *p : kv.second) cudaFree(p);
+    for (void *p : kv.second)
+      if (!in_arena(b, p)) cudaFree(p);
   b->live.clear();
   b->pool.clear();
   b->live_bytes = b->pooled_bytes = 0;
+  kv_arena_close(b);
 }
 
 lh_status lh_cu_to_host(lh_backend *be, void *dst, const void *src, size_t bytes, lh_error *err) {

@@ -13,8 +13,10 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/backend_internal.h"
 #include "util/half.h"
 
@@ -175,6 +177,8 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   b->device = device;
   b->tune.moe_grouped = 0;
   b->tune.lightning_dv = 0;
+  const char *attn = getenv("LH_CUDA_ATTN");
+  b->tune.attn_cudnn = attn && !strcmp(attn, "own") ? 1 : attn && !strcmp(attn, "cudnn") ? 2 : 0;
   b->layers.resize(cfg->n_layers);
   CU(cudaSetDevice(device));
   CU(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
@@ -193,6 +197,9 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   b->wsbytes = carve_workspace(b, NULL);
   CU(cudaMalloc(&b->wsmem, b->wsbytes));
   carve_workspace(b, (unsigned char *)b->wsmem);
+
+  b->kv_page_bytes = cfg->n_softmax > 0 ? (size_t)2 * cfg->n_kv_heads * LH_KV_PAGE_TOKENS * cfg->head_dim * 2 : 0;
+  lh_cu_kv_arena_open(b);
 
   b->up_cap = (size_t)8 << 20;
   CU(cudaMalloc(&b->up_dev, b->up_cap));
@@ -216,6 +223,8 @@ void lh_cu_close(lh_backend *be) {
   lh_cuda_backend *b = cu_be(be);
   if (b->stream) cudaStreamSynchronize(b->stream);
   if (b->copy_stream) cudaStreamSynchronize(b->copy_stream);
+  lh_cudnn_attn_close(b->cudnn);
+  cudaFree(b->kvc);
   lh_cu_release_memory(b);
   if (b->blas) cublasDestroy(b->blas);
   cudaFree(b->blas_ws);

@@ -655,6 +655,51 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     softmax_call(c, layer, ss, rows, 2, h, ref, "softmax mixed batch (5-row chunk + decode)", 0);
     free(h), free(ref);
   }
+  /* The same chunked prefill through cuDNN's fused attention (tuning attn_cudnn 2), judged by the
+   * same reference; INFO when this build or device has no cuDNN path for the head size. */
+  for (int paged = 0; paged < 2 && (m->cfg.head_dim == 64 || m->cfg.head_dim == 128); paged++) {
+    /* paged 0: K/V gathered contiguous first; 1: cuDNN reads the pages (gather cap 0) */
+    if (paged) setenv("LH_CUDNN_GATHER_MB", "0", 1);
+    else unsetenv("LH_CUDNN_GATHER_MB");
+    lh_cuda_tuning t = {0, 0, 2};
+    lh_cuda_set_tuning(c->be, &t);
+    seq E;
+    seq_init(c, &E, 0);
+    int64_t before = 0, after = 0;
+    lh_cuda_cudnn_status(c->be, &before, NULL);
+    for (int k = 0; k < 2; k++) {
+      float *h = rand_f(ns[k] * hid, 1.0f, 0.0f), *ref = malloc((size_t)ns[k] * hid * 4);
+      seq *ss[1] = {&E};
+      snprintf(what, sizeof what, "softmax chunk %d via cuDNN%s [%lld,%lld)", k + 1, paged ? " paged" : "",
+               (long long)E.pos, (long long)(E.pos + ns[k]));
+      softmax_call(c, layer, ss, &ns[k], 1, h, ref, what, 0);
+      free(h), free(ref);
+    }
+    {
+      /* Determinism: chunk 2 again through cuDNN, twice. */
+      const int64_t n = n2;
+      float *h = rand_f(n * hid, 1.0f, 0.0f);
+      void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+      put_bf16(c, in, h, n * hid);
+      lh_segment sg = {&E.mem, 0, n, n1};
+      lh_batch b = {n, 1, &sg};
+      uint16_t *o1 = malloc((size_t)n * hid * 2), *o2 = malloc((size_t)n * hid * 2);
+      die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+      die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n * hid * 2, &c->err), "to_host");
+      die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+      die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n * hid * 2, &c->err), "to_host");
+      report_bits(m->name, paged ? "softmax chunk rerun via cuDNN paged: output" : "softmax chunk rerun via cuDNN: output",
+                  o1, o2, (size_t)n * hid * 2);
+      free(o1), free(o2), free(h);
+    }
+    const char *why = lh_cuda_cudnn_status(c->be, &after, NULL);
+    printf("INFO  %-12s cuDNN ran %lld of 4 chunk calls%s%s\n", m->name, (long long)(after - before),
+           why[0] ? "; last refusal: " : "", why);
+    seq_free(c, &E);
+    lh_cuda_tuning t0 = {0, 0, 0};
+    lh_cuda_set_tuning(c->be, &t0);
+    unsetenv("LH_CUDNN_GATHER_MB");
+  }
   seq_free(c, &A), seq_free(c, &B), seq_free(c, &C);
 }
 
@@ -667,7 +712,7 @@ static void test_moe(ctx *c, int64_t n) {
   char what[96];
   uint16_t *first = malloc((size_t)n * hid * 2);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, 0};
+    lh_cuda_tuning t = {grouped, 0, 1};
     lh_cuda_set_tuning(c->be, &t);
     poison(c, out, n * hid);
     double t0 = now_s();
@@ -691,7 +736,7 @@ static void test_moe(ctx *c, int64_t n) {
     }
     free(got), free(bits);
   }
-  lh_cuda_tuning t = {0, 0};
+  lh_cuda_tuning t = {0, 0, 0};
   lh_cuda_set_tuning(c->be, &t);
   free(h), free(ref), free(first);
 }

@@ -1,0 +1,73 @@
+/* attn_cudnn.h — chunked-prefill softmax attention through cuDNN's fused flash-attention engine
+ * (the backend graph API, no cudnn-frontend), over longhaul's paged KV.
+ *
+ * Issue 8 allows cuDNN's SDPA where our own kernel (attention.cu, mma.sync, ~220 TFLOP/s on an
+ * H200) cannot reach torch SDPA (~600). This module builds, for one sequence's rows, the operation
+ * graph that cuDNN's runtime-fusion SDPA engine recognises:
+ *
+ *   S = Q K^T (fp32)  ->  S * 1/sqrt(d)  ->  padding mask (row < n_q, col < n_kv)
+ *     ->  bottom-right causal mask (row + n_kv - n_q >= col)  ->  softmax (max, sub, exp, sum, div)
+ *     ->  P (bf16) V  ->  O (bf16)
+ *
+ * with K and V read through paged-cache-load ops from the KV pages themselves: a page is
+ * [2][Hkv][256][d] bf16 (engine/backend.h), so the K "container" is the page array viewed as
+ * [blocks, Hkv, 256, d] with a block stride of one page, and V the same view shifted by Hkv*256*d.
+ * That needs every page of a sequence inside one address range (kv_base + block * page_bytes): the
+ * CUDA backend hands KV pages out of one reserved virtual range for that (transfer.cu).
+ *
+ * Plans are cached per shape bucket: queries rounded up to a power of two (>= 64), keys to a power
+ * of two (>= 1024); the real lengths travel in the seq_lens tensor, so one plan serves every chunk
+ * of a bucket. Building a plan compiles a kernel (NVRTC) once per bucket: up to seconds.
+ *
+ * Mode 1 reads contiguous head-major K and V instead (gathered from the pages by
+ * lh_cuda_kv_gather). Measured on an H200 (bench/NOTES.md): mode 1 runs at 640 TFLOP/s, the
+ * paged form at 275, so the backend gathers while the gathered copy fits its cap.
+ */
+#ifndef LH_KERNELS_CUDA_ATTN_CUDNN_H
+#define LH_KERNELS_CUDA_ATTN_CUDNN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lh_cudnn_attn lh_cudnn_attn;
+
+typedef struct lh_cudnn_attn_args {
+  int mode;                /* 0: paged K/V (kv_base, n_blocks, page_ids); 1: contiguous k, v */
+  const void *q;           /* [nrows][H][d] bf16 (RoPE applied) */
+  void *o;                 /* [nrows][H][d] bf16 */
+  const void *kv_base;     /* mode 0: block i at kv_base + i * 2*Hkv*256*d*2 bytes */
+  int64_t n_blocks;        /* mode 0: blocks addressable from kv_base */
+  const int32_t *page_ids; /* mode 0, device: lh_cudnn_attn_table_len() entries, this sequence's pages
+                              in position order (entries past the last needed page: any valid id) */
+  const void *k, *v;       /* mode 1: head-major [Hkv][key bucket][d] bf16 each (lh_cuda_kv_gather) */
+  const int32_t *seq_q;    /* device int32, 16-byte aligned: nrows */
+  const int32_t *seq_kv;   /* device int32, 16-byte aligned: pos + nrows */
+  int64_t nrows, pos;
+  int H, Hkv, d;
+} lh_cudnn_attn_args;
+
+/* 1 when this build has cuDNN. */
+int lh_cudnn_attn_available(void);
+/* NULL (msg says why) when cuDNN is absent or cannot start. */
+lh_cudnn_attn *lh_cudnn_attn_open(char *msg, size_t cap);
+void lh_cudnn_attn_close(lh_cudnn_attn *a);
+/* Entries the page table must hold for a call with these lengths (its key bucket / 256). */
+int64_t lh_cudnn_attn_table_len(int64_t nrows, int64_t pos);
+/* Keys the plan of such a call is built for (mode 1's K/V row stride). */
+int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos);
+/* Causal attention of rows at positions [pos, pos + nrows) over keys [0, pos + nrows), enqueued on
+ * st. 0 on success; otherwise -1 and msg holds cuDNN's reason (nothing was enqueued). */
+int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap);
+/* Plans built so far and the seconds spent building them (first use of each bucket). */
+void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
