@@ -70,7 +70,18 @@ REPO_VALUE_Q = "What is the value of {name}?"
 REPO_FILE_Q = "Which file defines {name}?"
 
 TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value", "repo_file")
-TRAIN_MIX = (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12)
+# Data versions. A step's batch is a function of (data seed, step, progress, data version): the
+# version is kept in the training state (run["data_version"]; absent = 1) so that a resumed run
+# draws the same batches.
+#   1: the first 1970 steps (TRAIN_MIX, no hard negatives, curriculum up to 16K).
+#   2: multi-key and multi-query weighted up; single-needle samples carry hard negatives (other
+#      keys' magic-number lines) 60% of the time; a 32K curriculum stage when max_len allows.
+MIXES = {
+    1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
+    2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
+}
+TRAIN_MIX = MIXES[1]
+HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
 
 
 def frame(path: str, text: str) -> str:
@@ -216,10 +227,13 @@ class Generator:
 
     def sample(self, rng, task: str, length: int, depth: float | None = None, layout: str | None = None,
                style: str | None = None, phrasing: str = "train", n_needles: int | None = None,
-               extra_turns: int = 0):
+               extra_turns: int = 0, distractors: int = 0):
         """One sample of about `length` tokens: dict(ids, spans, answer_start, answer_end, answer, task, depth).
 
-        extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns."""
+        extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns.
+        distractors > 0 (magic task) adds hard negatives: magic-number lines for other keys, in
+        the target's phrasing or another training phrasing, at random depths; only the target's
+        key is asked about."""
         layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
         style = style or ("raw" if rng.random() < 0.4 else "framed")
         magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC
@@ -236,6 +250,18 @@ class Generator:
             needle, q = magic[int(rng.integers(len(magic)))]
             k, v = self._key(rng), self._number(rng, 7)
             lines, question, answer = [needle.format(k=k, v=v)], q.format(k=k), v
+            if distractors:
+                d = float(rng.random()) if depth is None else depth
+                keys = [k]
+                while len(keys) < distractors + 1:
+                    kk = self._key(rng)
+                    if kk not in keys:
+                        keys.append(kk)
+                for kk in keys[1:]:
+                    nd = needle if rng.random() < 0.5 else magic[int(rng.integers(len(magic)))][0]
+                    lines.append(nd.format(k=kk, v=self._number(rng, 7)))
+                depths = [d] + [float(rng.random()) for _ in keys[1:]]
+                return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, d)
         elif task == "multikey":
             n = n_needles or int(rng.integers(2, 5))
             needle, q = magic[int(rng.integers(len(magic)))]
@@ -343,19 +369,29 @@ class Generator:
 
 # ---- curriculum and batches -------------------------------------------------------------
 
-def curriculum_max_len(progress: float, max_len: int) -> int:
-    """Longest sample length at a point of training (progress in [0, 1])."""
-    stages = [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.65, 8192), (1.01, 16384)]
+CURRICULA = {
+    1: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.65, 8192), (1.01, 16384)],
+    2: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],
+}
+
+
+def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:
+    """Longest sample length at a point of training (progress in [0, 1]), capped at max_len."""
+    stages = CURRICULA[version]
     for edge, n in stages:
         if progress < edge:
             return min(n, max_len)
     return max_len
 
 
-def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens_per_step: int, max_len: int):
-    """The batch of one training step: a pure function of (seed, step, progress)."""
+def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens_per_step: int, max_len: int,
+                   version: int = 1):
+    """The batch of one training step: a pure function of (seed, step, progress, version)."""
     rng = np.random.default_rng([seed, step])
-    top = curriculum_max_len(progress, max_len)
+    top = curriculum_max_len(progress, max_len, version)
+    mix = np.array(MIXES[version])
+    # the task probabilities exactly as each version ran (python sum for 1, numpy sum for 2)
+    p_task = mix / (sum(MIXES[version]) if version == 1 else mix.sum())
     if rng.random() < 0.5:
         length = top
     else:
@@ -363,11 +399,14 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
     bsz = max(1, tokens_per_step // length)
     samples = []
     for _ in range(bsz):
-        task = TASKS[int(rng.choice(len(TASKS), p=np.array(TRAIN_MIX) / sum(TRAIN_MIX)))]
+        task = TASKS[int(rng.choice(len(TASKS), p=p_task))]
         extra = 0
         # Long haystacks are expensive: ask several questions about them (more answer tokens per token).
         if length >= 2048 and task in ("multikey", "repo_value", "repo_file") and rng.random() < 0.7:
             extra = int(rng.integers(1, 4))
         n = int(rng.integers(extra + 1, extra + 4)) if task == "multikey" and extra else None
-        samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra))
+        dis = 0
+        if version >= 2 and task == "magic" and rng.random() < HARD_NEG_P:
+            dis = int(rng.integers(1, 5))
+        samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis))
     return samples, length

@@ -34,7 +34,15 @@ DEPTHS = [i / 10 for i in range(11)]
 
 
 def suites(quick):
-    if quick:
+    """quick: True / "quick" (a CPU smoke test), "mid" (a short GPU check), else the full set."""
+    if quick == "mid":
+        return [
+            dict(name="multikey", task="multikey", lengths=[4 * K, 32 * K], trials=10, n_needles=4),
+            dict(name="single", task="magic", lengths=[16 * K, 64 * K], depths=DEPTHS[::2], trials=1),
+            dict(name="multiquery", task="multiquery", lengths=[4 * K], trials=8, n_needles=4),
+            dict(name="passkey", task="passkey", lengths=[16 * K], trials=6),
+        ]
+    if quick is True or quick == "quick":
         return [
             dict(name="single", task="magic", lengths=[1 * K, 4 * K], depths=[0.0, 0.5, 1.0], trials=2),
             dict(name="multikey", task="multikey", lengths=[4 * K], trials=4, n_needles=4),
@@ -117,6 +125,8 @@ def run_eval(model_dir, corpus_dir, device, quick=False, budget_s=120.0, seed=77
     results["greedy_check"] = greedy_check(model, gen, device)
     print(f"[eval] one-pass score vs real greedy decoding: {results['greedy_check']}", flush=True)
     for si, suite in enumerate(suites(quick)):
+        if quick == "mid":  # the full set's suite index, so that the samples are the full set's
+            si = [s["name"] for s in suites(False)].index(suite["name"])
         rows = []
         depths = suite.get("depths", [None])
         for L in suite["lengths"]:

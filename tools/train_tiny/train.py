@@ -71,7 +71,8 @@ class StepBatches(torch.utils.data.Dataset):
         step = self.start + i
         progress = min(1.0, step / max(1, self.total_steps))
         samples, length = data.batch_for_step(self._generator(), self.args.data_seed, step, progress,
-                                              self.args.tokens_per_step, self.args.max_len)
+                                              self.args.tokens_per_step, self.args.max_len,
+                                              self.args.data_version)
         return collate(samples, self._generator().eos_id, np.random.default_rng([self.args.data_seed, step, 7]),
                        self.lm_every) | {"step": step, "length": length}
 
@@ -80,6 +81,7 @@ def collate(samples, pad_id, rng, lm_every):
     n = max(len(s["ids"]) for s in samples)
     ids = torch.full((len(samples), n), pad_id, dtype=torch.long)
     ans = torch.zeros((len(samples), n), dtype=torch.bool)   # positions whose *next* token is answer
+    first = torch.zeros((len(samples), n), dtype=torch.bool)  # ... and is the first token of an answer
     lm = torch.zeros((len(samples), n), dtype=torch.bool)    # sampled positions for the all-token loss
     for b, s in enumerate(samples):
         L = len(s["ids"])
@@ -87,10 +89,11 @@ def collate(samples, pad_id, rng, lm_every):
         a = s["answer_start"]
         for st, en in s["spans"]:
             ans[b, st - 1: en - 1] = True
+            first[b, st - 1] = True
         if lm_every > 0:
             pick = torch.from_numpy(rng.random(a - 1) < 1.0 / lm_every)
             lm[b, : a - 1] = pick
-    return {"ids": ids, "ans": ans, "lm": lm}
+    return {"ids": ids, "ans": ans, "first": first, "lm": lm}
 
 
 # ---- state ------------------------------------------------------------------------------
@@ -194,7 +197,9 @@ def lr_at(run, step, fresh_steps):
     return base
 
 
-def loss_fn(model, batch, device, amp, lm_weight, aux_coef):
+def loss_fn(model, batch, device, amp, lm_weight, aux_coef, first_weight=1.0):
+    """Answer cross-entropy (the first token of each answer weighted by first_weight, a weighted
+    mean), plus lm_weight x the sampled all-token loss, plus aux_coef x MoE load balancing."""
     ids = batch["ids"].to(device, non_blocking=True)
     ans = batch["ans"].to(device, non_blocking=True)
     lm = batch["lm"].to(device, non_blocking=True)
@@ -205,9 +210,17 @@ def loss_fn(model, batch, device, amp, lm_weight, aux_coef):
         hs = h[:, :-1]
         a_logits = model.lm_head(hs[ans[:, :-1]]).float()
         a_tgt = targets[ans[:, :-1]]
-        loss_a = F.cross_entropy(a_logits, a_tgt)
-        acc = (a_logits.argmax(-1) == a_tgt).float().mean()
-        loss = loss_a
+        ce = F.cross_entropy(a_logits, a_tgt, reduction="none")
+        loss_a = ce.mean()
+        hit = a_logits.argmax(-1) == a_tgt
+        acc = hit.float().mean()
+        is_first = batch["first"].to(device, non_blocking=True)[:, :-1][ans[:, :-1]]
+        acc_first = hit[is_first].float().mean()
+        if first_weight != 1.0:
+            w = 1.0 + (first_weight - 1.0) * is_first.float()
+            loss = (ce * w).sum() / w.sum()
+        else:
+            loss = loss_a
         loss_lm = torch.zeros((), device=device)
         if lm_weight > 0 and lm[:, :-1].any():
             l_logits = model.lm_head(hs[lm[:, :-1]]).float()
@@ -219,7 +232,8 @@ def loss_fn(model, batch, device, amp, lm_weight, aux_coef):
             aux = load_balancing_loss_func(tuple(out.router_logits), model.config.num_local_experts,
                                            model.config.num_experts_per_tok)
             loss = loss + aux_coef * aux
-    return loss, {"loss_ans": loss_a.detach(), "acc_ans": acc.detach(), "loss_lm": loss_lm.detach(),
+    return loss, {"loss_ans": loss_a.detach(), "acc_ans": acc.detach(), "acc_first": acc_first.detach(),
+                  "loss_lm": loss_lm.detach(),
                   "aux": torch.as_tensor(aux).detach()}
 
 
@@ -247,7 +261,7 @@ def calibrate(model, device, amp, tokens_per_step, max_len, vocab):
     return times
 
 
-def predicted_step_time(times, max_len):
+def predicted_step_time(times, max_len, version=1):
     """Mean step time under the curriculum, from measured times (interpolated in log length)."""
     xs = sorted(times)
     lx = np.log(xs)
@@ -259,7 +273,7 @@ def predicted_step_time(times, max_len):
     edges = [0.0, 0.08, 0.22, 0.42, 0.65, 1.0]
     total = 0.0
     for a, b in zip(edges[:-1], edges[1:]):
-        top = data.curriculum_max_len((a + b) / 2, max_len)
+        top = data.curriculum_max_len((a + b) / 2, max_len, version)
         grid = np.exp(np.linspace(math.log(256), math.log(top), 16))
         total += (b - a) * (0.5 * t(top) + 0.5 * float(np.mean([t(g) for g in grid])))
     return total
@@ -274,6 +288,7 @@ def export_all(model, run, arch, args, bos_id, eos_id):
             shutil.copy(src, os.path.join(args.out_model, fn))
     if args.state_json:
         small = {k: v for k, v in run.items() if k not in ("history", "calls", "arch", "adam_step")}
+        small.setdefault("data_version", 1)
         with open(args.state_json, "w") as f:
             json.dump(small, f, indent=2)
             f.write("\n")
@@ -334,6 +349,12 @@ def main():
     ap.add_argument("--max-steps", type=int, default=None, help="stop when the global step reaches this")
     ap.add_argument("--replan-total-steps", type=int, default=None,
                     help="change phase 1's planned length from this call on (recorded in the state's calls)")
+    ap.add_argument("--replan-max-len", type=int, default=None,
+                    help="change the longest sample length from this call on (recorded in the state)")
+    ap.add_argument("--data-version", type=int, default=None, choices=sorted(data.MIXES),
+                    help="switch the task mix / curriculum version (data.MIXES) from this call on; kept in the state")
+    ap.add_argument("--first-weight", type=float, default=None,
+                    help="loss weight of each answer's first token (default: the state's, else 1); kept in the state")
     ap.add_argument("--peak-lr", type=float, default=2e-3)
     ap.add_argument("--cont-lr", type=float, default=0.1, help="LR after phase 1, as a fraction of the peak")
     ap.add_argument("--lm-weight", type=float, default=0.1)
@@ -344,7 +365,7 @@ def main():
     ap.add_argument("--ckpt-every", type=int, default=250)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--eval", default="full", choices=["full", "quick", "none"])
+    ap.add_argument("--eval", default="full", choices=["full", "mid", "quick", "none"])
     ap.add_argument("--eval-budget-s", type=float, default=90.0)
     ap.add_argument("--state-json", help="write the small cross-session state (and history) here")
     ap.add_argument("--export-only", action="store_true", help="load --state-dir, export, evaluate; no training")
@@ -390,12 +411,26 @@ def main():
                "warmup_steps": 60, "seed": args.seed, "data_seed": args.data_seed,
                "tokens_per_step": args.tokens_per_step, "max_len": args.max_len, "train_seconds": 0.0,
                "calls": [], "history": [], "arch": arch}
+    changes = {}
+    if args.replan_max_len and args.replan_max_len != run["max_len"]:
+        changes["max_len"] = [run["max_len"], args.replan_max_len]
+        run["max_len"] = args.replan_max_len
+    if args.data_version and args.data_version != run.get("data_version", 1):
+        changes["data_version"] = [run.get("data_version", 1), args.data_version]
+        run["data_version"] = args.data_version
+    if args.first_weight is not None and args.first_weight != run.get("first_weight", 1.0):
+        changes["first_weight"] = [run.get("first_weight", 1.0), args.first_weight]
+        run["first_weight"] = args.first_weight
+    if changes:
+        log(f"state changes from step {run['step']}: {changes}")
     args.data_seed = run["data_seed"]
     args.tokens_per_step = run["tokens_per_step"]
     args.max_len = run["max_len"]
+    args.data_version = run.get("data_version", 1)
+    first_weight = run.get("first_weight", 1.0)
     if run["total_steps"] is None:
         times = calibrate(model, device, amp, args.tokens_per_step, args.max_len, arch["vocab_size"])
-        per_step = predicted_step_time(times, args.max_len)
+        per_step = predicted_step_time(times, args.max_len, args.data_version)
         plan = args.plan_s or args.budget_s
         run["total_steps"] = max(100, int(0.93 * plan / per_step))
         run["calibration"] = {str(k): v for k, v in times.items()}
@@ -418,7 +453,7 @@ def main():
                                      persistent_workers=False, pin_memory=device.type == "cuda")
     call = {"start_step": run["step"], "budget_s": args.budget_s, "device": str(device),
             "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-            "argv": sys.argv[1:], "replanned": replanned}
+            "argv": sys.argv[1:], "replanned": replanned, "changes": changes or None}
     model.train()
     t_loop = time.time()   # this call's training clock (the budget)
     t_train = t_loop       # start of the segment not yet added to run["train_seconds"]
@@ -435,7 +470,7 @@ def main():
         lr = lr_at(run, step, None if fresh_start is None else step - fresh_start)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss, stats = loss_fn(model, batch, device, amp, args.lm_weight, args.aux_coef)
+        loss, stats = loss_fn(model, batch, device, amp, args.lm_weight, args.aux_coef, first_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -451,7 +486,7 @@ def main():
                        gnorm=float(gnorm), t=round(run["train_seconds"] + time.time() - t_train, 1))
             run["history"].append(rec)
             log(f"step {step:5d} len {rec['length']:6d} x{rec['bsz']:3d} ans {rec['loss_ans']:.4f} "
-                f"acc {rec['acc_ans']:.3f} lm {rec['loss_lm']:.3f} aux {rec['aux']:.3f} lr {lr:.2e} "
+                f"acc {rec['acc_ans']:.3f} first {rec['acc_first']:.3f} lm {rec['loss_lm']:.3f} aux {rec['aux']:.3f} lr {lr:.2e} "
                 f"gn {rec['gnorm']:.2f} {tokens_done / (time.time() - t_loop) / 1e3:.0f}k tok/s "
                 f"t {rec['t']:.0f}s")
             last_log = time.time()
@@ -476,7 +511,7 @@ def main():
         del model, opt
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        res = E.run_eval(args.out_model, args.corpus, device, quick=args.eval == "quick",
+        res = E.run_eval(args.out_model, args.corpus, device, quick=args.eval,
                          budget_s=args.eval_budget_s)
         res["step"] = run["step"]
         with open(os.path.join(log_dir, "eval.json"), "w") as f:
