@@ -1,0 +1,146 @@
+/* test_haul_tiny_hf.c — the shipped embedded model (models/haul-tiny) through longhaul's CPU engine
+ * against HF transformers' forward of the same files.
+ *
+ * tests/fixtures/haul-tiny/ (made by tools/make_haul_tiny_fixture.py: transformers 5.17
+ * MiniMaxForCausalLM with the model's partial RoPE, fp32, CPU, one full forward without cache)
+ * holds the prompt ids (a chat-formatted text of ~700 tokens with a planted needle), the logits
+ * of a subset of positions and 16 greedy tokens. The engine must meet the engine-core bounds on
+ * those rows (relative L2 <= 1e-4, max abs <= 1e-3 x max |ref|) for one pass and for chunk plans
+ * that cross the lightning block (256) at odd places, and reproduce the greedy tokens by decode.
+ * The fixture records the SHA-256 of the model file it was made from; a retrained model without
+ * a remade fixture fails here, naming the script to rerun. Skips (77) when the fixture is absent.
+ */
+#include "tests/test.h"
+
+#include "engine/engine.h"
+#include "util/buf.h"
+#include "util/fs.h"
+#include "util/hash.h"
+#include "util/log.h"
+
+static int read_ints(const char *path, lh_i32vec *v) {
+  lh_buf b = {0};
+  lh_error err;
+  if (lh_file_read(path, 1 << 24, &b, &err)) return 0;
+  char *p = b.data, *e;
+  for (;;) {
+    long x = strtol(p, &e, 10);
+    if (e == p) break;
+    lh_i32vec_push(v, (int32_t)x);
+    p = e;
+  }
+  lh_buf_free(&b);
+  return v->len > 0;
+}
+
+/* rows `pos` of got [T x V] against ref [npos x V] */
+static int meets_bound(const char *what, const float *got, const float *ref, const lh_i32vec *pos, int64_t V) {
+  double num = 0, den = 0, maxref = 0, maxerr = 0;
+  for (size_t r = 0; r < pos->len; r++)
+    for (int64_t j = 0; j < V; j++) {
+      double g = got[(int64_t)pos->data[r] * V + j], f = ref[(int64_t)r * V + j], e = g - f;
+      num += e * e, den += f * f;
+      if (fabs(f) > maxref) maxref = fabs(f);
+      if (!(fabs(e) <= maxerr)) maxerr = e == e ? fabs(e) : INFINITY;
+    }
+  double rel = sqrt(num / (den > 0 ? den : 1));
+  int ok = rel <= 1e-4 && maxerr <= 1e-3 * maxref;
+  fprintf(stderr, "  %s: rel L2 %.3g (bound 1e-4), max abs %.3g (bound %.3g)%s\n", what, rel, maxerr, 1e-3 * maxref,
+          ok ? "" : "  FAIL");
+  return ok;
+}
+
+static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int nplan, float *out) {
+  lh_state *s;
+  lh_error err;
+  if (lh_state_new(m, &s, &err)) return 0;
+  const int64_t V = lh_model_config(m)->vocab_size, T = (int64_t)ids->len;
+  int ok = 1;
+  for (int64_t t = 0, i = 0; ok && t < T; i++) {
+    int64_t n = plan[i % nplan] < T - t ? plan[i % nplan] : T - t;
+    if (lh_prefill(s, ids->data + t, n, NULL, out + t * V, &err)) fprintf(stderr, "prefill: %s\n", err.msg), ok = 0;
+    t += n;
+  }
+  lh_state_free(s);
+  return ok;
+}
+
+int main(void) {
+  lh_test_begin("test_haul_tiny_hf");
+  lh_log_set_level(LH_LOG_ERROR);
+  const char *src = getenv("LH_SOURCE_DIR");
+  char fx[1024], mdir[1024], path[1200];
+  snprintf(fx, sizeof fx, "%s/tests/fixtures/haul-tiny", src ? src : ".");
+  snprintf(mdir, sizeof mdir, "%s/models/haul-tiny", src ? src : ".");
+  snprintf(path, sizeof path, "%s/logits.f32", fx);
+  if (!lh_is_file(path)) LH_TEST_SKIP("no fixture at %s (made by tools/make_haul_tiny_fixture.py)", fx);
+
+  /* the fixture belongs to this model file */
+  lh_buf meta = {0}, mf = {0};
+  lh_error err;
+  snprintf(path, sizeof path, "%s/meta.json", fx);
+  CHECK(!lh_file_read(path, 1 << 20, &meta, &err));
+  snprintf(path, sizeof path, "%s/model.safetensors", mdir);
+  CHECK(!lh_file_read(path, (size_t)1 << 30, &mf, &err));
+  uint8_t dig[32];
+  char hex[65];
+  lh_sha256_buf(mf.data, mf.len, dig);
+  lh_hex(dig, 32, hex);
+  CHECK_MSG(meta.data && strstr(meta.data, hex) != NULL,
+            "tests/fixtures/haul-tiny was made from another model.safetensors (this one: %s): rerun "
+            "tools/make_haul_tiny_fixture.py where torch is installed",
+            hex);
+  lh_buf_free(&mf);
+  lh_buf_free(&meta);
+
+  lh_i32vec ids = {0}, pos = {0}, greedy = {0};
+  snprintf(path, sizeof path, "%s/ids.txt", fx);
+  CHECK(read_ints(path, &ids));
+  snprintf(path, sizeof path, "%s/positions.txt", fx);
+  CHECK(read_ints(path, &pos));
+  snprintf(path, sizeof path, "%s/greedy.txt", fx);
+  CHECK(read_ints(path, &greedy));
+  lh_model_params p = lh_model_default_params();
+  p.threads = 2;
+  lh_model *m = NULL;
+  CHECK_MSG(!lh_model_open(mdir, &p, &m, &err), "%s: %s", mdir, err.msg);
+  if (!m || !ids.len || !pos.len) return lh_test_end();
+  const int64_t T = (int64_t)ids.len, V = lh_model_config(m)->vocab_size;
+  lh_buf rb = {0};
+  snprintf(path, sizeof path, "%s/logits.f32", fx);
+  CHECK(!lh_file_read(path, (size_t)1 << 28, &rb, &err));
+  CHECK_MSG(rb.len == pos.len * (size_t)V * 4, "logits.f32 has %zu bytes, want %zu", rb.len, pos.len * (size_t)V * 4);
+  for (size_t i = 0; i < pos.len; i++) CHECK(pos.data[i] >= 0 && pos.data[i] < T);
+  if (rb.len != pos.len * (size_t)V * 4) return lh_test_end();
+  const float *ref = (const float *)rb.data;
+  float *got = malloc(sizeof(float) * T * V);
+
+  const int B = lh_model_config(m)->block_size;
+  int whole[] = {(int)T}, p1[] = {B - 1, B, B + 1}, p2[] = {7, 13, 31}, p3[] = {2 * B + 1, 3}, p4[] = {1};
+  const int *plans[] = {whole, p1, p2, p3, p4};
+  const int nplans[] = {1, 3, 3, 2, 1};
+  const char *names[] = {"one pass", "chunks 255/256/257", "chunks 7/13/31", "chunks 513/3", "one token at a time"};
+  for (int i = 0; i < 5; i++) {
+    CHECK(run_plan(m, &ids, plans[i], nplans[i], got));
+    CHECK_MSG(meets_bound(names[i], got, ref, &pos, V), "%s vs HF", names[i]);
+  }
+
+  lh_state *s;
+  CHECK(!lh_state_new(m, &s, &err));
+  float *lg = malloc(sizeof(float) * V);
+  CHECK(!lh_prefill(s, ids.data, T, lg, NULL, &err));
+  lh_sampler_params gp = {0};
+  int same = 1;
+  for (size_t i = 0; i < greedy.len; i++) {
+    int32_t next = lh_sample(lg, (int)V, &gp, NULL);
+    same &= next == greedy.data[i];
+    CHECK(!lh_decode_batch(&s, 1, &next, lg, &err));
+  }
+  CHECK_MSG(same, "greedy decode differs from HF's greedy.txt");
+  lh_state_free(s);
+  free(lg), free(got);
+  lh_buf_free(&rb);
+  lh_model_close(m);
+  lh_i32vec_free(&ids), lh_i32vec_free(&pos), lh_i32vec_free(&greedy);
+  return lh_test_end();
+}
