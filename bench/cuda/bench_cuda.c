@@ -16,7 +16,8 @@
  * that file with --peers to print them beside ours (transformers' lightning loop, torch SDPA, torch
  * cuBLAS GEMM). Times are medians of repeated runs timed with CUDA events after a warm-up.
  *
- * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N]
+ * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]
+ * (--checkpoint DB: one more slice run that checkpoints every chunk into the SQLite store DB)
  * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
  * slice run, fewer repetitions)
  */
@@ -34,6 +35,7 @@
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
+#include "store/store.h"
 
 #define H 64
 #define D 128
@@ -630,6 +632,73 @@ static double slice_linear_flops(const lh_config *c) {
   return f;
 }
 
+/* --checkpoint DB: one more prefill run that checkpoints after every chunk into the SQLite store at
+ * DB through the asynchronous writer, as the runner does: the states and the chunk's KV pages go
+ * to pinned memory on the copy stream (to_host_async) while the next chunk computes; the previous
+ * chunk's checkpoint is handed to the writer thread once its copies are done. The KV pages are
+ * copied as they are (the same bytes as the runner's row export, not its row order), and the
+ * logits are left zero. */
+static const char *g_ckpt_db;
+typedef struct ckpt_run {
+  lh_store_writer *w;
+  lh_store_cursor cur;
+  lh_state_layout lay;
+  lh_store_ckpt *pending;
+  double bytes;
+} ckpt_run;
+static void ckpt_open(slice *s, ckpt_run *r) {
+  memset(r, 0, sizeof *r);
+  lh_error err;
+  lh_store_params sp = lh_store_default_params();
+  lh_store *st;
+  lk(lh_store_open(g_ckpt_db, &sp, &st, &err), &err, "store open");
+  const char *id = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
+  lk(lh_store_model_put(st, id, "bench_cuda slice (random weights)", NULL, &err), &err, "model put");
+  lh_store_close(st);
+  lh_store_writer_params wp = lh_store_writer_default_params();
+  lk(lh_store_writer_open(g_ckpt_db, &wp, &r->w, &err), &err, "writer open");
+  lh_store_cursor_init(&r->cur, id, 0);
+  r->lay.n_lightning = s->cfg.n_lightning;
+  r->lay.lightning_bytes = (size_t)H * D * D * 4;
+  r->lay.n_softmax = s->cfg.n_softmax;
+  r->lay.kv_dtype = LH_BF16;
+  r->lay.kv_row_bytes = (size_t)2 * HKV * D * 2;
+  r->lay.vocab_size = s->cfg.vocab_size;
+}
+/* after the forward of tokens [p, p + n) */
+static void ckpt_chunk(slice *s, ckpt_run *r, seqm *q, const int32_t *tok, int64_t p, int64_t n) {
+  lh_error err;
+  if (r->pending) { /* the previous chunk's copies ran while this chunk computed */
+    lk(s->ops->wait_host(s->be, &err), &err, "wait_host");
+    lk(lh_store_writer_submit(r->w, r->pending, &r->cur, &err), &err, "submit");
+    r->pending = NULL;
+  }
+  lh_store_cursor_feed(&r->cur, tok + p, n);
+  lh_store_ckpt *ck;
+  lk(lh_store_writer_begin(r->w, &r->lay, &r->cur, &ck, &err), &err, "writer begin");
+  for (int i = 0; i < r->lay.n_lightning; i++)
+    lk(s->ops->to_host_async(s->be, lh_store_ckpt_lightning(ck, i), q->light[i], r->lay.lightning_bytes, &err), &err,
+       "state copy");
+  const size_t pb = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  unsigned char *kv = lh_store_ckpt_kv(ck, 0);
+  const int64_t p0 = r->cur.parent_pos;
+  if (p0 % LH_KV_PAGE_TOKENS || n % LH_KV_PAGE_TOKENS) die("checkpoint", "chunks must be multiples of 256 tokens");
+  for (int64_t pg = p0 / LH_KV_PAGE_TOKENS; pg < (p + n) / LH_KV_PAGE_TOKENS; pg++)
+    lk(s->ops->to_host_async(s->be, kv + (size_t)(pg - p0 / LH_KV_PAGE_TOKENS) * pb, q->tables[0][pg], pb, &err), &err,
+       "kv copy");
+  memset(lh_store_ckpt_logits(ck), 0, (size_t)r->lay.vocab_size * 4);
+  r->bytes += (double)lh_store_ckpt_bytes(ck);
+  r->pending = ck;
+}
+static void ckpt_close(slice *s, ckpt_run *r) {
+  lh_error err;
+  if (r->pending) {
+    lk(s->ops->wait_host(s->be, &err), &err, "wait_host");
+    lk(lh_store_writer_submit(r->w, r->pending, &r->cur, &err), &err, "submit");
+  }
+  lk(lh_store_writer_close(r->w, &err), &err, "writer close");
+}
+
 static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   header("8-layer real-width slice (7 lightning + 1 softmax), random weights on the GPU");
   const lh_config *c = &s->cfg;
@@ -645,7 +714,12 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   const double att = 4.0 * D * H * ((double)tokens * (tokens + 1) / 2) * c->n_softmax;
   const double lc = 4.0 * D * D * H * (double)tokens * c->n_lightning;
   const double flops = lin * tokens + att + lc;
-  for (int rep = 0; rep < (quick ? 1 : 2); rep++) {
+  const int nrep = (quick ? 1 : 2) + (g_ckpt_db ? 1 : 0);
+  double ckpt_ms = NAN, ckpt_wall_ms = NAN;
+  ckpt_run cr;
+  for (int rep = 0; rep < nrep; rep++) {
+    const int with_ckpt = g_ckpt_db && rep == nrep - 1;
+    if (with_ckpt) ckpt_open(s, &cr);
     double a2[T_NK] = {0};
     for (int i = 0; i < s->cfg.n_lightning; i++)
       ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
@@ -656,7 +730,8 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
       int64_t n = tokens - p < chunk ? tokens - p : chunk;
       lh_segment sg = {&q.mem, 0, n, p};
       lh_batch b = {n, 1, &sg};
-      forward(s, tok + p, &b, rep ? ev : NULL, a2);
+      forward(s, tok + p, &b, rep && !with_ckpt ? ev : NULL, a2);
+      if (with_ckpt) ckpt_chunk(s, &cr, &q, tok, p, n);
     }
     int64_t last = (tokens - 1) % chunk;
     float *logits = malloc((size_t)c->vocab_size * 4);
@@ -665,6 +740,17 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (with_ckpt) {
+      /* prefill time with checkpoints: up to the last chunk's compute; then the writer drains */
+      ckpt_ms = ms;
+      ckpt_close(s, &cr);
+      struct timespec t2;
+      clock_gettime(CLOCK_MONOTONIC, &t2);
+      ckpt_wall_ms = (t2.tv_sec - t0.tv_sec) * 1e3 + (t2.tv_nsec - t0.tv_nsec) * 1e-6;
+      printf("  run %d: %.1f ms with a checkpoint after every chunk (%.2f GB to %s; all committed at %.1f ms)\n", rep,
+             ms, cr.bytes / 1e9, g_ckpt_db, ckpt_wall_ms);
+      continue;
+    }
     if (rep) memcpy(acc, a2, sizeof acc);
     if (ms < best) best = ms;
     printf("  run %d: %.1f ms%s\n", rep, ms, rep ? " (with per-op events)" : "");
@@ -674,8 +760,23 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   snprintf(what, sizeof what, "prefill %lldK tokens, chunks of %lldK", (long long)tokens / 1024, (long long)chunk / 1024);
   snprintf(rate, sizeof rate, "%.0f tokens/s, %.0f model TFLOP/s, MFU %.0f%% of measured GEMM", tokens / (best * 1e-3),
            flops / (best * 1e-3) / 1e12, 100.0 * flops / (best * 1e-3) / 1e12 / g_gemm_tflops);
-  row(what, best, "transformers (not run: see NOTES)", peer("slice_hf"), rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  /* the peer: tools/bench_peers/slice_hf.py, measured at these tokens or fitted and extrapolated */
+  char hk[64];
+  snprintf(hk, sizeof hk, "slice_hf_%lld", (long long)tokens);
+  double hf = peer(hk);
+  const char *hname = "transformers, same slice";
+  if (isnan(hf)) {
+    snprintf(hk, sizeof hk, "slice_hf_%lld_extrap", (long long)tokens);
+    hf = peer(hk);
+    hname = isnan(hf) ? "transformers (not in peers file)" : "transformers, EXTRAPOLATED";
+  }
+  row(what, best, hname, hf, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   printf("  model FLOPs %.3e (linear %.3e, softmax attention %.3e, lightning core %.3e)\n", flops, lin * tokens, att, lc);
+  if (g_ckpt_db) {
+    snprintf(rate, sizeof rate, "%.1f%% slower than without (goal < 5%%); %.1f%% to the last commit",
+             100.0 * (ckpt_ms / best - 1), 100.0 * (ckpt_wall_ms / best - 1));
+    row("  same prefill, checkpoint after every chunk", ckpt_ms, "same run without checkpoints", best, rate, NAN);
+  }
   {
     int64_t calls = 0;
     double build_s = 0;
@@ -746,10 +847,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--attn-n") && i + 1 < argc) g_attn_n = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) g_ckpt_db = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
     else {
-      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N]\n");
+      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]\n");
       return 2;
     }
   }
