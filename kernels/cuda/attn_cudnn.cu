@@ -368,7 +368,9 @@ int64_t lh_cudnn_attn_table_len(int64_t nrows, int64_t pos) { return pow2_at_lea
 int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos) { return pow2_at_least(nrows + pos, 1024); }
 
 int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap) {
-  const int64_t sq = pow2_at_least(x->nrows, 64), skv = pow2_at_least(x->nrows + x->pos, 1024);
+  /* Queries exactly (a padded query bucket would let Q/O tiles reach past the caller's rows);
+   * keys bucketed (K/V are buffers we size: the gathered copy, or the page table). */
+  const int64_t sq = x->nrows, skv = pow2_at_least(x->nrows + x->pos, 1024);
   const Key k{x->mode, x->H, x->Hkv, x->d, sq, skv, x->mode == 0 ? x->n_blocks : 0};
   auto it = a->plans.find(k);
   if (it == a->plans.end()) {
