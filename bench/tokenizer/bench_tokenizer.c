@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
       idsn.len = 0;
       w0 = lh_now();
       tk_par_stats ps;
-      tk_encode_parallel_stats(t, doc.data, doc.len, threads, 32 << 10, &idsn, &ps, &err);
+      tk_encode_parallel_stats(t, doc.data, doc.len, threads, TK_PAR_OVERLAP, &idsn, &ps, &err);
       w = lh_now() - w0;
       if (w < bestn) bestn = w;
       double mx = 0;
