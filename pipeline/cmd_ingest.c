@@ -46,6 +46,8 @@ static void usage(FILE *f) {
           "                          {nl} {bytes} {sha256}, {{ }} for braces; \\n \\t \\\\ escapes\n"
           "                          (default: <document path=\"{path}\">\\n{text}{nl}</document>\\n)\n"
           "  --template-file FILE    the template, read from a file (no escapes)\n"
+          "  --threads N             threads that tokenize, beside the reader thread (default: the online\n"
+          "                          CPUs, at most 4; 1: one thread); the tokens are the same for every N\n"
           "  --quiet                 no progress line and no summary\n");
 }
 
@@ -161,7 +163,9 @@ static void summary(lh_ingest *ing, FILE *f, int tokens) {
   if (s.invalid_utf8) fprintf(f, "  invalid UTF-8 sequences replaced by U+FFFD: %" PRId64 "\n", s.invalid_utf8);
   fprintf(f, "  time: %.2f s, %.1f MB/s of entries (read+decompress %.2f s, framing %.2f s", s.seconds,
           s.seconds > 0 ? (double)s.content_bytes / 1e6 / s.seconds : 0.0, s.read_seconds, s.frame_seconds);
-  if (tokens) fprintf(f, ", tokenize %.2f s", s.tokenize_seconds);
+  if (tokens)
+    fprintf(f, ", tokenize %.2f s on %d thread%s, %.2f CPU-s", s.tokenize_seconds, s.tokenizer_threads,
+            s.tokenizer_threads == 1 ? "" : "s", s.tokenize_cpu_seconds);
   fprintf(f, ")\n");
 }
 
@@ -237,6 +241,15 @@ int lh_cmd_ingest(int argc, char **argv) {
         fprintf(stderr, "longhaul ingest: --on-error takes 'fail' or 'skip', not '%s'\n", v);
         goto done;
       }
+    } else if (!strcmp(a, "--threads")) {
+      NEED_VALUE;
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end || end == v || n < 1 || n > 64) {
+        fprintf(stderr, "longhaul ingest: --threads takes a number from 1 to 64, not '%s'\n", v);
+        goto done;
+      }
+      p.tokenizer_threads = (int)n;
     } else if (!strcmp(a, "--template")) {
       NEED_VALUE;
       free(template_text);
