@@ -91,8 +91,11 @@ typedef struct sjob {
   /* results (written by the thread that runs it) */
   lh_i32vec ids;
   int64_t *offv; /* offset of each id */
+  size_t offv_cap;
   tk_restart *rs;
-  size_t nrs;
+  size_t nrs, rs_cap;
+  size_t text_cap;
+  struct sjob *next_free;
   lh_status st;
   lh_error err;
   double cpu;
@@ -109,6 +112,7 @@ typedef struct spar {
   int busy;       /* workers running a job */
   size_t queued;  /* jobs QUEUED */
   sjob **q;       /* jobs not yet emitted, in text order */
+  sjob *free_jobs; /* emitted jobs, kept with their buffers for reuse (owner's thread only) */
   size_t qlen, maxj;
   int64_t cut;    /* where the next job's own range starts */
   bool fallback;  /* stitching failed: one thread until the serial encoder emits */
@@ -229,6 +233,11 @@ void lh_tok_stream_close(lh_tok_stream *s) {
     pthread_mutex_unlock(&p->mu);
     for (int k = 0; k < p->nworkers; k++) pthread_join(p->tid[k], NULL);
     for (size_t i = 0; i < p->qlen; i++) job_free(p->q[i]);
+    while (p->free_jobs) {
+      sjob *j = p->free_jobs;
+      p->free_jobs = j->next_free;
+      job_free(j);
+    }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
@@ -430,26 +439,35 @@ static void exec_job(const lh_tok_stream *s, tk_ctx *c, sjob *j) {
     c->rs_filter_lo = j->own_end;
   }
   c->ids = &j->ids;
+  /* the offsets go straight into the job's own array (kept across reuses, so no page faults) */
+  int64_t *offv0 = c->offv;
+  size_t cap0 = c->offv_cap;
+  c->offv = j->offv;
+  c->offv_cap = j->offv_cap;
   j->st = tk_encode_segment(t, c, &seg, &j->err);
+  j->offv = c->offv;
+  j->offv_cap = c->offv_cap;
+  c->offv = offv0;
+  c->offv_cap = cap0;
+  c->noffv = 0;
   c->rs_filter_hi = c->rs_filter_lo = 0;
   c->ids = NULL;
-  if (!j->st) {
-    if (s->want_offs) {
-      j->offv = c->offv; /* the job takes the offsets; the scratch grows a new array */
-      c->offv = NULL;
-      c->offv_cap = c->noffv = 0;
-    }
-    if (c->nrs) {
-      j->rs = malloc(c->nrs * sizeof *j->rs);
-      if (!j->rs)
-        j->st = lh_error_set(&j->err, LH_ENOMEM, "tokenizer: out of memory");
-      else {
-        memcpy(j->rs, c->rs, c->nrs * sizeof *j->rs);
-        j->nrs = c->nrs;
+  if (!j->st && c->nrs) {
+    if (c->nrs > j->rs_cap) {
+      void *q = realloc(j->rs, c->nrs * sizeof *j->rs);
+      if (q) {
+        j->rs = q;
+        j->rs_cap = c->nrs;
       }
     }
-    if (!j->st && s->want_offs && j->ids.len && !j->offv) j->st = lh_error_set(&j->err, LH_ENOMEM, "tokenizer: out of memory");
+    if (c->nrs > j->rs_cap)
+      j->st = lh_error_set(&j->err, LH_ENOMEM, "tokenizer: out of memory");
+    else {
+      memcpy(j->rs, c->rs, c->nrs * sizeof *j->rs);
+      j->nrs = c->nrs;
+    }
   }
+  if (!j->st && s->want_offs && j->ids.len && !j->offv) j->st = lh_error_set(&j->err, LH_ENOMEM, "tokenizer: out of memory");
   j->cpu = thread_cpu() - c0;
 }
 
@@ -506,8 +524,21 @@ static void run_here(lh_tok_stream *s, sjob *j) {
 static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t seg_end, bool final, lh_error *err) {
   spar *p = s->par;
   const uint8_t *b = (const uint8_t *)s->buf.data;
-  sjob *j = calloc(1, sizeof *j);
-  if (!j) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
+  sjob *j = p->free_jobs;
+  if (j) { /* a used job: keep its buffers, clear the rest */
+    p->free_jobs = j->next_free;
+    sjob keep = *j;
+    memset(j, 0, sizeof *j);
+    j->text = keep.text;
+    j->text_cap = keep.text_cap;
+    j->ids = keep.ids;
+    j->ids.len = 0;
+    j->offv = keep.offv;
+    j->offv_cap = keep.offv_cap;
+    j->rs = keep.rs;
+    j->rs_cap = keep.rs_cap;
+  } else if (!(j = calloc(1, sizeof *j)))
+    return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
   /* the first job starts at the resume point, with the context and level the one-thread stream
    * would have there; the others at their cut, as continuations */
   j->chain_start = p->qlen == 0;
@@ -516,9 +547,15 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
   while (ctx0 < from && (b[ctx0] & 0xC0) == 0x80) ctx0++;
   j->len = seg_end - ctx0;
   j->ctx = from - ctx0;
-  j->text = malloc(j->len + 1);
+  if (j->len + 1 > j->text_cap) {
+    free(j->text);
+    j->text_cap = j->len + 1 + (j->len >> 3);
+    j->text = malloc(j->text_cap);
+  }
   if (!j->text) {
-    free(j);
+    j->text_cap = 0;
+    j->next_free = p->free_jobs;
+    p->free_jobs = j;
     return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
   }
   memcpy(j->text, b + ctx0, j->len);
@@ -604,7 +641,8 @@ static void pop_front(lh_tok_stream *s) {
   s->cpu += j->cpu;
   memmove(p->q, p->q + 1, (p->qlen - 1) * sizeof *p->q);
   p->qlen--;
-  job_free(j);
+  j->next_free = p->free_jobs; /* kept for reuse: at most maxj jobs exist */
+  p->free_jobs = j;
 }
 
 /* Emit what the finished jobs at the front make final. With wait, keep going (running queued
