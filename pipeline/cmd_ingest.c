@@ -179,7 +179,7 @@ int lh_cmd_ingest(int argc, char **argv) {
   size_t n_inputs = 0;
   lh_ingest *ing = NULL;
   lh_tokenizer *tokenizer = NULL;
-  lh_buf line = {0}, tbuf = {0};
+  lh_buf line = {0}, tbuf = {0}, le = {0};
   out_file man = {0}, tok = {0}, txt = {0};
   if (!inc || !exc || !inputs) goto done;
   for (int i = 1; i < argc; i++) {
@@ -319,12 +319,15 @@ int lh_cmd_ingest(int argc, char **argv) {
     st = lh_ingest_next(ing, &b, &err);
     int bad = 0;
     if (txt.f && b.text_len) bad |= fwrite(b.text, 1, b.text_len, txt.f) != b.text_len;
-    if (tok.f && b.n_tokens) {
-      for (size_t i = 0; i < b.n_tokens; i++) {
+    if (tok.f && b.n_tokens) { /* little-endian uint32, one fwrite per batch */
+      lh_buf_clear(&le);
+      if (lh_buf_reserve(&le, b.n_tokens * 4)) bad = 1;
+      for (size_t i = 0; !bad && i < b.n_tokens; i++) {
         uint32_t v = (uint32_t)b.tokens[i];
-        uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-        bad |= fwrite(le, 1, 4, tok.f) != 4;
+        uint8_t *q = (uint8_t *)le.data + 4 * i;
+        q[0] = (uint8_t)v, q[1] = (uint8_t)(v >> 8), q[2] = (uint8_t)(v >> 16), q[3] = (uint8_t)(v >> 24);
       }
+      if (!bad) bad |= fwrite(le.data, 1, b.n_tokens * 4, tok.f) != b.n_tokens * 4;
     }
     lh_buf_clear(&line);
     for (size_t i = 0; i < b.n_entries; i++) {
@@ -399,6 +402,7 @@ done:
   lh_ingest_close(ing);
   lh_tokenizer_close(tokenizer);
   lh_buf_free(&line);
+  lh_buf_free(&le);
   lh_buf_free(&tbuf);
   free(template_text);
   free(inc);
