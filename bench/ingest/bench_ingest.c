@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,9 +39,31 @@ static int64_t file_size(const char *p) {
 
 typedef struct result {
   double wall;
+  double cores; /* this process's CPU seconds (all threads) per wall second */
+  double idle;  /* share of the machine's CPU time that was idle meanwhile (others' load = 1 - idle - ours) */
   lh_ingest_stats st;
   int ok;
 } result;
+
+static double proc_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The machine's CPU time so far, in ticks: total and idle (idle + iowait), from /proc/stat. */
+static void machine_ticks(double *total, double *idle) {
+  *total = *idle = 0;
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return;
+  double v[10] = {0};
+  if (fscanf(f, "cpu %lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+    for (int i = 0; i < 8; i++) *total += v[i];
+    *idle = v[3] + v[4];
+  }
+  fclose(f);
+}
 
 static result ingest_one(const char *path, const lh_tokenizer *tok, int threads) {
   result r = {0};
@@ -53,7 +76,8 @@ static result ingest_one(const char *path, const lh_tokenizer *tok, int threads)
     fprintf(stderr, "bench_ingest: %s\n", err.msg);
     return r;
   }
-  double t0 = lh_now();
+  double t0 = lh_now(), c0 = proc_cpu(), mt0, mi0;
+  machine_ticks(&mt0, &mi0);
   uint64_t sink = 0;
   for (;;) {
     lh_ingest_batch b;
@@ -67,6 +91,10 @@ static result ingest_one(const char *path, const lh_tokenizer *tok, int threads)
     if (b.done) break;
   }
   r.wall = lh_now() - t0;
+  r.cores = (proc_cpu() - c0) / r.wall;
+  double mt1, mi1;
+  machine_ticks(&mt1, &mi1);
+  r.idle = mt1 > mt0 ? (mi1 - mi0) / (mt1 - mt0) : 0;
   lh_ingest_stats_get(ing, &r.st);
   lh_ingest_close(ing);
   r.ok = sink > 0;
@@ -134,8 +162,8 @@ int main(int argc, char **argv) {
   printf("bench_ingest: %.1f MB tar of /usr/include + /usr/share/doc, 2 cores, %s%s, %d tokenizer thread%s\n",
          (double)raw / 1e6, tok ? "ingest + tokenize with " : "TEXT ONLY (framing, no tokens)", tok ? tok_path : "",
          threads, threads == 1 ? "" : "s");
-  printf("%-12s %9s %9s %8s %9s | %8s %8s %8s %8s %9s | %9s\n", "input", "ours MB/s", "peer MB/s", "ratio",
-         "goal MB/s", "wall s", "read s", "frame s", "token s", "tok cpu s", "documents");
+  printf("%-12s %9s %9s %8s %9s | %8s %8s %8s %8s %9s | %9s | %5s %6s\n", "input", "ours MB/s", "peer MB/s",
+         "ratio", "goal MB/s", "wall s", "read s", "frame s", "token s", "tok cpu s", "documents", "cores", "idle");
   const char *ins[3] = {tar, tgz, tzst}, *labels[3] = {"tar", "tar.gz", "tar.zst"};
   for (int i = 0; i < 3; i++) {
     result r = ingest_one(ins[i], tok, threads);
@@ -145,9 +173,10 @@ int main(int argc, char **argv) {
     int peer_ok = run(cmd) == 0;
     double peer = lh_now() - t0;
     double ours = (double)raw / 1e6 / r.wall, theirs = peer_ok ? (double)raw / 1e6 / peer : 0;
-    printf("%-12s %9.1f %9.1f %8.2f %9.1f | %8.2f %8.2f %8.2f %8.2f %9.2f | %9lld\n", labels[i], ours, theirs,
-           theirs > 0 ? ours / theirs : 0, GOAL_MBS, r.wall, r.st.read_seconds, r.st.frame_seconds,
-           r.st.tokenize_seconds, r.st.tokenize_cpu_seconds, (long long)r.st.by_status[LH_ENTRY_OK]);
+    printf("%-12s %9.1f %9.1f %8.2f %9.1f | %8.2f %8.2f %8.2f %8.2f %9.2f | %9lld | %5.2f %5.0f%%\n", labels[i], ours,
+           theirs, theirs > 0 ? ours / theirs : 0, GOAL_MBS, r.wall, r.st.read_seconds, r.st.frame_seconds,
+           r.st.tokenize_seconds, r.st.tokenize_cpu_seconds, (long long)r.st.by_status[LH_ENTRY_OK], r.cores,
+           100 * r.idle);
   }
   lh_ingest_stats s;
   result r = ingest_one(tgz, tok, threads);
@@ -159,7 +188,9 @@ int main(int argc, char **argv) {
          (long long)s.by_reason[LH_REASON_BINARY]);
   printf("read s: reader thread in libarchive/read(2) (read + decompress); frame s: reader thread sniffing, UTF-8 "
          "repair, SHA-256, templates; token s: calling thread in the tokenizer (wall, waits for the worker "
-         "included); tok cpu s: CPU seconds of tokenizing on all tokenizer threads. The threads overlap.\n");
+         "included); tok cpu s: CPU seconds of tokenizing on all tokenizer threads. The threads overlap. cores: "
+         "this process's CPU seconds per wall second; idle: the machine's idle share meanwhile (when both are "
+         "low, other load had the cores).\n");
   if (!keep) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     run(cmd);
