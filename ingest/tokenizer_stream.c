@@ -31,8 +31,9 @@
  * that is not final, with its own copy of the text. The first job of a chain starts at the
  * stream's resume point (a true restart point, with its context and level); the others start at
  * their cut as continuations. Jobs are queued in text order to the stream's worker threads
- * (fixed, started at open); the calling thread runs jobs too, keeping one queued for a busy
- * worker, and emits ids in order: job k's ids up to the first restart point that jobs k and k+1
+ * (fixed, started at open); the calling thread runs jobs too (the newest, while more than two per
+ * worker are queued, so a worker never finds the queue empty while text is at hand; jobs in
+ * flight are capped at 3 per thread + 2), and emits ids in order: job k's ids up to the first restart point that jobs k and k+1
  * both report in the overlap (after job k's own range), then job k+1's from there. That point
  * becomes the resume point. At finish the rest of the text becomes final jobs. If two jobs have
  * no common point, every job after the first one is dropped, job k's ids up to its last restart
@@ -119,6 +120,8 @@ typedef struct spar {
   size_t batch, overlap;
   int64_t stitched, fallbacks;
   int nstarted;                   /* workers that have taken their index */
+  int64_t owner_jobs;             /* jobs run on the calling thread */
+  double worker_idle, owner_wait; /* seconds workers waited for a job; the owner for a worker */
   double tcpu[MAX_WORKERS + 1];   /* CPU seconds of jobs run by worker k (index k + 1) */
 } spar;
 
@@ -171,7 +174,7 @@ static lh_status stream_open(const lh_tokenizer *t, int threads, size_t batch, s
   /* without restart points inside pieces there is nothing to cut at: one thread */
   if (threads > 1 && t->pretok_restart) {
     spar *p = calloc(1, sizeof *p);
-    size_t maxj = 2 * (size_t)threads + 2;
+    size_t maxj = 3 * (size_t)threads + 2;
     sjob **q = p ? calloc(maxj, sizeof *q) : NULL;
     if (!p || !q) {
       free(p);
@@ -232,6 +235,10 @@ void lh_tok_stream_close(lh_tok_stream *s) {
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     for (int k = 0; k < p->nworkers; k++) pthread_join(p->tid[k], NULL);
+    lh_log_debug("tokenizer stream: %d threads, %lld jobs on the calling thread, %lld stitched, %lld fallbacks; "
+                 "workers idle %.2f s, calling thread waited %.2f s",
+                 p->nworkers + 1, (long long)p->owner_jobs, (long long)p->stitched, (long long)p->fallbacks,
+                 p->worker_idle, p->owner_wait);
     for (size_t i = 0; i < p->qlen; i++) job_free(p->q[i]);
     while (p->free_jobs) {
       sjob *j = p->free_jobs;
@@ -317,7 +324,13 @@ static lh_status give(lh_tok_stream *s, const int32_t *src, const int64_t *offv,
       *offsets = p;
       *offsets_cap = nc;
     }
-    for (size_t k = 0; k < n; k++) (*offsets)[before + k] = clean_to_fed(s, offv[k]);
+    int64_t *o = *offsets + before;
+    if (!s->nfx) { /* no invalid bytes replaced since the kept text began (always so in ingest) */
+      int64_t d = s->fx_delta0;
+      for (size_t k = 0; k < n; k++) o[k] = offv[k] + d;
+    } else {
+      for (size_t k = 0; k < n; k++) o[k] = clean_to_fed(s, offv[k]);
+    }
   }
   return LH_OK;
 }
@@ -494,7 +507,9 @@ static void *worker_main(void *arg) {
   int me = ++p->nstarted;
   for (;;) {
     sjob *j = NULL;
+    double w0 = lh_now();
     while (!p->quit && !(j = take_queued(p, false))) pthread_cond_wait(&p->cv_work, &p->mu);
+    p->worker_idle += lh_now() - w0;
     if (!j) break;
     p->busy++;
     pthread_mutex_unlock(&p->mu);
@@ -514,6 +529,7 @@ static void *worker_main(void *arg) {
 static void run_here(lh_tok_stream *s, sjob *j) {
   spar *p = s->par;
   pthread_mutex_unlock(&p->mu);
+  p->owner_jobs++;
   exec_job(s, s->c, j);
   pthread_mutex_lock(&p->mu);
   j->state = JOB_DONE;
@@ -664,8 +680,11 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
       sjob *x = take_queued(p, false);
       if (x)
         run_here(s, x);
-      else
+      else {
+        double w0 = lh_now();
         pthread_cond_wait(&p->cv_done, &p->mu);
+        p->owner_wait += lh_now() - w0;
+      }
     }
     pthread_mutex_unlock(&p->mu);
     if (!J) return LH_OK;
@@ -722,8 +741,8 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
   }
 }
 
-/* After new text: queue jobs, run some here (leaving one queued for each idle worker, at least
- * one), emit what is final. */
+/* After new text: queue jobs, run some here (the newest, leaving two queued per worker), emit
+ * what is final. */
 static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap, lh_error *err) {
   spar *p = s->par;
   for (;;) {
@@ -732,7 +751,7 @@ static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, s
     pthread_mutex_lock(&p->mu);
     sjob *x;
     for (;;) {
-      size_t idle = (size_t)(p->nworkers - p->busy), leave = idle > 1 ? idle : 1;
+      size_t leave = 2 * (size_t)p->nworkers; /* so a worker never finds the queue empty */
       if (p->queued <= leave || !(x = take_queued(p, true))) break;
       run_here(s, x);
     }
