@@ -651,12 +651,15 @@ static void drain(spar *p) {
   }
 }
 
+/* Drop the front job (DONE) from the queue, which workers scan under mu. */
 static void pop_front(lh_tok_stream *s) {
   spar *p = s->par;
+  pthread_mutex_lock(&p->mu);
   sjob *j = p->q[0];
-  s->cpu += j->cpu;
   memmove(p->q, p->q + 1, (p->qlen - 1) * sizeof *p->q);
   p->qlen--;
+  pthread_mutex_unlock(&p->mu);
+  s->cpu += j->cpu;
   j->next_free = p->free_jobs; /* kept for reuse: at most maxj jobs exist */
   p->free_jobs = j;
 }
