@@ -78,7 +78,8 @@ enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
 /* One job of the threaded stream. Offsets are in the sanitized stream. */
 typedef struct sjob {
-  uint8_t *text; /* own copy: [0, ctx) context, then [from, seg_end) */
+  const uint8_t *tp; /* the text: [0, ctx) context, then [from, seg_end) (text, or borrowed) */
+  uint8_t *text;     /* own copy (a stream's); the one-document encoder borrows the caller's */
   size_t len, ctx;
   int64_t base;    /* offset of text[0] */
   int64_t from;    /* the job's own range is [from, own_end); its segment ends at seg_end */
@@ -117,6 +118,7 @@ typedef struct spar {
   size_t qlen, maxj;
   int64_t cut;    /* where the next job's own range starts */
   bool fallback;  /* stitching failed: one thread until the serial encoder emits */
+  bool borrowed;  /* the buffer is the caller's text (one document): never moved, jobs do not copy */
   size_t batch, overlap;
   int64_t stitched, fallbacks;
   int nstarted;                   /* workers that have taken their index */
@@ -361,6 +363,7 @@ static void set_resume(lh_tok_stream *s, int64_t off, uint8_t level, bool trim) 
   size_t q = (size_t)(off - s->base);
   s->ctx_len = q;
   s->level = level;
+  if (s->par && s->par->borrowed) return;
   size_t keep = q > CTX_KEEP ? q - CTX_KEEP : 0;
   while (keep < q && (s->buf.data[keep] & 0xC0) == 0x80) keep++;
   if (!keep || (!trim && keep < s->buf.len / 2)) return;
@@ -380,12 +383,15 @@ static lh_status run(lh_tok_stream *s, bool final, lh_i32vec *ids, int64_t **off
                      lh_error *err) {
   tk_ctx *c = s->c;
   s->advanced = false;
-  if (s->ctx_len > CTX_KEEP + 4) set_resume(s, s->base + (int64_t)s->ctx_len, s->level, true); /* short context */
   size_t end = final ? s->buf.len : safe_end(s->t, (const uint8_t *)s->buf.data, s->ctx_len, s->buf.len);
   if (end <= s->ctx_len && !final) return LH_OK;
-  tk_seg seg = {.text = (const uint8_t *)s->buf.data, .len = end, .ctx_len = s->ctx_len, .base = s->base,
-                .level = s->level, .final = final, .want_offs = s->want_offs, .want_restarts = !final,
-                .restart_lo = s->base + (int64_t)s->ctx_len + 1, .restart_hi = s->base + (int64_t)end};
+  /* the segment starts CTX_KEEP bytes before the resume point (the buffer may hold more) */
+  size_t c0b = s->ctx_len > CTX_KEEP ? s->ctx_len - CTX_KEEP : 0;
+  while (c0b < s->ctx_len && (s->buf.data[c0b] & 0xC0) == 0x80) c0b++;
+  tk_seg seg = {.text = (const uint8_t *)s->buf.data + c0b, .len = end - c0b, .ctx_len = s->ctx_len - c0b,
+                .base = s->base + (int64_t)c0b, .level = s->level, .final = final, .want_offs = s->want_offs,
+                .want_restarts = !final, .restart_lo = s->base + (int64_t)s->ctx_len + 1,
+                .restart_hi = s->base + (int64_t)end};
   s->ids.len = 0;
   c->ids = &s->ids;
   double c0 = thread_cpu();
@@ -442,7 +448,7 @@ static void exec_job(const lh_tok_stream *s, tk_ctx *c, sjob *j) {
     return;
   }
   bool head = !j->chain_start, tail = !j->final;
-  tk_seg seg = {.text = j->text, .len = j->len, .ctx_len = j->ctx, .base = j->base, .level = j->level,
+  tk_seg seg = {.text = j->tp, .len = j->len, .ctx_len = j->ctx, .base = j->base, .level = j->level,
                 .final = j->final, .want_offs = s->want_offs, .want_restarts = head || tail,
                 .restart_lo = j->from + 1, .restart_hi = tail ? j->seg_end : j->from + (int64_t)overlap};
   /* restart points are needed in the head window (to stitch to the job before) and after the
@@ -563,19 +569,24 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
   while (ctx0 < from && (b[ctx0] & 0xC0) == 0x80) ctx0++;
   j->len = seg_end - ctx0;
   j->ctx = from - ctx0;
-  if (j->len + 1 > j->text_cap) {
-    free(j->text);
-    j->text_cap = j->len + 1 + (j->len >> 3);
-    j->text = malloc(j->text_cap);
+  if (p->borrowed) { /* the text stays where it is until the encoder returns */
+    j->tp = b + ctx0;
+  } else {
+    if (j->len + 1 > j->text_cap) {
+      free(j->text);
+      j->text_cap = j->len + 1 + (j->len >> 3);
+      j->text = malloc(j->text_cap);
+    }
+    if (!j->text) {
+      j->text_cap = 0;
+      j->next_free = p->free_jobs;
+      p->free_jobs = j;
+      return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
+    }
+    memcpy(j->text, b + ctx0, j->len);
+    j->text[j->len] = 0;
+    j->tp = j->text;
   }
-  if (!j->text) {
-    j->text_cap = 0;
-    j->next_free = p->free_jobs;
-    p->free_jobs = j;
-    return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
-  }
-  memcpy(j->text, b + ctx0, j->len);
-  j->text[j->len] = 0;
   j->base = s->base + (int64_t)ctx0;
   j->from = s->base + (int64_t)from;
   j->own_end = s->base + (int64_t)own_end;
@@ -592,22 +603,29 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
 
 static size_t snap_cut(const uint8_t *s, size_t len, size_t at, size_t reach);
 
+/* Queue one job of about `batch` bytes if the buffer holds its text and the overlap. */
+static lh_status make_one_job(lh_tok_stream *s, size_t batch, lh_error *err) {
+  spar *p = s->par;
+  const uint8_t *b = (const uint8_t *)s->buf.data;
+  size_t from = (size_t)(p->cut - s->base);
+  size_t at = from + batch, reach = p->overlap;
+  if (at + reach + p->overlap > s->buf.len) return LH_OK;
+  size_t own_end = snap_cut(b, s->buf.len, at, reach);
+  size_t seg_end = own_end + p->overlap;
+  while (seg_end > own_end && (b[seg_end] & 0xC0) == 0x80) seg_end--; /* a character boundary */
+  seg_end = safe_end(s->t, b, own_end, seg_end);
+  return queue_job(s, from, own_end, seg_end, false, err);
+}
+
 /* Queue jobs of about `batch` bytes while the buffer holds their text and the overlap. */
 static lh_status make_jobs(lh_tok_stream *s, size_t batch, lh_error *err) {
   spar *p = s->par;
-  const uint8_t *b = (const uint8_t *)s->buf.data;
-  for (;;) {
-    if (p->qlen >= p->maxj) return LH_OK;
-    size_t from = (size_t)(p->cut - s->base);
-    size_t at = from + batch, reach = p->overlap;
-    if (at + reach + p->overlap > s->buf.len) return LH_OK;
-    size_t own_end = snap_cut(b, s->buf.len, at, reach);
-    size_t seg_end = own_end + p->overlap;
-    while (seg_end > own_end && (b[seg_end] & 0xC0) == 0x80) seg_end--; /* a character boundary */
-    seg_end = safe_end(s->t, b, own_end, seg_end);
-    lh_status st = queue_job(s, from, own_end, seg_end, false, err);
-    if (st) return st;
+  while (p->qlen < p->maxj) {
+    size_t q0 = p->qlen;
+    lh_status st = make_one_job(s, batch, err);
+    if (st || p->qlen == q0) return st;
   }
+  return LH_OK;
 }
 
 /* The first restart point at or after j's own end that j and n both report (same offset and
@@ -882,9 +900,10 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
   return st;
 }
 
-/* One document through a threaded stream without offsets: jobs of len / (8 x threads) bytes
- * (within [8 overlaps, 1 MB]), fed in slices of 4 MB, so threads that finish early take more
- * jobs (text costs differ a lot per byte: an even split by bytes leaves one thread waiting). */
+/* One document on a threaded stream's workers, without copies or offsets: the (sanitized) text
+ * is the stream's buffer as it is, jobs point into it, and job sizes taper from 1 MB down to 4
+ * overlaps as the end nears (rest / (3 x threads)), so that the threads finish together; threads
+ * that finish a job early take the next (per-byte costs differ too much for an even split). */
 lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size_t len, int threads, size_t overlap,
                                    lh_i32vec *out, tk_par_stats *stats, lh_error *err) {
   memset(stats, 0, sizeof *stats);
@@ -898,24 +917,62 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
     stats->thread_cpu[0] = thread_cpu() - c0;
     return st;
   }
-  size_t batch = len / (8 * (size_t)threads);
-  if (batch > (1u << 20)) batch = 1u << 20;
-  if (batch < 8 * overlap) batch = 8 * overlap;
+  lh_buf clean = {0};
+  const char *s0 = text;
+  if (tk_utf8_valid_prefix((const uint8_t *)text, len) != len) { /* as lh_tokenizer_encode does */
+    if (tk_utf8_sanitize((const uint8_t *)text, len, &clean)) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
+    s0 = clean.data;
+    len = clean.len;
+  }
+  const size_t batch = 1u << 20;
   lh_tok_stream *s = NULL;
   lh_status st = stream_open(t, threads, batch, overlap, false, &s, err);
-  if (st) return st;
-  const size_t slice = 4u << 20;
-  for (size_t i = 0; i < len && !st; i += slice)
-    st = lh_tok_stream_feed(s, text + i, len - i < slice ? len - i : slice, out, NULL, NULL, err);
-  if (!st) st = lh_tok_stream_finish(s, out, NULL, NULL, err);
-  int n = tk_stream_threads(s);
-  if (s->par) {
-    pthread_mutex_lock(&s->par->mu); /* the workers' counters: read under the lock */
-    for (int k = 1; k < n; k++) stats->thread_cpu[k] = s->par->tcpu[k];
-    stats->used = s->par->stitched ? n : 1;
-    pthread_mutex_unlock(&s->par->mu);
+  if (st) {
+    lh_buf_free(&clean);
+    return st;
+  }
+  spar *p = s->par;
+  if (p) {
+    p->borrowed = true;
+    s->buf = (lh_buf){.data = (char *)s0, .len = len, .cap = 0};
+    s->fed = (int64_t)len;
+    size_t nt = (size_t)p->nworkers + 1;
+    for (;;) {
+      if (p->qlen >= p->maxj) { /* wait for the front (running queued jobs meanwhile) */
+        if ((st = harvest(s, true, out, NULL, NULL, err)) || p->fallback) break;
+        continue;
+      }
+      size_t rest = len - (size_t)p->cut, b = rest / (3 * nt);
+      if (b > batch) b = batch;
+      if (b < 4 * overlap) b = 4 * overlap;
+      size_t q0 = p->qlen;
+      if ((st = make_one_job(s, b, err)) || p->qlen == q0) break; /* no room left: the rest is final */
+      pthread_mutex_lock(&p->mu);
+      sjob *x;
+      while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, true))) run_here(s, x);
+      pthread_mutex_unlock(&p->mu);
+      if ((st = harvest(s, false, out, NULL, NULL, err)) || p->fallback) break;
+    }
+    if (!st && !p->fallback) { /* the rest, final */
+      if ((st = queue_job(s, (size_t)p->cut, len, len, true, err)) == LH_OK)
+        st = harvest(s, true, out, NULL, NULL, err);
+    }
+    if (!st && p->fallback) st = run(s, true, out, NULL, NULL, err); /* no stitch point: one thread */
+    pthread_mutex_lock(&p->mu);
+    for (int k = 1; k < (int)nt; k++) stats->thread_cpu[k] = p->tcpu[k];
+    stats->used = p->stitched ? (int)nt : 1;
+    pthread_mutex_unlock(&p->mu);
+    if (st) { /* the workers must be done with the text before it goes */
+      pthread_mutex_lock(&p->mu);
+      drain(p);
+      pthread_mutex_unlock(&p->mu);
+    }
+    s->buf = (lh_buf){0};
+  } else {
+    st = lh_tokenizer_encode(t, s0, len, 0, out, err);
   }
   lh_tok_stream_close(s);
+  lh_buf_free(&clean);
   stats->thread_cpu[0] = thread_cpu() - c0; /* the calling thread: its jobs, stitching, copying */
   return st;
 }

@@ -242,6 +242,17 @@ static void check_threaded_stream(const lh_tokenizer *t, const char *name, const
   tk_stream_par_batch = sb;
   tk_stream_par_overlap = so;
   tk_stream_min_batch = sm;
+  /* the one-document encoder (jobs in the caller's text, tapering sizes) on the same text */
+  static const size_t ovs[] = {16, 64, 512, 8192};
+  for (size_t k = 0; k < sizeof ovs / sizeof *ovs; k++)
+    for (int th = 2; th <= 3; th++) {
+      lh_i32vec p = {0};
+      int used = 0;
+      lh_status st = tk_encode_parallel_sized(t, s, n, th, ovs[k], &p, &used, &err);
+      CHECK_MSG(st == LH_OK && same_ids(&p, &one), "%s, %s: one-document encoder, %d threads, overlap %zu: %zu ids vs %zu",
+                name, what, th, ovs[k], p.len, one.len);
+      lh_i32vec_free(&p);
+    }
   lh_i32vec_free(&one);
 }
 
