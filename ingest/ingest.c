@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ingest/ingest_internal.h"
 #include "util/fs.h"
@@ -70,7 +71,14 @@ struct lh_ingest {
   lh_i32vec ids;
   int64_t tokens_total;
   double tokenize_seconds;
+  double tokenize_cpu;
+  int tok_threads;
 };
+
+int lh_ingest_auto_tokenizer_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 4 ? 4 : (int)n;
+}
 
 lh_ingest_params lh_ingest_default_params(void) {
   lh_ingest_params p;
@@ -330,6 +338,8 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
     return lh_error_set(err, LH_EINVAL, "ingest: unknown on_error %d", (int)p->on_error);
   if (p->order == LH_INGEST_SORT_PATH && p->sort_memory <= 0)
     return lh_error_set(err, LH_EINVAL, "ingest: sort_memory must be positive");
+  if (p->tokenizer_threads < 0 || p->tokenizer_threads > 64)
+    return lh_error_set(err, LH_EINVAL, "ingest: tokenizer_threads must be within [0, 64] (0: automatic)");
 
   lh_ingest *ing = calloc(1, sizeof *ing);
   if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -363,7 +373,11 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
   ing->r.tmpl = &ing->tmpl;
   ing->r.include = &ing->include;
   ing->r.exclude = &ing->exclude;
-  if (p->tokenizer && (st = lh_tokside_open(p->tokenizer, &ing->tok, err))) goto fail;
+  if (p->tokenizer) {
+    int th = p->tokenizer_threads > 0 ? p->tokenizer_threads : lh_ingest_auto_tokenizer_threads();
+    if ((st = lh_tokside_open(p->tokenizer, th, &ing->tok, err))) goto fail;
+    ing->tok_threads = lh_tokside_threads(ing->tok);
+  }
   lh_archive_global_init();
   *out = ing;
   return LH_OK;
@@ -530,6 +544,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     lh_status st = lh_tokside_chunk(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
     pthread_mutex_lock(&ing->mu);
     ing->tokenize_seconds += secs;
+    ing->tokenize_cpu = lh_tokside_cpu_seconds(ing->tok);
     ing->tokens_total = lh_tokside_total(ing->tok);
     pthread_mutex_unlock(&ing->mu);
     if (st) {
@@ -584,6 +599,8 @@ void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
   lh_reader_stats s = ing->pub;
   out->tokens = ing->tokens_total;
   out->tokenize_seconds = ing->tokenize_seconds;
+  out->tokenize_cpu_seconds = ing->tokenize_cpu;
+  out->tokenizer_threads = ing->tok_threads;
   double t0 = ing->t_start, t1 = ing->t_end;
   pthread_mutex_unlock(&ing->mu);
   out->entries = s.entries;

@@ -26,7 +26,9 @@
  *
  * The first lh_ingest_next freezes the input list (adding after it is LH_EINVAL) and starts one
  * reader thread that reads, decompresses and frames; tokenization runs in the thread that calls
- * lh_ingest_next, so on two cores reading and tokenizing overlap. A failed lh_ingest_next (any
+ * lh_ingest_next, helped by tokenizer_threads - 1 worker threads the ingest owns (the tokenizer
+ * stream's, started at open and joined at close), so on two cores reading and tokenizing overlap
+ * and the tokenizer uses both cores. The tokens never depend on the thread count. A failed lh_ingest_next (any
  * status but LH_OK) is final: the handle is FAILED, later calls return the same status and
  * message, and the batch returned with the failure is still valid and holds everything read up to
  * and including the entry that failed ("keep what was read"). Only lh_ingest_stats_get may be
@@ -135,7 +137,15 @@ typedef struct lh_ingest_params {
   lh_ingest_on_error on_error;      /* default LH_INGEST_ON_ERROR_FAIL */
   size_t batch_bytes;               /* framed text per batch, about (default 1 MiB) */
   int external_filters;             /* allow libarchive to run lzop/lrzip/grzip programs (0) */
+  /* Threads that tokenize (the calling thread and tokenizer_threads - 1 workers); the tokens are
+   * the same for every count. 0 (the default): LH_INGEST_TOKENIZER_THREADS_AUTO, i.e. the online
+   * CPUs, at most 4 (one reader thread runs beside them; past 4 the reader, at about 150 MB/s of
+   * framing, is the bottleneck). 1: the calling thread only. */
+  int tokenizer_threads;
 } lh_ingest_params;
+
+/* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */
+int lh_ingest_auto_tokenizer_threads(void);
 
 lh_ingest_params lh_ingest_default_params(void);
 
@@ -232,7 +242,9 @@ typedef struct lh_ingest_stats {
   double seconds;          /* since the first lh_ingest_next */
   double read_seconds;     /* reader thread: in libarchive and read(2) (read + decompress) */
   double frame_seconds;    /* reader thread: sniffing, UTF-8 repair, SHA-256, templates */
-  double tokenize_seconds; /* calling thread: in the tokenizer */
+  double tokenize_seconds; /* calling thread: in the tokenizer (wall, waiting for workers included) */
+  double tokenize_cpu_seconds; /* CPU seconds of tokenizing on all tokenizer threads together */
+  int tokenizer_threads;   /* threads that tokenize (1: the calling thread only) */
 } lh_ingest_stats;
 
 /* Validate params (template, globs, caps) and make a handle in state ADDING. */

@@ -115,7 +115,7 @@ typedef struct lh_chunk {
 /* ---- the consumer's token side (ingest_tokens.c) ---- */
 
 typedef struct lh_tokside lh_tokside;
-lh_status lh_tokside_open(const lh_tokenizer *t, lh_tokside **out, lh_error *err);
+lh_status lh_tokside_open(const lh_tokenizer *t, int threads, lh_tokside **out, lh_error *err);
 void lh_tokside_close(lh_tokside *ts);
 /* Take chunk c: its marks, its entries (moved out of c) and its text (fed to the tokenizer; with
  * c->last, the stream is finished). Appends the ids that became final to ids, adds the time spent
@@ -124,6 +124,8 @@ void lh_tokside_close(lh_tokside *ts);
 lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
                            void *ctx, double *seconds, lh_error *err);
 int64_t lh_tokside_total(const lh_tokside *ts);
+double lh_tokside_cpu_seconds(const lh_tokside *ts); /* CPU seconds in the tokenizer, all threads */
+int lh_tokside_threads(const lh_tokside *ts);       /* threads the stream encodes on */
 
 /* ---- the reader (producer) ---- */
 

@@ -10,12 +10,14 @@
  * Invariants: marks arrive with consecutive ids and non-decreasing offsets (the reader makes
  * them in text order) and are registered before the text they point into is fed; entries leave in
  * the order they came; a mark is dropped only once no waiting entry refers to it. This file never
- * looks at the text itself (the tokenizer does) and never blocks.
+ * looks at the text itself (the tokenizer does) and never blocks, except in the threaded stream,
+ * which waits for its own workers.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ingest/ingest_internal.h"
+#include "ingest/tokenizer_int.h" /* tk_stream_threads */
 #include "util/fs.h"
 
 struct lh_tokside {
@@ -33,10 +35,10 @@ struct lh_tokside {
   int finished;
 };
 
-lh_status lh_tokside_open(const lh_tokenizer *t, lh_tokside **out, lh_error *err) {
+lh_status lh_tokside_open(const lh_tokenizer *t, int threads, lh_tokside **out, lh_error *err) {
   lh_tokside *ts = calloc(1, sizeof *ts);
   if (!ts) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  lh_status st = lh_tok_stream_open(t, &ts->stream, err);
+  lh_status st = lh_tok_stream_open_threads(t, threads, &ts->stream, err);
   if (st) {
     free(ts);
     return st;
@@ -155,3 +157,7 @@ lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_statu
 }
 
 int64_t lh_tokside_total(const lh_tokside *ts) { return ts->total; }
+
+double lh_tokside_cpu_seconds(const lh_tokside *ts) { return lh_tok_stream_cpu_seconds(ts->stream); }
+
+int lh_tokside_threads(const lh_tokside *ts) { return tk_stream_threads(ts->stream); }

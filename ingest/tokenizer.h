@@ -8,7 +8,8 @@
  * The differential test against HF `tokenizers` is tests/tokenizer/.
  *
  * Threading: an lh_tokenizer is immutable after open; any number of threads may encode and decode
- * with it at once. A stream (lh_tok_stream) belongs to one thread.
+ * with it at once. A stream (lh_tok_stream) belongs to one thread (a threaded stream's workers are
+ * its own and never call back).
  *
  * Ownership: strings returned by lh_tokenizer_id_to_token live until lh_tokenizer_close.
  */
@@ -41,23 +42,35 @@ int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *token); /* -
 const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);  /* NULL if out of range */
 
 /* Streaming encoder for documents too large to hold: text arrives in pieces of any size (even
- * splitting a UTF-8 sequence); ids come out as soon as they are final, i.e. as soon as no later
- * text can change them. The concatenation of all emitted ids equals lh_tokenizer_encode of the
- * concatenated text with add_special = 0. Memory is O(longest pre-token), not O(text).
+ * splitting a UTF-8 sequence); ids come out once they are final, i.e. once no later text can
+ * change them (on one thread as soon as that is so; on several, a batch or so later). The
+ * concatenation of all emitted ids equals lh_tokenizer_encode of the concatenated text with
+ * add_special = 0, whatever the pieces and the thread count. Memory is O(longest pre-token) on one
+ * thread and O(threads x batch) on several (about 2 MB per thread), not O(text).
  * For each id, offsets (when not NULL) receives the byte offset in the whole fed stream where
- * the id's text starts, so callers can map tokens back to documents. */
+ * the id's text starts, so callers can map tokens back to documents. After finish, the stream
+ * starts again at offset 0 for the next text.
+ *
+ * lh_tok_stream_open_threads(t, threads, ...) encodes on `threads` threads: threads - 1 worker
+ * threads started at open and joined at close, plus the calling thread. The ids and offsets are
+ * exactly those of one thread (tokenizer_stream.c says how). threads <= 1, or a tokenizer without
+ * restart points inside pieces (a Prepend normalizer, no splitting pre-tokenizer), give one thread. */
 typedef struct lh_tok_stream lh_tok_stream;
-lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err);
+lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err); /* one thread */
+lh_status lh_tok_stream_open_threads(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
                              size_t *offsets_cap, lh_error *err);
 lh_status lh_tok_stream_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
                                lh_error *err);
 void lh_tok_stream_close(lh_tok_stream *s); /* accepts NULL */
+/* CPU seconds the stream has spent encoding, on all its threads (jobs not yet emitted excluded). */
+double lh_tok_stream_cpu_seconds(const lh_tok_stream *s);
 
 /* Encode one large text on up to `threads` threads, appending exactly the ids of
  * lh_tokenizer_encode(t, text, len, 0, out, err). The text is cut only where HF's pipeline cuts
- * anyway (pre-token boundaries no context can move); texts under a few MB, or tokenizers without
- * such boundaries, are encoded on the calling thread. */
+ * anyway (pre-token boundaries no context can move), into about 8 jobs per thread that the
+ * threads take as they come free (per-byte costs differ too much for an even split); texts under
+ * 64 KB per thread, or tokenizers without such boundaries, are encoded on the calling thread. */
 lh_status lh_tokenizer_encode_parallel(const lh_tokenizer *t, const char *text, size_t len, int threads,
                                        lh_i32vec *out, lh_error *err);
 

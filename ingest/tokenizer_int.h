@@ -383,12 +383,19 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
  * mapped), with added tokens as their content; encode on threads with explicit chunk sizes. */
 lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err);
 lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err);
-extern size_t tk_stream_min_batch;
-size_t tk_stream_buffered(const lh_tok_stream *s); /* bytes of text the stream holds */ /* the stream encodes once this many bytes are pending */
+extern size_t tk_stream_min_batch; /* the stream encodes once this many bytes are pending */
+extern size_t tk_stream_par_batch;   /* threaded stream: text per job (read at open) */
+extern size_t tk_stream_par_overlap; /* threaded stream: a job's overlap into the next (read at open) */
+size_t tk_stream_buffered(const lh_tok_stream *s); /* bytes of text the stream holds */
+int tk_stream_threads(const lh_tok_stream *s);     /* threads the stream encodes on (1: no workers) */
+/* threaded stream: jobs stitched to the next, and stitches that failed (one thread took over) */
+void tk_stream_counts(const lh_tok_stream *s, int64_t *stitched, int64_t *fallbacks);
+#define TK_PAR_OVERLAP (8 << 10) /* lh_tokenizer_encode_parallel's overlap between jobs */
 typedef struct tk_par_stats {
   int used;                /* threads whose work was kept (1: encoded on one thread) */
-  double thread_cpu[64];   /* CPU seconds each thread spent encoding */
-  double stitch_wall;      /* seconds spent outside the threads (sanitizing, stitching) */
+  double thread_cpu[64];   /* CPU seconds of each thread: [0] the calling thread (all it did), then
+                            * each worker's jobs */
+  double stitch_wall;      /* 0: stitching runs on the calling thread, in thread_cpu[0] */
 } tk_par_stats;
 lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size_t len, int threads,
                                    size_t overlap, lh_i32vec *out, int *used_threads, lh_error *err);

@@ -2,7 +2,7 @@
  *
  * Plain mode reads all of stdin as one text and prints its ids separated by spaces (streaming it
  * through the tokenizer in fixed-size reads, so input of any size uses little memory; with
- * --threads it is read whole and encoded on several threads). JSONL mode reads one JSON object
+ * --threads the stream encodes on several threads; with --add-special it is read whole). JSONL mode reads one JSON object
  * per line and writes one line per input line, in order. A line that cannot be used produces
  * {"error": ...} in its place and a message naming the line on stderr; the command goes on and
  * exits 1 at the end. Only usage errors and an unloadable tokenizer stop it early (exit 2).
@@ -34,7 +34,7 @@ static void usage(FILE *f) {
           "  --add-special      apply the post-processor (e.g. BOS/EOS of TemplateProcessing), as HF's\n"
           "                     encode(add_special_tokens=True); off by default\n"
           "  --skip-special     when decoding, drop special tokens (HF skip_special_tokens=True)\n"
-          "  --threads N        encode each text on up to N threads (default 1: plain mode streams)\n"
+          "  --threads N        encode each text on up to N threads (default 1); the ids do not change\n"
           "\n"
           "Plain mode: stdin is one text, stdout gets its ids separated by spaces and a newline.\n"
           "Errors: a malformed JSONL line gets {\"error\": \"...\"} as its output line and a message\n"
@@ -226,14 +226,13 @@ static int run_plain(const lh_tokenizer *t, int decode, int add_special, int ski
     }
     lh_buf_free(&in);
     lh_buf_free(&text);
-  } else if (threads > 1 || add_special) {
+  } else if (add_special) {
     lh_buf in = {0};
     if (read_all(stdin, &in)) {
       fprintf(stderr, "longhaul tokenize: reading stdin failed: %s\n", strerror(errno));
       return LH_EXIT_FAILED;
     }
-    lh_status st = add_special ? lh_tokenizer_encode(t, in.data ? in.data : "", in.len, 1, &ids, &err)
-                               : lh_tokenizer_encode_parallel(t, in.data ? in.data : "", in.len, threads, &ids, &err);
+    lh_status st = lh_tokenizer_encode(t, in.data ? in.data : "", in.len, 1, &ids, &err);
     if (st) {
       fprintf(stderr, "longhaul tokenize: %s\n", err.msg);
       rc = LH_EXIT_FAILED;
@@ -244,11 +243,11 @@ static int run_plain(const lh_tokenizer *t, int decode, int add_special, int ski
     lh_buf_free(&in);
   } else {
     lh_tok_stream *s = NULL;
-    if (lh_tok_stream_open(t, &s, &err)) {
+    if (lh_tok_stream_open_threads(t, threads, &s, &err)) {
       fprintf(stderr, "longhaul tokenize: %s\n", err.msg);
       return LH_EXIT_FAILED;
     }
-    char chunk[1 << 16];
+    static char chunk[1 << 20];
     size_t n, printed = 0;
     lh_status st = LH_OK;
     while (!st && (n = fread(chunk, 1, sizeof chunk, stdin)) > 0) {

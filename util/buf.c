@@ -74,6 +74,10 @@ lh_status lh_i32vec_reserve(lh_i32vec *v, size_t extra) {
 }
 
 lh_status lh_i32vec_push(lh_i32vec *v, int32_t x) {
+  if (v->len < v->cap) { /* the common case, without a call */
+    v->data[v->len++] = x;
+    return LH_OK;
+  }
   lh_status s = lh_i32vec_reserve(v, 1);
   if (s) return s;
   v->data[v->len++] = x;

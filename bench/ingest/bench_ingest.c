@@ -2,14 +2,15 @@
  *
  * Builds a tarball of /usr/include and /usr/share/doc (uncompressed, gzip and zstd) in a
  * temporary folder, then ingests each through the library exactly as `longhaul ingest` does (one
- * reader thread reading, decompressing and framing; the calling thread tokenizing), pinned to two
- * cores. Throughput is the uncompressed tarball's size over wall time. The peer is libarchive's
+ * reader thread reading, decompressing and framing; the calling thread and the tokenizer stream's
+ * worker tokenizing), pinned to two cores. Throughput is the uncompressed tarball's size over wall time. The peer is libarchive's
  * own extraction of the same file to /dev/null (bsdtar -xOf), the floor of read + decompress.
  *
- * usage: bench_ingest [--tokenizer FILE | --no-tokens] [--keep DIR]
+ * usage: bench_ingest [--tokenizer FILE | --no-tokens] [--threads N] [--keep DIR]
  *   --tokenizer FILE   the tokenizer (default: tests/fixtures/tokenizer/minimax.tokenizer.json, a
  *                      MiniMax-style NFC + GPT-4o-split + byte-level BPE, when it is there)
  *   --no-tokens        measure the text-only path (and say so)
+ *   --threads N        tokenizer threads (default 2: the calling thread and one worker)
  *   --keep DIR         build (or reuse) the tarballs in DIR instead of a temporary folder
  */
 #define _GNU_SOURCE
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,21 +39,45 @@ static int64_t file_size(const char *p) {
 
 typedef struct result {
   double wall;
+  double cores; /* this process's CPU seconds (all threads) per wall second */
+  double idle;  /* share of the machine's CPU time that was idle meanwhile (others' load = 1 - idle - ours) */
   lh_ingest_stats st;
   int ok;
 } result;
 
-static result ingest_one(const char *path, const lh_tokenizer *tok) {
+static double proc_cpu(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The machine's CPU time so far, in ticks: total and idle (idle + iowait), from /proc/stat. */
+static void machine_ticks(double *total, double *idle) {
+  *total = *idle = 0;
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return;
+  double v[10] = {0};
+  if (fscanf(f, "cpu %lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+    for (int i = 0; i < 8; i++) *total += v[i];
+    *idle = v[3] + v[4];
+  }
+  fclose(f);
+}
+
+static result ingest_one(const char *path, const lh_tokenizer *tok, int threads) {
   result r = {0};
   lh_ingest_params p = lh_ingest_default_params();
   p.tokenizer = tok;
+  p.tokenizer_threads = threads;
   lh_ingest *ing;
   lh_error err;
   if (lh_ingest_open(&p, &ing, &err) || lh_ingest_add_path(ing, path, &err)) {
     fprintf(stderr, "bench_ingest: %s\n", err.msg);
     return r;
   }
-  double t0 = lh_now();
+  double t0 = lh_now(), c0 = proc_cpu(), mt0, mi0;
+  machine_ticks(&mt0, &mi0);
   uint64_t sink = 0;
   for (;;) {
     lh_ingest_batch b;
@@ -65,6 +91,10 @@ static result ingest_one(const char *path, const lh_tokenizer *tok) {
     if (b.done) break;
   }
   r.wall = lh_now() - t0;
+  r.cores = (proc_cpu() - c0) / r.wall;
+  double mt1, mi1;
+  machine_ticks(&mt1, &mi1);
+  r.idle = mt1 > mt0 ? (mi1 - mi0) / (mt1 - mt0) : 0;
   lh_ingest_stats_get(ing, &r.st);
   lh_ingest_close(ing);
   r.ok = sink > 0;
@@ -73,13 +103,14 @@ static result ingest_one(const char *path, const lh_tokenizer *tok) {
 
 int main(int argc, char **argv) {
   const char *tok_path = NULL, *keep = NULL;
-  int no_tokens = 0;
+  int no_tokens = 0, threads = 2;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-tokens")) no_tokens = 1;
     else if (!strcmp(argv[i], "--keep") && i + 1 < argc) keep = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_ingest [--tokenizer FILE | --no-tokens] [--keep DIR]\n");
+      fprintf(stderr, "usage: bench_ingest [--tokenizer FILE | --no-tokens] [--threads N] [--keep DIR]\n");
       return 2;
     }
   }
@@ -128,25 +159,27 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_ingest: %s\n", err.msg);
     return 1;
   }
-  printf("bench_ingest: %.1f MB tar of /usr/include + /usr/share/doc, 2 cores, %s%s\n", (double)raw / 1e6,
-         tok ? "ingest + tokenize with " : "TEXT ONLY (framing, no tokens)", tok ? tok_path : "");
-  printf("%-12s %9s %9s %8s %9s | %8s %8s %8s %8s | %9s\n", "input", "ours MB/s", "peer MB/s", "ratio", "goal MB/s",
-         "wall s", "read s", "frame s", "token s", "documents");
+  printf("bench_ingest: %.1f MB tar of /usr/include + /usr/share/doc, 2 cores, %s%s, %d tokenizer thread%s\n",
+         (double)raw / 1e6, tok ? "ingest + tokenize with " : "TEXT ONLY (framing, no tokens)", tok ? tok_path : "",
+         threads, threads == 1 ? "" : "s");
+  printf("%-12s %9s %9s %8s %9s | %8s %8s %8s %8s %9s | %9s | %5s %6s\n", "input", "ours MB/s", "peer MB/s",
+         "ratio", "goal MB/s", "wall s", "read s", "frame s", "token s", "tok cpu s", "documents", "cores", "idle");
   const char *ins[3] = {tar, tgz, tzst}, *labels[3] = {"tar", "tar.gz", "tar.zst"};
   for (int i = 0; i < 3; i++) {
-    result r = ingest_one(ins[i], tok);
+    result r = ingest_one(ins[i], tok, threads);
     if (!r.ok) return 1;
     snprintf(cmd, sizeof cmd, "bsdtar -xOf '%s' > /dev/null", ins[i]);
     double t0 = lh_now();
     int peer_ok = run(cmd) == 0;
     double peer = lh_now() - t0;
     double ours = (double)raw / 1e6 / r.wall, theirs = peer_ok ? (double)raw / 1e6 / peer : 0;
-    printf("%-12s %9.1f %9.1f %8.2f %9.1f | %8.2f %8.2f %8.2f %8.2f | %9lld\n", labels[i], ours, theirs,
-           theirs > 0 ? ours / theirs : 0, GOAL_MBS, r.wall, r.st.read_seconds, r.st.frame_seconds,
-           r.st.tokenize_seconds, (long long)r.st.by_status[LH_ENTRY_OK]);
+    printf("%-12s %9.1f %9.1f %8.2f %9.1f | %8.2f %8.2f %8.2f %8.2f %9.2f | %9lld | %5.2f %5.0f%%\n", labels[i], ours,
+           theirs, theirs > 0 ? ours / theirs : 0, GOAL_MBS, r.wall, r.st.read_seconds, r.st.frame_seconds,
+           r.st.tokenize_seconds, r.st.tokenize_cpu_seconds, (long long)r.st.by_status[LH_ENTRY_OK], r.cores,
+           100 * r.idle);
   }
   lh_ingest_stats s;
-  result r = ingest_one(tgz, tok);
+  result r = ingest_one(tgz, tok, threads);
   s = r.st;
   printf("tar.gz detail: %.1f MB uncompressed, %.1f MB compressed, %.1f MB in %lld documents, %.1f MB framed, "
          "%lld tokens, %lld binary skipped\n",
@@ -154,7 +187,10 @@ int main(int argc, char **argv) {
          (long long)s.by_status[LH_ENTRY_OK], (double)s.text_bytes / 1e6, (long long)s.tokens,
          (long long)s.by_reason[LH_REASON_BINARY]);
   printf("read s: reader thread in libarchive/read(2) (read + decompress); frame s: reader thread sniffing, UTF-8 "
-         "repair, SHA-256, templates; token s: calling thread in the tokenizer. The two threads overlap.\n");
+         "repair, SHA-256, templates; token s: calling thread in the tokenizer (wall, waits for the worker "
+         "included); tok cpu s: CPU seconds of tokenizing on all tokenizer threads. The threads overlap. cores: "
+         "this process's CPU seconds per wall second; idle: the machine's idle share meanwhile (when both are "
+         "low, other load had the cores).\n");
   if (!keep) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     run(cmd);

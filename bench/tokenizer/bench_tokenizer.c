@@ -4,7 +4,9 @@
  * build/bench/tokenizer/): "code" from C headers and Python sources (/usr/include, the Python
  * standard library), "prose" from documentation (/usr/share/doc, gzip'd files included, and
  * /usr/share/common-licenses). Each is encoded as one document: by longhaul on one thread and on
- * --threads threads (best of three runs each), and by HF tokenizers on one thread through
+ * --threads threads (best of three rounds each; each round also runs two controls, independent
+ * parts with no stitching, split evenly and taken dynamically, and reports its own ratios, since
+ * other load on the machine changes between rounds), and by HF tokenizers on one thread through
  * bench/tokenizer/hf_peer.py (one encode() call and 64 KB pieces through encode_batch; the faster
  * counts), when a Python with tokenizers is found (.venv, /work/pyenv, python3). The table shows
  * MB/s, the ratios and the goals (>= 2x HF single-threaded, threads >= 1.8x one thread on 2 cores)
@@ -162,40 +164,54 @@ static peer run_peer(const char *py, const char *tok, const char *file) {
 /* ------------------------------------------------------------------------------ control */
 
 /* The machine's own parallel capacity right now: the same text cut into independent parts, each
- * encoded on its own thread with no stitching. */
-typedef struct ctl_job {
+ * encoded with no stitching. With parts == threads each thread gets one part (an even split by
+ * bytes: per-byte costs differ, so this is also limited by the slowest part); with more parts,
+ * the threads take the next part as they come free (what the machine allows). */
+typedef struct ctl_pool {
   const lh_tokenizer *t;
-  const char *s;
-  size_t n;
-} ctl_job;
+  const lh_buf *doc;
+  int parts, next;
+  pthread_mutex_t mu;
+} ctl_pool;
 
 static void *ctl_main(void *arg) {
-  ctl_job *j = arg;
+  ctl_pool *p = arg;
   lh_i32vec v = {0};
   lh_error err = {0};
-  lh_tokenizer_encode(j->t, j->s, j->n, 0, &v, &err);
+  size_t part = p->doc->len / (size_t)p->parts;
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int k = p->next++;
+    pthread_mutex_unlock(&p->mu);
+    if (k >= p->parts) break;
+    size_t a = part * (size_t)k, b = k + 1 < p->parts ? part * (size_t)(k + 1) : p->doc->len;
+    while (a < p->doc->len && (p->doc->data[a] & 0xC0) == 0x80) a++;
+    while (b < p->doc->len && (p->doc->data[b] & 0xC0) == 0x80) b++;
+    v.len = 0;
+    lh_tokenizer_encode(p->t, p->doc->data + a, b - a, 0, &v, &err);
+  }
   lh_i32vec_free(&v);
   return NULL;
 }
 
-static double control_run(const lh_tokenizer *t, const lh_buf *doc, int threads) {
+static double control_run(const lh_tokenizer *t, const lh_buf *doc, int threads, int parts) {
   pthread_t tid[64];
-  ctl_job jobs[64];
   if (threads > 64) threads = 64;
-  size_t part = doc->len / (size_t)threads;
+  ctl_pool p = {.t = t, .doc = doc, .parts = parts};
+  pthread_mutex_init(&p.mu, NULL);
   double w0 = lh_now();
-  for (int k = 0; k < threads; k++) {
-    size_t a = part * (size_t)k, b = k + 1 < threads ? part * (size_t)(k + 1) : doc->len;
-    while (a < doc->len && (doc->data[a] & 0xC0) == 0x80) a++;
-    while (b < doc->len && (doc->data[b] & 0xC0) == 0x80) b++;
-    jobs[k] = (ctl_job){t, doc->data + a, b - a};
-    pthread_create(&tid[k], NULL, ctl_main, &jobs[k]);
-  }
+  for (int k = 0; k < threads; k++) pthread_create(&tid[k], NULL, ctl_main, &p);
   for (int k = 0; k < threads; k++) pthread_join(tid[k], NULL);
+  pthread_mutex_destroy(&p.mu);
   return lh_now() - w0;
 }
 
 /* ------------------------------------------------------------------------------ main */
+
+static double median3(const double *v) {
+  double a = v[0], b = v[1], c = v[2];
+  return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
 
 static void sha_ids(const lh_i32vec *v, char out[65]) {
   uint8_t d[32];
@@ -274,28 +290,32 @@ int main(int argc, char **argv) {
     double best1 = 1e30, bestn = 1e30, cpu1 = 0, bestcpu1 = 1e30, crit = 1e30;
     int used = 1;
     lh_i32vec ids1 = {0}, idsn = {0};
+    /* each round runs one thread, N threads and both controls back to back, so that a round's
+     * ratios see the same machine (other load comes and goes between rounds) */
+    double ctl = 1e30, ctl_dyn = 1e30, r_nt[3], r_ctl[3], r_dyn[3];
     for (int rep = 0; rep < 3; rep++) {
       ids1.len = 0;
       double c0 = cpu_now(), w0 = lh_now();
       lh_tokenizer_encode(t, doc.data, doc.len, 0, &ids1, &err);
-      double w = lh_now() - w0, cw = cpu_now() - c0;
+      double w = lh_now() - w0, cw = cpu_now() - c0, w1 = w;
       if (w < best1) best1 = w, cpu1 = cw;
       if (cw < bestcpu1) bestcpu1 = cw;
       idsn.len = 0;
       w0 = lh_now();
       tk_par_stats ps;
-      tk_encode_parallel_stats(t, doc.data, doc.len, threads, 32 << 10, &idsn, &ps, &err);
+      tk_encode_parallel_stats(t, doc.data, doc.len, threads, TK_PAR_OVERLAP, &idsn, &ps, &err);
       w = lh_now() - w0;
       if (w < bestn) bestn = w;
       double mx = 0;
       for (int q = 0; q < ps.used && q < 64; q++) mx = ps.thread_cpu[q] > mx ? ps.thread_cpu[q] : mx;
       if (ps.used > 1 && mx + ps.stitch_wall < crit) crit = mx + ps.stitch_wall;
       used = ps.used;
-    }
-    double ctl = 1e30;
-    for (int rep = 0; rep < 2; rep++) {
-      double c = control_run(t, &doc, threads);
+      double c = control_run(t, &doc, threads, threads), cd = control_run(t, &doc, threads, 16 * threads);
       if (c < ctl) ctl = c;
+      if (cd < ctl_dyn) ctl_dyn = cd;
+      r_nt[rep] = w1 / w;
+      r_ctl[rep] = w1 / c;
+      r_dyn[rep] = w1 / cd;
     }
     int same_threads = ids1.len == idsn.len && !memcmp(ids1.data, idsn.data, ids1.len * sizeof *ids1.data);
     double mbs = (double)doc.len / 1e6;
@@ -316,8 +336,12 @@ int main(int argc, char **argv) {
     printf("       longhaul 1T: %.2f s wall, %.2f CPU-s; %dT: %d threads used, longest thread + stitching %.2f CPU-s "
            "-> %.2fx on idle cores; %zu ids\n",
            best1, cpu1, threads, used, crit < 1e29 ? crit : 0, crit < 1e29 ? bestcpu1 / crit : 1.0, ids1.len);
-    printf("       control: %d independent parts on %d threads, no stitching: %.2fx (what this machine allows now)\n",
-           threads, threads, best1 / ctl);
+    printf("       control, no stitching: %d independent parts on %d threads %.2fx (an even split); %d parts taken "
+           "as threads come free %.2fx (what this machine allows now)\n",
+           threads, threads, best1 / ctl, 16 * threads, best1 / ctl_dyn);
+    printf("       per round (1T, %dT, controls back to back): %dT/1T %.2fx %.2fx %.2fx, median %.2fx; even-split control "
+           "median %.2fx; dynamic control median %.2fx\n",
+           threads, threads, r_nt[0], r_nt[1], r_nt[2], median3(r_nt), median3(r_ctl), median3(r_dyn));
     if (p.ok)
       printf("       HF %s: one encode() %.2f MB/s, 64 KB pieces via encode_batch %.2f MB/s\n", p.version,
              mbs / p.single_s, mbs / p.batch_s);

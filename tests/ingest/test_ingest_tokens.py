@@ -130,6 +130,27 @@ def main():
                     "headers %s: expected many documents, then the total cap" % name)
             print("headers %s: %.1f MB framed, %d tokens" % (name, os.path.getsize(os.path.join(out, "framed.txt")) / 1e6,
                                                            len(ids)), file=sys.stderr)
+
+    # --threads: the tokens and the manifest are byte for byte the same for 1, 2 (the default on two
+    # cores) and 3 tokenizer threads, on a few MB of real headers (several jobs of the threaded stream).
+    big = os.path.join(d, "headers.tar")
+    if not os.path.exists(big):
+        E.sh("tar -cf %s -C /usr/include linux 2>/dev/null || test -s %s" % (big, big))
+    tok = os.path.join(FIX, "tok_split_nfc.json")
+    outs = {}
+    for th in ("1", "2", "3"):
+        out = os.path.join(d, "out-threads-" + th)
+        rc, so, se = E.ingest(out, [big], "--tokenizer", tok, "--threads", th, "--max-total-size", "6M", tokens=True)
+        if E.check(rc == 0, "--threads %s: %d %s" % (th, rc, se)):
+            E.check("on %s thread" % th in so, "--threads %s: summary says %s" % (th, so))
+            outs[th] = (open(os.path.join(out, "tokens.u32"), "rb").read(),
+                        open(os.path.join(out, "manifest.jsonl"), "rb").read())
+    for th in ("2", "3"):
+        if "1" in outs and th in outs:
+            E.check(outs[th][0] == outs["1"][0], "--threads %s: tokens.u32 differs from one thread's" % th)
+            E.check(outs[th][1] == outs["1"][1], "--threads %s: manifest.jsonl differs from one thread's" % th)
+    rc, so, se = E.ingest(os.path.join(d, "out-threads-bad"), [big], "--tokenizer", tok, "--threads", "0", tokens=True)
+    E.check(rc != 0 and "--threads" in se, "--threads 0 is refused: %d %s" % (rc, se))
     E.cleanup(d)
     E.finish("test_ingest_tokens")
 

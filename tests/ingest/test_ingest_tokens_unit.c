@@ -2,12 +2,14 @@
  * tokens the batches carry are exactly the tokenizer's one-shot encoding of the framed text
  * (add_special = 0), whatever the batch size; token_base is contiguous; entry spans tile the
  * token stream; a document's span holds exactly the tokens that start inside it; and when an
- * archive breaks, the tokens of what was read still come out. (That the tokenizer equals HF is
+ * archive breaks, the tokens of what was read still come out; and all of it is the same on 2 and 3
+ * tokenizer threads, with tiny and real job sizes. (That the tokenizer equals HF is
  * tests/tokenizer's business; that the whole equals HF on real archives is test_ingest_tokens.) */
 #include "tests/test.h"
 
 #include "ingest/ingest.h"
 #include "ingest/tokenizer.h"
+#include "ingest/tokenizer_int.h" /* tk_stream_par_batch, tk_stream_par_overlap */
 #include "tests/ingest/mem_archive.h"
 #include "util/fs.h"
 
@@ -19,11 +21,12 @@ typedef struct run {
   lh_status st;
 } run;
 
-static void do_run(const lh_tokenizer *tok, const lh_buf *arc, size_t batch, run *out) {
+static void do_run_threads(const lh_tokenizer *tok, const lh_buf *arc, size_t batch, int threads, run *out) {
   memset(out, 0, sizeof *out);
   lh_ingest_params p = lh_ingest_default_params();
   p.tokenizer = tok;
   p.batch_bytes = batch;
+  p.tokenizer_threads = threads;
   lh_ingest *ing;
   lh_error err;
   CHECK(lh_ingest_open(&p, &ing, &err) == LH_OK);
@@ -45,7 +48,43 @@ static void do_run(const lh_tokenizer *tok, const lh_buf *arc, size_t batch, run
   lh_ingest_stats s;
   lh_ingest_stats_get(ing, &s);
   CHECK_EQ(s.tokens, (int64_t)out->ids.len);
+  if (threads) CHECK_EQ(s.tokenizer_threads, threads);
   lh_ingest_close(ing);
+}
+
+static void run_free(run *r) {
+  lh_buf_free(&r->text);
+  lh_i32vec_free(&r->ids);
+  free(r->ents);
+}
+
+static void do_run(const lh_tokenizer *tok, const lh_buf *arc, size_t batch, run *out) {
+  do_run_threads(tok, arc, batch, 1, out);
+}
+
+/* The same ingest on more tokenizer threads: the same tokens and the same spans. */
+static void check_threads(const lh_tokenizer *tok, const lh_buf *arc, const run *one) {
+  static const size_t cfg[][2] = {{512, 64}, {4096, 256}, {64 << 10, 8 << 10}};
+  size_t sb = tk_stream_par_batch, so = tk_stream_par_overlap;
+  for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++)
+    for (int th = 2; th <= 3; th++) {
+      tk_stream_par_batch = cfg[k][0];
+      tk_stream_par_overlap = cfg[k][1];
+      run r;
+      do_run_threads(tok, arc, k ? 4096 : 1 << 20, th, &r);
+      CHECK_EQ(r.st, one->st);
+      CHECK_MSG(r.ids.len == one->ids.len && !memcmp(r.ids.data, one->ids.data, r.ids.len * sizeof *r.ids.data),
+                "%d threads, jobs of %zu: %zu tokens vs %zu on one thread", th, cfg[k][0], r.ids.len, one->ids.len);
+      CHECK_EQ(r.n, one->n);
+      for (size_t i = 0; i < r.n && i < one->n; i++)
+        CHECK_MSG(r.ents[i].token_start == one->ents[i].token_start && r.ents[i].token_end == one->ents[i].token_end,
+                  "%d threads, jobs of %zu: entry %zu spans %lld-%lld, one thread %lld-%lld", th, cfg[k][0], i,
+                  (long long)r.ents[i].token_start, (long long)r.ents[i].token_end,
+                  (long long)one->ents[i].token_start, (long long)one->ents[i].token_end);
+      run_free(&r);
+    }
+  tk_stream_par_batch = sb;
+  tk_stream_par_overlap = so;
 }
 
 static void check_run(const lh_tokenizer *tok, run *r) {
@@ -75,12 +114,6 @@ static void check_run(const lh_tokenizer *tok, run *r) {
   }
   CHECK_EQ(at, (int64_t)r->ids.len);
   lh_i32vec_free(&want);
-}
-
-static void run_free(run *r) {
-  lh_buf_free(&r->text);
-  lh_i32vec_free(&r->ids);
-  free(r->ents);
 }
 
 int main(void) {
@@ -119,6 +152,7 @@ int main(void) {
     CHECK_EQ(a.n, 7);
     check_run(tok, &a);
     CHECK(a.ids.len == b.ids.len && !memcmp(a.ids.data, b.ids.data, a.ids.len * sizeof *a.ids.data));
+    check_threads(tok, &tar, &a);
     run_free(&a);
     run_free(&b);
     /* Cut inside big.txt: the tokens of everything read still come out, spans included. */
@@ -128,6 +162,7 @@ int main(void) {
     CHECK_EQ(a.st, LH_EFORMAT);
     CHECK(a.n >= 3 && a.ents[a.n - 1].status == LH_ENTRY_ERROR && a.ents[a.n - 1].token_end > a.ents[a.n - 1].token_start);
     check_run(tok, &a);
+    check_threads(tok, &cut, &a);
     run_free(&a);
     lh_buf_free(&cut);
     lh_tokenizer_close(tok);

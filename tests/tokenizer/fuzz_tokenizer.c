@@ -3,8 +3,8 @@
  * The first input byte picks a fixture tokenizer (GPT-2 style, MiniMax style with NFC and
  * special tokens, Llama-3 style with lstrip/rstrip/single_word tokens) and a feeding pattern;
  * the rest is the text. The one-shot encoder, the streaming encoder (fed in pieces whose sizes
- * come from the input, encoding after every feed) and the threaded encoder (tiny chunks) must
- * produce the same ids, decode must not fail, and nothing may leak or read out of bounds.
+ * come from the input, encoding after every feed), the threaded stream (the same pieces, tiny
+ * jobs; the same offsets too) and the threaded encoder (tiny chunks) must produce the same ids, decode must not fail, and nothing may leak or read out of bounds.
  * The text (made valid UTF-8) also goes through each hand-written pre-tokenizer matcher of
  * tokenizer_fastsplit.c and the PCRE2 program of the same pattern, which must agree.
  */
@@ -77,18 +77,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lh_i32vec one = {0}, st = {0}, par = {0};
   if (lh_tokenizer_encode(t, text, n, 0, &one, &err)) abort();
   tk_stream_min_batch = pattern & 1 ? 1 : 4096;
-  lh_tok_stream *s = NULL;
-  if (lh_tok_stream_open(t, &s, &err)) abort();
-  size_t i = 0, k = 0;
-  while (i < n) {
-    size_t take = 1 + (size_t)(data[(k++ % size)] % (pattern % 7 + 1) * 3);
-    if (take > n - i) take = n - i;
-    if (lh_tok_stream_feed(s, text + i, take, &st, NULL, NULL, &err)) abort();
-    i += take;
+  /* the stream on one thread, then on 2 or 3 with tiny jobs: the same ids and offsets */
+  tk_stream_par_batch = 64;
+  tk_stream_par_overlap = 16;
+  lh_i32vec thr = {0};
+  int64_t *offs[2] = {NULL, NULL};
+  size_t cap[2] = {0, 0};
+  for (int pass = 0; pass < 2; pass++) {
+    lh_tok_stream *s = NULL;
+    if (lh_tok_stream_open_threads(t, pass ? 2 + (int)(pattern & 1) : 1, &s, &err)) abort();
+    lh_i32vec *out = pass ? &thr : &st;
+    size_t i = 0, k = 0;
+    while (i < n) {
+      size_t take = 1 + (size_t)(data[(k++ % size)] % (pattern % 7 + 1) * 3);
+      if (take > n - i) take = n - i;
+      if (lh_tok_stream_feed(s, text + i, take, out, &offs[pass], &cap[pass], &err)) abort();
+      i += take;
+    }
+    if (lh_tok_stream_finish(s, out, &offs[pass], &cap[pass], &err)) abort();
+    lh_tok_stream_close(s);
   }
-  if (lh_tok_stream_finish(s, &st, NULL, NULL, &err)) abort();
-  lh_tok_stream_close(s);
-  if (!same_ids(&st, &one)) abort();
+  if (!same_ids(&st, &one) || !same_ids(&thr, &st)) abort();
+  if (st.len && memcmp(offs[0], offs[1], st.len * sizeof *offs[0])) abort();
+  free(offs[0]);
+  free(offs[1]);
+  lh_i32vec_free(&thr);
   int used = 0;
   if (tk_encode_parallel_sized(t, text, n, 2 + (int)(pattern % 3), 16, &par, &used, &err)) abort();
   if (!same_ids(&par, &one)) abort();

@@ -160,6 +160,126 @@ static int stream_encode(const lh_tokenizer *t, const char *s, size_t n, int mod
   return rc;
 }
 
+/* ------------------------------------------------------ threaded stream vs one thread */
+
+/* Feed s[0, n) in random pieces (1..maxp bytes) to a stream on `threads` threads; the piece sizes
+ * come from the seed, so two calls with one seed feed the same pieces. */
+static int stream_pieces(const lh_tokenizer *t, int threads, const char *s, size_t n, size_t maxp, uint64_t seed,
+                         lh_i32vec *out, int64_t **offs, size_t *cap, int64_t *stitched, int64_t *fallbacks) {
+  lh_tok_stream *st = NULL;
+  lh_error err = {0};
+  if (lh_tok_stream_open_threads(t, threads, &st, &err)) return -1;
+  uint64_t r = seed | 1;
+  size_t i = 0;
+  int rc = 0;
+  while (i < n && !rc) {
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    size_t take = 1 + (size_t)(r % maxp);
+    if (take > n - i) take = n - i;
+    rc = lh_tok_stream_feed(st, s + i, take, out, offs, cap, &err) != LH_OK;
+    i += take;
+  }
+  if (!rc) rc = lh_tok_stream_finish(st, out, offs, cap, &err) != LH_OK;
+  if (rc) fprintf(stderr, "stream error: %s\n", err.msg);
+  if (stitched) tk_stream_counts(st, stitched, fallbacks);
+  lh_tok_stream_close(st);
+  return rc;
+}
+
+/* The threaded stream gives exactly the one-thread stream's ids and offsets (and one-shot ids),
+ * for tiny and large batches, overlaps and min batches, small and large pieces. Returns the
+ * number of stitches and fallbacks seen, so callers can check both paths ran. */
+static void check_threaded_stream(const lh_tokenizer *t, const char *name, const char *what, const char *s, size_t n,
+                                  int64_t *all_stitched, int64_t *all_fallbacks) {
+  static const struct {
+    size_t batch, overlap, min_batch;
+  } cfg[] = {{64, 16, 1}, {256, 64, 4096}, {4096, 512, 1}, {64 << 10, 8 << 10, 4096}, {512 << 10, 8 << 10, 4096}};
+  size_t sb = tk_stream_par_batch, so = tk_stream_par_overlap, sm = tk_stream_min_batch;
+  lh_i32vec one = {0};
+  lh_error err = {0};
+  lh_tokenizer_encode(t, s, n, 0, &one, &err);
+  for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+    for (int pm = 0; pm < 2; pm++) {
+      size_t maxp = pm == 0 ? 97 : n / 3 + 1; /* small pieces or a few large ones */
+      if (pm == 0 && cfg[k].batch > 4096) maxp = 4096;
+      uint64_t seed = rnd();
+      tk_stream_par_batch = cfg[k].batch;
+      tk_stream_par_overlap = cfg[k].overlap;
+      tk_stream_min_batch = cfg[k].min_batch;
+      lh_i32vec a = {0}, b = {0};
+      int64_t *oa = NULL, *ob = NULL;
+      size_t ca = 0, cb = 0;
+      int64_t stitched = 0, fallbacks = 0;
+      int ra = stream_pieces(t, 1, s, n, maxp, seed, &a, &oa, &ca, NULL, NULL);
+      for (int th = 2; th <= 3; th++) {
+        b.len = 0;
+        int rb = stream_pieces(t, th, s, n, maxp, seed, &b, &ob, &cb, &stitched, &fallbacks);
+        int same = !ra && !rb && same_ids(&a, &b) && same_ids(&a, &one) &&
+                   (!a.len || !memcmp(oa, ob, a.len * sizeof *oa));
+        CHECK_MSG(same, "%s, %s (%zu bytes): %d threads, batch %zu, overlap %zu, min batch %zu, pieces <= %zu: "
+                  "%zu ids vs %zu on one thread (%zu one-shot)%s", name, what, n, th, cfg[k].batch,
+                  cfg[k].overlap, cfg[k].min_batch, maxp, b.len, a.len, one.len,
+                  same_ids(&a, &b) ? " (offsets differ)" : "");
+        if (!same && same_ids(&a, &b))
+          for (size_t q = 0; q < a.len; q++)
+            if (oa[q] != ob[q]) {
+              fprintf(stderr, "  first offset difference at id %zu: %lld vs %lld\n", q, (long long)oa[q],
+                      (long long)ob[q]);
+              break;
+            }
+        if (getenv("LH_TEST_VERBOSE")) fprintf(stderr, "  %s %s th %d batch %zu ov %zu maxp %zu: %lld stitched %lld fallbacks\n", name, what, th, cfg[k].batch, cfg[k].overlap, maxp, (long long)stitched, (long long)fallbacks);
+        *all_stitched += stitched;
+        *all_fallbacks += fallbacks;
+      }
+      free(oa);
+      free(ob);
+      lh_i32vec_free(&a);
+      lh_i32vec_free(&b);
+    }
+  }
+  tk_stream_par_batch = sb;
+  tk_stream_par_overlap = so;
+  tk_stream_min_batch = sm;
+  /* the one-document encoder (jobs in the caller's text, tapering sizes) on the same text */
+  static const size_t ovs[] = {16, 64, 512, 8192};
+  for (size_t k = 0; k < sizeof ovs / sizeof *ovs; k++)
+    for (int th = 2; th <= 3; th++) {
+      lh_i32vec p = {0};
+      int used = 0;
+      lh_status st = tk_encode_parallel_sized(t, s, n, th, ovs[k], &p, &used, &err);
+      CHECK_MSG(st == LH_OK && same_ids(&p, &one), "%s, %s: one-document encoder, %d threads, overlap %zu: %zu ids vs %zu",
+                name, what, th, ovs[k], p.len, one.len);
+      lh_i32vec_free(&p);
+    }
+  lh_i32vec_free(&one);
+}
+
+/* Texts for the threaded stream: the cases' document, and ones with few or no restart points. */
+static void test_threaded_stream(const lh_tokenizer *t, const char *name, const lh_buf *doc) {
+  int64_t stitched = 0, fallbacks = 0;
+  check_threaded_stream(t, name, "cases document", doc->data, doc->len, &stitched, &fallbacks);
+  if (t->pretok_restart) CHECK_MSG(stitched > 0, "%s: the threaded stream never stitched", name);
+  lh_buf x = {0};
+  /* one long word: no restart point at all until the end */
+  for (int i = 0; i < 20000; i++) lh_buf_append(&x, "abcdefghij" + (i % 7), 3);
+  check_threaded_stream(t, name, "one long word", x.data, x.len, &stitched, &fallbacks);
+  /* long runs without restart points between ordinary text, invalid UTF-8, CJK, no newline */
+  lh_buf_clear(&x);
+  for (int i = 0; i < 60; i++) {
+    lh_buf_append_str(&x, "int main(void) { return 0; } \xe4\xb8\xad\xe6\x96\x87\xe6\x96\x87 caf\xc3\xa9 \xff\xfe ");
+    for (int k = 0; k < (i % 5) * 300; k++) lh_buf_append(&x, i % 2 ? " " : "z", 1);
+    lh_buf_append_str(&x, i % 3 ? "\r\n" : "\xe2\x80\x8d\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd");
+    if (doc->len > 4000) lh_buf_append(&x, doc->data + (size_t)i * 50, 700);
+  }
+  check_threaded_stream(t, name, "runs without restart points", x.data, x.len, &stitched, &fallbacks);
+  if (t->pretok_restart) CHECK_MSG(fallbacks > 0, "%s: the threaded stream never fell back to one thread", name);
+  fprintf(stderr, "%s: threaded stream: %lld stitches, %lld fallbacks, all equal to one thread\n", name,
+          (long long)stitched, (long long)fallbacks);
+  lh_buf_free(&x);
+}
+
 static void test_tokenizer(const char *name) {
   char path[4200];
   snprintf(path, sizeof path, "%s/%s.tokenizer.json", fixdir(), name);
@@ -277,6 +397,7 @@ static void test_tokenizer(const char *name) {
   CHECK_MSG(same_ids(&sv, &doc_ids),
             "%s: long document streamed differs from one-shot", name);
   lh_i32vec_free(&sv);
+  test_threaded_stream(t, name, &doc);
   lh_i32vec_free(&doc_ids);
   lh_buf_free(&doc);
   lh_tokenizer_close(t);
