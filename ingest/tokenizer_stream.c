@@ -119,6 +119,7 @@ typedef struct spar {
   int64_t cut;    /* where the next job's own range starts */
   bool fallback;  /* stitching failed: one thread until the serial encoder emits */
   bool borrowed;  /* the buffer is the caller's text (one document): never moved, jobs do not copy */
+  size_t total_hint; /* one document: its length (job sizes taper near the end); 0 for a stream */
   size_t batch, overlap;
   int64_t stitched, fallbacks;
   int nstarted;                   /* workers that have taken their index */
@@ -603,6 +604,17 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
 
 static size_t snap_cut(const uint8_t *s, size_t len, size_t at, size_t reach);
 
+/* With the text's length known (one document): jobs shrink near the end, rest / (3 x threads)
+ * within [4 overlaps, batch], so that the threads finish together. */
+static size_t taper(const spar *p, size_t batch) {
+  if (!p->total_hint) return batch;
+  size_t rest = p->total_hint > (size_t)p->cut ? p->total_hint - (size_t)p->cut : 0;
+  size_t b = rest / (3 * ((size_t)p->nworkers + 1));
+  if (b > batch) b = batch;
+  if (b < 4 * p->overlap) b = 4 * p->overlap;
+  return b;
+}
+
 /* Queue one job of about `batch` bytes if the buffer holds its text and the overlap. */
 static lh_status make_one_job(lh_tok_stream *s, size_t batch, lh_error *err) {
   spar *p = s->par;
@@ -622,7 +634,7 @@ static lh_status make_jobs(lh_tok_stream *s, size_t batch, lh_error *err) {
   spar *p = s->par;
   while (p->qlen < p->maxj) {
     size_t q0 = p->qlen;
-    lh_status st = make_one_job(s, batch, err);
+    lh_status st = make_one_job(s, taper(p, batch), err);
     if (st || p->qlen == q0) return st;
   }
   return LH_OK;
@@ -900,10 +912,12 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
   return st;
 }
 
-/* One document on a threaded stream's workers, without copies or offsets: the (sanitized) text
- * is the stream's buffer as it is, jobs point into it, and job sizes taper from 1 MB down to 4
- * overlaps as the end nears (rest / (3 x threads)), so that the threads finish together; threads
- * that finish a job early take the next (per-byte costs differ too much for an even split). */
+/* One document on a threaded stream's workers, without offsets. Valid UTF-8 (the usual case) is
+ * encoded in place: the text is the stream's buffer as it is and jobs point into it (no copy at
+ * all). Text with invalid bytes goes through the stream in 4 MB slices, which replaces them as it
+ * appends to a buffer that stays a few MB (sanitizing a 50 MB text into a fresh copy first was a
+ * serial 50 ms, mostly page faults). Either way job sizes taper near the end and threads that
+ * finish a job early take the next (per-byte costs differ too much for an even split). */
 lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size_t len, int threads, size_t overlap,
                                    lh_i32vec *out, tk_par_stats *stats, lh_error *err) {
   memset(stats, 0, sizeof *stats);
@@ -917,36 +931,31 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
     stats->thread_cpu[0] = thread_cpu() - c0;
     return st;
   }
-  lh_buf clean = {0};
-  const char *s0 = text;
-  if (tk_utf8_valid_prefix((const uint8_t *)text, len) != len) { /* as lh_tokenizer_encode does */
-    if (tk_utf8_sanitize((const uint8_t *)text, len, &clean)) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
-    s0 = clean.data;
-    len = clean.len;
-  }
   const size_t batch = 1u << 20;
   lh_tok_stream *s = NULL;
   lh_status st = stream_open(t, threads, batch, overlap, false, &s, err);
-  if (st) {
-    lh_buf_free(&clean);
-    return st;
-  }
+  if (st) return st;
   spar *p = s->par;
-  if (p) {
+  if (!p) {
+    st = lh_tokenizer_encode(t, text, len, 0, out, err);
+  } else if (tk_utf8_valid_prefix((const uint8_t *)text, len) != len) {
+    p->total_hint = len;
+    const size_t slice = 4u << 20;
+    for (size_t i = 0; i < len && !st; i += slice)
+      st = lh_tok_stream_feed(s, text + i, len - i < slice ? len - i : slice, out, NULL, NULL, err);
+    if (!st) st = lh_tok_stream_finish(s, out, NULL, NULL, err);
+  } else {
     p->borrowed = true;
-    s->buf = (lh_buf){.data = (char *)s0, .len = len, .cap = 0};
+    p->total_hint = len;
+    s->buf = (lh_buf){.data = (char *)text, .len = len, .cap = 0};
     s->fed = (int64_t)len;
-    size_t nt = (size_t)p->nworkers + 1;
     for (;;) {
       if (p->qlen >= p->maxj) { /* wait for the front (running queued jobs meanwhile) */
         if ((st = harvest(s, true, out, NULL, NULL, err)) || p->fallback) break;
         continue;
       }
-      size_t rest = len - (size_t)p->cut, b = rest / (3 * nt);
-      if (b > batch) b = batch;
-      if (b < 4 * overlap) b = 4 * overlap;
       size_t q0 = p->qlen;
-      if ((st = make_one_job(s, b, err)) || p->qlen == q0) break; /* no room left: the rest is final */
+      if ((st = make_one_job(s, taper(p, batch), err)) || p->qlen == q0) break; /* the rest is final */
       pthread_mutex_lock(&p->mu);
       sjob *x;
       while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, true))) run_here(s, x);
@@ -958,21 +967,21 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
         st = harvest(s, true, out, NULL, NULL, err);
     }
     if (!st && p->fallback) st = run(s, true, out, NULL, NULL, err); /* no stitch point: one thread */
-    pthread_mutex_lock(&p->mu);
-    for (int k = 1; k < (int)nt; k++) stats->thread_cpu[k] = p->tcpu[k];
-    stats->used = p->stitched ? (int)nt : 1;
-    pthread_mutex_unlock(&p->mu);
     if (st) { /* the workers must be done with the text before it goes */
       pthread_mutex_lock(&p->mu);
       drain(p);
       pthread_mutex_unlock(&p->mu);
     }
     s->buf = (lh_buf){0};
-  } else {
-    st = lh_tokenizer_encode(t, s0, len, 0, out, err);
+  }
+  if (p) {
+    int nt = p->nworkers + 1;
+    pthread_mutex_lock(&p->mu);
+    for (int k = 1; k < nt; k++) stats->thread_cpu[k] = p->tcpu[k];
+    stats->used = p->stitched ? nt : 1;
+    pthread_mutex_unlock(&p->mu);
   }
   lh_tok_stream_close(s);
-  lh_buf_free(&clean);
   stats->thread_cpu[0] = thread_cpu() - c0; /* the calling thread: its jobs, stitching, copying */
   return st;
 }
