@@ -31,9 +31,10 @@
  * that is not final, with its own copy of the text. The first job of a chain starts at the
  * stream's resume point (a true restart point, with its context and level); the others start at
  * their cut as continuations. Jobs are queued in text order to the stream's worker threads
- * (fixed, started at open); the calling thread runs jobs too (the newest, while more than two per
- * worker are queued, so a worker never finds the queue empty while text is at hand; jobs in
- * flight are capped at 3 per thread + 2), and emits ids in order: job k's ids up to the first restart point that jobs k and k+1
+ * (fixed, started at open); the calling thread runs jobs too (the oldest queued, while more than
+ * two per worker are queued, so a worker never finds the queue empty while text is at hand; jobs
+ * in flight are capped at 3 per thread + 2, and a full queue waits only until one has left), and
+ * emits ids in order: job k's ids up to the first restart point that jobs k and k+1
  * both report in the overlap (after job k's own range), then job k+1's from there. That point
  * becomes the resume point. At finish the rest of the text becomes final jobs. If two jobs have
  * no common point, every job after the first one is dropped, job k's ids up to its last restart
@@ -694,13 +695,16 @@ static void pop_front(lh_tok_stream *s) {
   p->free_jobs = j;
 }
 
-/* Emit what the finished jobs at the front make final. With wait, keep going (running queued
- * jobs here, else waiting) until the front job is one that cannot be emitted yet: the last one
- * and not final. */
-static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
+/* Emit what the finished jobs at the front make final. wait: HV_READY takes only what is ready;
+ * HV_ROOM waits (running queued jobs here, else sleeping) until at least one job has left the
+ * queue; HV_ALL until the front job is one that cannot be emitted yet: the last one and not final. */
+enum { HV_READY, HV_ROOM, HV_ALL };
+static lh_status harvest(lh_tok_stream *s, int wait, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
                          lh_error *err) {
   spar *p = s->par;
+  bool popped = false;
   for (;;) {
+    if (wait == HV_ROOM && popped) wait = HV_READY;
     pthread_mutex_lock(&p->mu);
     sjob *J = NULL, *K = NULL;
     for (;;) {
@@ -709,7 +713,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
       K = p->qlen > 1 ? p->q[1] : NULL;
       if (J->state == JOB_DONE && (J->final || (K && K->state == JOB_DONE))) break;
       J = NULL;
-      if (!wait || (!p->q[0]->final && p->qlen < 2)) break;
+      if (wait == HV_READY || (!p->q[0]->final && p->qlen < 2)) break;
       sjob *x = take_queued(p, false);
       if (x)
         run_here(s, x);
@@ -736,6 +740,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
         return lh_error_set(err, LH_ENOMEM, "out of memory");
       s->ctx_len = s->buf.len;
       pop_front(s);
+      popped = true;
       continue;
     }
     size_t a, b;
@@ -747,6 +752,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
       set_resume(s, J->rs[a].off, J->rs[a].level, false);
       p->stitched++;
       pop_front(s);
+      popped = true;
       continue;
     }
     /* No common restart point: J is right up to its last restart point after its own range (if
@@ -774,8 +780,8 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
   }
 }
 
-/* After new text: queue jobs, run some here (the newest, leaving two queued per worker), emit
- * what is final. */
+/* After new text: queue jobs, run some here (the oldest queued, while more than two per worker
+ * are queued), emit what is final, and wait only when the queue is full. */
 static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap, lh_error *err) {
   spar *p = s->par;
   for (;;) {
@@ -785,13 +791,13 @@ static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, s
     sjob *x;
     for (;;) {
       size_t leave = 2 * (size_t)p->nworkers; /* so a worker never finds the queue empty */
-      if (p->queued <= leave || !(x = take_queued(p, true))) break;
+      if (p->queued <= leave || !(x = take_queued(p, false))) break;
       run_here(s, x);
     }
     bool full = p->qlen >= p->maxj;
     pthread_mutex_unlock(&p->mu);
     /* a full queue: wait for the front (this makes room); else only take what is ready */
-    if ((st = harvest(s, full, ids, offsets, offsets_cap, err))) return st;
+    if ((st = harvest(s, full ? HV_ROOM : HV_READY, ids, offsets, offsets_cap, err))) return st;
     if (p->fallback) return LH_OK;
     size_t from = (size_t)(p->cut - s->base);
     if (!full || from + p->batch + 2 * p->overlap > s->buf.len) return LH_OK;
@@ -809,7 +815,7 @@ static lh_status par_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets,
     for (;;) {
       if ((st = make_jobs(s, piece, err))) return st;
       if (p->qlen < p->maxj) break;
-      if ((st = harvest(s, true, ids, offsets, offsets_cap, err)) || p->fallback) return st;
+      if ((st = harvest(s, HV_ROOM, ids, offsets, offsets_cap, err)) || p->fallback) return st;
     }
     size_t rest = s->buf.len - (size_t)(p->cut - s->base);
     piece = rest / (size_t)(p->nworkers + 1);
@@ -817,7 +823,7 @@ static lh_status par_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets,
   }
   size_t from = (size_t)(p->cut - s->base);
   if ((st = queue_job(s, from, s->buf.len, s->buf.len, true, err))) return st;
-  return harvest(s, true, ids, offsets, offsets_cap, err);
+  return harvest(s, HV_ALL, ids, offsets, offsets_cap, err);
 }
 
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
@@ -951,20 +957,20 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
     s->fed = (int64_t)len;
     for (;;) {
       if (p->qlen >= p->maxj) { /* wait for the front (running queued jobs meanwhile) */
-        if ((st = harvest(s, true, out, NULL, NULL, err)) || p->fallback) break;
+        if ((st = harvest(s, HV_ROOM, out, NULL, NULL, err)) || p->fallback) break;
         continue;
       }
       size_t q0 = p->qlen;
       if ((st = make_one_job(s, taper(p, batch), err)) || p->qlen == q0) break; /* the rest is final */
       pthread_mutex_lock(&p->mu);
       sjob *x;
-      while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, true))) run_here(s, x);
+      while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, false))) run_here(s, x);
       pthread_mutex_unlock(&p->mu);
-      if ((st = harvest(s, false, out, NULL, NULL, err)) || p->fallback) break;
+      if ((st = harvest(s, HV_READY, out, NULL, NULL, err)) || p->fallback) break;
     }
     if (!st && !p->fallback) { /* the rest, final */
       if ((st = queue_job(s, (size_t)p->cut, len, len, true, err)) == LH_OK)
-        st = harvest(s, true, out, NULL, NULL, err);
+        st = harvest(s, HV_ALL, out, NULL, NULL, err);
     }
     if (!st && p->fallback) st = run(s, true, out, NULL, NULL, err); /* no stitch point: one thread */
     if (st) { /* the workers must be done with the text before it goes */
