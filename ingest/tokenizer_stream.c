@@ -18,17 +18,15 @@
  * total work stays linear. Without any restart point inside pieces (a Prepend normalizer, no
  * splitting pre-tokenizer), text is held until an added token or the end.
  *
- * Threads (one document). The document is cut at T-1 places (after a newline when one is near);
- * thread t encodes from its cut as if continuing, plus an overlap into the next thread's range.
- * The runs of threads t and t+1 agree after any restart point both report at the same offset and
- * level (each run's output after it equals the continuation from it), so thread t's ids up to
- * the first common point and thread t+1's ids from it make exactly the one-shot encoding. If no
- * common point is found in the overlap, the document is encoded on one thread instead.
+ * Stitching. A text cut at some place (after a newline when one is near) can be encoded from the
+ * cut as if continuing, by a run that also goes an overlap past the next cut. Two such runs agree
+ * after any restart point both report at the same offset and level (each run's output after it
+ * equals the continuation from it), so run k's ids up to the first common point after its own
+ * range and run k+1's ids from that point make exactly the one-shot encoding.
  *
- * Threads (a stream, lh_tok_stream_open_threads). The same stitching, applied to a stream cut
- * into jobs: job k owns the text [cut_k, cut_k+1) (about tk_stream_par_batch bytes, cut after a
- * newline when one is near) and encodes it plus an overlap into job k+1's range, as a segment
- * that is not final, with its own copy of the text. The first job of a chain starts at the
+ * Threads (a stream, lh_tok_stream_open_threads). The stream is cut into jobs: job k owns the
+ * text [cut_k, cut_k+1) (about tk_stream_par_batch bytes) and encodes it plus an overlap into
+ * job k+1's range, as a segment that is not final, with its own copy of the text. The first job of a chain starts at the
  * stream's resume point (a true restart point, with its context and level); the others start at
  * their cut as continuations. Jobs are queued in text order to the stream's worker threads
  * (fixed, started at open); the calling thread runs jobs too (the oldest queued, while more than
@@ -37,11 +35,17 @@
  * emits ids in order: job k's ids up to the first restart point that jobs k and k+1
  * both report in the overlap (after job k's own range), then job k+1's from there. That point
  * becomes the resume point. At finish the rest of the text becomes final jobs. If two jobs have
- * no common point, every job after the first one is dropped, job k's ids up to its last restart
+ * no common point, every job after job k is dropped, job k's ids up to its last restart
  * point in the overlap (if any) are emitted, and the stream goes on as the one-thread stream from
  * the resume point until that one emits again (so texts without restart points stay linear).
  * The emitted ids and offsets are therefore exactly the one-thread stream's. Ids come out later
  * (a batch or so) than on one thread; memory is O(jobs in flight x batch).
+ *
+ * Threads (one document, lh_tokenizer_encode_parallel). The same jobs and workers, without
+ * offsets; valid UTF-8 is encoded in place (jobs point into the caller's text), text with invalid
+ * bytes goes through the stream; job sizes taper near the end so the threads finish together, and
+ * whichever thread is free takes the next job (an even split by bytes is slower: per-byte costs
+ * differ by a third between the halves of a source tree).
  *
  * Invariants: a stream belongs to one calling thread (its workers are its own); offsets reported
  * are in the fed byte stream; a job's input is immutable once queued and its output is read only
