@@ -138,9 +138,11 @@ typedef struct lh_ingest_params {
   size_t batch_bytes;               /* framed text per batch, about (default 1 MiB) */
   int external_filters;             /* allow libarchive to run lzop/lrzip/grzip programs (0) */
   /* Threads that tokenize (the calling thread and tokenizer_threads - 1 workers); the tokens are
-   * the same for every count. 0 (the default): LH_INGEST_TOKENIZER_THREADS_AUTO, i.e. the online
-   * CPUs, at most 4 (one reader thread runs beside them; past 4 the reader, at about 150 MB/s of
-   * framing, is the bottleneck). 1: the calling thread only. */
+   * the same for every count. 0 (the default): lh_ingest_auto_tokenizer_threads(), the online
+   * CPUs but at most 4 (one reader thread runs beside them; on 2 cores both are then busy, and on
+   * a large machine the default does not take every core from the model that runs next; each
+   * tokenizer thread does ~25 MB/s of framed text and the reader frames ~200 MB/s, so up to ~8
+   * threads still pay off when asked for). 1: the calling thread only. At most 64. */
   int tokenizer_threads;
 } lh_ingest_params;
 

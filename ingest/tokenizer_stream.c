@@ -18,29 +18,34 @@
  * total work stays linear. Without any restart point inside pieces (a Prepend normalizer, no
  * splitting pre-tokenizer), text is held until an added token or the end.
  *
- * Threads (one document). The document is cut at T-1 places (after a newline when one is near);
- * thread t encodes from its cut as if continuing, plus an overlap into the next thread's range.
- * The runs of threads t and t+1 agree after any restart point both report at the same offset and
- * level (each run's output after it equals the continuation from it), so thread t's ids up to
- * the first common point and thread t+1's ids from it make exactly the one-shot encoding. If no
- * common point is found in the overlap, the document is encoded on one thread instead.
+ * Stitching. A text cut at some place (after a newline when one is near) can be encoded from the
+ * cut as if continuing, by a run that also goes an overlap past the next cut. Two such runs agree
+ * after any restart point both report at the same offset and level (each run's output after it
+ * equals the continuation from it), so run k's ids up to the first common point after its own
+ * range and run k+1's ids from that point make exactly the one-shot encoding.
  *
- * Threads (a stream, lh_tok_stream_open_threads). The same stitching, applied to a stream cut
- * into jobs: job k owns the text [cut_k, cut_k+1) (about tk_stream_par_batch bytes, cut after a
- * newline when one is near) and encodes it plus an overlap into job k+1's range, as a segment
- * that is not final, with its own copy of the text. The first job of a chain starts at the
+ * Threads (a stream, lh_tok_stream_open_threads). The stream is cut into jobs: job k owns the
+ * text [cut_k, cut_k+1) (about tk_stream_par_batch bytes) and encodes it plus an overlap into
+ * job k+1's range, as a segment that is not final, with its own copy of the text. The first job of a chain starts at the
  * stream's resume point (a true restart point, with its context and level); the others start at
  * their cut as continuations. Jobs are queued in text order to the stream's worker threads
- * (fixed, started at open); the calling thread runs jobs too (the newest, while more than two per
- * worker are queued, so a worker never finds the queue empty while text is at hand; jobs in
- * flight are capped at 3 per thread + 2), and emits ids in order: job k's ids up to the first restart point that jobs k and k+1
+ * (fixed, started at open); the calling thread runs jobs too (the oldest queued, while more than
+ * two per worker are queued, so a worker never finds the queue empty while text is at hand; jobs
+ * in flight are capped at 3 per thread + 2, and a full queue waits only until one has left), and
+ * emits ids in order: job k's ids up to the first restart point that jobs k and k+1
  * both report in the overlap (after job k's own range), then job k+1's from there. That point
  * becomes the resume point. At finish the rest of the text becomes final jobs. If two jobs have
- * no common point, every job after the first one is dropped, job k's ids up to its last restart
+ * no common point, every job after job k is dropped, job k's ids up to its last restart
  * point in the overlap (if any) are emitted, and the stream goes on as the one-thread stream from
  * the resume point until that one emits again (so texts without restart points stay linear).
  * The emitted ids and offsets are therefore exactly the one-thread stream's. Ids come out later
  * (a batch or so) than on one thread; memory is O(jobs in flight x batch).
+ *
+ * Threads (one document, lh_tokenizer_encode_parallel). The same jobs and workers, without
+ * offsets; valid UTF-8 is encoded in place (jobs point into the caller's text), text with invalid
+ * bytes goes through the stream; job sizes taper near the end so the threads finish together, and
+ * whichever thread is free takes the next job (an even split by bytes is slower: per-byte costs
+ * differ by a third between the halves of a source tree).
  *
  * Invariants: a stream belongs to one calling thread (its workers are its own); offsets reported
  * are in the fed byte stream; a job's input is immutable once queued and its output is read only
@@ -119,6 +124,7 @@ typedef struct spar {
   int64_t cut;    /* where the next job's own range starts */
   bool fallback;  /* stitching failed: one thread until the serial encoder emits */
   bool borrowed;  /* the buffer is the caller's text (one document): never moved, jobs do not copy */
+  size_t total_hint; /* one document: its length (job sizes taper near the end); 0 for a stream */
   size_t batch, overlap;
   int64_t stitched, fallbacks;
   int nstarted;                   /* workers that have taken their index */
@@ -603,6 +609,17 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
 
 static size_t snap_cut(const uint8_t *s, size_t len, size_t at, size_t reach);
 
+/* With the text's length known (one document): jobs shrink near the end, rest / (3 x threads)
+ * within [4 overlaps, batch], so that the threads finish together. */
+static size_t taper(const spar *p, size_t batch) {
+  if (!p->total_hint) return batch;
+  size_t rest = p->total_hint > (size_t)p->cut ? p->total_hint - (size_t)p->cut : 0;
+  size_t b = rest / (3 * ((size_t)p->nworkers + 1));
+  if (b > batch) b = batch;
+  if (b < 4 * p->overlap) b = 4 * p->overlap;
+  return b;
+}
+
 /* Queue one job of about `batch` bytes if the buffer holds its text and the overlap. */
 static lh_status make_one_job(lh_tok_stream *s, size_t batch, lh_error *err) {
   spar *p = s->par;
@@ -622,7 +639,7 @@ static lh_status make_jobs(lh_tok_stream *s, size_t batch, lh_error *err) {
   spar *p = s->par;
   while (p->qlen < p->maxj) {
     size_t q0 = p->qlen;
-    lh_status st = make_one_job(s, batch, err);
+    lh_status st = make_one_job(s, taper(p, batch), err);
     if (st || p->qlen == q0) return st;
   }
   return LH_OK;
@@ -682,13 +699,16 @@ static void pop_front(lh_tok_stream *s) {
   p->free_jobs = j;
 }
 
-/* Emit what the finished jobs at the front make final. With wait, keep going (running queued
- * jobs here, else waiting) until the front job is one that cannot be emitted yet: the last one
- * and not final. */
-static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
+/* Emit what the finished jobs at the front make final. wait: HV_READY takes only what is ready;
+ * HV_ROOM waits (running queued jobs here, else sleeping) until at least one job has left the
+ * queue; HV_ALL until the front job is one that cannot be emitted yet: the last one and not final. */
+enum { HV_READY, HV_ROOM, HV_ALL };
+static lh_status harvest(lh_tok_stream *s, int wait, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
                          lh_error *err) {
   spar *p = s->par;
+  bool popped = false;
   for (;;) {
+    if (wait == HV_ROOM && popped) wait = HV_READY;
     pthread_mutex_lock(&p->mu);
     sjob *J = NULL, *K = NULL;
     for (;;) {
@@ -697,7 +717,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
       K = p->qlen > 1 ? p->q[1] : NULL;
       if (J->state == JOB_DONE && (J->final || (K && K->state == JOB_DONE))) break;
       J = NULL;
-      if (!wait || (!p->q[0]->final && p->qlen < 2)) break;
+      if (wait == HV_READY || (!p->q[0]->final && p->qlen < 2)) break;
       sjob *x = take_queued(p, false);
       if (x)
         run_here(s, x);
@@ -724,6 +744,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
         return lh_error_set(err, LH_ENOMEM, "out of memory");
       s->ctx_len = s->buf.len;
       pop_front(s);
+      popped = true;
       continue;
     }
     size_t a, b;
@@ -735,6 +756,7 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
       set_resume(s, J->rs[a].off, J->rs[a].level, false);
       p->stitched++;
       pop_front(s);
+      popped = true;
       continue;
     }
     /* No common restart point: J is right up to its last restart point after its own range (if
@@ -762,8 +784,8 @@ static lh_status harvest(lh_tok_stream *s, bool wait, lh_i32vec *ids, int64_t **
   }
 }
 
-/* After new text: queue jobs, run some here (the newest, leaving two queued per worker), emit
- * what is final. */
+/* After new text: queue jobs, run some here (the oldest queued, while more than two per worker
+ * are queued), emit what is final, and wait only when the queue is full. */
 static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap, lh_error *err) {
   spar *p = s->par;
   for (;;) {
@@ -773,13 +795,13 @@ static lh_status par_feed(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, s
     sjob *x;
     for (;;) {
       size_t leave = 2 * (size_t)p->nworkers; /* so a worker never finds the queue empty */
-      if (p->queued <= leave || !(x = take_queued(p, true))) break;
+      if (p->queued <= leave || !(x = take_queued(p, false))) break;
       run_here(s, x);
     }
     bool full = p->qlen >= p->maxj;
     pthread_mutex_unlock(&p->mu);
     /* a full queue: wait for the front (this makes room); else only take what is ready */
-    if ((st = harvest(s, full, ids, offsets, offsets_cap, err))) return st;
+    if ((st = harvest(s, full ? HV_ROOM : HV_READY, ids, offsets, offsets_cap, err))) return st;
     if (p->fallback) return LH_OK;
     size_t from = (size_t)(p->cut - s->base);
     if (!full || from + p->batch + 2 * p->overlap > s->buf.len) return LH_OK;
@@ -797,7 +819,7 @@ static lh_status par_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets,
     for (;;) {
       if ((st = make_jobs(s, piece, err))) return st;
       if (p->qlen < p->maxj) break;
-      if ((st = harvest(s, true, ids, offsets, offsets_cap, err)) || p->fallback) return st;
+      if ((st = harvest(s, HV_ROOM, ids, offsets, offsets_cap, err)) || p->fallback) return st;
     }
     size_t rest = s->buf.len - (size_t)(p->cut - s->base);
     piece = rest / (size_t)(p->nworkers + 1);
@@ -805,7 +827,7 @@ static lh_status par_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets,
   }
   size_t from = (size_t)(p->cut - s->base);
   if ((st = queue_job(s, from, s->buf.len, s->buf.len, true, err))) return st;
-  return harvest(s, true, ids, offsets, offsets_cap, err);
+  return harvest(s, HV_ALL, ids, offsets, offsets_cap, err);
 }
 
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
@@ -900,10 +922,12 @@ lh_status tk_encode_parallel_sized(const lh_tokenizer *t, const char *text, size
   return st;
 }
 
-/* One document on a threaded stream's workers, without copies or offsets: the (sanitized) text
- * is the stream's buffer as it is, jobs point into it, and job sizes taper from 1 MB down to 4
- * overlaps as the end nears (rest / (3 x threads)), so that the threads finish together; threads
- * that finish a job early take the next (per-byte costs differ too much for an even split). */
+/* One document on a threaded stream's workers, without offsets. Valid UTF-8 (the usual case) is
+ * encoded in place: the text is the stream's buffer as it is and jobs point into it (no copy at
+ * all). Text with invalid bytes goes through the stream in 4 MB slices, which replaces them as it
+ * appends to a buffer that stays a few MB (sanitizing a 50 MB text into a fresh copy first was a
+ * serial 50 ms, mostly page faults). Either way job sizes taper near the end and threads that
+ * finish a job early take the next (per-byte costs differ too much for an even split). */
 lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size_t len, int threads, size_t overlap,
                                    lh_i32vec *out, tk_par_stats *stats, lh_error *err) {
   memset(stats, 0, sizeof *stats);
@@ -917,62 +941,57 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
     stats->thread_cpu[0] = thread_cpu() - c0;
     return st;
   }
-  lh_buf clean = {0};
-  const char *s0 = text;
-  if (tk_utf8_valid_prefix((const uint8_t *)text, len) != len) { /* as lh_tokenizer_encode does */
-    if (tk_utf8_sanitize((const uint8_t *)text, len, &clean)) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
-    s0 = clean.data;
-    len = clean.len;
-  }
   const size_t batch = 1u << 20;
   lh_tok_stream *s = NULL;
   lh_status st = stream_open(t, threads, batch, overlap, false, &s, err);
-  if (st) {
-    lh_buf_free(&clean);
-    return st;
-  }
+  if (st) return st;
   spar *p = s->par;
-  if (p) {
+  if (!p) {
+    st = lh_tokenizer_encode(t, text, len, 0, out, err);
+  } else if (tk_utf8_valid_prefix((const uint8_t *)text, len) != len) {
+    p->total_hint = len;
+    const size_t slice = 4u << 20;
+    for (size_t i = 0; i < len && !st; i += slice)
+      st = lh_tok_stream_feed(s, text + i, len - i < slice ? len - i : slice, out, NULL, NULL, err);
+    if (!st) st = lh_tok_stream_finish(s, out, NULL, NULL, err);
+  } else {
     p->borrowed = true;
-    s->buf = (lh_buf){.data = (char *)s0, .len = len, .cap = 0};
+    p->total_hint = len;
+    s->buf = (lh_buf){.data = (char *)text, .len = len, .cap = 0};
     s->fed = (int64_t)len;
-    size_t nt = (size_t)p->nworkers + 1;
     for (;;) {
       if (p->qlen >= p->maxj) { /* wait for the front (running queued jobs meanwhile) */
-        if ((st = harvest(s, true, out, NULL, NULL, err)) || p->fallback) break;
+        if ((st = harvest(s, HV_ROOM, out, NULL, NULL, err)) || p->fallback) break;
         continue;
       }
-      size_t rest = len - (size_t)p->cut, b = rest / (3 * nt);
-      if (b > batch) b = batch;
-      if (b < 4 * overlap) b = 4 * overlap;
       size_t q0 = p->qlen;
-      if ((st = make_one_job(s, b, err)) || p->qlen == q0) break; /* no room left: the rest is final */
+      if ((st = make_one_job(s, taper(p, batch), err)) || p->qlen == q0) break; /* the rest is final */
       pthread_mutex_lock(&p->mu);
       sjob *x;
-      while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, true))) run_here(s, x);
+      while (p->queued > 2 * (size_t)p->nworkers && (x = take_queued(p, false))) run_here(s, x);
       pthread_mutex_unlock(&p->mu);
-      if ((st = harvest(s, false, out, NULL, NULL, err)) || p->fallback) break;
+      if ((st = harvest(s, HV_READY, out, NULL, NULL, err)) || p->fallback) break;
     }
     if (!st && !p->fallback) { /* the rest, final */
       if ((st = queue_job(s, (size_t)p->cut, len, len, true, err)) == LH_OK)
-        st = harvest(s, true, out, NULL, NULL, err);
+        st = harvest(s, HV_ALL, out, NULL, NULL, err);
     }
     if (!st && p->fallback) st = run(s, true, out, NULL, NULL, err); /* no stitch point: one thread */
-    pthread_mutex_lock(&p->mu);
-    for (int k = 1; k < (int)nt; k++) stats->thread_cpu[k] = p->tcpu[k];
-    stats->used = p->stitched ? (int)nt : 1;
-    pthread_mutex_unlock(&p->mu);
     if (st) { /* the workers must be done with the text before it goes */
       pthread_mutex_lock(&p->mu);
       drain(p);
       pthread_mutex_unlock(&p->mu);
     }
     s->buf = (lh_buf){0};
-  } else {
-    st = lh_tokenizer_encode(t, s0, len, 0, out, err);
+  }
+  if (p) {
+    int nt = p->nworkers + 1;
+    pthread_mutex_lock(&p->mu);
+    for (int k = 1; k < nt; k++) stats->thread_cpu[k] = p->tcpu[k];
+    stats->used = p->stitched ? nt : 1;
+    pthread_mutex_unlock(&p->mu);
   }
   lh_tok_stream_close(s);
-  lh_buf_free(&clean);
   stats->thread_cpu[0] = thread_cpu() - c0; /* the calling thread: its jobs, stitching, copying */
   return st;
 }

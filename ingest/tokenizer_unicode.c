@@ -115,6 +115,9 @@ size_t tk_utf8_valid_prefix(const uint8_t *s, size_t n) {
 }
 
 lh_status tk_utf8_sanitize(const uint8_t *s, size_t n, lh_buf *out) {
+  /* room for the text and a few replacements at once: growing by doubling from empty copied a
+   * 50 MB text twice over and faulted in twice its pages */
+  if (lh_buf_reserve(out, n + n / 256 + 16)) return LH_ENOMEM;
   size_t i = 0;
   while (i < n) {
     size_t v = tk_utf8_valid_prefix(s + i, n - i);

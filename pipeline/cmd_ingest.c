@@ -47,7 +47,7 @@ static void usage(FILE *f) {
           "                          (default: <document path=\"{path}\">\\n{text}{nl}</document>\\n)\n"
           "  --template-file FILE    the template, read from a file (no escapes)\n"
           "  --threads N             threads that tokenize, beside the reader thread (default: the online\n"
-          "                          CPUs, at most 4; 1: one thread); the tokens are the same for every N\n"
+          "                          CPUs, at most 4; 1 to 64); the tokens are the same for every N\n"
           "  --quiet                 no progress line and no summary\n");
 }
 

@@ -3,8 +3,9 @@
  * Builds a tarball of /usr/include and /usr/share/doc (uncompressed, gzip and zstd) in a
  * temporary folder, then ingests each through the library exactly as `longhaul ingest` does (one
  * reader thread reading, decompressing and framing; the calling thread and the tokenizer stream's
- * worker tokenizing), pinned to two cores. Throughput is the uncompressed tarball's size over wall time. The peer is libarchive's
- * own extraction of the same file to /dev/null (bsdtar -xOf), the floor of read + decompress.
+ * worker tokenizing), pinned to two cores. Throughput is the uncompressed tarball's size over
+ * wall time. The peer is libarchive's own extraction of the same file to /dev/null (bsdtar -xOf),
+ * the floor of read + decompress. Measured numbers and their history: bench/ingest/NOTES.md.
  *
  * usage: bench_ingest [--tokenizer FILE | --no-tokens] [--threads N] [--keep DIR]
  *   --tokenizer FILE   the tokenizer (default: tests/fixtures/tokenizer/minimax.tokenizer.json, a

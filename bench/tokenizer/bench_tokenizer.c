@@ -10,7 +10,8 @@
  * bench/tokenizer/hf_peer.py (one encode() call and 64 KB pieces through encode_batch; the faster
  * counts), when a Python with tokenizers is found (.venv, /work/pyenv, python3). The table shows
  * MB/s, the ratios and the goals (>= 2x HF single-threaded, threads >= 1.8x one thread on 2 cores)
- * and whether longhaul's ids equal HF's.
+ * and whether longhaul's ids equal HF's. Run it from build/ (the corpora go to
+ * ./bench/tokenizer/corpus). Measured numbers: bench/ingest/NOTES.md.
  *
  * usage: bench_tokenizer [--tokenizer FILE] [--mb N] [--threads N] [--no-peer] [--corpus DIR]
  */
