@@ -130,9 +130,23 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
   if (all_single)
     CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
                                    c.head_dim, L.slope, b->attn_o, Hd));
-  else
+  else if (b->tune.lightning_dv == 64 || b->tune.lightning_dv == 32 || c.head_dim != 128)
     CU(lh_cuda_lightning_dv(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
                             c.head_dim, L.slope, b->attn_o, Hd, b->tune.lightning_dv));
+  else {
+    const int64_t need = (int64_t)bt->nseg * c.n_heads;
+    if (need > b->light_sync_n) {
+      CU(cudaStreamSynchronize(b->stream));
+      cudaFree(b->light_sync);
+      b->light_sync = NULL;
+      b->light_sync_n = 0;
+      CU(cudaMalloc(&b->light_sync, (size_t)need * sizeof(int)));
+      CU(cudaMemset(b->light_sync, 0, (size_t)need * sizeof(int)));
+      b->light_sync_n = need;
+    }
+    CU(lh_cuda_lightning_wide(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
+                              c.head_dim, L.slope, b->attn_o, Hd, b->light_sync, LH_CUDA_LIGHTNING_SPLIT_MIN, 0));
+  }
   CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f, b->attn_o,
                        Hd));
   return gemm(b, b->attn_o, Hd, n, (int)Hd, L.out_proj, (int)hid, out, hid, 0, err);

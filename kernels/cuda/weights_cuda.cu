@@ -231,6 +231,7 @@ void lh_cu_close(lh_backend *be) {
   cudaFree(b->wmem);
   cudaFree(b->wsmem);
   cudaFree(b->partial);
+  cudaFree(b->light_sync);
   cudaFree(b->up_dev);
   cudaFreeHost(b->up_host);
   cudaFreeHost(b->rb_host);
