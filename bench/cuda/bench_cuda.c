@@ -177,31 +177,27 @@ typedef struct light_ctx {
   void *qkv, *o;
   lh_cuda_lseg *seg;
   float *slope;
-  int dv;       /* 128: the wide kernel (cut in two when sync is set); 64, 32: the blocked kernel */
-  int *sync;    /* the wide kernel's flags (zeroed), or NULL: segments are not cut */
-  int split_q;  /* where the wide kernel cuts, in 1/1024 of the rows (0: its default) */
+  int *sync;    /* the kernel's flags (zeroed), or NULL: segments are not cut */
+  int split_q;  /* where it cuts, in 1/1024 of the rows (0: its default) */
   float *norm_w; /* when set, also the all-heads RMSNorm and the sigmoid gate (HF's forward does both) */
   int64_t n;
 } light_ctx;
 static void run_light(void *p) {
   light_ctx *l = p;
-  if (l->dv == 128)
-    ck(lh_cuda_lightning_wide(l->st, l->qkv, 3 * H * D, l->seg, 1, H, D, l->slope, l->o, H * D, l->sync,
-                              LH_CUDA_LIGHTNING_SPLIT_MIN, l->split_q),
-       "lightning");
-  else
-    ck(lh_cuda_lightning_dv(l->st, l->qkv, 3 * H * D, l->seg, 1, H, D, l->slope, l->o, H * D, l->dv), "lightning");
+  ck(lh_cuda_lightning(l->st, l->qkv, 3 * H * D, l->seg, 1, H, D, l->slope, l->o, H * D, l->sync, l->split_q),
+     "lightning");
   if (l->norm_w)
     ck(lh_cuda_norm_gate(l->st, l->o, H * D, l->qkv, 3 * H * D, l->n, H * D, l->norm_w, 1e-6f, l->o, H * D), "norm");
 }
-static int g_best_dv = 128; /* 128: the wide kernel, cut (tuning lightning_dv 0) */
 
+/* (Until v4 of bench/NOTES.md this section also timed the earlier kernel that split a head's v dims
+ * over two or four CTAs: 5.69 ms at 64K against 4.23 for this one.) */
 static void bench_lightning(cudaStream_t st, int quick) {
   header("lightning attention core, 64 heads x 128, fp32 state in/out");
   int64_t sizes[2] = {16384, 65536};
   for (int si = 0; si < 2; si++) {
     int64_t n = sizes[si];
-    light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, 64, NULL, 0, NULL, n};
+    light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, NULL, 0, NULL, n};
     int *sync = dmalloc(H * sizeof(int));
     ck(cudaMemset(sync, 0, H * sizeof(int)), "memset");
     float *state = dmalloc((size_t)H * D * D * 4);
@@ -215,49 +211,36 @@ static void bench_lightning(cudaStream_t st, int quick) {
     l.seg = dmalloc(sizeof seg);
     ck(cudaMemcpy(l.seg, &seg, sizeof seg, cudaMemcpyHostToDevice), "copy");
     const double bytes = 4.0 * n * H * D * 2 + 2.0 * H * D * D * 4; /* q, k, v in, o out; state in and out */
-    double best = INFINITY;
-    /* the wide kernel cut in two, the wide kernel whole, the blocked kernel with 64 and 32 v dims */
-    const int variants[4][2] = {{128, 1}, {128, 0}, {64, 0}, {32, 0}};
-    for (int vi = 0; vi < (quick ? 3 : 4); vi++) {
-      const int dv = variants[vi][0];
-      l.dv = dv;
-      l.sync = variants[vi][1] ? sync : NULL;
+    char what[96], key[64], fkey[64], rate[64];
+    snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
+    snprintf(fkey, sizeof fkey, "lightning_fla_%lld", (long long)n);
+    for (int cut = 1; cut >= 0; cut--) {
+      l.sync = cut ? sync : NULL;
       double ms = time_ms(st, quick ? 3 : 10, run_light, &l);
-      char what[96], key[64], rate[64];
-      if (dv == 128)
-        snprintf(what, sizeof what, "lightning core %lldK tokens (wide, %s)", (long long)n / 1024,
-                 l.sync ? "cut in two" : "not cut");
-      else
-        snprintf(what, sizeof what, "lightning core %lldK tokens (block 64, dv %d)", (long long)n / 1024, dv);
-      snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
+      snprintf(what, sizeof what, "lightning core %lldK tokens%s", (long long)n / 1024, cut ? "" : " (not cut)");
       snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (ms * 1e-3) / 1e9);
       row(what, ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
-      snprintf(key, sizeof key, "lightning_fla_%lld", (long long)n);
-      if (!isnan(peer(key))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(key), "", NAN);
-      if (ms < best && (dv != 128 || l.sync)) best = ms, g_best_dv = dv;
-      if (vi == 0 && !quick) {
+      if (!isnan(peer(fkey))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(fkey), "", NAN);
+      if (cut && !quick) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
         for (int q = 544; q <= 672; q += 64) {
           l.split_q = q;
           double mq = time_ms(st, 10, run_light, &l);
-          snprintf(what, sizeof what, "  wide, cut at %d/1024 of the rows", q);
+          snprintf(what, sizeof what, "  cut at %d/1024 of the rows", q);
           snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (mq * 1e-3) / 1e9);
-          row(what, mq, "fla chunk_simple_gla", peer(key), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+          row(what, mq, "fla chunk_simple_gla", peer(fkey), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
         }
         l.split_q = 0;
       }
     }
-    l.dv = g_best_dv;
     l.sync = sync;
     l.norm_w = dmalloc(H * D * 4);
     ck(lh_cuda_fill_uniform_f32(st, l.norm_w, H * D, 13, 0.1f, 1.0f), "fill");
     double ms = time_ms(st, quick ? 3 : 10, run_light, &l);
-    char what[96], key[64], rate[64];
-    snprintf(what, sizeof what, "  + all-heads norm + gate (%s)", g_best_dv == 128 ? "wide" : g_best_dv == 64 ? "dv 64" : "dv 32");
-    snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
     const double nb = bytes + 2.0 * n * H * D * 2; /* the norm reads o and the gate, writes y */
     snprintf(rate, sizeof rate, "%.0f GB/s", nb / (ms * 1e-3) / 1e9);
-    row(what, ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate, nb / (g_copy_gbs * 1e9) * 1e3);
+    row("  + all-heads norm + gate", ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate,
+        nb / (g_copy_gbs * 1e9) * 1e3);
     cudaFree(l.norm_w);
     cudaFree(l.qkv), cudaFree(l.o), cudaFree(state), cudaFree(l.slope), cudaFree(l.seg), cudaFree(sync);
   }
@@ -633,7 +616,7 @@ static void bench_moe(slice *s, int64_t n) {
   snprintf(what, sizeof what, "cuBLAS dense GEMMs, same FLOPs (%lldK rows)", (long long)rows / 1024);
   row(what, dense, "torch.matmul same shapes", peer("moe_dense_torch"), rate, dense_flops / (g_gemm_tflops * 1e12) * 1e3);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, g_best_dv == 128 ? 0 : g_best_dv, 0};
+    lh_cuda_tuning t = {grouped, 0, 0};
     lh_cuda_set_tuning(s->be, &t);
     double ms = time_ms(s->st, 10, run_moe, &m);
     int gst = 0;
@@ -644,10 +627,9 @@ static void bench_moe(slice *s, int64_t n) {
     snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
     row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }
-  lh_cuda_tuning t = {0, g_best_dv == 128 ? 0 : g_best_dv, 0};
+  lh_cuda_tuning t = {0, 0, 0};
   lh_cuda_set_tuning(s->be, &t);
-  printf("  (the slice below runs with per-expert GEMMs and the lightning kernel measured fastest above: %s)\n",
-         g_best_dv == 128 ? "wide" : g_best_dv == 64 ? "dv 64" : "dv 32");
+  printf("  (the slice below runs with per-expert GEMMs)\n");
   cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
 }
 

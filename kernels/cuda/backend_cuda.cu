@@ -130,12 +130,9 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
   if (all_single)
     CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
                                    c.head_dim, L.slope, b->attn_o, Hd));
-  else if (b->tune.lightning_dv == 64 || b->tune.lightning_dv == 32 || c.head_dim != 128)
-    CU(lh_cuda_lightning_dv(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
-                            c.head_dim, L.slope, b->attn_o, Hd, b->tune.lightning_dv));
   else {
     const int64_t need = (int64_t)bt->nseg * c.n_heads;
-    if (need > b->light_sync_n) {
+    if (!b->tune.lightning_whole && need > b->light_sync_n) {
       CU(cudaStreamSynchronize(b->stream));
       cudaFree(b->light_sync);
       b->light_sync = NULL;
@@ -144,8 +141,8 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
       CU(cudaMemset(b->light_sync, 0, (size_t)need * sizeof(int)));
       b->light_sync_n = need;
     }
-    CU(lh_cuda_lightning_wide(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
-                              c.head_dim, L.slope, b->attn_o, Hd, b->light_sync, LH_CUDA_LIGHTNING_SPLIT_MIN, 0));
+    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads, c.head_dim,
+                         L.slope, b->attn_o, Hd, b->tune.lightning_whole ? NULL : b->light_sync, 0));
   }
   CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f, b->attn_o,
                        Hd));

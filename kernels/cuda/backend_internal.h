@@ -93,7 +93,7 @@ struct lh_cuda_backend {
   int32_t *tok_out;            /* [lg_rows] */
   float *partial;              /* decode split partials (grown on demand) */
   size_t partial_bytes;
-  int *light_sync;             /* lh_cuda_lightning_wide's per (segment, head) flags, zero between calls */
+  int *light_sync;             /* lh_cuda_lightning's per (segment, head) flags, zero between calls */
   int64_t light_sync_n;
 
   /* small host -> device uploads: a pinned ring mirrored by a device ring */

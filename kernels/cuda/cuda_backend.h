@@ -58,9 +58,9 @@ void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
 typedef struct lh_cuda_tuning {
   int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
                        them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
-  int lightning_dv; /* lightning prefill at head_dim 128: 0 (default) the wide kernel (all 128 v dims per
-                       16-warp CTA, long segments cut in two: lh_cuda_lightning_wide); 64 or 32 the
-                       blocked kernel with that many v dims per CTA (slower: bench/NOTES.md) */
+  int lightning_whole; /* 0 (default): a long lightning segment is cut in two where the grid would leave
+                          SMs idle (kernels.h, lh_cuda_lightning; the same bits either way); 1: never cut
+                          (for measurements) */
   int attn_cudnn;   /* softmax prefill through cuDNN's fused attention (attn_cudnn.h): 0 (default) where
                        a segment has >= LH_CUDNN_MIN_KEYS keys and >= LH_CUDNN_MIN_ROWS rows; 1 never;
                        2 for every multi-row segment. Where cuDNN is missing or refuses a shape, our

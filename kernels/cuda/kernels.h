@@ -51,23 +51,15 @@ typedef struct lh_cuda_lseg {
 /* Lightning attention core for every segment: qkv rows hold, per head, q, k, v (d each) before
  * SiLU, row stride qkv_stride; o receives [rows x H*d] bf16 (before the all-heads norm). Blocked
  * (intra-block masked product with decay, inter-block from the state, state update) on tensor cores
- * for d in {32, 64, 128}, token-recurrent otherwise. segs: device array of nseg. */
-cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs, int nseg,
-                              int H, int d, const float *slope, void *o, int64_t o_stride);
-/* The same with the v-dims split chosen: dv = 64 (two CTAs per head at d = 128, one CTA per SM) or
- * 32 (four CTAs per head, two per SM); 0 = the default. Other d ignore dv. */
-cudaError_t lh_cuda_lightning_dv(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                 int nseg, int H, int d, const float *slope, void *o, int64_t o_stride, int dv);
-/* The wide form at d = 128 (other d: lh_cuda_lightning_dv's default): one 16-warp CTA per head,
- * and, when the grid would leave SMs idle, each segment of at least split_min rows cut in two parts
- * at about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q); the second part first advances
+ * for d in {32, 64, 128}, token-recurrent otherwise. segs: device array of nseg. When the grid
+ * would leave SMs idle, a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two at
+ * about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q), the second part first advancing
  * the state to the cut. sync: nseg * H ints, zero before the call and zero after it (NULL: never
  * cut). Outputs and states are the same bits whether a segment is cut or not. */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
-cudaError_t lh_cuda_lightning_wide(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                   int nseg, int H, int d, const float *slope, void *o, int64_t o_stride, int *sync,
-                                   int64_t split_min, int split_q);
+cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs, int nseg,
+                              int H, int d, const float *slope, void *o, int64_t o_stride, int *sync, int split_q);
 /* The token-recurrent form (S = e^-s S + k^T v; o = q S) for any d <= 256: the decode path (one
  * row per segment) and the reference-shaped fallback. */
 cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,

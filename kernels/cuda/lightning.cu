@@ -9,114 +9,161 @@
  * The function of the tokens is the same whatever the block boundaries, so a chunk can start at any
  * position: the kernel blocks each segment from its own first row.
  *
- * Blocked kernel: one CTA of 8 warps per (head, half of the v dims when d = 128 (a quarter with
- * lh_cuda_lightning_dv(..., 32), measured slower), segment) walks the segment's blocks in order, keeping its slice of S (d x dv fp32) in mma accumulator registers for the
- * whole segment; the next block's q/k/v are fetched into registers while the current one computes.
- * S enters the Q S product as two bf16 halves (hi + lo) so that product keeps about 16 bits of the
- * fp32 state rather than bf16's 8. P = (Q K^T) * D and kd * V are rounded to bf16 for the tensor
- * cores, as an all-bf16 model would. No atomics: every output element and state element is written
- * by exactly one thread, in a fixed order, so results are bitwise reproducible.
+ * Blocked kernel (d = 32, 64, 128): one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
+ * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers;
+ * the next block's q/k/v are fetched into registers, and put through SiLU among the current
+ * block's MMAs, while the current one computes. S enters the Q S product as two bf16 halves
+ * (hi + lo) so that product keeps about 16 bits of the fp32 state rather than bf16's 8. P =
+ * (Q K^T) * D and kd * V are rounded to bf16 for the tensor cores, as an all-bf16 model would.
  *
- * Wide kernel (lightning_wide, the default at d = 128 since v4 of bench/NOTES.md): the same math with
- * one 16-warp CTA per head (no work repeated across v-halves) and long segments cut in two parts, the
- * second of which first advances the state to the cut; its only atomics are one flag per (segment,
- * head) that orders part 0's read of the entering state before part 1's write of the final one,
- * so it too is bitwise reproducible, and cut or not gives the same bits (gpu_parity checks both).
+ * With one CTA per head, 64 heads would leave half of an H200's 132 SMs idle, so where the grid
+ * would be short of SMs a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two
+ * parts at row x (a multiple of 64, about 0.62 n): part 0 runs rows [0, x) from the entering
+ * state; part 1 first advances the state over [0, x) with the state update alone (SiLU of k and v
+ * and K^T (kd V)), then runs rows [x, n) and writes the final state. Part 1's state at x comes
+ * from the same instructions in the same order as part 0's would, so the output is the same bits
+ * whether or not a segment is cut (gpu_parity checks it). Part 0 reads the entering state that
+ * part 1 overwrites at the end: part 0 counts sync[seg * H + h] up once it has read it, part 1
+ * waits for that before writing and sets it back to 0. That wait relies on part 0 (the lower
+ * block index) having been started, as CUB's decoupled look-back does. Those flags are the only
+ * atomics: every output and state element is written by one thread in a fixed order, so results
+ * are bitwise reproducible.
+ *
+ * History (bench/NOTES.md v4): an earlier form gave each of two 8-warp CTAs half of a head's v dims;
+ * both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at 64K
+ * tokens. What bounds this one is shared-memory traffic and MIO stalls, not DRAM or instructions.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
-#define LT 64       /* tokens per block */
-#define LTHREADS 256
+#define LT 64 /* tokens per block */
 
-template <int D, int DV>
+/* Shared memory of the blocked kernel, in bf16 elements: q, k, v, kd*v (LT x (D+8)), P (LT x
+ * (LT+8)), S_hi, S_lo (D x (D+8)); then exp(-s k) for k = 0..LT as floats. 145 KB at D = 128. */
+template <int D>
 struct lsmem {
-  static constexpr int QLD = D + 8, VLD = DV + 8, PLD = LT + 8;
-  static constexpr int q = 0;
-  static constexpr int k = q + LT * QLD;
-  static constexpr int v = k + LT * QLD;
-  static constexpr int vd = v + LT * VLD;
-  static constexpr int p = vd + LT * VLD;
-  static constexpr int shi = p + LT * PLD;
-  static constexpr int slo = shi + D * VLD;
-  static constexpr int total = slo + D * VLD; /* bf16 elements */
+  static constexpr int LD = D + 8, PLD = LT + 8;
+  static constexpr int q = 0, k = q + LT * LD, v = k + LT * LD, vd = v + LT * LD, p = vd + LT * LD;
+  static constexpr int shi = p + LT * PLD, slo = shi + D * LD, total = slo + D * LD;
 };
 
-/* Two CTAs per SM fit when each owns a quarter of the v dims (DV = D/4); with half, one. */
-template <int D, int DV>
-static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
+/* SiLU as x * rcp(1 + 2^(-x log2 e)) with the approximate, denormal-flushing ex2 and rcp: 5
+ * instructions (2 of them MUFU); __expf and __fdividef add range checks that cost 6 more. Relative
+ * error about 2^-22, far below the bf16 rounding that follows; large |x| give x and -0, and a NaN
+ * stays a NaN. (Three Newton steps on the FMA pipe instead of the MUFU rcp were measured: the MUFU
+ * pipe's load fell from 33% to 14% of its peak and the time did not change.) */
+static __device__ __forceinline__ float lw_silu(float x) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return x * r;
+}
+/* 8 bf16 (one 16-byte chunk) through SiLU, rounded back to bf16. */
+static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
+  const uint32_t *w = &u.x;
+  uint4 r;
+  uint32_t *rp = &r.x;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    rp[i] = lh_pack_bf16(lw_silu(__uint_as_float(w[i] << 16)), lw_silu(__uint_as_float(w[i] & 0xffff0000u)));
+  return r;
+}
+/* 8 bf16 times a scale, rounded to bf16. */
+static __device__ __forceinline__ uint4 lw_scale8(uint4 u, float f) {
+  const uint32_t *w = &u.x;
+  uint4 r;
+  uint32_t *rp = &r.x;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+    rp[i] = lh_pack_bf16(__uint_as_float(w[i] << 16) * f, __uint_as_float(w[i] & 0xffff0000u) * f);
+  return r;
+}
+
+/* acc[0 .. 2 NP) += a (one 16 x 16 A fragment) times the 16 x 16 NP strip of B at (k0, n0), where
+ * B is row-major [k x n] bf16 with row stride ld (read with ldmatrix.trans). */
+template <int NP>
+static __device__ __forceinline__ void mma_strip(float (*acc)[4], const uint32_t *a, const bf16 *B, int ld, int k0,
+                                                 int n0) {
+#pragma unroll
+  for (int np = 0; np < NP; np++) {
+    uint32_t b0, b1, b2, b3;
+    lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(B, ld, k0, n0 + 16 * np));
+    lh_mma(acc[2 * np], a, b0, b1);
+    lh_mma(acc[2 * np + 1], a, b2, b3);
+  }
+}
+
+template <int D>
+static __global__ void __launch_bounds__(D * 4, 1)
     lightning_blocked(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
-                      const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride) {
-  typedef lsmem<D, DV> L;
+                      const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync,
+                      int64_t split_min, int split_q) {
+  typedef lsmem<D> L;
+  constexpr int NW = D / 8, NT = NW * 32; /* warps and threads */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16 *sm = reinterpret_cast<bf16 *>(smem_raw);
   bf16 *Qs = sm + L::q, *Ks = sm + L::k, *Vs = sm + L::v, *Vds = sm + L::vd, *Ps = sm + L::p;
   bf16 *Shi = sm + L::shi, *Slo = sm + L::slo;
+  float *dec = reinterpret_cast<float *>(sm + L::total); /* dec[k] = exp(-s k), k = 0..LT */
 
-  const int vh = blockIdx.x, h = blockIdx.y;
+  const int part = blockIdx.x, h = blockIdx.y;
   const lh_cuda_lseg seg = segs[blockIdx.z];
-  if (seg.nrows <= 0) return;
+  const int64_t n = seg.nrows;
+  if (n <= 0) return;
+  const bool split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
+  if (part == 1 && !split) return;
+  const int64_t x = split ? (n * split_q / 1024) / LT * LT : n; /* part 0: [0, x); part 1: [x, n) */
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const float s = slope[h];
-  float *state = seg.state + (int64_t)h * D * D + vh * DV;
-
-  /* q/k/v fetch: 16-byte chunks, QC per thread for q and for k, VC for v. */
-  constexpr int QC = LT * D / 8 / LTHREADS, VC = LT * DV / 8 / LTHREADS;
-  static_assert(QC >= 1 && VC >= 1, "head too small for the blocked kernel");
-  uint4 qr[QC], kr[QC], vr[VC];
+  float *state = seg.state + (int64_t)h * D * D;
   const bf16 *base = qkv + (int64_t)h * 3 * D;
-  auto fetch = [&](int64_t r0, int cb) {
+  if (tid <= LT) dec[tid] = expf(-s * (float)tid);
+
+  /* Raw q/k/v of one block in registers (C chunks of 16 bytes each per thread), fetched while the
+   * previous block computes. */
+  constexpr int C = LT * D / 8 / NT; /* = 2 */
+  uint4 qr[C], kr[C], vr[C];
+  auto fetch = [&](int64_t r0, int cb, bool with_q) {
 #pragma unroll
-    for (int c = 0; c < QC; c++) {
-      int idx = tid + c * LTHREADS, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
+    for (int c = 0; c < C; c++) {
+      int idx = tid + c * NT, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
       const bf16 *p = base + (seg.row0 + r0 + row) * qkv_stride + col;
-      qr[c] = row < cb ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
-      kr[c] = row < cb ? *reinterpret_cast<const uint4 *>(p + D) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int c = 0; c < VC; c++) {
-      int idx = tid + c * LTHREADS, row = idx / (DV / 8), col = (idx % (DV / 8)) * 8;
-      const bf16 *p = base + (seg.row0 + r0 + row) * qkv_stride + 2 * D + vh * DV + col;
-      vr[c] = row < cb ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
+      const bool ok = row < cb;
+      if (with_q) qr[c] = ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
+      kr[c] = ok ? *reinterpret_cast<const uint4 *>(p + D) : make_uint4(0, 0, 0, 0);
+      vr[c] = ok ? *reinterpret_cast<const uint4 *>(p + 2 * D) : make_uint4(0, 0, 0, 0);
     }
   };
-  auto silu8 = [](uint4 u, float scale) {
-    const bf16 *e = reinterpret_cast<const bf16 *>(&u);
-    uint4 r;
-    uint32_t *rp = reinterpret_cast<uint32_t *>(&r);
+  /* SiLU in place in the registers; placed among the previous block's tensor-core work so the MUFU
+   * ops overlap it (rows past the block's end are zero, and SiLU(0) = 0). */
+  auto activate = [&](bool with_q) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      float a = lh_bf(lh_tobf(lh_silu(lh_bf(e[2 * i])))), b = lh_bf(lh_tobf(lh_silu(lh_bf(e[2 * i + 1]))));
-      rp[i] = lh_pack_bf16(a * scale, b * scale);
+    for (int c = 0; c < C; c++) {
+      if (with_q) qr[c] = lw_silu8(qr[c]);
+      kr[c] = lw_silu8(kr[c]);
+      vr[c] = lw_silu8(vr[c]);
     }
-    return r;
   };
-  auto stash = [&](int cb) {
+  auto stash = [&](int cb, bool with_q) {
 #pragma unroll
-    for (int c = 0; c < QC; c++) {
-      int idx = tid + c * LTHREADS, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
-      *reinterpret_cast<uint4 *>(Qs + row * L::QLD + col) = silu8(qr[c], 1.0f);
-      *reinterpret_cast<uint4 *>(Ks + row * L::QLD + col) = silu8(kr[c], 1.0f);
-    }
-#pragma unroll
-    for (int c = 0; c < VC; c++) {
-      int idx = tid + c * LTHREADS, row = idx / (DV / 8), col = (idx % (DV / 8)) * 8;
-      float kd = row < cb ? __expf(-s * (float)(cb - 1 - row)) : 0.0f;
-      *reinterpret_cast<uint4 *>(Vs + row * L::VLD + col) = silu8(vr[c], 1.0f);
-      *reinterpret_cast<uint4 *>(Vds + row * L::VLD + col) = silu8(vr[c], kd);
+    for (int c = 0; c < C; c++) {
+      int idx = tid + c * NT, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
+      float kd = row < cb ? dec[cb - 1 - row] : 0.0f;
+      if (with_q) *reinterpret_cast<uint4 *>(Qs + row * L::LD + col) = qr[c];
+      *reinterpret_cast<uint4 *>(Ks + row * L::LD + col) = kr[c];
+      if (with_q) *reinterpret_cast<uint4 *>(Vs + row * L::LD + col) = vr[c];
+      *reinterpret_cast<uint4 *>(Vds + row * L::LD + col) = lw_scale8(vr[c], kd);
     }
   };
 
-  /* Warp tiles. Phase A (Q K^T, 64x64): rows ra, 32 cols from ca. Phase B (O, 64 x DV): rows ra,
-   * DV/2 cols from cb0. Phase C (S, D x DV): rows rs, cols from cs. */
-  const int ra = 16 * (w & 3), ca = 32 * (w >> 2);
-  constexpr int NB = DV / 16; /* n-tiles of phase B per warp (DV/2 cols) */
-  const int cb0 = (DV / 2) * (w >> 2);
-  constexpr int RT = D / 16, CG = 8 / RT, NC = DV / CG / 8; /* phase C: n-tiles per warp */
-  static_assert(RT * CG == 8 && NC >= 1 && NB >= 2 && NB % 2 == 0, "warp tiling");
-  const int rs = 16 * (w % RT), cs = (DV / CG) * (w / RT);
-
-  const float qd0 = expf(-s * (float)(ra + g + 1)), qd1 = expf(-s * (float)(ra + g + 9));
+  /* Warp tiles (NW/4 column groups). A (Q K^T, 64 x 64): 16 rows from ra, WA cols from ca. B (O,
+   * 64 x D): 16 rows from ra, 32 cols from cb0. C (S, D x D): 16 rows from rs, D/2 cols from cs. */
+  constexpr int WA = 256 / NW, NA = WA / 8, NB = 4, RT = D / 16, CG = NW / RT, NC = D / CG / 8;
+  static_assert(C == 2 && RT * CG == NW && NC >= 2 && NC % 2 == 0 && NA % 2 == 0, "warp tiling");
+  const int ra = 16 * (w & 3), ca = WA * (w >> 2), cb0 = 32 * (w >> 2);
+  const int rs = 16 * (w % RT), cs = (D / CG) * (w / RT);
+  __syncthreads(); /* dec */
+  const float qd0 = dec[ra + g + 1], qd1 = dec[ra + g + 9];
 
   float acc_s[NC][4];
 #pragma unroll
@@ -126,6 +173,15 @@ static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
     float2 b = *reinterpret_cast<const float2 *>(state + (int64_t)(rs + g + 8) * D + col);
     acc_s[nt][0] = a.x, acc_s[nt][1] = a.y, acc_s[nt][2] = b.x, acc_s[nt][3] = b.y;
   }
+  if (split && part == 0) {
+    __syncthreads(); /* every thread holds its share of the entering state */
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(sync + blockIdx.z * H + h, 1);
+    }
+  }
+  /* S as hi + lo bf16 halves: hi is S truncated to bf16 (a bit mask and a byte permute: no
+   * conversion op), lo = S - hi exactly, then rounded; hi + lo keeps about 16 bits of S. */
   auto put_state = [&]() {
 #pragma unroll
     for (int nt = 0; nt < NC; nt++)
@@ -133,94 +189,122 @@ static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
       for (int hlf = 0; hlf < 2; hlf++) {
         int row = rs + g + 8 * hlf, col = cs + 8 * nt + 2 * t4;
         float x0 = acc_s[nt][2 * hlf], x1 = acc_s[nt][2 * hlf + 1];
-        bf16 h0 = lh_tobf(x0), h1 = lh_tobf(x1);
-        *reinterpret_cast<uint32_t *>(Shi + row * L::VLD + col) = lh_pack_bf16(lh_bf(h0), lh_bf(h1));
-        *reinterpret_cast<uint32_t *>(Slo + row * L::VLD + col) = lh_pack_bf16(x0 - lh_bf(h0), x1 - lh_bf(h1));
+        uint32_t b0 = __float_as_uint(x0), b1 = __float_as_uint(x1);
+        *reinterpret_cast<uint32_t *>(Shi + row * L::LD + col) = __byte_perm(b0, b1, 0x7632);
+        *reinterpret_cast<uint32_t *>(Slo + row * L::LD + col) =
+            lh_pack_bf16(x0 - __uint_as_float(b0 & 0xffff0000u), x1 - __uint_as_float(b1 & 0xffff0000u));
       }
   };
-  put_state();
+  /* S = exp(-s cb) S + K^T (kd V), from Ks and Vds. */
+  auto update_state = [&](int cbk) {
+    const float bd = dec[cbk];
+#pragma unroll
+    for (int nt = 0; nt < NC; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc_s[nt][e] *= bd;
+#pragma unroll
+    for (int ks = 0; ks < LT / 16; ks++) {
+      uint32_t a[4];
+      lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Ks, L::LD, rs, 16 * ks));
+      mma_strip<NC / 2>(acc_s, a, Vds, L::LD, 16 * ks, cs);
+    }
+  };
 
-  const int64_t n = seg.nrows;
-  const int nblocks = (int)((n + LT - 1) / LT);
-  fetch(0, (int)(n < LT ? n : LT));
+  int64_t r_begin = 0, r_end = x;
+  if (part == 1) {
+    /* Advance the state over [0, x): full blocks only (x is a multiple of LT). */
+    const int nadv = (int)(x / LT);
+    fetch(0, LT, false);
+    activate(false);
+    for (int blk = 0; blk < nadv; blk++) {
+      stash(LT, false);
+      __syncthreads();
+      const bool more = blk + 1 < nadv;
+      if (more) fetch((int64_t)(blk + 1) * LT, LT, false);
+      else fetch(x, (int)(n - x < LT ? n - x : LT), true); /* the first block part 1 runs in full */
+      update_state(LT);
+      activate(!more);
+      __syncthreads(); /* Ks and Vds are read */
+    }
+    r_begin = x, r_end = n;
+  } else {
+    fetch(0, (int)(r_end < LT ? r_end : LT), true);
+    activate(true);
+  }
+  put_state();
+  const bool writes_state = !split || part == 1;
+
+  const int nblocks = (int)((r_end - r_begin + LT - 1) / LT);
   for (int blk = 0; blk < nblocks; blk++) {
-    const int64_t r0 = (int64_t)blk * LT;
-    const int cbk = (int)(n - r0 < LT ? n - r0 : LT);
-    stash(cbk);
+    const int64_t r0 = r_begin + (int64_t)blk * LT;
+    const int cbk = (int)(r_end - r0 < LT ? r_end - r0 : LT);
+    stash(cbk, true);
     __syncthreads();
-    if (blk + 1 < nblocks) {
+    const bool more = blk + 1 < nblocks;
+    if (more) {
       int64_t r1 = r0 + LT;
-      fetch(r1, (int)(n - r1 < LT ? n - r1 : LT));
+      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
     }
 
-    /* Phase A: P = (Q K^T) * D -> Ps (bf16). */
+    /* A: P = (Q K^T) * D -> Ps; 16-column tiles entirely above the diagonal are zero. */
     {
-      float acc[4][4] = {};
+      float acc[NA][4] = {};
+      if (ca <= ra) {
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ks++) {
-        uint32_t a[4];
-        lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::QLD, ra, 16 * ks));
+        for (int ks = 0; ks < D / 16; ks++) {
+          uint32_t a[4];
+          lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
 #pragma unroll
-        for (int np = 0; np < 2; np++) {
-          uint32_t b0, b1, b2, b3;
-          lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, L::QLD, ca + 16 * np, 16 * ks));
-          lh_mma(acc[2 * np], a, b0, b1);
-          lh_mma(acc[2 * np + 1], a, b2, b3);
+          for (int np = 0; np < NA / 2; np++) {
+            if (ca + 16 * np > ra) break;
+            uint32_t b0, b1, b2, b3;
+            lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, L::LD, ca + 16 * np, 16 * ks));
+            lh_mma(acc[2 * np], a, b0, b1);
+            lh_mma(acc[2 * np + 1], a, b2, b3);
+          }
         }
       }
-      /* decay mask D_ij = exp(-s (i - j)) for j <= i (recomputed: registers are scarcer than MUFU) */
 #pragma unroll
-      for (int nt = 0; nt < 4; nt++)
+      for (int nt = 0; nt < NA; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
-          acc[nt][e] = dij >= 0 ? acc[nt][e] * __expf(-s * (float)dij) : 0.0f;
+          acc[nt][e] = dij >= 0 ? acc[nt][e] * dec[dij] : 0.0f;
         }
 #pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
+      for (int nt = 0; nt < NA; nt++) {
         int col = ca + 8 * nt + 2 * t4;
         *reinterpret_cast<uint32_t *>(Ps + (ra + g) * L::PLD + col) = lh_pack_bf16(acc[nt][0], acc[nt][1]);
         *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * L::PLD + col) = lh_pack_bf16(acc[nt][2], acc[nt][3]);
       }
     }
 
-    /* Phase B: O = qd * (Q S_hi + Q S_lo) + P V. */
+    /* B: O = qd * (Q S_hi + Q S_lo) + P V. */
     float acc_o[NB][4] = {};
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++) {
       uint32_t a[4];
-      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::QLD, ra, 16 * ks));
-#pragma unroll
-      for (int np = 0; np < NB / 2; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Shi, L::VLD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Slo, L::VLD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-      }
+      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
+      mma_strip<NB / 2>(acc_o, a, Shi, L::LD, 16 * ks, cb0);
+      mma_strip<NB / 2>(acc_o, a, Slo, L::LD, 16 * ks, cb0);
     }
 #pragma unroll
     for (int nt = 0; nt < NB; nt++) {
       acc_o[nt][0] *= qd0, acc_o[nt][1] *= qd0, acc_o[nt][2] *= qd1, acc_o[nt][3] *= qd1;
     }
+    activate(true); /* the next block's q, k, v (after the last block: unused); no branch, so the
+                       scheduler can interleave it with the tensor-core work above */
     __syncthreads(); /* Ps complete */
 #pragma unroll
     for (int ks = 0; ks < LT / 16; ks++) {
+      if (16 * ks > ra) break; /* P's rows ra..ra+15 are zero past column ra+15 */
       uint32_t a[4];
       lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Ps, L::PLD, ra, 16 * ks));
-#pragma unroll
-      for (int np = 0; np < NB / 2; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Vs, L::VLD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-      }
+      mma_strip<NB / 2>(acc_o, a, Vs, L::LD, 16 * ks, cb0);
     }
 #pragma unroll
     for (int nt = 0; nt < NB; nt++) {
-      int col = h * D + vh * DV + cb0 + 8 * nt + 2 * t4;
+      int col = h * D + cb0 + 8 * nt + 2 * t4;
       int i0 = ra + g, i1 = ra + g + 8;
       if (i0 < cbk)
         *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i0) * o_stride + col) =
@@ -230,30 +314,21 @@ static __global__ void __launch_bounds__(LTHREADS, (DV * 4 <= D ? 2 : 1))
             lh_pack_bf16(acc_o[nt][2], acc_o[nt][3]);
     }
 
-    /* Phase C: S = exp(-s cb) S + K^T (kd * V). */
-    {
-      const float bd = expf(-s * (float)cbk);
-#pragma unroll
-      for (int nt = 0; nt < NC; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc_s[nt][e] *= bd;
-#pragma unroll
-      for (int ks = 0; ks < LT / 16; ks++) {
-        uint32_t a[4];
-        lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Ks, L::QLD, rs, 16 * ks));
-#pragma unroll
-        for (int np = 0; np < (NC + 1) / 2; np++) {
-          uint32_t b0, b1, b2, b3;
-          lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Vds, L::VLD, 16 * ks, cs + 16 * np));
-          lh_mma(acc_s[2 * np], a, b0, b1);
-          if (2 * np + 1 < NC) lh_mma(acc_s[2 * np + 1], a, b2, b3);
-        }
-      }
-    }
+    /* C: the state for the next block (not needed after part 0's last block). */
+    const bool last = blk + 1 == nblocks;
+    if (!last || writes_state) update_state(cbk);
     __syncthreads(); /* every read of Q, K, V, Vd, P, S_hi, S_lo in this block is done */
-    put_state();
+    if (!last) put_state();
   }
 
+  if (!writes_state) return;
+  if (split) {
+    if (tid == 0) {
+      while (atomicAdd(sync + blockIdx.z * H + h, 0) == 0) __nanosleep(200);
+      atomicExch(sync + blockIdx.z * H + h, 0);
+    }
+    __syncthreads(); /* part 0 has read the entering state */
+  }
 #pragma unroll
   for (int nt = 0; nt < NC; nt++) {
     int col = cs + 8 * nt + 2 * t4;
@@ -308,336 +383,25 @@ static __global__ void lightning_recurrent(const bf16 *__restrict__ qkv, int64_t
   for (int i = tid; i < D * D; i += blockDim.x) state[i] = S[i];
 }
 
-/* ---- the wide kernel: one CTA of 16 warps per (head, part), the whole head's state ------------------
- *
- * The blocked kernel above gives each of its CTAs half of a head's v dims, so both halves compute the
- * same Q K^T and the same SiLU of q and k, and one 8-warp CTA per SM issued only every ~2.7 cycles per
- * scheduler (ncu, 64K tokens: 255 registers, occupancy 12.5%, 1.9e9 instructions, 30% of them the
- * SiLU's fp32 work). This kernel owns the whole d x d state per CTA with 16 warps (twice the warps per
- * SM, no duplicated work), computes SiLU(v) once for V and kd*V, and skips the tiles of Q K^T and
- * P V that the causal mask makes zero.
- *
- * With one CTA per head only 64 of 132 SMs would work, so a long segment is cut in two parts at row
- * x (a multiple of 64, about 0.62 n): part 0 runs rows [0, x) from the entering state; part 1 first
- * advances the state over [0, x) with the state update alone (SiLU of k and v and K^T (kd V): about
- * 40% of a full block's work), then runs rows [x, n) and writes the final state. Part 1's state at
- * x is computed by the same instructions in the same order as part 0's would be, so the output is
- * the same whether or not a segment is cut. Part 0 reads the entering state that part 1 overwrites
- * at the end: part 0 counts sync[seg * H + h] up once it has read it, part 1 waits for that before
- * writing and sets it back to 0 (so sync must start zeroed, and is left zeroed). That wait relies on
- * part 0 (the lower block index) having been started, as CUB's decoupled look-back does. */
-#define LW_WARPS 16
-#define LW_THREADS (LW_WARPS * 32)
-
 template <int D>
-struct wsmem {
-  static constexpr int LD = D + 8, PLD = LT + 8;
-  static constexpr int q = 0, k = q + LT * LD, v = k + LT * LD, vd = v + LT * LD, p = vd + LT * LD;
-  static constexpr int shi = p + LT * PLD, slo = shi + D * LD, total = slo + D * LD; /* bf16 elements */
-};
-
-/* SiLU as x * rcp(1 + 2^(-x log2 e)) with the approximate, denormal-flushing ex2 and rcp: 5
- * instructions (2 of them MUFU); __expf and __fdividef add range checks that cost 6 more. Relative
- * error about 2^-22, far below the bf16 rounding that follows; large |x| give x and -0, and a NaN
- * stays a NaN. (Three Newton steps on the FMA pipe instead of the MUFU rcp were measured: the MUFU
- * pipe's load fell from 33% to 14% of its peak and the time did not change, as the kernel is bound
- * by instruction issue, not by that pipe.) */
-static __device__ __forceinline__ float lw_silu(float x) {
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-  return x * r;
-}
-/* 8 bf16 (one 16-byte chunk) through SiLU, rounded back to bf16. */
-static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
-  const uint32_t *w = &u.x;
-  uint4 r;
-  uint32_t *rp = &r.x;
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-    rp[i] = lh_pack_bf16(lw_silu(__uint_as_float(w[i] << 16)), lw_silu(__uint_as_float(w[i] & 0xffff0000u)));
-  return r;
-}
-/* 8 bf16 times a scale, rounded to bf16. */
-static __device__ __forceinline__ uint4 lw_scale8(uint4 u, float f) {
-  const uint32_t *w = &u.x;
-  uint4 r;
-  uint32_t *rp = &r.x;
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-    rp[i] = lh_pack_bf16(__uint_as_float(w[i] << 16) * f, __uint_as_float(w[i] & 0xffff0000u) * f);
-  return r;
-}
-
-template <int D>
-static __global__ void __launch_bounds__(LW_THREADS, 1)
-    lightning_wide(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
-                   const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync,
-                   int64_t split_min, int split_q) {
-  typedef wsmem<D> L;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16 *sm = reinterpret_cast<bf16 *>(smem_raw);
-  bf16 *Qs = sm + L::q, *Ks = sm + L::k, *Vs = sm + L::v, *Vds = sm + L::vd, *Ps = sm + L::p;
-  bf16 *Shi = sm + L::shi, *Slo = sm + L::slo;
-  float *dec = reinterpret_cast<float *>(sm + L::total); /* dec[k] = exp(-s k), k = 0..LT */
-
-  const int part = blockIdx.x, h = blockIdx.y;
-  const lh_cuda_lseg seg = segs[blockIdx.z];
-  const int64_t n = seg.nrows;
-  if (n <= 0) return;
-  const bool split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
-  if (part == 1 && !split) return;
-  const int64_t x = split ? (n * split_q / 1024) / LT * LT : n; /* part 0: [0, x); part 1: [x, n) */
-  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  const float s = slope[h];
-  float *state = seg.state + (int64_t)h * D * D;
-  const bf16 *base = qkv + (int64_t)h * 3 * D;
-  if (tid <= LT) dec[tid] = expf(-s * (float)tid);
-
-  /* Raw q/k/v of one block in registers (C chunks of 16 bytes each per thread), fetched while the
-   * previous block computes. */
-  constexpr int C = LT * D / 8 / LW_THREADS;
-  static_assert(C >= 1, "head too small for the wide kernel");
-  uint4 qr[C], kr[C], vr[C];
-  auto fetch = [&](int64_t r0, int cb, bool with_q) {
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-      int idx = tid + c * LW_THREADS, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
-      const bf16 *p = base + (seg.row0 + r0 + row) * qkv_stride + col;
-      const bool ok = row < cb;
-      if (with_q) qr[c] = ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
-      kr[c] = ok ? *reinterpret_cast<const uint4 *>(p + D) : make_uint4(0, 0, 0, 0);
-      vr[c] = ok ? *reinterpret_cast<const uint4 *>(p + 2 * D) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  /* SiLU in place in the registers; placed among the previous block's tensor-core work so the MUFU
-   * ops overlap it (rows past the block's end are zero, and SiLU(0) = 0). */
-  auto activate = [&](bool with_q) {
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-      if (with_q) qr[c] = lw_silu8(qr[c]);
-      kr[c] = lw_silu8(kr[c]);
-      vr[c] = lw_silu8(vr[c]);
-    }
-  };
-  auto stash = [&](int cb, bool with_q) {
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-      int idx = tid + c * LW_THREADS, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
-      float kd = row < cb ? dec[cb - 1 - row] : 0.0f;
-      if (with_q) *reinterpret_cast<uint4 *>(Qs + row * L::LD + col) = qr[c];
-      *reinterpret_cast<uint4 *>(Ks + row * L::LD + col) = kr[c];
-      if (with_q) *reinterpret_cast<uint4 *>(Vs + row * L::LD + col) = vr[c];
-      *reinterpret_cast<uint4 *>(Vds + row * L::LD + col) = lw_scale8(vr[c], kd);
-    }
-  };
-
-  /* Warp tiles. A (Q K^T, 64 x 64): rows ra, 16 cols from ca. B (O, 64 x D): rows ra, D/4 cols
-   * from cb0. C (S, D x D): 16 rows from rs, D/2 cols from cs. */
-  const int ra = 16 * (w & 3), ca = 16 * (w >> 2), cb0 = (D / 4) * (w >> 2);
-  constexpr int NB = D / 32;            /* n-tiles of B per warp */
-  constexpr int RT = D / 16, CG = LW_WARPS / RT, NC = D / CG / 8;
-  static_assert(RT * CG == LW_WARPS && NC >= 2 && NC % 2 == 0 && NB % 2 == 0, "warp tiling");
-  const int rs = 16 * (w % RT), cs = (D / CG) * (w / RT);
-  __syncthreads(); /* dec */
-  const float qd0 = dec[ra + g + 1], qd1 = dec[ra + g + 9];
-
-  float acc_s[NC][4];
-#pragma unroll
-  for (int nt = 0; nt < NC; nt++) {
-    int col = cs + 8 * nt + 2 * t4;
-    float2 a = *reinterpret_cast<const float2 *>(state + (int64_t)(rs + g) * D + col);
-    float2 b = *reinterpret_cast<const float2 *>(state + (int64_t)(rs + g + 8) * D + col);
-    acc_s[nt][0] = a.x, acc_s[nt][1] = a.y, acc_s[nt][2] = b.x, acc_s[nt][3] = b.y;
-  }
-  if (split && part == 0) {
-    __syncthreads(); /* every thread holds its share of the entering state */
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(sync + blockIdx.z * H + h, 1);
-    }
-  }
-  /* S as hi + lo bf16 halves: hi is S truncated to bf16 (a bit mask and a byte permute: no
-   * conversion op), lo = S - hi exactly, then rounded; hi + lo keeps about 16 bits of S. */
-  auto put_state = [&]() {
-#pragma unroll
-    for (int nt = 0; nt < NC; nt++)
-#pragma unroll
-      for (int hlf = 0; hlf < 2; hlf++) {
-        int row = rs + g + 8 * hlf, col = cs + 8 * nt + 2 * t4;
-        float x0 = acc_s[nt][2 * hlf], x1 = acc_s[nt][2 * hlf + 1];
-        uint32_t b0 = __float_as_uint(x0), b1 = __float_as_uint(x1);
-        *reinterpret_cast<uint32_t *>(Shi + row * L::LD + col) = __byte_perm(b0, b1, 0x7632);
-        *reinterpret_cast<uint32_t *>(Slo + row * L::LD + col) =
-            lh_pack_bf16(x0 - __uint_as_float(b0 & 0xffff0000u), x1 - __uint_as_float(b1 & 0xffff0000u));
-      }
-  };
-  /* S = exp(-s cb) S + K^T (kd V), from Ks and Vds. */
-  auto update_state = [&](int cbk) {
-    const float bd = dec[cbk];
-#pragma unroll
-    for (int nt = 0; nt < NC; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc_s[nt][e] *= bd;
-#pragma unroll
-    for (int ks = 0; ks < LT / 16; ks++) {
-      uint32_t a[4];
-      lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Ks, L::LD, rs, 16 * ks));
-#pragma unroll
-      for (int np = 0; np < NC / 2; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Vds, L::LD, 16 * ks, cs + 16 * np));
-        lh_mma(acc_s[2 * np], a, b0, b1);
-        lh_mma(acc_s[2 * np + 1], a, b2, b3);
-      }
-    }
-  };
-
-  int64_t r_begin = 0, r_end = x;
-  if (part == 1) {
-    /* Advance the state over [0, x): full blocks only (x is a multiple of LT). */
-    const int nadv = (int)(x / LT);
-    fetch(0, LT, false);
-    activate(false);
-    for (int blk = 0; blk < nadv; blk++) {
-      stash(LT, false);
-      __syncthreads();
-      const bool more = blk + 1 < nadv;
-      if (more) fetch((int64_t)(blk + 1) * LT, LT, false);
-      else fetch(x, (int)(n - x < LT ? n - x : LT), true); /* the first block part 1 runs in full */
-      update_state(LT);
-      activate(!more);
-      __syncthreads(); /* Ks and Vds are read */
-    }
-    r_begin = x, r_end = n;
-  } else {
-    fetch(0, (int)(r_end < LT ? r_end : LT), true);
-    activate(true);
-  }
-  put_state();
-  const bool writes_state = !split || part == 1;
-
-  const int nblocks = (int)((r_end - r_begin + LT - 1) / LT);
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int64_t r0 = r_begin + (int64_t)blk * LT;
-    const int cbk = (int)(r_end - r0 < LT ? r_end - r0 : LT);
-    stash(cbk, true);
-    __syncthreads();
-    const bool more = blk + 1 < nblocks;
-    if (more) {
-      int64_t r1 = r0 + LT;
-      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
-    }
-
-    /* A: P = (Q K^T) * D -> Ps; tiles entirely above the diagonal are zero. */
-    {
-      float acc[2][4] = {};
-      if (ca <= ra) {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-          uint32_t a[4], b0, b1, b2, b3;
-          lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
-          lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, L::LD, ca, 16 * ks));
-          lh_mma(acc[0], a, b0, b1);
-          lh_mma(acc[1], a, b2, b3);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
-            acc[nt][e] = dij >= 0 ? acc[nt][e] * dec[dij] : 0.0f;
-          }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; nt++) {
-        int col = ca + 8 * nt + 2 * t4;
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g) * L::PLD + col) = lh_pack_bf16(acc[nt][0], acc[nt][1]);
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * L::PLD + col) = lh_pack_bf16(acc[nt][2], acc[nt][3]);
-      }
-    }
-
-    /* B: O = qd * (Q S_hi + Q S_lo) + P V. */
-    float acc_o[NB][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
-      uint32_t a[4];
-      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
-#pragma unroll
-      for (int np = 0; np < NB / 2; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Shi, L::LD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Slo, L::LD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NB; nt++) {
-      acc_o[nt][0] *= qd0, acc_o[nt][1] *= qd0, acc_o[nt][2] *= qd1, acc_o[nt][3] *= qd1;
-    }
-    activate(true); /* the next block's q, k, v (after the last block: unused); no branch, so the
-                       scheduler can interleave it with the tensor-core work above */
-    __syncthreads(); /* Ps complete */
-#pragma unroll
-    for (int ks = 0; ks < LT / 16; ks++) {
-      if (16 * ks > ra) break; /* P's rows ra..ra+15 are zero past column ra+15 */
-      uint32_t a[4];
-      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Ps, L::PLD, ra, 16 * ks));
-#pragma unroll
-      for (int np = 0; np < NB / 2; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(Vs, L::LD, 16 * ks, cb0 + 16 * np));
-        lh_mma(acc_o[2 * np], a, b0, b1);
-        lh_mma(acc_o[2 * np + 1], a, b2, b3);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NB; nt++) {
-      int col = h * D + cb0 + 8 * nt + 2 * t4;
-      int i0 = ra + g, i1 = ra + g + 8;
-      if (i0 < cbk)
-        *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i0) * o_stride + col) =
-            lh_pack_bf16(acc_o[nt][0], acc_o[nt][1]);
-      if (i1 < cbk)
-        *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i1) * o_stride + col) =
-            lh_pack_bf16(acc_o[nt][2], acc_o[nt][3]);
-    }
-
-    /* C: the state for the next block (not needed after part 0's last block). */
-    const bool last = blk + 1 == nblocks;
-    if (!last || writes_state) update_state(cbk);
-    __syncthreads(); /* every read of Q, K, V, Vd, P, S_hi, S_lo in this block is done */
-    if (!last) put_state();
-  }
-
-  if (!writes_state) return;
-  if (split) {
-    if (tid == 0) {
-      while (atomicAdd(sync + blockIdx.z * H + h, 0) == 0) __nanosleep(200);
-      atomicExch(sync + blockIdx.z * H + h, 0);
-    }
-    __syncthreads(); /* part 0 has read the entering state */
-  }
-#pragma unroll
-  for (int nt = 0; nt < NC; nt++) {
-    int col = cs + 8 * nt + 2 * t4;
-    *reinterpret_cast<float2 *>(state + (int64_t)(rs + g) * D + col) = make_float2(acc_s[nt][0], acc_s[nt][1]);
-    *reinterpret_cast<float2 *>(state + (int64_t)(rs + g + 8) * D + col) = make_float2(acc_s[nt][2], acc_s[nt][3]);
-  }
-}
-
-template <int D, int DV>
 static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                  int nseg, int H, const float *slope, void *o, int64_t o_stride) {
-  size_t smem = (size_t)lsmem<D, DV>::total * sizeof(bf16);
-  cudaError_t e = cudaFuncSetAttribute(lightning_blocked<D, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                                  int nseg, int H, const float *slope, void *o, int64_t o_stride, int *sync,
+                                  int split_q) {
+  if (split_q <= 0 || split_q >= 1024) split_q = LH_CUDA_LIGHTNING_SPLIT_Q;
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      sms = 1;
+  }
+  /* Cut segments in two only where the CTAs of whole segments would leave SMs idle. */
+  const int parts = sync && (int64_t)nseg * H < sms ? 2 : 1;
+  size_t smem = (size_t)lsmem<D>::total * sizeof(bf16) + (LT + 1) * sizeof(float);
+  cudaError_t e = cudaFuncSetAttribute(lightning_blocked<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
-  dim3 grid(D / DV, H, nseg);
-  lightning_blocked<D, DV><<<grid, LTHREADS, smem, st>>>((const bf16 *)qkv, qkv_stride, segs, H, slope, (bf16 *)o,
-                                                         o_stride);
+  lightning_blocked<D><<<dim3(parts, H, nseg), D * 4, smem, st>>>((const bf16 *)qkv, qkv_stride, segs, H, slope,
+                                                                  (bf16 *)o, o_stride, sync, LH_CUDA_LIGHTNING_SPLIT_MIN,
+                                                                  split_q);
   return cudaGetLastError();
 }
 
@@ -658,43 +422,14 @@ extern "C" cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t lh_cuda_lightning_dv(cudaStream_t st, const void *qkv, int64_t qkv_stride,
-                                            const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope,
-                                            void *o, int64_t o_stride, int dv) {
+extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
+                                         int nseg, int H, int d, const float *slope, void *o, int64_t o_stride, int *sync,
+                                         int split_q) {
   if (nseg <= 0) return cudaSuccess;
   switch (d) {
-    case 128:
-      if (dv == 32) return launch_blocked<128, 32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
-      return launch_blocked<128, 64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
-    case 64: return launch_blocked<64, 64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
-    case 32: return launch_blocked<32, 32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride);
+    case 128: return launch_blocked<128>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
+    case 64: return launch_blocked<64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
+    case 32: return launch_blocked<32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
     default: return lh_cuda_lightning_recurrent(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride);
   }
-}
-
-extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                         int nseg, int H, int d, const float *slope, void *o, int64_t o_stride) {
-  return lh_cuda_lightning_dv(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride, 0);
-}
-
-extern "C" cudaError_t lh_cuda_lightning_wide(cudaStream_t st, const void *qkv, int64_t qkv_stride,
-                                              const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope,
-                                              void *o, int64_t o_stride, int *sync, int64_t split_min, int split_q) {
-  if (nseg <= 0) return cudaSuccess;
-  if (d != 128) return lh_cuda_lightning_dv(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride, 0);
-  if (split_q <= 0 || split_q >= 1024) split_q = LH_CUDA_LIGHTNING_SPLIT_Q;
-  static int sms = 0;
-  if (!sms) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      sms = 1;
-  }
-  /* Cut segments in two only where the CTAs of whole segments would leave SMs idle. */
-  const int parts = sync && (int64_t)nseg * H < sms ? 2 : 1;
-  size_t smem = (size_t)wsmem<128>::total * sizeof(bf16) + (LT + 1) * sizeof(float);
-  cudaError_t e = cudaFuncSetAttribute(lightning_wide<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess) return e;
-  lightning_wide<128><<<dim3(parts, H, nseg), LW_THREADS, smem, st>>>((const bf16 *)qkv, qkv_stride, segs, H, slope,
-                                                                       (bf16 *)o, o_stride, sync, split_min, split_q);
-  return cudaGetLastError();
 }

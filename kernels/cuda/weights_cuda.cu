@@ -176,7 +176,7 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   b->max_rows = max_rows;
   b->device = device;
   b->tune.moe_grouped = 0;
-  b->tune.lightning_dv = 0;
+  b->tune.lightning_whole = 0;
   const char *attn = getenv("LH_CUDA_ATTN");
   b->tune.attn_cudnn = attn && !strcmp(attn, "own") ? 1 : attn && !strcmp(attn, "cudnn") ? 2 : 0;
   b->layers.resize(cfg->n_layers);

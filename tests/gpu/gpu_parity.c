@@ -990,7 +990,9 @@ static float *dl_bf16(const void *d, int64_t n) {
 }
 
 
-static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
+/* The blocked kernel over n rows with the segment cut in two (H < the SMs), against the reference;
+ * then the same not cut must give the same bits. */
+static void kernel_lightning_long(int64_t n, int H, int d) {
   const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
   uint16_t *qkv = rand_bf16(n * stride, 2.0f);
   float *qf = malloc((size_t)n * stride * 4), *st = rand_f(sb, 0.05f, 0.0f), *slope = malloc(H * 4);
@@ -1006,41 +1008,33 @@ static void kernel_lightning_long(int64_t n, int H, int d, int dv) {
   check_cuda(cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   check_cuda(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
   check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
-  /* dv 128: the wide kernel, with the segment cut in two (sync flags given) */
   int *dsync = dmalloc((size_t)H * sizeof(int));
   check_cuda(cudaMemset(dsync, 0, (size_t)H * sizeof(int)), "memset");
-  if (dv == 128)
-    check_cuda(lh_cuda_lightning_wide(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dsync, LH_CUDA_LIGHTNING_SPLIT_MIN, 0),
-               "lh_cuda_lightning_wide");
-  else
-    check_cuda(lh_cuda_lightning_dv(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dv), "lh_cuda_lightning");
+  check_cuda(lh_cuda_lightning(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dsync, 0), "lh_cuda_lightning");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
   check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
   char what[96];
-  if (dv == 128)
-    snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d wide (cut), state in", (long long)n, H, d);
-  else
-    snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d dv %d, state in", (long long)n, H, d, dv);
+  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d (cut), state in", (long long)n, H, d);
   report("real", what, got, ref, n * Hd, TOL_BF16);
   report("real", "kernel lightning state out", gst, st, sb, TOL_BF16);
-  if (dv == 128) {
+  {
     /* The flags are back to zero, and the same segment not cut gives the same bits. */
     int *hs = malloc((size_t)H * sizeof(int)), *zero = calloc((size_t)H, sizeof(int));
     check_cuda(cudaMemcpy(hs, dsync, (size_t)H * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    report_bits("real", "kernel lightning wide: sync flags zero after", hs, zero, (size_t)H * sizeof(int));
+    report_bits("real", "kernel lightning: sync flags zero after", hs, zero, (size_t)H * sizeof(int));
     uint16_t *a = malloc((size_t)n * Hd * 2), *b2 = malloc((size_t)n * Hd * 2);
     float *gst2 = malloc((size_t)sb * 4);
     check_cuda(cudaMemcpy(a, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(dst, st0, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
-    check_cuda(lh_cuda_lightning_wide(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, NULL, 0, 0), "lh_cuda_lightning_wide");
+    check_cuda(lh_cuda_lightning(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, NULL, 0), "lh_cuda_lightning");
     check_cuda(cudaDeviceSynchronize(), "sync");
     check_cuda(cudaMemcpy(b2, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(gst2, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    report_bits("real", "kernel lightning wide: cut == not cut, output", a, b2, (size_t)n * Hd * 2);
-    report_bits("real", "kernel lightning wide: cut == not cut, state", gst, gst2, (size_t)sb * 4);
+    report_bits("real", "kernel lightning: cut == not cut, output", a, b2, (size_t)n * Hd * 2);
+    report_bits("real", "kernel lightning: cut == not cut, state", gst, gst2, (size_t)sb * 4);
     free(hs), free(zero), free(a), free(b2), free(gst2);
   }
   cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg), cudaFree(dsync);
@@ -1180,10 +1174,10 @@ int main(int argc, char **argv) {
     run_suite("real-L", make_cfg(6144, 64, 8, 128, 32, 9216, 2, 512, "L", 64), 256, 64, 0, 64, 0);
     run_suite("real-S", make_cfg(6144, 64, 8, 128, 2, 256, 2, 512, "S", 64), 256, 64, 1100, 16, 0);
     lh_sha256_init(&g_digest);
-    kernel_lightning_long(2048, 64, 128, 128);
-    kernel_lightning_long(8191, 8, 128, 128);
-    kernel_lightning_long(2048, 64, 128, 64);
-    kernel_lightning_long(2048, 64, 128, 32);
+    kernel_lightning_long(2048, 64, 128);
+    kernel_lightning_long(8191, 8, 128);
+    kernel_lightning_long(3000, 16, 64);
+    kernel_lightning_long(3001, 16, 32);
     int64_t dp[3] = {3000, 1023, 2047};
     kernel_attention_long(900, 300, dp, 64, 8, 128);
     print_digest("real-kernels");
