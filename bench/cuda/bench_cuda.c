@@ -257,6 +257,16 @@ typedef struct attn_ctx {
   float *partial;
   int decode;
 } attn_ctx;
+/* The 64-row tiles of one segment of n rows, the ones with the most keys first, into a->tiles
+ * (allocated on first use for n rows; later calls must not have more). */
+static void put_tiles(attn_ctx *a, int64_t n) {
+  a->ntiles = (int)(n / 64);
+  int32_t *t = malloc((size_t)a->ntiles * 8);
+  for (int i = 0; i < a->ntiles; i++) t[2 * i] = 0, t[2 * i + 1] = (a->ntiles - 1 - i) * 64;
+  if (!a->tiles) a->tiles = dmalloc((size_t)a->ntiles * 8);
+  ck(cudaMemcpy(a->tiles, t, (size_t)a->ntiles * 8, cudaMemcpyHostToDevice), "copy");
+  free(t);
+}
 static void run_attn(void *p) {
   attn_ctx *a = p;
   if (a->decode)
@@ -418,12 +428,7 @@ static void bench_attention(cudaStream_t st, int quick) {
       lh_cuda_aseg seg = {0, N, 0, dp};
       a.seg = dmalloc(sizeof seg);
       ck(cudaMemcpy(a.seg, &seg, sizeof seg, cudaMemcpyHostToDevice), "copy");
-      a.ntiles = (int)(N / 64);
-      int32_t *t = malloc(a.ntiles * 8);
-      for (int i = 0; i < a.ntiles; i++) t[2 * i] = 0, t[2 * i + 1] = (a.ntiles - 1 - i) * 64;
-      a.tiles = dmalloc(a.ntiles * 8);
-      ck(cudaMemcpy(a.tiles, t, a.ntiles * 8, cudaMemcpyHostToDevice), "copy");
-      free(t);
+      put_tiles(&a, N);
       double ms = time_ms(st, quick || N > 16384 ? 3 : 10, run_attn, &a);
       double flops = 4.0 * D * H * ((double)N * (N + 1) / 2);
       snprintf(what, sizeof what, "prefill %lldK tokens (one chunk)", (long long)N / 1024);
@@ -437,11 +442,7 @@ static void bench_attention(cudaStream_t st, int quick) {
         const int64_t p0 = N - 16384;
         lh_cuda_aseg cs = {0, 16384, p0, dp};
         ck(cudaMemcpy(a.seg, &cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
-        a.ntiles = 256;
-        int32_t *t2 = malloc(a.ntiles * 8);
-        for (int i = 0; i < a.ntiles; i++) t2[2 * i] = 0, t2[2 * i + 1] = (a.ntiles - 1 - i) * 64;
-        ck(cudaMemcpy(a.tiles, t2, a.ntiles * 8, cudaMemcpyHostToDevice), "copy");
-        free(t2);
+        put_tiles(&a, 16384);
         ms = time_ms(st, 3, run_attn, &a);
         flops = 4.0 * D * H * (16384.0 * p0 + 16384.0 * 16385 / 2);
         snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12);
@@ -472,12 +473,7 @@ static void bench_attention(cudaStream_t st, int quick) {
         lh_cuda_aseg cs = {0, nq2, p0, dp};
         c2.seg = dmalloc(sizeof cs);
         ck(cudaMemcpy(c2.seg, &cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
-        c2.ntiles = (int)(nq2 / 64);
-        int32_t *t2 = malloc(c2.ntiles * 8);
-        for (int i = 0; i < c2.ntiles; i++) t2[2 * i] = 0, t2[2 * i + 1] = (c2.ntiles - 1 - i) * 64;
-        c2.tiles = dmalloc(c2.ntiles * 8);
-        ck(cudaMemcpy(c2.tiles, t2, c2.ntiles * 8, cudaMemcpyHostToDevice), "copy");
-        free(t2);
+        put_tiles(&c2, nq2);
         double ms2 = time_ms(st, 1, run_attn, &c2);
         double fl2 = 4.0 * D * H * ((double)nq2 * p0 + (double)nq2 * (nq2 + 1) / 2);
         snprintf(rate, sizeof rate, "%.0f TFLOP/s", fl2 / (ms2 * 1e-3) / 1e12);

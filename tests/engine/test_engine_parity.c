@@ -20,41 +20,7 @@
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/log.h"
-
-static int meets_bound(const char *what, const float *got, const float *ref, size_t n) {
-  double num = 0, den = 0, maxref = 0, maxerr = 0;
-  for (size_t i = 0; i < n; i++) {
-    double e = (double)got[i] - ref[i];
-    num += e * e;
-    den += (double)ref[i] * ref[i];
-    if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
-    if (!(fabs(e) <= maxerr)) maxerr = e == e ? fabs(e) : INFINITY;
-  }
-  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  int ok = rel <= 1e-4 && maxerr <= 1e-3 * maxref;
-  if (!ok || getenv("LH_TEST_VERBOSE"))
-    fprintf(stderr, "  %s: rel L2 %.3g (bound 1e-4), max abs %.3g (bound %.3g)%s\n", what, rel, maxerr, 1e-3 * maxref,
-            ok ? "" : "  FAIL");
-  return ok;
-}
-
-static int read_ints(const char *path, lh_i32vec *v) {
-  lh_buf b = {0};
-  lh_error err;
-  if (lh_file_read(path, 1 << 24, &b, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 0;
-  }
-  char *p = b.data, *e;
-  for (;;) {
-    long x = strtol(p, &e, 10);
-    if (e == p) break;
-    lh_i32vec_push(v, (int32_t)x);
-    p = e;
-  }
-  lh_buf_free(&b);
-  return v->len > 0;
-}
+#include "tests/engine/hf_parity.h"
 
 static lh_model *open_model(const char *dir, int threads, int max_chunk) {
   lh_model_params p = lh_model_default_params();
@@ -69,24 +35,6 @@ static lh_model *open_model(const char *dir, int threads, int max_chunk) {
   return m;
 }
 
-/* logits of every position, feeding the ids in the chunks of plan (repeated) */
-static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int nplan, float *out) {
-  lh_state *s;
-  lh_error err;
-  if (lh_state_new(m, &s, &err)) return 0;
-  int64_t V = lh_model_config(m)->vocab_size, T = (int64_t)ids->len;
-  int ok = 1;
-  for (int64_t t = 0, i = 0; ok && t < T; i++) {
-    int64_t n = plan[i % nplan] < T - t ? plan[i % nplan] : T - t;
-    if (lh_prefill(s, ids->data + t, n, NULL, out + t * V, &err)) {
-      fprintf(stderr, "prefill: %s\n", err.msg);
-      ok = 0;
-    }
-    t += n;
-  }
-  lh_state_free(s);
-  return ok;
-}
 
 static void check_fixture(const char *dir, const char *name) {
   char path[2400];
@@ -117,7 +65,7 @@ static void check_fixture(const char *dir, const char *name) {
   int whole[1] = {(int)T};
   CHECK(run_plan(m, &ids, whole, 1, got));
   snprintf(what, sizeof what, "%s: one pass vs HF", name);
-  CHECK_MSG(meets_bound(what, got, ref, (size_t)(T * V)), "%s", what);
+  CHECK_MSG(meets_bound_rows(what, got, ref, NULL, 1, T * V), "%s", what);
 
   int B = c->block_size;
   int p1[] = {1}, p2[] = {7, 13, 31}, p3[] = {B - 1, B, B + 1}, p4[] = {2 * B + 1, 3}, p5[] = {B / 2 + 1, 97};
@@ -126,7 +74,7 @@ static void check_fixture(const char *dir, const char *name) {
   for (int i = 0; i < 5; i++) {
     CHECK(run_plan(m, &ids, plans[i], nplans[i], got1));
     snprintf(what, sizeof what, "%s: chunk plan %d (%d, ...) vs HF", name, i, plans[i][0]);
-    CHECK_MSG(meets_bound(what, got1, ref, (size_t)(T * V)), "%s", what);
+    CHECK_MSG(meets_bound_rows(what, got1, ref, NULL, 1, T * V), "%s", what);
   }
   uint64_t seed = (uint64_t)T * 2654435761u;
   for (int trial = 0; trial < 2; trial++) {
@@ -137,7 +85,7 @@ static void check_fixture(const char *dir, const char *name) {
     }
     CHECK(run_plan(m, &ids, plan, n, got1));
     snprintf(what, sizeof what, "%s: random chunk plan %d vs HF", name, trial);
-    CHECK_MSG(meets_bound(what, got1, ref, (size_t)(T * V)), "%s", what);
+    CHECK_MSG(meets_bound_rows(what, got1, ref, NULL, 1, T * V), "%s", what);
   }
 
   /* greedy: decode steps from the prompt equal greedy.txt; and a batch of three forks */
@@ -177,7 +125,7 @@ static void check_fixture(const char *dir, const char *name) {
     int plan[] = {100, 1, 64};
     CHECK(run_plan(small, &ids, plan, 3, got1));
     snprintf(what, sizeof what, "%s: max_chunk 29 vs HF", name);
-    CHECK_MSG(meets_bound(what, got1, ref, (size_t)(T * V)), "%s", what);
+    CHECK_MSG(meets_bound_rows(what, got1, ref, NULL, 1, T * V), "%s", what);
     lh_model_close(small);
   }
   lh_model *t1 = open_model(dir, 1, 0), *t2 = open_model(dir, 2, 0);

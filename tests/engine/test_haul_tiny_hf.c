@@ -17,53 +17,7 @@
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
-
-static int read_ints(const char *path, lh_i32vec *v) {
-  lh_buf b = {0};
-  lh_error err;
-  if (lh_file_read(path, 1 << 24, &b, &err)) return 0;
-  char *p = b.data, *e;
-  for (;;) {
-    long x = strtol(p, &e, 10);
-    if (e == p) break;
-    lh_i32vec_push(v, (int32_t)x);
-    p = e;
-  }
-  lh_buf_free(&b);
-  return v->len > 0;
-}
-
-/* rows `pos` of got [T x V] against ref [npos x V] */
-static int meets_bound(const char *what, const float *got, const float *ref, const lh_i32vec *pos, int64_t V) {
-  double num = 0, den = 0, maxref = 0, maxerr = 0;
-  for (size_t r = 0; r < pos->len; r++)
-    for (int64_t j = 0; j < V; j++) {
-      double g = got[(int64_t)pos->data[r] * V + j], f = ref[(int64_t)r * V + j], e = g - f;
-      num += e * e, den += f * f;
-      if (fabs(f) > maxref) maxref = fabs(f);
-      if (!(fabs(e) <= maxerr)) maxerr = e == e ? fabs(e) : INFINITY;
-    }
-  double rel = sqrt(num / (den > 0 ? den : 1));
-  int ok = rel <= 1e-4 && maxerr <= 1e-3 * maxref;
-  fprintf(stderr, "  %s: rel L2 %.3g (bound 1e-4), max abs %.3g (bound %.3g)%s\n", what, rel, maxerr, 1e-3 * maxref,
-          ok ? "" : "  FAIL");
-  return ok;
-}
-
-static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int nplan, float *out) {
-  lh_state *s;
-  lh_error err;
-  if (lh_state_new(m, &s, &err)) return 0;
-  const int64_t V = lh_model_config(m)->vocab_size, T = (int64_t)ids->len;
-  int ok = 1;
-  for (int64_t t = 0, i = 0; ok && t < T; i++) {
-    int64_t n = plan[i % nplan] < T - t ? plan[i % nplan] : T - t;
-    if (lh_prefill(s, ids->data + t, n, NULL, out + t * V, &err)) fprintf(stderr, "prefill: %s\n", err.msg), ok = 0;
-    t += n;
-  }
-  lh_state_free(s);
-  return ok;
-}
+#include "tests/engine/hf_parity.h"
 
 int main(void) {
   lh_test_begin("test_haul_tiny_hf");
@@ -122,7 +76,7 @@ int main(void) {
   const char *names[] = {"one pass", "chunks 255/256/257", "chunks 7/13/31", "chunks 513/3", "one token at a time"};
   for (int i = 0; i < 5; i++) {
     CHECK(run_plan(m, &ids, plans[i], nplans[i], got));
-    CHECK_MSG(meets_bound(names[i], got, ref, &pos, V), "%s vs HF", names[i]);
+    CHECK_MSG(meets_bound_rows(names[i], got, ref, pos.data, pos.len, V), "%s vs HF", names[i]);
   }
 
   lh_state *s;

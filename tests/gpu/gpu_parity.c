@@ -588,6 +588,23 @@ static void softmax_call(ctx *c, int layer, seq **ss, const int64_t *rows, int n
   for (int i = 0; i < nseg; i++) ss[i]->pos += rows[i];
 }
 
+/* Determinism: the softmax layer on n rows of h at position pos of s, twice (each run rewrites the
+ * same K/V rows, then attends over them); the two outputs must be the same bits. */
+static void softmax_rerun_bits(ctx *c, int layer, seq *s, const float *h, int64_t n, int64_t pos, const char *what) {
+  const int hid = c->m->cfg.hidden_size;
+  void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
+  put_bf16(c, in, h, n * hid);
+  lh_segment sg = {&s->mem, 0, n, pos};
+  lh_batch b = {n, 1, &sg};
+  uint16_t *o1 = malloc((size_t)n * hid * 2), *o2 = malloc((size_t)n * hid * 2);
+  die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+  die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n * hid * 2, &c->err), "to_host");
+  die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
+  die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n * hid * 2, &c->err), "to_host");
+  report_bits(c->m->name, what, o1, o2, (size_t)n * hid * 2);
+  free(o1), free(o2);
+}
+
 static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
   const model *m = c->m;
   const int layer = first_layer(m, LH_LAYER_SOFTMAX);
@@ -609,21 +626,7 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     if (k == 1) h2 = h;
     else free(h);
   }
-  /* Determinism: chunk 2 again (it rewrites the same K/V rows, then attends over them). */
-  {
-    const int64_t n = n2;
-    void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
-    put_bf16(c, in, h2, n * hid);
-    lh_segment sg = {&A.mem, 0, n, n1};
-    lh_batch b = {n, 1, &sg};
-    uint16_t *o1 = malloc((size_t)n * hid * 2), *o2 = malloc((size_t)n * hid * 2);
-    die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
-    die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n * hid * 2, &c->err), "to_host");
-    die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
-    die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n * hid * 2, &c->err), "to_host");
-    report_bits(m->name, "softmax chunk rerun: output", o1, o2, (size_t)n * hid * 2);
-    free(o1), free(o2);
-  }
+  softmax_rerun_bits(c, layer, &A, h2, n2, n1, "softmax chunk rerun: output");
   free(h2);
   /* B gets a long prefix (several decode splits), C a single token. */
   {
@@ -676,21 +679,10 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
       free(h), free(ref);
     }
     {
-      /* Determinism: chunk 2 again through cuDNN, twice. */
-      const int64_t n = n2;
-      float *h = rand_f(n * hid, 1.0f, 0.0f);
-      void *in = c->ops->act(c->be, 0), *out = c->ops->act(c->be, 1);
-      put_bf16(c, in, h, n * hid);
-      lh_segment sg = {&E.mem, 0, n, n1};
-      lh_batch b = {n, 1, &sg};
-      uint16_t *o1 = malloc((size_t)n * hid * 2), *o2 = malloc((size_t)n * hid * 2);
-      die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
-      die_on(c, c->ops->to_host(c->be, o1, out, (size_t)n * hid * 2, &c->err), "to_host");
-      die_on(c, c->ops->attn_softmax(c->be, layer, 0, in, &b, out, &c->err), "rerun");
-      die_on(c, c->ops->to_host(c->be, o2, out, (size_t)n * hid * 2, &c->err), "to_host");
-      report_bits(m->name, paged ? "softmax chunk rerun via cuDNN paged: output" : "softmax chunk rerun via cuDNN: output",
-                  o1, o2, (size_t)n * hid * 2);
-      free(o1), free(o2), free(h);
+      float *h = rand_f(n2 * hid, 1.0f, 0.0f);
+      softmax_rerun_bits(c, layer, &E, h, n2, n1,
+                         paged ? "softmax chunk rerun via cuDNN paged: output" : "softmax chunk rerun via cuDNN: output");
+      free(h);
     }
     const char *why = lh_cuda_cudnn_status(c->be, &after, NULL);
     printf("INFO  %-12s cuDNN ran %lld of 4 chunk calls%s%s\n", m->name, (long long)(after - before),
