@@ -189,7 +189,7 @@ static lh_status reject_common(const pctx *c) {
                         "%s: key 'sliding_window' is set: sliding-window softmax attention is not implemented "
                         "(set it to null for full causal attention)",
                         c->path);
-  const char *act;
+  const char *act = NULL;
   lh_status st = get_str(c, "hidden_act", "silu", &act);
   if (st) return st;
   if (strcmp(act, "silu") && strcmp(act, "swish"))
@@ -315,7 +315,7 @@ static lh_status parse_hf(const pctx *c, lh_config *cfg) {
     }
   }
 
-  double a;
+  double a = 0;
   if ((st = get_num(c, "full_attn_alpha_factor", 0, 1, &a))) return st;
   cfg->attn_alpha[LH_LAYER_SOFTMAX] = (float)a;
   if ((st = get_num(c, "full_attn_beta_factor", 0, 1, &a))) return st;
@@ -540,7 +540,7 @@ lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_con
     goto out;
   }
   if ((st = reject_duplicates(&c))) goto out;
-  const char *mt;
+  const char *mt = NULL;
   if ((st = get_str(&c, "model_type", NULL, &mt))) goto out;
   if (!mt) {
     st = lh_error_set(err, LH_EFORMAT, "%s: missing required key 'model_type' (\"minimax\" or \"minimax_text_01\")",

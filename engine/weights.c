@@ -173,7 +173,7 @@ static lh_status lightning_buffers(wctx *c, int layer, const char *p, lh_layer_w
   lh_lightning_slopes(cfg, layer, lw->slope);
   snprintf(name, sizeof name, "%sself_attn.slope_rate", p);
   lh_st_tensor *t = find(c, name);
-  lh_tensor v;
+  lh_tensor v = {0};
   lh_status st;
   if (t) {
     int64_t want[3] = {H, 1, 1};
@@ -309,7 +309,7 @@ static lh_status moe(wctx *c, int layer, const char *p, lh_layer_weights *lw) {
 
   if (fused) {
     int k = (gu[0] || dp[0]) ? 0 : 1;
-    lh_tensor vgu, vdp;
+    lh_tensor vgu = {0}, vdp = {0};
     snprintf(name, sizeof name, "%s%sexperts.gate_up_proj", p, pre[k]);
     if ((st = need(c, name, 3, E, 2 * I, Hd, &vgu, NULL))) return st;
     snprintf(name, sizeof name, "%s%sexperts.down_proj", p, pre[k]);

@@ -140,6 +140,14 @@ static void draw(cairo_t *cr, const grid *g, const char *title) {
 }
 #endif
 
+int lh_niah_can_plot(void) {
+#ifdef LH_HAVE_CAIRO
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 lh_status lh_niah_plot(const lh_niah_cell *cells, int n, const char *title, const char *png_path,
                        const char *svg_path, lh_error *err) {
 #ifndef LH_HAVE_CAIRO

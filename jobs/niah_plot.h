@@ -20,6 +20,9 @@ typedef struct lh_niah_cell {
   int trials;
 } lh_niah_cell;
 
+/* 1 when this build can draw (it has cairo); without it lh_niah_plot says so and how to draw elsewhere. */
+int lh_niah_can_plot(void);
+
 /* Draw cells (any order; lengths and depths are collected from them) to png_path and svg_path
  * (either may be NULL). Cells missing from the grid are drawn grey ("not run"). */
 lh_status lh_niah_plot(const lh_niah_cell *cells, int n, const char *title, const char *png_path,

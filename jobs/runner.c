@@ -69,7 +69,7 @@ void lh_runner_request_id(const char *batch_digest, const char *custom_id, char 
   lh_sha256_final(&s, d);
   char hex[65];
   lh_hex(d, 12, hex);
-  snprintf(out, outsz, "batch_req_%s", hex);
+  snprintf(out, outsz, "batch_req_%.24s", hex);
 }
 
 void lh_runner_job_dirname(const char *id, char *out, size_t outsz) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "jobs/niah.h"
+#include "jobs/niah_plot.h"
 #include "pipeline/commands.h"
 
 static void on_signal(int sig) {
@@ -54,6 +55,11 @@ int lh_cmd_niah(int argc, char **argv) {
       return LH_EXIT_USAGE;
     }
     lh_error e;
+    if (!lh_niah_can_plot()) {
+      lh_niah_plot(NULL, 0, NULL, NULL, NULL, &e); /* the error that says why and what to do */
+      fprintf(stderr, "longhaul niah plot: %s\n", e.msg);
+      return LH_EXIT_FAILED;
+    }
     if (lh_niah_plot_dir(argv[2], &e) != LH_OK) {
       fprintf(stderr, "longhaul niah plot: %s\n", e.msg);
       return LH_EXIT_FAILED;
@@ -154,7 +160,8 @@ int lh_cmd_niah(int argc, char **argv) {
          (long long)s.tokens_computed, (long long)s.tokens_naive,
          s.tokens_naive ? 100.0 * (double)s.tokens_computed / (double)s.tokens_naive : 0.0,
          (long long)s.tokens_restored, s.seconds);
-  printf("  results: %s/results.jsonl, results.csv, summary.json, heatmap.png\n", p.out_dir);
+  printf("  results: %s/results.jsonl, results.csv, summary.json%s\n", p.out_dir,
+         lh_niah_can_plot() ? ", heatmap.png, heatmap.svg" : " (no heatmap: built without cairo)");
   if (st == LH_EINTR) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
     return 130;

@@ -128,7 +128,7 @@ static void check_fixture(const char *dir, const char *name) {
   CHECK_EQ(n_layers_with_slopes, c->n_lightning);
   if (original) CHECK_MSG(inexact == 0, "%s: %d slopes differ from the original formula", name, inexact);
   /* the reference files agree with the config */
-  int bad, T = count_ids(tw_path(dir, "ids.txt"), c->vocab_size, &bad);
+  int bad = 0, T = count_ids(tw_path(dir, "ids.txt"), c->vocab_size, &bad);
   CHECK_MSG(T > 0 && bad == 0, "%s: ids.txt", name);
   CHECK_EQ(T, (int)num(meta, "tokens", -1));
   int G = count_ids(tw_path(dir, "greedy.txt"), c->vocab_size, &bad);
