@@ -329,7 +329,9 @@ static void cudnn_gather_row(cudaStream_t st, void *const *dpages, void *q, cons
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
   ck(cudaMemset(k, 0, (size_t)HKV * bucket * D * 2), "memset");
   ck(cudaMemset(v, 0, (size_t)HKV * bucket * D * 2), "memset");
-  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, H, HKV, D}, 0, ""};
+  /* positional (the macros H and D would replace designated field names): the fields in order are
+   * mode, q, o, kv_base, n_blocks, page_ids, k, v, seq_q, seq_kv, nrows, pos, nkv, unmasked, lse, H, Hkv, d */
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D}, 0, ""};
   g_gather_pages = dpages, g_gather_n = need, g_gather_stride = bucket;
   double ms = time_ms(st, 3, run_cudnn, &c);
   g_gather_pages = NULL;
@@ -358,7 +360,7 @@ static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const 
   void *o = dmalloc((size_t)nq * H * D * 2);
   ck(cudaMemcpy(dids, ids, tl * 4, cudaMemcpyHostToDevice), "copy");
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
-  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, H, HKV, D};
+  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D};
   double ms = time_ms(st, 3, run_cudnn, &c);
   char name[96], rate[160];
   snprintf(name, sizeof name, "cuDNN SDPA (paged), %s", what);
@@ -389,7 +391,7 @@ static void cudnn_contig(cudaStream_t st, int64_t N) {
   ck(lh_cuda_fill_uniform_bf16(st, v, N * HKV * D, 33, 2.0f), "fill");
   int32_t lens[8] = {(int32_t)N, 0, 0, 0, (int32_t)N, 0, 0, 0};
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
-  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, N, 0, H, HKV, D}, 0, ""};
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, N, 0, 0, 0, NULL, H, HKV, D}, 0, ""};
   double ms = time_ms(st, 3, run_cudnn, &c);
   char name[96], rate[64];
   snprintf(name, sizeof name, "cuDNN SDPA (contiguous K/V), %lldK", (long long)N / 1024);

@@ -451,3 +451,39 @@ extern "C" cudaError_t lh_cuda_kv_gather(cudaStream_t st, void *const *pages, in
   kv_gather_kernel<<<dim3((unsigned)npages, 2 * Hkv), 256, 0, st>>>(pages, Hkv, d, stride_keys, (bf16 *)k, (bf16 *)v);
   return cudaGetLastError();
 }
+
+/* Merging softmax attention computed over stretches of keys: per (row, head) the running result
+ * acc (fp32) with its log-sum-exp lse_acc takes in the stretch's part (bf16) and lse_part:
+ *   m = max(la, lb), wa = e^(la - m), wb = e^(lb - m), acc = (wa acc + wb part) / (wa + wb),
+ *   lse = m + log(wa + wb).
+ * A block of 256 threads covers 256 / d (row, head) pairs, d threads each. */
+static __global__ void attn_merge_kernel(const bf16 *part, const float *lse_part, float *acc, float *lse_acc, bf16 *out,
+                                         int64_t n, int H, int d, int first, int last) {
+  const int per = blockDim.x / d, sub = threadIdx.x / d, e = threadIdx.x % d;
+  const int64_t pair = (int64_t)blockIdx.x * per + sub; /* row * H + head */
+  const bool live = sub < per && pair < n * H;
+  const int64_t row = pair / H, head = pair % H, i = pair * d + e;
+  float lb = 0, la = 0;
+  if (live) {
+    lb = lse_part[head * n + row];
+    la = first ? -INFINITY : lse_acc[head * n + row];
+  }
+  __syncthreads(); /* every thread of the pair has read lse_acc before it is rewritten */
+  if (!live) return;
+  const float m = fmaxf(la, lb), wa = first ? 0.0f : __expf(la - m), wb = __expf(lb - m), z = wa + wb;
+  const float v = ((first ? 0.0f : wa * acc[i]) + wb * __bfloat162float(part[i])) / z;
+  if (last) out[i] = __float2bfloat16_rn(v);
+  else acc[i] = v;
+  if (e == 0) lse_acc[head * n + row] = m + logf(z);
+}
+
+extern "C" cudaError_t lh_cuda_attn_merge(cudaStream_t st, const void *part, const float *lse_part, float *acc,
+                                          float *lse_acc, void *out, int64_t n, int H, int d, int first, int last) {
+  if (n <= 0) return cudaSuccess;
+  if (d <= 0 || d > 256 || 256 % d) return cudaErrorInvalidValue;
+  const int per = 256 / d;
+  const int64_t blocks = (n * H + per - 1) / per;
+  attn_merge_kernel<<<(unsigned)blocks, 256, 0, st>>>((const bf16 *)part, lse_part, acc, lse_acc, (bf16 *)out, n, H, d,
+                                                      first, last);
+  return cudaGetLastError();
+}

@@ -2,7 +2,8 @@
  * built with the backend descriptor API, cached per shape bucket, run on the caller's stream.
  *
  * The graph mirrors what cudnn-frontend lowers its SDPA node into for cuDNN 9.19 (bf16 in and out,
- * fp32 scores, inference: no stats). Every descriptor a plan needs stays alive with the plan.
+ * fp32 scores; the row statistic max + log(sum) as an output only when the caller merges stretches
+ * of keys). Every descriptor a plan needs stays alive with the plan.
  * Built only when CMake found cudnn.h and libcudnn (LH_HAVE_CUDNN); otherwise the functions say
  * so and the backend keeps its own kernel.
  */
@@ -47,7 +48,7 @@ void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {
 
 namespace {
 
-enum : int64_t { U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_VIRT = 100 };
+enum : int64_t { U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_LSE, U_VIRT = 100 };
 
 int64_t pow2_at_least(int64_t x, int64_t lo) {
   int64_t p = lo;
@@ -195,7 +196,8 @@ struct Builder {
   std::vector<cudnnBackendDescriptor_t> ops;
 };
 
-typedef std::tuple<int, int, int, int, int64_t, int64_t, int64_t> Key; /* mode, H, Hkv, d, sq, skv, blocks */
+/* mode, H, Hkv, d, sq, skv, blocks, causal, with the log-sum-exp output */
+typedef std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int, int> Key;
 
 }  // namespace
 
@@ -220,6 +222,7 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
   const int mode = std::get<0>(k);
   const int64_t H = std::get<1>(k), Hkv = std::get<2>(k), d = std::get<3>(k), sq = std::get<4>(k),
                 skv = std::get<5>(k), nblocks = std::get<6>(k);
+  const bool causal = std::get<7>(k), with_lse = std::get<8>(k);
   const int64_t P = 256, pages = skv / P;
   Plan *p = new Plan;
   Builder g(p, msg, cap);
@@ -268,23 +271,31 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
   auto cin = g.pointwise(CUDNN_POINTWISE_CMP_LT, B, pcol, seq_kv, nullptr, g.virt(B, H, sq, skv));
   auto inside = g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, B, rin, cin, nullptr, g.virt(B, H, sq, skv));
   s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, inside, g.virt(F, H, sq, skv));
-  /* causal, bottom-right aligned: row + n_kv - n_q >= col */
-  auto row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 2);
-  auto col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 3);
-  row = g.pointwise(CUDNN_POINTWISE_ADD, I, row, seq_kv, nullptr, g.virt(I, H, sq, skv));
-  row = g.pointwise(CUDNN_POINTWISE_SUB, I, row, seq_q, nullptr, g.virt(I, H, sq, skv));
-  auto keep = g.pointwise(CUDNN_POINTWISE_CMP_GE, B, row, col, nullptr, g.virt(B, H, sq, skv));
-  s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, keep, g.virt(F, H, sq, skv));
+  if (causal) {
+    /* bottom-right aligned: row + n_kv - n_q >= col */
+    auto row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 2);
+    auto col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 3);
+    row = g.pointwise(CUDNN_POINTWISE_ADD, I, row, seq_kv, nullptr, g.virt(I, H, sq, skv));
+    row = g.pointwise(CUDNN_POINTWISE_SUB, I, row, seq_q, nullptr, g.virt(I, H, sq, skv));
+    auto keep = g.pointwise(CUDNN_POINTWISE_CMP_GE, B, row, col, nullptr, g.virt(B, H, sq, skv));
+    s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, keep, g.virt(F, H, sq, skv));
+  }
   /* softmax */
   auto mx = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, g.virt(F, H, sq, 1));
   auto e = g.pointwise(CUDNN_POINTWISE_SUB, F, s, mx, nullptr, g.virt(F, H, sq, skv));
   e = g.pointwise(CUDNN_POINTWISE_EXP, F, e, nullptr, nullptr, g.virt(F, H, sq, skv));
   auto z = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, g.virt(F, H, sq, 1));
-  /* The row statistic max + log(sum), virtual here (inference): the engine's pattern includes it,
-   * and without it the fused kernel was seen writing its statistics through another tensor's
-   * pointer (compute-sanitizer: out-of-bounds 4-byte writes on an H200, cuDNN 9.19). */
+  /* The row statistic max + log(sum): an output [1, H, sq, 1] when the caller merges stretches of
+   * keys, virtual otherwise. The engine's pattern includes it either way, and without it the fused
+   * kernel was seen writing its statistics through another tensor's pointer (compute-sanitizer:
+   * out-of-bounds 4-byte writes on an H200, cuDNN 9.19). */
   auto lz = g.pointwise(CUDNN_POINTWISE_LOG, F, z, nullptr, nullptr, g.virt(F, H, sq, 1));
-  g.pointwise(CUDNN_POINTWISE_ADD, F, mx, lz, nullptr, g.virt(F, H, sq, 1));
+  if (with_lse) {
+    const int64_t ld[4] = {1, H, sq, 1}, ls[4] = {H * sq, sq, 1, 1};
+    g.pointwise(CUDNN_POINTWISE_ADD, F, mx, lz, nullptr, g.tensor(U_LSE, F, ld, ls, false));
+  } else {
+    g.pointwise(CUDNN_POINTWISE_ADD, F, mx, lz, nullptr, g.virt(F, H, sq, 1));
+  }
   auto pr = g.pointwise(CUDNN_POINTWISE_DIV, F, e, z, nullptr, g.virt(BF, H, sq, skv));
   g.matmul(pr, v, o, seq_q, nullptr, seq_kv, true);
 
@@ -370,8 +381,8 @@ int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos) { return pow2_at_le
 int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap) {
   /* Queries exactly (a padded query bucket would let Q/O tiles reach past the caller's rows);
    * keys bucketed (K/V are buffers we size: the gathered copy, or the page table). */
-  const int64_t sq = x->nrows, skv = pow2_at_least(x->nrows + x->pos, 1024);
-  const Key k{x->mode, x->H, x->Hkv, x->d, sq, skv, x->mode == 0 ? x->n_blocks : 0};
+  const int64_t sq = x->nrows, skv = pow2_at_least(x->nkv > 0 ? x->nkv : x->nrows + x->pos, 1024);
+  const Key k{x->mode, x->H, x->Hkv, x->d, sq, skv, x->mode == 0 ? x->n_blocks : 0, x->unmasked ? 0 : 1, x->lse ? 1 : 0};
   auto it = a->plans.find(k);
   if (it == a->plans.end()) {
     auto r = a->refused.find(k);
@@ -412,6 +423,7 @@ int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn
     uids.push_back(U_PT_K), ptrs.push_back((void *)x->page_ids);
     uids.push_back(U_PT_V), ptrs.push_back((void *)x->page_ids);
   }
+  if (x->lse) uids.push_back(U_LSE), ptrs.push_back(x->lse);
   cudnnBackendDescriptor_t vp;
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
   const char *what = "variant pack";

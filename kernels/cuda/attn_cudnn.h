@@ -47,8 +47,13 @@ typedef struct lh_cudnn_attn_args {
                               in position order (entries past the last needed page: any valid id) */
   const void *k, *v;       /* mode 1: head-major [Hkv][key bucket][d] bf16 each (lh_cuda_kv_gather) */
   const int32_t *seq_q;    /* device int32, 16-byte aligned: nrows */
-  const int32_t *seq_kv;   /* device int32, 16-byte aligned: pos + nrows */
+  const int32_t *seq_kv;   /* device int32, 16-byte aligned: the keys (nkv, or pos + nrows) */
   int64_t nrows, pos;
+  int64_t nkv;             /* keys when not pos + nrows (0): a stretch of keys of a longer context */
+  int unmasked;            /* 0: causal, bottom-right (row + nkv - nrows >= key); 1: every row sees every key
+                              (a stretch of keys entirely before the rows) */
+  float *lse;              /* NULL, or device [H][nrows] fp32: each row's log-sum-exp of its scaled scores,
+                              for merging the outputs of several stretches of keys */
   int H, Hkv, d;
 } lh_cudnn_attn_args;
 
@@ -61,8 +66,9 @@ void lh_cudnn_attn_close(lh_cudnn_attn *a);
 int64_t lh_cudnn_attn_table_len(int64_t nrows, int64_t pos);
 /* Keys the plan of such a call is built for (mode 1's K/V row stride). */
 int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos);
-/* Causal attention of rows at positions [pos, pos + nrows) over keys [0, pos + nrows), enqueued on
- * st. 0 on success; otherwise -1 and msg holds cuDNN's reason (nothing was enqueued). */
+/* Attention of rows at positions [pos, pos + nrows) over keys [0, pos + nrows) (causal, bottom-right),
+ * or over a stretch of nkv keys (causal or not, see the args), enqueued on st. 0 on success;
+ * otherwise -1 and msg holds cuDNN's reason (nothing was enqueued). */
 int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap);
 /* Plans built so far and the seconds spent building them (first use of each bucket). */
 void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s);

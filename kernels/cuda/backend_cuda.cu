@@ -157,11 +157,72 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
  * anything of that segment runs; segments before it that did run are redone by our kernel, which
  * overwrites attn_o). A refusal is logged once.
  *
- * Each segment's keys are first gathered from the pages into one contiguous head-major K and V
- * (cuDNN's non-paged kernel measured 640 TFLOP/s against 275 for its paged-cache form on an
- * H200), while that copy fits LH_CUDNN_GATHER_MB (default 4096 MiB: 1M keys at 8 kv heads x 128);
- * past it the paged form reads the KV arena directly. The copy costs one read and write of the
- * KV, about 2 ms at 1M keys against seconds of attention. */
+ * The keys are first gathered from the pages into one contiguous head-major K and V (cuDNN's
+ * non-paged kernel measured 640 TFLOP/s against 275 for its paged-cache form on an H200); the copy
+ * costs one read and write of the KV, about 2 ms at 1M keys against seconds of attention. The
+ * gathered copy is capped at LH_CUDNN_GATHER_MB (default 1024 MiB: 256K keys at 8 kv heads x 128).
+ * Past the cap, the keys are taken in stretches of the largest power of two of keys that fits it
+ * (LH_CUDNN_SEGMENT_KEYS, a power of two >= 1024, sets it smaller, for tests): the stretches
+ * entirely before the rows without a mask, the last one (from the rows' first page on) causal,
+ * each with its rows' log-sum-exp, merged in fp32 (lh_cuda_attn_merge). So the workspace stays at
+ * the cap plus [rows x H x d] fp32 whatever the context. Only with a cap too small for the rows
+ * themselves (LH_CUDNN_GATHER_MB=0 in tests) does cuDNN read the pages through a page table.
+ * Measured on an H200 (bench/NOTES.md v4): the 1M-token slice prefill took 48.3 s with a 1 GiB cap
+ * (stretches of 256K keys) against 52.5 s with the whole 1M keys gathered at once (4 GiB). */
+struct cudnn_stretch {
+  int64_t k0, k1; /* keys [k0, k1); k0 a multiple of the page size */
+  bool unmasked;
+};
+
+/* One cuDNN call over keys [k0, k1) of segment s: gather them, then attention of its rows. */
+static bool cudnn_gathered(lh_cuda_backend *b, const lh_segment &s, void *const *dpages, const cudnn_stretch &r,
+                           float *lse, int H, int Hkv, int d, lh_error *err) {
+  const int64_t nkv = r.k1 - r.k0, bucket = lh_cudnn_attn_key_bucket(nkv, 0);
+  const size_t gbytes = (size_t)2 * Hkv * bucket * d * 2;
+  if (gbytes > b->kvc_bytes) {
+    if (cudaStreamSynchronize(b->stream) != cudaSuccess) return false;
+    cudaFree(b->kvc);
+    b->kvc = NULL;
+    b->kvc_bytes = 0;
+    if (cudaMalloc(&b->kvc, gbytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    /* keys past a stretch's end are masked, but are multiplied by zero: keep them finite */
+    if (cudaMemsetAsync(b->kvc, 0, gbytes, b->stream) != cudaSuccess) return false;
+    b->kvc_bytes = gbytes;
+  }
+  const int32_t lens[8] = {(int32_t)s.nrows, 0, 0, 0, (int32_t)nkv, 0, 0, 0};
+  void *dlens;
+  if (lh_cu_upload(b, lens, sizeof lens, &dlens, err) != LH_OK) return false;
+  bf16_t *k = (bf16_t *)b->kvc, *v = k + (size_t)Hkv * bucket * d;
+  if (lh_cuda_kv_gather(b->stream, dpages + r.k0 / PAGE, (nkv + PAGE - 1) / PAGE, Hkv, d, bucket, k, v) != cudaSuccess)
+    return false;
+  const int64_t Hd = (int64_t)H * d;
+  lh_cudnn_attn_args x = {};
+  x.mode = 1;
+  x.k = k, x.v = v;
+  x.q = b->q_rope + s.row0 * Hd;
+  x.o = b->attn_o + s.row0 * Hd;
+  x.seq_q = (const int32_t *)dlens;
+  x.seq_kv = (const int32_t *)dlens + 4;
+  x.nrows = s.nrows;
+  x.pos = s.pos;
+  x.nkv = nkv;
+  x.unmasked = r.unmasked;
+  x.lse = lse;
+  x.H = H, x.Hkv = Hkv, x.d = d;
+  char msg[1024];
+  if (lh_cudnn_attn_prefill(b->cudnn, b->stream, &x, msg, sizeof msg)) {
+    snprintf(b->cudnn_why, sizeof b->cudnn_why, "%s", msg);
+    if (!b->cudnn_warned) lh_log(LH_LOG_WARN, "cuda: softmax prefill falls back to its own kernel: %s", msg);
+    b->cudnn_warned = 1;
+    return false;
+  }
+  b->cudnn_calls++;
+  return true;
+}
+
 static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int H, int Hkv, int d, lh_error *err) {
   if (b->tune.attn_cudnn == 1 || (d != 64 && d != 128)) return false;
   for (int i = 0; i < bt->nseg; i++) {
@@ -180,62 +241,81 @@ static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int 
       return false;
     }
   }
-  const char *cap_env = getenv("LH_CUDNN_GATHER_MB");
-  const size_t cap = (size_t)(cap_env ? atoll(cap_env) : 4096) << 20;
+  const char *cap_env = getenv("LH_CUDNN_GATHER_MB"), *seg_env = getenv("LH_CUDNN_SEGMENT_KEYS");
+  const size_t cap = (size_t)(cap_env ? atoll(cap_env) : 1024) << 20;
+  const size_t key_bytes = (size_t)2 * Hkv * d * 2; /* K and V of one key */
+  int64_t stretch = 0; /* keys per stretch: the largest power of two >= 1024 whose copy fits the cap */
+  for (int64_t k = 1024; (size_t)k * key_bytes <= cap; k *= 2) stretch = k;
+  if (seg_env && atoll(seg_env) >= 1024 && (stretch == 0 || atoll(seg_env) < stretch)) {
+    int64_t want = atoll(seg_env), k = 1024;
+    while (k * 2 <= want) k *= 2;
+    stretch = k;
+  }
   const int64_t Hd = (int64_t)H * d;
   for (int pass = 0; pass < 2; pass++) {
     /* pass 0 only checks (paged segments need every page in the arena), pass 1 enqueues */
     for (int i = 0; i < bt->nseg; i++) {
       const lh_segment &s = bt->seg[i];
-      const int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
-      const int64_t bucket = lh_cudnn_attn_key_bucket(s.nrows, s.pos);
-      const size_t gbytes = (size_t)2 * Hkv * bucket * d * 2;
-      const bool gather = gbytes <= cap;
-      const int64_t tl = gather ? 0 : lh_cudnn_attn_table_len(s.nrows, s.pos);
-      /* upload: [page table (tl int32) | pad to 16 B][n_q][pad][n_kv][pad][page pointers (gather)] */
-      const int64_t tl4 = (tl + 3) / 4 * 4;
-      std::vector<int32_t> up((size_t)tl4 + 8 + (gather ? 2 * need : 0), 0);
-      if (!gather) {
-        if (!b->kv_base) return false;
-        for (int64_t j = 0; j < tl; j++) {
-          int64_t blk = lh_cu_kv_block(b, s.seq->kv_pages[sidx][j < need ? j : 0]);
-          if (blk < 0 || blk > INT32_MAX) return false;
-          up[j] = (int32_t)blk;
+      const int64_t total = s.pos + s.nrows, need = (total + PAGE - 1) / PAGE;
+      const int64_t first_page_key = s.pos / PAGE * PAGE;
+      const bool whole = stretch > 0 && lh_cudnn_attn_key_bucket(total, 0) <= stretch;
+      const bool stretches = !whole && stretch > 0 && lh_cudnn_attn_key_bucket(total - first_page_key, 0) <= stretch;
+      if (whole || stretches) {
+        if (pass == 0) continue;
+        void *dpages;
+        if (lh_cu_upload(b, s.seq->kv_pages[sidx], (size_t)need * sizeof(void *), &dpages, err) != LH_OK) return false;
+        if (whole) {
+          if (!cudnn_gathered(b, s, (void *const *)dpages, cudnn_stretch{0, total, false}, NULL, H, Hkv, d, err))
+            return false;
+          continue;
         }
-      }
-      if (pass == 0) continue;
-      up[tl4] = (int32_t)s.nrows;
-      up[tl4 + 4] = (int32_t)(s.pos + s.nrows);
-      if (gather) memcpy(up.data() + tl4 + 8, s.seq->kv_pages[sidx], (size_t)need * sizeof(void *));
-      void *dev;
-      if (lh_cu_upload(b, up.data(), up.size() * sizeof(int32_t), &dev, err) != LH_OK) return false;
-      lh_cudnn_attn_args x = {};
-      if (gather) {
-        if (gbytes > b->kvc_bytes) {
+        std::vector<cudnn_stretch> rs;
+        for (int64_t k0 = 0; k0 < first_page_key; k0 += stretch)
+          rs.push_back(cudnn_stretch{k0, std::min(k0 + stretch, first_page_key), true});
+        rs.push_back(cudnn_stretch{first_page_key, total, false});
+        const size_t accb = (size_t)s.nrows * Hd * 4, lseb = (size_t)2 * H * s.nrows * 4;
+        if (accb + lseb > b->merge_bytes) {
           if (cudaStreamSynchronize(b->stream) != cudaSuccess) return false;
-          cudaFree(b->kvc);
-          b->kvc = NULL;
-          b->kvc_bytes = 0;
-          if (cudaMalloc(&b->kvc, gbytes) != cudaSuccess) {
+          cudaFree(b->merge);
+          b->merge = NULL;
+          b->merge_bytes = 0;
+          if (cudaMalloc(&b->merge, accb + lseb) != cudaSuccess) {
             (void)cudaGetLastError();
             return false;
           }
-          /* keys past a segment's end are masked, but are multiplied by zero: keep them finite */
-          if (cudaMemsetAsync(b->kvc, 0, gbytes, b->stream) != cudaSuccess) return false;
-          b->kvc_bytes = gbytes;
+          b->merge_bytes = accb + lseb;
         }
-        bf16_t *k = (bf16_t *)b->kvc, *v = k + (size_t)Hkv * bucket * d;
-        if (lh_cuda_kv_gather(b->stream, (void *const *)((int32_t *)dev + tl4 + 8), need, Hkv, d, bucket, k, v) !=
-            cudaSuccess)
-          return false;
-        x.mode = 1;
-        x.k = k, x.v = v;
-      } else {
-        x.mode = 0;
-        x.kv_base = (const void *)(uintptr_t)b->kv_base;
-        x.n_blocks = (int64_t)(b->kv_reserved / b->kv_page_bytes);
-        x.page_ids = (const int32_t *)dev;
+        float *acc = (float *)b->merge, *lse_acc = acc + (size_t)s.nrows * Hd, *lse_part = lse_acc + (size_t)H * s.nrows;
+        bf16_t *o = b->attn_o + s.row0 * Hd;
+        for (size_t j = 0; j < rs.size(); j++) {
+          if (!cudnn_gathered(b, s, (void *const *)dpages, rs[j], lse_part, H, Hkv, d, err)) return false;
+          if (lh_cuda_attn_merge(b->stream, o, lse_part, acc, lse_acc, o, s.nrows, H, d, j == 0, j + 1 == rs.size()) !=
+              cudaSuccess)
+            return false;
+        }
+        continue;
       }
+      /* the paged form: cuDNN reads the KV pages through a page table */
+      const int64_t tl = lh_cudnn_attn_table_len(s.nrows, s.pos);
+      /* upload: [page table (tl int32) | pad to 16 B][n_q][pad][n_kv][pad] */
+      const int64_t tl4 = (tl + 3) / 4 * 4;
+      std::vector<int32_t> up((size_t)tl4 + 8, 0);
+      if (!b->kv_base) return false;
+      for (int64_t j = 0; j < tl; j++) {
+        int64_t blk = lh_cu_kv_block(b, s.seq->kv_pages[sidx][j < need ? j : 0]);
+        if (blk < 0 || blk > INT32_MAX) return false;
+        up[j] = (int32_t)blk;
+      }
+      if (pass == 0) continue;
+      up[tl4] = (int32_t)s.nrows;
+      up[tl4 + 4] = (int32_t)total;
+      void *dev;
+      if (lh_cu_upload(b, up.data(), up.size() * sizeof(int32_t), &dev, err) != LH_OK) return false;
+      lh_cudnn_attn_args x = {};
+      x.mode = 0;
+      x.kv_base = (const void *)(uintptr_t)b->kv_base;
+      x.n_blocks = (int64_t)(b->kv_reserved / b->kv_page_bytes);
+      x.page_ids = (const int32_t *)dev;
       x.q = b->q_rope + s.row0 * Hd;
       x.o = b->attn_o + s.row0 * Hd;
       x.seq_q = (const int32_t *)dev + tl4;
@@ -508,7 +588,8 @@ lh_status lh_cuda_sync(lh_backend *be, lh_error *err) {
 void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m) {
   lh_cuda_backend *b = cu_be(be);
   m->weights = b->wbytes;
-  m->workspace = b->wsbytes + b->partial_bytes + b->up_cap + b->snap_cap + ((size_t)64 << 20) + b->kvc_bytes;
+  m->workspace =
+      b->wsbytes + b->partial_bytes + b->up_cap + b->snap_cap + ((size_t)64 << 20) + b->kvc_bytes + b->merge_bytes;
   m->state_live = b->live_bytes;
   m->state_pooled = b->pooled_bytes;
   size_t fr = 0, tot = 0;

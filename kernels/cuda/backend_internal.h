@@ -119,8 +119,10 @@ struct lh_cuda_backend {
   struct lh_cudnn_attn *cudnn; /* NULL: not available or turned off */
   int cudnn_warned;
   int64_t cudnn_calls;         /* segments cuDNN has run */
-  void *kvc;                   /* K and V gathered contiguous for cuDNN (grows with context, capped) */
+  void *kvc;                   /* K and V gathered contiguous for cuDNN (grows with context up to its cap) */
   size_t kvc_bytes;
+  void *merge;                 /* cuDNN over stretches of keys: [rows x H x d] fp32 + 2 x [H x rows] fp32 */
+  size_t merge_bytes;
   char cudnn_why[1024];        /* its last refusal ("" if none) */
 
   /* checkpoint copies */

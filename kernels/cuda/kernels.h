@@ -97,6 +97,13 @@ cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const lh_cuda_as
  * at (g * stride_keys + r) * d in k and in v (stride_keys >= npages * page rows). pages: device array. */
 cudaError_t lh_cuda_kv_gather(cudaStream_t st, void *const *pages, int64_t npages, int Hkv, int d, int64_t stride_keys,
                               void *k, void *v);
+/* One step of merging attention over stretches of keys (cuDNN calls on key segments that together
+ * cover a row's keys): part [n][H][d] bf16 and lse_part [H][n] (each row's log-sum-exp of its
+ * scaled scores over that stretch) into the running acc [n][H][d] fp32 and lse_acc [H][n]. first:
+ * acc starts from part. last: the merged rows go to out [n][H][d] bf16 instead of acc (out may be
+ * part). d divides 256. */
+cudaError_t lh_cuda_attn_merge(cudaStream_t st, const void *part, const float *lse_part, float *acc, float *lse_acc,
+                               void *out, int64_t n, int H, int d, int first, int last);
 
 /* ---- moe.cu ----------------------------------------------------------------------------- */
 

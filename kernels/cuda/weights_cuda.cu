@@ -225,6 +225,7 @@ void lh_cu_close(lh_backend *be) {
   if (b->copy_stream) cudaStreamSynchronize(b->copy_stream);
   lh_cudnn_attn_close(b->cudnn);
   cudaFree(b->kvc);
+  cudaFree(b->merge);
   lh_cu_release_memory(b);
   if (b->blas) cublasDestroy(b->blas);
   cudaFree(b->blas_ws);

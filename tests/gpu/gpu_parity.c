@@ -659,11 +659,17 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     free(h), free(ref);
   }
   /* The same chunked prefill through cuDNN's fused attention (tuning attn_cudnn 2), judged by the
-   * same reference; INFO when this build or device has no cuDNN path for the head size. */
-  for (int paged = 0; paged < 2 && (m->cfg.head_dim == 64 || m->cfg.head_dim == 128); paged++) {
-    /* paged 0: K/V gathered contiguous first; 1: cuDNN reads the pages (gather cap 0) */
-    if (paged) setenv("LH_CUDNN_GATHER_MB", "0", 1);
+   * same reference; INFO when this build or device has no cuDNN path for the head size. Form 0:
+   * K/V gathered contiguous first; 1: cuDNN reads the pages (gather cap 0); 2: a long first chunk,
+   * then a chunk whose keys go in two stretches of 1024 (unmasked, then causal) merged by their
+   * log-sum-exp (the form for contexts past the gather cap). */
+  for (int form = 0; form < 3 && (m->cfg.head_dim == 64 || m->cfg.head_dim == 128); form++) {
+    static const char *tag[3] = {"", " paged", " stretches"};
+    if (form == 1) setenv("LH_CUDNN_GATHER_MB", "0", 1);
     else unsetenv("LH_CUDNN_GATHER_MB");
+    if (form == 2) setenv("LH_CUDNN_SEGMENT_KEYS", "1024", 1);
+    else unsetenv("LH_CUDNN_SEGMENT_KEYS");
+    const int64_t fs[2] = {form == 2 ? nb : n1, n2};
     lh_cuda_tuning t = {0, 0, 2};
     lh_cuda_set_tuning(c->be, &t);
     seq E;
@@ -671,26 +677,27 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     int64_t before = 0, after = 0;
     lh_cuda_cudnn_status(c->be, &before, NULL);
     for (int k = 0; k < 2; k++) {
-      float *h = rand_f(ns[k] * hid, 1.0f, 0.0f), *ref = malloc((size_t)ns[k] * hid * 4);
+      float *h = rand_f(fs[k] * hid, 1.0f, 0.0f), *ref = malloc((size_t)fs[k] * hid * 4);
       seq *ss[1] = {&E};
-      snprintf(what, sizeof what, "softmax chunk %d via cuDNN%s [%lld,%lld)", k + 1, paged ? " paged" : "",
-               (long long)E.pos, (long long)(E.pos + ns[k]));
-      softmax_call(c, layer, ss, &ns[k], 1, h, ref, what, 0);
+      snprintf(what, sizeof what, "softmax chunk %d via cuDNN%s [%lld,%lld)", k + 1, tag[form], (long long)E.pos,
+               (long long)(E.pos + fs[k]));
+      softmax_call(c, layer, ss, &fs[k], 1, h, ref, what, 0);
       free(h), free(ref);
     }
     {
       float *h = rand_f(n2 * hid, 1.0f, 0.0f);
-      softmax_rerun_bits(c, layer, &E, h, n2, n1,
-                         paged ? "softmax chunk rerun via cuDNN paged: output" : "softmax chunk rerun via cuDNN: output");
+      snprintf(what, sizeof what, "softmax chunk rerun via cuDNN%s: output", tag[form]);
+      softmax_rerun_bits(c, layer, &E, h, n2, fs[0], what);
       free(h);
     }
     const char *why = lh_cuda_cudnn_status(c->be, &after, NULL);
-    printf("INFO  %-12s cuDNN ran %lld of 4 chunk calls%s%s\n", m->name, (long long)(after - before),
+    printf("INFO  %-12s cuDNN%s ran %lld cuDNN calls%s%s\n", m->name, tag[form], (long long)(after - before),
            why[0] ? "; last refusal: " : "", why);
     seq_free(c, &E);
     lh_cuda_tuning t0 = {0, 0, 0};
     lh_cuda_set_tuning(c->be, &t0);
     unsetenv("LH_CUDNN_GATHER_MB");
+    unsetenv("LH_CUDNN_SEGMENT_KEYS");
   }
   seq_free(c, &A), seq_free(c, &B), seq_free(c, &C);
 }
