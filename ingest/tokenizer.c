@@ -71,7 +71,6 @@ void tk_ctx_free(tk_ctx *c) {
   free(c->spans);
   free(c->spans2);
   for (int k = 0; k < TK_MAX_STEPS; k++) free(c->lv[k]);
-  lh_i32vec_free(&c->offs);
   free(c->offv);
   free(c->rs);
   free(c);

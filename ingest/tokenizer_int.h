@@ -211,11 +211,21 @@ typedef struct tk_bpe_scratch {
 } tk_bpe_scratch;
 
 void tk_bpe_scratch_free(tk_bpe_scratch *s);
-/* Tokenize one pre-token, appending ids (and, when offs is not NULL, each id's byte offset
- * within the pre-token) to out. mapped: s holds raw bytes that the ByteLevel alphabet maps
- * (the fast path); otherwise s is the model's input string itself. */
+/* Where the ids of one pre-token start in the stream, appended to v[0, n) (capacity cap, grown
+ * with realloc): an id at byte pos of the pre-token starts at raw + max(0, pos - shift) when
+ * linear, else at raw. */
+typedef struct tk_offmap {
+  int64_t *v;
+  size_t n, cap;
+  int64_t raw;
+  uint32_t shift;
+  bool linear;
+} tk_offmap;
+/* Tokenize one pre-token, appending ids to out (and, when om is not NULL, each id's stream
+ * offset to om->v). mapped: s holds raw bytes that the ByteLevel alphabet maps (the fast path);
+ * otherwise s is the model's input string itself. */
 lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, size_t n, bool mapped,
-                      lh_i32vec *out, lh_i32vec *offs);
+                      lh_i32vec *out, tk_offmap *om);
 
 /* The GPT-2 byte <-> character table (ByteLevel). */
 extern const uint16_t tk_byte_char[256];
@@ -356,7 +366,6 @@ struct tk_ctx {
   size_t spans_cap, spans2_cap;
   struct piece *lv[TK_MAX_STEPS];
   size_t lvn[TK_MAX_STEPS], lvcap[TK_MAX_STEPS];
-  lh_i32vec offs; /* per-word token offsets from the BPE */
   /* outputs of tk_encode_segment */
   const tk_seg *seg;
   lh_i32vec *ids;

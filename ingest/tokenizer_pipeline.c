@@ -114,21 +114,20 @@ static lh_status bpe_piece(const lh_tokenizer *t, tk_ctx *c, const piece *p, lh_
       return lh_error_set(err, LH_ENOMEM, "out of memory");
     return LH_OK;
   }
-  size_t before = c->ids->len;
-  c->offs.len = 0;
-  lh_status st = tk_bpe_word(&t->bpe, &c->bpe, piece_ptr(c, p), p->len, p->flags & PF_MAPPED, c->ids,
-                             c->want_offs ? &c->offs : NULL);
+  tk_offmap om, *omp = NULL;
+  if (c->want_offs) {
+    om = (tk_offmap){c->offv, c->noffv, c->offv_cap, p->raw, p->shift, (p->flags & PF_LINEAR) != 0};
+    omp = &om;
+  }
+  lh_status st = tk_bpe_word(&t->bpe, &c->bpe, piece_ptr(c, p), p->len, p->flags & PF_MAPPED, c->ids, omp);
+  if (omp) {
+    c->offv = om.v;
+    c->noffv = om.n;
+    c->offv_cap = om.cap;
+  }
   if (st == LH_EFORMAT)
     return lh_error_set(err, LH_EFORMAT, "tokenizer: unk_token \"%s\" is not in the vocabulary", t->bpe.unk_token);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
-  if (c->want_offs) {
-    for (size_t k = before; k < c->ids->len; k++) {
-      int64_t o = c->offs.data[k - before];
-      int64_t r = p->raw;
-      if (p->flags & PF_LINEAR && o > p->shift) r += o - p->shift;
-      if (push_off(c, r)) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
-    }
-  }
   return LH_OK;
 }
 
@@ -763,12 +762,12 @@ static void place_piece(const tk_ctx *c, const split_ctx *x, piece *q, size_t a,
   if (!c->have_norm) return; /* sub_piece's linear arithmetic is exact */
   size_t na = a >= x->subj_shift ? x->subj_norm0 + a - x->subj_shift : x->p0;
   size_t nb = b >= x->subj_shift ? x->subj_norm0 + b - x->subj_shift : x->p0;
-  bool exact;
-  q->raw = x->raw_base + (int64_t)norm_to_raw(c, na, &exact);
   q->shift = (uint8_t)(a < x->subj_shift ? x->subj_shift - a : 0);
-  /* linear only inside one linear run of the normalizer */
+  /* the raw offset as norm_to_raw gives it; linear only inside one linear run of the normalizer */
   ptrdiff_t k = anchor_at(c, na);
-  bool lin = k >= 0 && c->anc[k].linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= nb);
+  const struct tk_anchor *an = k >= 0 ? &c->anc[k] : NULL;
+  q->raw = x->raw_base + (int64_t)(!an ? 0 : an->linear ? an->raw + (na - an->norm) : an->raw);
+  bool lin = an && an->linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= nb);
   if (lin)
     q->flags |= PF_LINEAR;
   else
