@@ -251,6 +251,7 @@ typedef struct tk_trie {
   int32_t *term; /* per node: index into tk_tokenizer.added, -1 none */
   size_t nnodes;
   uint8_t first[256]; /* bytes that can start a pattern */
+  int first_only;     /* the one byte that can start a pattern (memchr finds it), -1 if several */
   size_t maxlen;
   bool any_lstrip, any_rstrip, any_single_word;
 } tk_trie;

@@ -181,7 +181,12 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
   if (!tr->nnodes) return span_push(out, nout, cap, from, n, n, -1);
   size_t start_offset = from, i = from;
   while (i < n) {
-    while (i < n && !tr->first[s[i]]) i++;
+    if (tr->first_only >= 0) {
+      const uint8_t *q = memchr(s + i, tr->first_only, n - i);
+      i = q ? (size_t)(q - s) : n;
+    } else {
+      while (i < n && !tr->first[s[i]]) i++;
+    }
     if (i >= n) break;
     int32_t idx = -1;
     size_t len = trie_longest(tr, s, i, n, &idx);
@@ -337,6 +342,10 @@ static lh_status normalize_segmentable(const lh_tokenizer *t, tk_ctx *c, const u
   for (size_t i = 0; i < n;) {
     /* ASCII run: every character is its own inert segment */
     size_t j = i;
+    for (uint64_t w; j + 8 <= n; j += 8) { /* eight bytes at a time */
+      memcpy(&w, s + j, 8);
+      if (w & 0x8080808080808080ull) break;
+    }
     while (j < n && s[j] < 0x80) j++;
     size_t end_ascii = j;
     if (j < n && j > i && form >= 0) {
