@@ -401,6 +401,50 @@ static void test_fast_split(void) {
   pcre2_match_data_free(md);
 }
 
+/* A stream opened for ids only gives the ids of one-shot encoding on one thread and on two (jobs
+ * made tiny so that many are stitched), and refuses to report offsets. */
+static void test_stream_ids_only(void) {
+  const char *names[] = {"gpt2.tokenizer.json", "minimax.tokenizer.json"};
+  lh_buf text = {0};
+  for (int r = 0; r < 300; r++)
+    lh_buf_printf(&text, "line %d: Hello world, don't stop \u00e9t\u00e9 \u00c5ngstr\u00f6m \xe6\x95\xb0\xe5\xad\x97 %d\n\t  x=%d;\n", r,
+                  r * 7919, r % 13);
+  size_t pb = tk_stream_par_batch, po = tk_stream_par_overlap;
+  tk_stream_par_batch = 2048;
+  tk_stream_par_overlap = 256;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    lh_tokenizer *t = NULL;
+    lh_error err = {0};
+    CHECK(lh_tokenizer_open(fix(names[i]), &t, &err) == LH_OK);
+    if (!t) continue;
+    lh_i32vec want = {0};
+    CHECK(lh_tokenizer_encode(t, text.data, text.len, 0, &want, &err) == LH_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+      lh_tok_stream *s = NULL;
+      CHECK(lh_tok_stream_open_ids(t, threads, &s, &err) == LH_OK);
+      lh_i32vec got = {0};
+      for (size_t k = 0; k < text.len; k += 1000)
+        CHECK(lh_tok_stream_feed(s, text.data + k, text.len - k < 1000 ? text.len - k : 1000, &got, NULL, NULL, &err) ==
+              LH_OK);
+      CHECK(lh_tok_stream_finish(s, &got, NULL, NULL, &err) == LH_OK);
+      CHECK_MSG(got.len == want.len && !memcmp(got.data, want.data, want.len * sizeof *want.data),
+                "%s, %d threads: ids-only stream differs from encode (%zu vs %zu ids)", names[i], threads, got.len,
+                want.len);
+      int64_t *offs = NULL;
+      size_t cap = 0;
+      CHECK(lh_tok_stream_feed(s, "x", 1, &got, &offs, &cap, &err) == LH_EINVAL);
+      free(offs);
+      lh_i32vec_free(&got);
+      lh_tok_stream_close(s);
+    }
+    lh_i32vec_free(&want);
+    lh_tokenizer_close(t);
+  }
+  tk_stream_par_batch = pb;
+  tk_stream_par_overlap = po;
+  lh_buf_free(&text);
+}
+
 int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
@@ -410,5 +454,6 @@ int main(void) {
   test_big_pretoken();
   test_stream_edges();
   test_fast_split();
+  test_stream_ids_only();
   return lh_test_end();
 }
