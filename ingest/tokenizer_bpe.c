@@ -365,9 +365,9 @@ static inline bool short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
   return true;
 }
 
-#define CACHE_SLOTS 16384
+#define CACHE_SLOTS TK_CACHE_SLOTS
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
-#define CACHE_MAX_KEY 256
+#define CACHE_MAX_KEY TK_CACHE_MAX_KEY
 
 void tk_bpe_scratch_free(tk_bpe_scratch *s) {
   free(s->syms);
@@ -589,8 +589,9 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
   uint32_t h = 0;
   bool cacheable = n < CACHE_MAX_KEY;
   if (cacheable) {
-    h = (uint32_t)(tk_hash(s, n) >> 32) ^ (mapped ? 0x5bd1e995u : 0);
-    if (!h) h = 1;
+    /* the prefetched pre-token's hash (a stale one could only cost a miss: keys are compared) */
+    h = mapped && s == sc->pf_s && n == sc->pf_n ? sc->pf_h : tk_cache_hash(s, n, mapped);
+    sc->pf_s = NULL;
     if (!sc->cache) {
       sc->cache = calloc(CACHE_SLOTS, sizeof *sc->cache);
       if (!sc->cache) cacheable = false;

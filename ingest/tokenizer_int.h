@@ -208,7 +208,29 @@ typedef struct tk_bpe_scratch {
   size_t cache_used;
   lh_buf cache_keys;
   lh_i32vec cache_ids;
+  /* the pre-token tk_bpe_prefetch saw last, and its cache hash */
+  const uint8_t *pf_s;
+  size_t pf_n;
+  uint32_t pf_h;
 } tk_bpe_scratch;
+
+#define TK_CACHE_SLOTS 16384
+#define TK_CACHE_MAX_KEY 256
+/* The cache hash of a pre-token (never 0). */
+static inline uint32_t tk_cache_hash(const uint8_t *s, size_t n, bool mapped) {
+  uint32_t h = (uint32_t)(tk_hash(s, n) >> 32) ^ (mapped ? 0x5bd1e995u : 0);
+  return h ? h : 1;
+}
+/* A pre-token tk_bpe_word will soon see (mapped): start loading its cache slot, so the load
+ * overlaps the work in between (the slot is most of a cache hit's time otherwise). */
+static inline void tk_bpe_prefetch(tk_bpe_scratch *sc, const uint8_t *s, size_t n) {
+  if (!sc->cache || n >= TK_CACHE_MAX_KEY) return;
+  uint32_t h = tk_cache_hash(s, n, true);
+  sc->pf_s = s;
+  sc->pf_n = n;
+  sc->pf_h = h;
+  __builtin_prefetch(&sc->cache[h & (TK_CACHE_SLOTS - 1)]);
+}
 
 void tk_bpe_scratch_free(tk_bpe_scratch *s);
 /* Where the ids of one pre-token start in the stream, appended to v[0, n) (capacity cap, grown

@@ -814,7 +814,10 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
   bool have_prev = false, have_cur = false;
   size_t ca = 0, cb = 0;
   lh_status s;
+  bool pf = t->tail_map_only && t->bpe.byte_fast && !t->bpe.ignore_merges && !c->dump;
   while ((r = next_elem(c, &it, &e)) > 0) {
+    /* the BPE sees this element one round later, usually as it is (Isolated) */
+    if (pf) tk_bpe_prefetch(&c->bpe, it.s + e.a, e.b - e.a);
     bool m = e.m != inv, pm = pe.m != inv;
     bool drop = beh == TK_REMOVED && m;
     if (have_prev && !keeps_boundary(beh, pm, m) && have_cur) {
