@@ -620,11 +620,18 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     }
     size_t ms, me;
     int r = tk_regex_find(&it->p->re, c->md, c->mc, it->s, it->len, &it->f, it->partial, &ms, &me);
-    if (r == TK_FIND_MATCH) {
-      it->have_m = true;
-      it->ms = ms;
-      it->me = me;
-      continue;
+    if (r == TK_FIND_MATCH) { /* as the have_m branch above would (not through it: a stall) */
+      if (it->pos < ms) {
+        it->have_m = true;
+        it->ms = ms;
+        it->me = me;
+        *e = (elem){it->pos, ms, false, true, false};
+        it->pos = ms;
+        return 1;
+      }
+      *e = (elem){ms, me, true, true, false};
+      it->pos = me;
+      return 1;
     }
     if (r == TK_FIND_ERROR) return -1;
     if (r == TK_FIND_PARTIAL) {
