@@ -326,6 +326,9 @@ static void test_fast_split(void) {
       0x3000, 0x200B, 0x200D, 0x1F600, 0x1F3FB, 0x1F469, 0xFE0F, 0x2019, 0x1C89, 0x1C8A, 0x897, 0x10D4A,
       0x1E5D0, 0x16D40, 0xAA, 0xBA, 0x10FFFD, 0xE000, 0x378, 'k', 0x212A};
   const size_t na = sizeof alpha / sizeof *alpha;
+  size_t nascii = 0; /* the leading ASCII entries: every other round draws from them only, for
+                      * the matchers' ASCII paths (long words, runs, indentation) */
+  while (nascii < na && alpha[nascii] < 0x80) nascii++;
   pcre2_match_data *md = pcre2_match_data_create(1, NULL);
   pcre2_match_context *mc = pcre2_match_context_create(NULL);
   pcre2_jit_stack *js = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
@@ -341,13 +344,24 @@ static void test_fast_split(void) {
     slow = fast;
     slow.fast_kind = 0;
     size_t bad = 0, early_partial = 0, checked = 0;
-    for (int round = 0; round < 3000 && bad < 5; round++) {
+    /* first some ASCII texts with long runs of each class */
+    static const char *const fixed[] = {"12345", "x 1234567;", "  \n\n  x", "Hello WORLD's", "  foo", "\tfoo",
+                                        "a/b//\n", " ((x))", "FOO_bar", "fooBAR", "'s", "don't", "\r\n\r\n",
+                                        " \n ", "   1", "x\t\t\ty", "...!!!\n/", " ---- 99999 AAAA aaaa"};
+    const int nfixed = (int)(sizeof fixed / sizeof *fixed);
+    for (int round = 0; round < 3000 + nfixed && bad < 5; round++) {
       char text[256];
       size_t n = 0;
-      int len = 1 + (int)((rng >> 33) % 24);
+      if (round >= 3000) {
+        n = strlen(fixed[round - 3000]);
+        memcpy(text, fixed[round - 3000], n);
+      }
+      int len = round >= 3000 ? 0 : 1 + (int)((rng >> 33) % 24);
       for (int k = 0; k < len; k++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        n += (size_t)tk_utf8_put(alpha[(rng >> 33) % na], text + n);
+        /* ASCII rounds: mostly ASCII, with one other character in sixteen */
+        size_t pick = round & 1 && (rng >> 60) != 0 ? (rng >> 33) % nascii : (rng >> 33) % na;
+        n += (size_t)tk_utf8_put(alpha[pick], text + n);
       }
       const uint8_t *u = (const uint8_t *)text;
       /* the complete walks */
