@@ -38,38 +38,6 @@ static inline uint32_t load4(const uint8_t *p) {
   return w;
 }
 
-static inline uint64_t mix(uint64_t a, uint64_t b) {
-  __uint128_t r = (__uint128_t)(a ^ 0xA0761D6478BD642Full) * (b ^ 0xE7037ED1A0B428DBull);
-  return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-/* A wyhash-style hash: short inputs are read with overlapping loads, no byte loops. */
-uint64_t tk_hash(const void *p, size_t n) {
-  const uint8_t *s = p;
-  uint64_t a, b;
-  if (n <= 16) {
-    if (n >= 8) {
-      a = load8(s);
-      b = load8(s + n - 8);
-    } else if (n >= 4) {
-      a = load4(s);
-      b = load4(s + n - 4);
-    } else if (n) {
-      a = ((uint64_t)s[0] << 16) | ((uint64_t)s[n / 2] << 8) | s[n - 1];
-      b = 0;
-    } else {
-      a = b = 0;
-    }
-  } else {
-    uint64_t h = n;
-    size_t i = 0;
-    for (; i + 16 < n; i += 16) h = mix(load8(s + i) ^ h, load8(s + i + 8) ^ 0x8EBC6AF09C88C6E3ull);
-    a = load8(s + n - 16) ^ h;
-    b = load8(s + n - 8);
-  }
-  return mix(a ^ 0x589965CC75374CC3ull ^ n, b ^ 0x1D8E4E27C47D124Full);
-}
-
 static lh_status strmap_grow(tk_strmap *m) {
   size_t ns = m->nslots ? m->nslots * 2 : 64;
   uint32_t *slots = calloc(ns, sizeof *slots);

@@ -16,6 +16,7 @@
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "ingest/tokenizer.h"
 
@@ -147,7 +148,47 @@ typedef struct tk_strmap {
 lh_status tk_strmap_put(tk_strmap *m, const char *s, size_t n, int32_t val); /* overwrites */
 int32_t tk_strmap_get(const tk_strmap *m, const char *s, size_t n);          /* -1 if absent */
 void tk_strmap_free(tk_strmap *m);
-uint64_t tk_hash(const void *p, size_t n);
+/* A wyhash-style hash: short inputs are read with overlapping loads, no byte loops (inline: the
+ * BPE hashes every pre-token and every pair it looks up). */
+static inline uint64_t tk_load8_(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+static inline uint32_t tk_load4_(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+static inline uint64_t tk_mix_(uint64_t a, uint64_t b) {
+  __uint128_t r = (__uint128_t)(a ^ 0xA0761D6478BD642Full) * (b ^ 0xE7037ED1A0B428DBull);
+  return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+static inline uint64_t tk_hash(const void *p, size_t n) {
+  const uint8_t *s = p;
+  uint64_t a, b;
+  if (n <= 16) {
+    if (n >= 8) {
+      a = tk_load8_(s);
+      b = tk_load8_(s + n - 8);
+    } else if (n >= 4) {
+      a = tk_load4_(s);
+      b = tk_load4_(s + n - 4);
+    } else if (n) {
+      a = ((uint64_t)s[0] << 16) | ((uint64_t)s[n / 2] << 8) | s[n - 1];
+      b = 0;
+    } else {
+      a = b = 0;
+    }
+  } else {
+    uint64_t h = n;
+    size_t i = 0;
+    for (; i + 16 < n; i += 16) h = tk_mix_(tk_load8_(s + i) ^ h, tk_load8_(s + i + 8) ^ 0x8EBC6AF09C88C6E3ull);
+    a = tk_load8_(s + n - 16) ^ h;
+    b = tk_load8_(s + n - 8);
+  }
+  return tk_mix_(a ^ 0x589965CC75374CC3ull ^ n, b ^ 0x1D8E4E27C47D124Full);
+}
 
 typedef struct tk_merge {
   uint64_t key; /* (a << 32) | b, UINT64_MAX empty */
