@@ -459,6 +459,50 @@ static void test_stream_ids_only(void) {
   lh_buf_free(&text);
 }
 
+/* The BPE cache with the split step's prefetch: a prefetched hash that no longer matches the
+ * bytes at that address (the buffer was reused) must not change ids, and neither may the cache
+ * being cleared when full. Each word's ids are checked against a fresh scratch. */
+static void test_bpe_cache_prefetch(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("minimax.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  tk_bpe_scratch sc = {0};
+  uint64_t rng = 12345;
+  size_t bad = 0;
+  for (int k = 0; k < 40000 && bad < 5; k++) { /* more distinct words than the cache holds */
+    uint8_t w[24];
+    size_t n = 1 + k % 12;
+    for (size_t i = 0; i < n; i++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      w[i] = (uint8_t)(k % 3 ? 'a' + (rng >> 33) % 26 : (rng >> 33) % 256); /* bytes of any value */
+    }
+    lh_i32vec got = {0}, want = {0};
+    if (k % 5 == 0) { /* a stale prefetch: same address and length, other bytes */
+      w[0] ^= 0x20;
+      tk_bpe_prefetch(&sc, w, n);
+      w[0] ^= 0x20;
+    } else if (k % 5 == 1) {
+      tk_bpe_prefetch(&sc, w, n); /* the normal case */
+    }
+    CHECK(tk_bpe_word(&t->bpe, &sc, w, n, true, &got, NULL) == LH_OK);
+    tk_bpe_scratch fresh = {0};
+    CHECK(tk_bpe_word(&t->bpe, &fresh, w, n, true, &want, NULL) == LH_OK);
+    tk_bpe_scratch_free(&fresh);
+    if (got.len != want.len || memcmp(got.data, want.data, got.len * sizeof *got.data)) bad++;
+    if (k % 7 == 0) { /* and again from the cache */
+      got.len = 0;
+      CHECK(tk_bpe_word(&t->bpe, &sc, w, n, true, &got, NULL) == LH_OK);
+      if (got.len != want.len || memcmp(got.data, want.data, got.len * sizeof *got.data)) bad++;
+    }
+    lh_i32vec_free(&got);
+    lh_i32vec_free(&want);
+  }
+  CHECK_MSG(bad == 0, "%zu words got other ids through the cache", bad);
+  tk_bpe_scratch_free(&sc);
+  lh_tokenizer_close(t);
+}
+
 int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
@@ -469,5 +513,6 @@ int main(void) {
   test_stream_edges();
   test_fast_split();
   test_stream_ids_only();
+  test_bpe_cache_prefetch();
   return lh_test_end();
 }
