@@ -78,16 +78,30 @@ static int add_marks(lh_tokside *ts, const lh_chunk *c) {
   return 0;
 }
 
-/* Tokens [from, ids->len) of this call just came out; their indices are total + k - from. */
+/* Tokens [from, ids->len) of this call just came out; their indices are total + k - from. Each
+ * unresolved mark goes to the first token whose start (never below an earlier token's, so spans
+ * never run backwards) is at or past it; between marks the tokens are only scanned. */
 static void resolve(lh_tokside *ts, const lh_i32vec *ids, size_t from) {
-  for (size_t k = from; k < ids->len; k++) {
-    int64_t o = ts->offs[k];
-    if (o < ts->last_off) o = ts->last_off; /* never let a span run backwards */
-    ts->last_off = o;
-    while (ts->unres < ts->mlen && (int64_t)ts->moff[ts->unres] <= o)
+  const int64_t *o = ts->offs;
+  size_t k = from, end = ids->len;
+  int64_t last = ts->last_off;
+  while (ts->unres < ts->mlen && k < end) {
+    int64_t m = (int64_t)ts->moff[ts->unres];
+    for (; k < end; k++) {
+      int64_t x = o[k] > last ? o[k] : last;
+      if (x >= m) break;
+      last = x;
+    }
+    if (k == end) break;
+    last = o[k] > last ? o[k] : last;
+    while (ts->unres < ts->mlen && (int64_t)ts->moff[ts->unres] <= last)
       ts->mval[ts->unres++] = ts->total + (int64_t)(k - from);
+    k++;
   }
-  ts->total += (int64_t)(ids->len - from);
+  for (; k < end; k++)
+    if (o[k] > last) last = o[k];
+  ts->last_off = last;
+  ts->total += (int64_t)(end - from);
 }
 
 static int64_t mark_value(const lh_tokside *ts, int64_t id) {

@@ -71,7 +71,6 @@ void tk_ctx_free(tk_ctx *c) {
   free(c->spans);
   free(c->spans2);
   for (int k = 0; k < TK_MAX_STEPS; k++) free(c->lv[k]);
-  lh_i32vec_free(&c->offs);
   free(c->offv);
   free(c->rs);
   free(c);
@@ -314,6 +313,9 @@ static lh_status trie_build(tk_trie *tr, pat *ps, size_t n, const tk_added *adde
     tr->any_rstrip |= a->rstrip;
     tr->any_single_word |= a->single_word;
   }
+  tr->first_only = -1;
+  for (int b = 0, k = 0; b < 256; b++)
+    if (tr->first[b]) tr->first_only = k++ ? -1 : b;
   tr->first_edge = malloc(total * sizeof *tr->first_edge);
   tr->nedges = malloc(total * sizeof *tr->nedges);
   tr->term = malloc(total * sizeof *tr->term);

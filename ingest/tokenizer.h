@@ -58,6 +58,8 @@ const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);  /* NUL
 typedef struct lh_tok_stream lh_tok_stream;
 lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err); /* one thread */
 lh_status lh_tok_stream_open_threads(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
+/* The same stream for ids only (no offsets are worked out; feed and finish take offsets NULL). */
+lh_status lh_tok_stream_open_ids(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
                              size_t *offsets_cap, lh_error *err);
 lh_status lh_tok_stream_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,

@@ -38,38 +38,6 @@ static inline uint32_t load4(const uint8_t *p) {
   return w;
 }
 
-static inline uint64_t mix(uint64_t a, uint64_t b) {
-  __uint128_t r = (__uint128_t)(a ^ 0xA0761D6478BD642Full) * (b ^ 0xE7037ED1A0B428DBull);
-  return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-/* A wyhash-style hash: short inputs are read with overlapping loads, no byte loops. */
-uint64_t tk_hash(const void *p, size_t n) {
-  const uint8_t *s = p;
-  uint64_t a, b;
-  if (n <= 16) {
-    if (n >= 8) {
-      a = load8(s);
-      b = load8(s + n - 8);
-    } else if (n >= 4) {
-      a = load4(s);
-      b = load4(s + n - 4);
-    } else if (n) {
-      a = ((uint64_t)s[0] << 16) | ((uint64_t)s[n / 2] << 8) | s[n - 1];
-      b = 0;
-    } else {
-      a = b = 0;
-    }
-  } else {
-    uint64_t h = n;
-    size_t i = 0;
-    for (; i + 16 < n; i += 16) h = mix(load8(s + i) ^ h, load8(s + i + 8) ^ 0x8EBC6AF09C88C6E3ull);
-    a = load8(s + n - 16) ^ h;
-    b = load8(s + n - 8);
-  }
-  return mix(a ^ 0x589965CC75374CC3ull ^ n, b ^ 0x1D8E4E27C47D124Full);
-}
-
 static lh_status strmap_grow(tk_strmap *m) {
   size_t ns = m->nslots ? m->nslots * 2 : 64;
   uint32_t *slots = calloc(ns, sizeof *slots);
@@ -365,9 +333,9 @@ static inline bool short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
   return true;
 }
 
-#define CACHE_SLOTS 16384
+#define CACHE_SLOTS TK_CACHE_SLOTS
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
-#define CACHE_MAX_KEY 256
+#define CACHE_MAX_KEY TK_CACHE_MAX_KEY
 
 void tk_bpe_scratch_free(tk_bpe_scratch *s) {
   free(s->syms);
@@ -525,19 +493,39 @@ out:
   return st;
 }
 
-static lh_status emit_syms(tk_bpe_scratch *sc, size_t n, lh_i32vec *out, lh_i32vec *offs) {
-  if (lh_i32vec_reserve(out, n) || (offs && lh_i32vec_reserve(offs, n))) return LH_ENOMEM;
+/* Room for k more ids in out (and om). */
+static inline lh_status room(lh_i32vec *out, tk_offmap *om, size_t k) {
+  if (out->cap - out->len < k && lh_i32vec_reserve(out, k)) return LH_ENOMEM;
+  if (om && om->cap - om->n < k) {
+    size_t nc = om->cap ? om->cap : 1024;
+    while (nc - om->n < k) nc *= 2;
+    void *p = realloc(om->v, nc * sizeof *om->v);
+    if (!p) return LH_ENOMEM;
+    om->v = p;
+    om->cap = nc;
+  }
+  return LH_OK;
+}
+
+/* Stream offset of the id at byte pos of the pre-token. */
+static inline int64_t om_at(const tk_offmap *om, uint32_t pos) {
+  if (!om->linear) return om->raw;
+  return om->raw + (pos > om->shift ? (int64_t)(pos - om->shift) : 0);
+}
+
+static lh_status emit_syms(tk_bpe_scratch *sc, size_t n, lh_i32vec *out, tk_offmap *om) {
+  if (room(out, om, n)) return LH_ENOMEM;
   uint32_t pos = 0;
   for (size_t i = 0; i < n; i = sc->syms[i].next < 0 ? n : (size_t)sc->syms[i].next) {
     out->data[out->len++] = sc->syms[i].id;
-    if (offs) offs->data[offs->len++] = (int32_t)pos;
+    if (om) om->v[om->n++] = om_at(om, pos);
     pos += sc->syms[i].len;
   }
   return LH_OK;
 }
 
 lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, size_t n, bool mapped, lh_i32vec *out,
-                      lh_i32vec *offs) {
+                      tk_offmap *om) {
   if (!n) return LH_OK;
   char mbuf[CACHE_MAX_KEY * 2];
   char *ms = NULL;
@@ -554,8 +542,9 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
     size_t wl = ms ? mn : n;
     int32_t id = tk_strmap_get(&b->vocab, w, wl);
     if (id >= 0) {
-      st = lh_i32vec_push(out, id);
-      if (!st && offs) st = lh_i32vec_push(offs, 0);
+      if ((st = room(out, om, 1))) goto done;
+      out->data[out->len++] = id;
+      if (om) om->v[om->n++] = om_at(om, 0);
       goto done;
     }
   }
@@ -568,8 +557,9 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
   uint32_t h = 0;
   bool cacheable = n < CACHE_MAX_KEY;
   if (cacheable) {
-    h = (uint32_t)(tk_hash(s, n) >> 32) ^ (mapped ? 0x5bd1e995u : 0);
-    if (!h) h = 1;
+    /* the prefetched pre-token's hash (a stale one could only cost a miss: keys are compared) */
+    h = mapped && s == sc->pf_s && n == sc->pf_n ? sc->pf_h : tk_cache_hash(s, n, mapped);
+    sc->pf_s = NULL;
     if (!sc->cache) {
       sc->cache = calloc(CACHE_SLOTS, sizeof *sc->cache);
       if (!sc->cache) cacheable = false;
@@ -583,24 +573,30 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
       if (!e->hash) break;
       if (e->hash == h && e->key_len == n &&
           (e->ext ? !memcmp(sc->cache_keys.data + e->u.far.key_off, s, n) : short_eq(e->u.key, s, n))) {
-        if ((out->len + e->nids > out->cap && lh_i32vec_reserve(out, e->nids)) ||
-            (offs && lh_i32vec_reserve(offs, e->nids))) {
+        if (room(out, om, e->nids)) {
           st = LH_ENOMEM;
           goto done;
         }
         if (!e->ext) {
           for (uint32_t i = 0; i < e->nids; i++) out->data[out->len + i] = e->ids[i];
           out->len += e->nids;
-          if (offs) {
-            uint32_t pos = 0;
-            for (uint32_t i = 0; i < e->nids; i++) offs->data[offs->len++] = (int32_t)pos, pos += e->lens[i];
+          if (om) {
+            int64_t *o = om->v + om->n;
+            if (om->linear && !om->shift) {
+              int64_t r = om->raw;
+              for (uint32_t i = 0; i < e->nids; i++) o[i] = r, r += e->lens[i];
+            } else {
+              uint32_t pos = 0;
+              for (uint32_t i = 0; i < e->nids; i++) o[i] = om_at(om, pos), pos += e->lens[i];
+            }
+            om->n += e->nids;
           }
         } else {
           const int32_t *p = sc->cache_ids.data + e->u.far.ids_off;
           uint32_t pos = 0;
           for (uint32_t i = 0; i < e->nids; i++) {
             out->data[out->len++] = p[2 * i];
-            if (offs) offs->data[offs->len++] = (int32_t)pos;
+            if (om) om->v[om->n++] = om_at(om, pos);
             pos += (uint32_t)p[2 * i + 1];
           }
         }
@@ -619,7 +615,7 @@ lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, siz
   merge_all(b, sc, ns);
   if (!ns) goto done;
   size_t before = out->len;
-  if ((st = emit_syms(sc, ns, out, offs))) goto done;
+  if ((st = emit_syms(sc, ns, out, om))) goto done;
   if (cacheable) {
     if (sc->cache_used >= CACHE_MAX_ENTRIES || sc->cache_keys.len > (4u << 20)) {
       memset(sc->cache, 0, CACHE_SLOTS * sizeof *sc->cache);

@@ -95,8 +95,10 @@ static void build(void) {
   g_ok = true;
 }
 
+#define HOT static inline __attribute__((always_inline))
+
 /* Class bits of the character at s[i] (C_END at or past n); *next gets the next offset. */
-static inline uint8_t cls(const uint8_t *s, size_t n, size_t i, size_t *next) {
+HOT uint8_t cls(const uint8_t *s, size_t n, size_t i, size_t *next) {
   if (i >= n) {
     *next = i;
     return C_END;
@@ -162,14 +164,14 @@ typedef struct m {
   bool hit_end; /* some test needed a character past the end */
 } m_t;
 
-static inline uint8_t at(m_t *m, size_t i, size_t *next) {
+HOT uint8_t at(m_t *m, size_t i, size_t *next) {
   uint8_t c = cls(m->s, m->n, i, next);
   if (c == C_END) m->hit_end = true;
   return c;
 }
 
 /* end of the run of characters with any of `want` bits from i */
-static size_t run(m_t *m, size_t i, uint8_t want) {
+HOT size_t run(m_t *m, size_t i, uint8_t want) {
   for (;;) {
     size_t nx;
     uint8_t c = at(m, i, &nx);
@@ -179,7 +181,7 @@ static size_t run(m_t *m, size_t i, uint8_t want) {
 }
 
 /* end of the run of characters with none of `bad` bits from i */
-static size_t run_not(m_t *m, size_t i, uint8_t bad) {
+HOT size_t run_not(m_t *m, size_t i, uint8_t bad) {
   for (;;) {
     size_t nx;
     uint8_t c = at(m, i, &nx);
@@ -189,7 +191,7 @@ static size_t run_not(m_t *m, size_t i, uint8_t bad) {
 }
 
 /* ASCII letter of s[i] in lower case (0 if none / past the end). */
-static inline int lower_at(m_t *m, size_t i) {
+HOT int lower_at(m_t *m, size_t i) {
   if (i >= m->n) {
     m->hit_end = true;
     return 0;
@@ -200,7 +202,7 @@ static inline int lower_at(m_t *m, size_t i) {
 
 /* a contraction 's 't 're 've 'm 'll 'd at i; returns its end or 0. Case-insensitive contractions
  * also take U+017F (long s) for s, which case-folds to s. */
-static size_t contraction(m_t *m, size_t i, bool ci) {
+HOT size_t contraction(m_t *m, size_t i, bool ci) {
   if (i >= m->n) {
     m->hit_end = true;
     return 0;
@@ -257,7 +259,7 @@ static size_t match_gpt2(m_t *m, size_t i) {
   return spaces(m, i, false);
 }
 
-static size_t nl_run(m_t *m, size_t i, bool slash) {
+HOT size_t nl_run(m_t *m, size_t i, bool slash) {
   for (;;) {
     if (i >= m->n) {
       m->hit_end = true;
@@ -305,6 +307,14 @@ static size_t o200k_letters(m_t *m, size_t i) {
   size_t nx;
   uint8_t c0 = at(m, i, &nx);
   bool can_prefix = c0 != C_END && !(c0 & (C_NL | C_L | C_N));
+  /* both alternatives need a letter or mark at i, or after a prefix at i; the code below looks
+   * at no other character then (so the same ones decide partial matches) */
+  if (c0 == C_END || !(c0 & (C_L | C_M))) {
+    if (!can_prefix) return 0;
+    size_t n1;
+    uint8_t c1 = at(m, nx, &n1);
+    if (c1 == C_END || !(c1 & (C_L | C_M))) return 0;
+  }
   /* alternative 1: P? U* W+ C? */
   for (int pass = 0; pass < 2; pass++) {
     if (pass == 0 && !can_prefix) continue;
@@ -371,6 +381,59 @@ static size_t match_o200k(m_t *m, size_t i) {
   return spaces(m, i, true);
 }
 
+/* o200k where every character the general matcher would look at is ASCII and inside the
+ * subject: the same end, decided with the byte table; 0 when that does not hold, or when a
+ * contraction may follow a word, which the general matcher then decides. Each case below looks
+ * at exactly the characters match_o200k looks at, so a match found here would not have been
+ * partial there. */
+HOT size_t o200k_ascii(const uint8_t *s, size_t n, size_t i) {
+#define ASC(k) ((k) < n && s[k] < 0x80) /* position k may be decided here */
+  if (s[i] >= 0x80) return 0;
+  uint8_t c0 = g_ascii[s[i]];
+  size_t j = i;
+  if (!(c0 & C_L)) {
+    if (c0 & (C_NL | C_N)) goto not_letters; /* no prefix of a word */
+    if (!ASC(i + 1)) return 0;
+    if (!(g_ascii[s[i + 1]] & C_L)) goto not_letters;
+    j = i + 1; /* the prefix, then a word */
+  }
+  { /* upper-case run, then lower-case run (ASCII has no letter in both classes) */
+    while (ASC(j) && (g_ascii[s[j]] & C_LU)) j++;
+    if (!ASC(j)) return 0;
+    while (ASC(j) && (g_ascii[s[j]] & C_LL)) j++;
+    if (!ASC(j) || s[j] == '\'') return 0;
+    return j;
+  }
+not_letters:
+  if (c0 & C_N) { /* \p{N}{1,3} */
+    j = i + 1;
+    for (int k = 1; k < 3; k++, j++) {
+      if (!ASC(j)) return 0;
+      if (!(g_ascii[s[j]] & C_N)) break;
+    }
+    return j;
+  }
+  j = i;
+  if (s[i] == ' ') { /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
+    if (!ASC(i + 1)) return 0;
+    if (!(g_ascii[s[i + 1]] & OTHER_BAD)) j = i + 1;
+  }
+  if (!(g_ascii[s[j]] & OTHER_BAD)) {
+    while (ASC(j) && !(g_ascii[s[j]] & OTHER_BAD)) j++;
+    if (!ASC(j)) return 0;
+    while (j < n && (s[j] == '\r' || s[j] == '\n' || s[j] == '/')) j++;
+    return j < n ? j : 0;
+  }
+  /* whitespace: \s*[\r\n]+, else \s+(?!\S) backing off one character, else \s+ */
+  size_t last_nl = SIZE_MAX;
+  for (j = i; ASC(j) && (g_ascii[s[j]] & C_S); j++)
+    if (g_ascii[s[j]] & C_NL) last_nl = j;
+  if (!ASC(j)) return 0;
+  if (last_nl != SIZE_MAX) return last_nl + 1;
+  return j - 1 > i ? j - 1 : j;
+#undef ASC
+}
+
 int tk_fast_find(int kind, const uint8_t *s, size_t len, size_t pos, bool partial, size_t *ms, size_t *me) {
   if (pos >= len) return TK_FIND_NONE;
   m_t m = {s, len, false};
@@ -379,7 +442,9 @@ int tk_fast_find(int kind, const uint8_t *s, size_t len, size_t pos, bool partia
   case TK_FAST_GPT2: e = match_gpt2(&m, pos); break;
   case TK_FAST_CL100K: e = match_cl100k(&m, pos, 3); break;
   case TK_FAST_QWEN2: e = match_cl100k(&m, pos, 1); break;
-  default: e = match_o200k(&m, pos); break;
+  default:
+    if (!(e = o200k_ascii(s, len, pos))) e = match_o200k(&m, pos);
+    break;
   }
   *ms = pos;
   if (partial && m.hit_end) return TK_FIND_PARTIAL;

@@ -16,6 +16,7 @@
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "ingest/tokenizer.h"
 
@@ -147,7 +148,47 @@ typedef struct tk_strmap {
 lh_status tk_strmap_put(tk_strmap *m, const char *s, size_t n, int32_t val); /* overwrites */
 int32_t tk_strmap_get(const tk_strmap *m, const char *s, size_t n);          /* -1 if absent */
 void tk_strmap_free(tk_strmap *m);
-uint64_t tk_hash(const void *p, size_t n);
+/* A wyhash-style hash: short inputs are read with overlapping loads, no byte loops (inline: the
+ * BPE hashes every pre-token and every pair it looks up). */
+static inline uint64_t tk_load8_(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+static inline uint32_t tk_load4_(const uint8_t *p) {
+  uint32_t w;
+  memcpy(&w, p, 4);
+  return w;
+}
+static inline uint64_t tk_mix_(uint64_t a, uint64_t b) {
+  __uint128_t r = (__uint128_t)(a ^ 0xA0761D6478BD642Full) * (b ^ 0xE7037ED1A0B428DBull);
+  return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+static inline uint64_t tk_hash(const void *p, size_t n) {
+  const uint8_t *s = p;
+  uint64_t a, b;
+  if (n <= 16) {
+    if (n >= 8) {
+      a = tk_load8_(s);
+      b = tk_load8_(s + n - 8);
+    } else if (n >= 4) {
+      a = tk_load4_(s);
+      b = tk_load4_(s + n - 4);
+    } else if (n) {
+      a = ((uint64_t)s[0] << 16) | ((uint64_t)s[n / 2] << 8) | s[n - 1];
+      b = 0;
+    } else {
+      a = b = 0;
+    }
+  } else {
+    uint64_t h = n;
+    size_t i = 0;
+    for (; i + 16 < n; i += 16) h = tk_mix_(tk_load8_(s + i) ^ h, tk_load8_(s + i + 8) ^ 0x8EBC6AF09C88C6E3ull);
+    a = tk_load8_(s + n - 16) ^ h;
+    b = tk_load8_(s + n - 8);
+  }
+  return tk_mix_(a ^ 0x589965CC75374CC3ull ^ n, b ^ 0x1D8E4E27C47D124Full);
+}
 
 typedef struct tk_merge {
   uint64_t key; /* (a << 32) | b, UINT64_MAX empty */
@@ -208,14 +249,46 @@ typedef struct tk_bpe_scratch {
   size_t cache_used;
   lh_buf cache_keys;
   lh_i32vec cache_ids;
+  /* the pre-token tk_bpe_prefetch saw last, and its cache hash */
+  const uint8_t *pf_s;
+  size_t pf_n;
+  uint32_t pf_h;
 } tk_bpe_scratch;
 
+#define TK_CACHE_SLOTS 16384
+#define TK_CACHE_MAX_KEY 256
+/* The cache hash of a pre-token (never 0). */
+static inline uint32_t tk_cache_hash(const uint8_t *s, size_t n, bool mapped) {
+  uint32_t h = (uint32_t)(tk_hash(s, n) >> 32) ^ (mapped ? 0x5bd1e995u : 0);
+  return h ? h : 1;
+}
+/* A pre-token tk_bpe_word will soon see (mapped): start loading its cache slot, so the load
+ * overlaps the work in between (the slot is most of a cache hit's time otherwise). */
+static inline void tk_bpe_prefetch(tk_bpe_scratch *sc, const uint8_t *s, size_t n) {
+  if (!sc->cache || n >= TK_CACHE_MAX_KEY) return;
+  uint32_t h = tk_cache_hash(s, n, true);
+  sc->pf_s = s;
+  sc->pf_n = n;
+  sc->pf_h = h;
+  __builtin_prefetch(&sc->cache[h & (TK_CACHE_SLOTS - 1)]);
+}
+
 void tk_bpe_scratch_free(tk_bpe_scratch *s);
-/* Tokenize one pre-token, appending ids (and, when offs is not NULL, each id's byte offset
- * within the pre-token) to out. mapped: s holds raw bytes that the ByteLevel alphabet maps
- * (the fast path); otherwise s is the model's input string itself. */
+/* Where the ids of one pre-token start in the stream, appended to v[0, n) (capacity cap, grown
+ * with realloc): an id at byte pos of the pre-token starts at raw + max(0, pos - shift) when
+ * linear, else at raw. */
+typedef struct tk_offmap {
+  int64_t *v;
+  size_t n, cap;
+  int64_t raw;
+  uint32_t shift;
+  bool linear;
+} tk_offmap;
+/* Tokenize one pre-token, appending ids to out (and, when om is not NULL, each id's stream
+ * offset to om->v). mapped: s holds raw bytes that the ByteLevel alphabet maps (the fast path);
+ * otherwise s is the model's input string itself. */
 lh_status tk_bpe_word(const tk_bpe *b, tk_bpe_scratch *sc, const uint8_t *s, size_t n, bool mapped,
-                      lh_i32vec *out, lh_i32vec *offs);
+                      lh_i32vec *out, tk_offmap *om);
 
 /* The GPT-2 byte <-> character table (ByteLevel). */
 extern const uint16_t tk_byte_char[256];
@@ -241,6 +314,7 @@ typedef struct tk_trie {
   int32_t *term; /* per node: index into tk_tokenizer.added, -1 none */
   size_t nnodes;
   uint8_t first[256]; /* bytes that can start a pattern */
+  int first_only;     /* the one byte that can start a pattern (memchr finds it), -1 if several */
   size_t maxlen;
   bool any_lstrip, any_rstrip, any_single_word;
 } tk_trie;
@@ -356,7 +430,6 @@ struct tk_ctx {
   size_t spans_cap, spans2_cap;
   struct piece *lv[TK_MAX_STEPS];
   size_t lvn[TK_MAX_STEPS], lvcap[TK_MAX_STEPS];
-  lh_i32vec offs; /* per-word token offsets from the BPE */
   /* outputs of tk_encode_segment */
   const tk_seg *seg;
   lh_i32vec *ids;

@@ -114,21 +114,20 @@ static lh_status bpe_piece(const lh_tokenizer *t, tk_ctx *c, const piece *p, lh_
       return lh_error_set(err, LH_ENOMEM, "out of memory");
     return LH_OK;
   }
-  size_t before = c->ids->len;
-  c->offs.len = 0;
-  lh_status st = tk_bpe_word(&t->bpe, &c->bpe, piece_ptr(c, p), p->len, p->flags & PF_MAPPED, c->ids,
-                             c->want_offs ? &c->offs : NULL);
+  tk_offmap om, *omp = NULL;
+  if (c->want_offs) {
+    om = (tk_offmap){c->offv, c->noffv, c->offv_cap, p->raw, p->shift, (p->flags & PF_LINEAR) != 0};
+    omp = &om;
+  }
+  lh_status st = tk_bpe_word(&t->bpe, &c->bpe, piece_ptr(c, p), p->len, p->flags & PF_MAPPED, c->ids, omp);
+  if (omp) {
+    c->offv = om.v;
+    c->noffv = om.n;
+    c->offv_cap = om.cap;
+  }
   if (st == LH_EFORMAT)
     return lh_error_set(err, LH_EFORMAT, "tokenizer: unk_token \"%s\" is not in the vocabulary", t->bpe.unk_token);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
-  if (c->want_offs) {
-    for (size_t k = before; k < c->ids->len; k++) {
-      int64_t o = c->offs.data[k - before];
-      int64_t r = p->raw;
-      if (p->flags & PF_LINEAR && o > p->shift) r += o - p->shift;
-      if (push_off(c, r)) return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
-    }
-  }
   return LH_OK;
 }
 
@@ -182,7 +181,12 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
   if (!tr->nnodes) return span_push(out, nout, cap, from, n, n, -1);
   size_t start_offset = from, i = from;
   while (i < n) {
-    while (i < n && !tr->first[s[i]]) i++;
+    if (tr->first_only >= 0) {
+      const uint8_t *q = memchr(s + i, tr->first_only, n - i);
+      i = q ? (size_t)(q - s) : n;
+    } else {
+      while (i < n && !tr->first[s[i]]) i++;
+    }
     if (i >= n) break;
     int32_t idx = -1;
     size_t len = trie_longest(tr, s, i, n, &idx);
@@ -338,6 +342,10 @@ static lh_status normalize_segmentable(const lh_tokenizer *t, tk_ctx *c, const u
   for (size_t i = 0; i < n;) {
     /* ASCII run: every character is its own inert segment */
     size_t j = i;
+    for (uint64_t w; j + 8 <= n; j += 8) { /* eight bytes at a time */
+      memcpy(&w, s + j, 8);
+      if (w & 0x8080808080808080ull) break;
+    }
     while (j < n && s[j] < 0x80) j++;
     size_t end_ascii = j;
     if (j < n && j > i && form >= 0) {
@@ -612,11 +620,18 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     }
     size_t ms, me;
     int r = tk_regex_find(&it->p->re, c->md, c->mc, it->s, it->len, &it->f, it->partial, &ms, &me);
-    if (r == TK_FIND_MATCH) {
-      it->have_m = true;
-      it->ms = ms;
-      it->me = me;
-      continue;
+    if (r == TK_FIND_MATCH) { /* as the have_m branch above would (not through it: a stall) */
+      if (it->pos < ms) {
+        it->have_m = true;
+        it->ms = ms;
+        it->me = me;
+        *e = (elem){it->pos, ms, false, true, false};
+        it->pos = ms;
+        return 1;
+      }
+      *e = (elem){ms, me, true, true, false};
+      it->pos = me;
+      return 1;
     }
     if (r == TK_FIND_ERROR) return -1;
     if (r == TK_FIND_PARTIAL) {
@@ -763,12 +778,12 @@ static void place_piece(const tk_ctx *c, const split_ctx *x, piece *q, size_t a,
   if (!c->have_norm) return; /* sub_piece's linear arithmetic is exact */
   size_t na = a >= x->subj_shift ? x->subj_norm0 + a - x->subj_shift : x->p0;
   size_t nb = b >= x->subj_shift ? x->subj_norm0 + b - x->subj_shift : x->p0;
-  bool exact;
-  q->raw = x->raw_base + (int64_t)norm_to_raw(c, na, &exact);
   q->shift = (uint8_t)(a < x->subj_shift ? x->subj_shift - a : 0);
-  /* linear only inside one linear run of the normalizer */
+  /* the raw offset as norm_to_raw gives it; linear only inside one linear run of the normalizer */
   ptrdiff_t k = anchor_at(c, na);
-  bool lin = k >= 0 && c->anc[k].linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= nb);
+  const struct tk_anchor *an = k >= 0 ? &c->anc[k] : NULL;
+  q->raw = x->raw_base + (int64_t)(!an ? 0 : an->linear ? an->raw + (na - an->norm) : an->raw);
+  bool lin = an && an->linear && ((size_t)k + 1 >= c->nanc || c->anc[k + 1].norm >= nb);
   if (lin)
     q->flags |= PF_LINEAR;
   else
@@ -806,7 +821,10 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
   bool have_prev = false, have_cur = false;
   size_t ca = 0, cb = 0;
   lh_status s;
+  bool pf = t->tail_map_only && t->bpe.byte_fast && !t->bpe.ignore_merges && !c->dump;
   while ((r = next_elem(c, &it, &e)) > 0) {
+    /* the BPE sees this element one round later, usually as it is (Isolated) */
+    if (pf) tk_bpe_prefetch(&c->bpe, it.s + e.a, e.b - e.a);
     bool m = e.m != inv, pm = pe.m != inv;
     bool drop = beh == TK_REMOVED && m;
     if (have_prev && !keeps_boundary(beh, pm, m) && have_cur) {

@@ -223,6 +223,10 @@ lh_status lh_tok_stream_open_threads(const lh_tokenizer *t, int threads, lh_tok_
   return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, true, out, err);
 }
 
+lh_status lh_tok_stream_open_ids(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err) {
+  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, false, out, err);
+}
+
 size_t tk_stream_buffered(const lh_tok_stream *s) { return s->buf.len; }
 
 int tk_stream_threads(const lh_tok_stream *s) { return s->par ? s->par->nworkers + 1 : 1; }
@@ -833,6 +837,8 @@ static lh_status par_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets,
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,
                              size_t *offsets_cap, lh_error *err) {
   if (s->broken) return lh_error_set(err, LH_EINVAL, "tokenizer stream: an earlier call failed; open a new stream");
+  if (offsets && !s->want_offs)
+    return lh_error_set(err, LH_EINVAL, "tokenizer stream: opened for ids only, asked for offsets");
   s->fed += (int64_t)len;
   lh_status st = LH_OK;
   if (s->nheld) { /* the held bytes come first: feed them with the new text */
@@ -869,6 +875,8 @@ lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_
 lh_status lh_tok_stream_finish(lh_tok_stream *s, lh_i32vec *ids, int64_t **offsets, size_t *offsets_cap,
                                lh_error *err) {
   if (s->broken) return lh_error_set(err, LH_EINVAL, "tokenizer stream: an earlier call failed; open a new stream");
+  if (offsets && !s->want_offs)
+    return lh_error_set(err, LH_EINVAL, "tokenizer stream: opened for ids only, asked for offsets");
   if (s->nheld) {
     uint8_t tmp[4];
     size_t k = s->nheld;

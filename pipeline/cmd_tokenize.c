@@ -64,8 +64,31 @@ static void put_json_string(FILE *out, const char *s, size_t n) {
   fputc('"', out);
 }
 
+/* ids as decimal text, each after sep (the first after nothing when *printed is 0), formatted
+ * into a local buffer and written in blocks (one fprintf per id was most of plain mode's time) */
+static void put_id_list(FILE *out, const int32_t *ids, size_t n, const char *sep, size_t *printed) {
+  char buf[1 << 14];
+  size_t len = 0, sl = strlen(sep);
+  for (size_t i = 0; i < n; i++) {
+    if (len + sl + 12 > sizeof buf) {
+      fwrite(buf, 1, len, out);
+      len = 0;
+    }
+    if ((*printed)++) memcpy(buf + len, sep, sl), len += sl;
+    int64_t v = ids[i];
+    if (v < 0) buf[len++] = '-', v = -v;
+    char d[12];
+    int k = 0;
+    do d[k++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (k) buf[len++] = d[--k];
+  }
+  fwrite(buf, 1, len, out);
+}
+
 static void put_ids(FILE *out, const lh_i32vec *v, const char *sep) {
-  for (size_t i = 0; i < v->len; i++) fprintf(out, "%s%d", i ? sep : "", v->data[i]);
+  size_t printed = 0;
+  put_id_list(out, v->data, v->len, sep, &printed);
 }
 
 /* true when the raw JSON line holds a \u0000 escape, which cJSON cannot carry */
@@ -243,7 +266,7 @@ static int run_plain(const lh_tokenizer *t, int decode, int add_special, int ski
     lh_buf_free(&in);
   } else {
     lh_tok_stream *s = NULL;
-    if (lh_tok_stream_open_threads(t, threads, &s, &err)) {
+    if (lh_tok_stream_open_ids(t, threads, &s, &err)) {
       fprintf(stderr, "longhaul tokenize: %s\n", err.msg);
       return LH_EXIT_FAILED;
     }
@@ -253,12 +276,12 @@ static int run_plain(const lh_tokenizer *t, int decode, int add_special, int ski
     while (!st && (n = fread(chunk, 1, sizeof chunk, stdin)) > 0) {
       ids.len = 0;
       st = lh_tok_stream_feed(s, chunk, n, &ids, NULL, NULL, &err);
-      for (size_t i = 0; i < ids.len; i++) fprintf(stdout, "%s%d", printed++ ? " " : "", ids.data[i]);
+      put_id_list(stdout, ids.data, ids.len, " ", &printed);
     }
     if (!st) {
       ids.len = 0;
       st = lh_tok_stream_finish(s, &ids, NULL, NULL, &err);
-      for (size_t i = 0; i < ids.len; i++) fprintf(stdout, "%s%d", printed++ ? " " : "", ids.data[i]);
+      put_id_list(stdout, ids.data, ids.len, " ", &printed);
     }
     fputc('\n', stdout);
     if (ferror(stdin)) {

@@ -326,6 +326,9 @@ static void test_fast_split(void) {
       0x3000, 0x200B, 0x200D, 0x1F600, 0x1F3FB, 0x1F469, 0xFE0F, 0x2019, 0x1C89, 0x1C8A, 0x897, 0x10D4A,
       0x1E5D0, 0x16D40, 0xAA, 0xBA, 0x10FFFD, 0xE000, 0x378, 'k', 0x212A};
   const size_t na = sizeof alpha / sizeof *alpha;
+  size_t nascii = 0; /* the leading ASCII entries: every other round draws from them only, for
+                      * the matchers' ASCII paths (long words, runs, indentation) */
+  while (nascii < na && alpha[nascii] < 0x80) nascii++;
   pcre2_match_data *md = pcre2_match_data_create(1, NULL);
   pcre2_match_context *mc = pcre2_match_context_create(NULL);
   pcre2_jit_stack *js = pcre2_jit_stack_create(64 * 1024, 16 * 1024 * 1024, NULL);
@@ -341,13 +344,24 @@ static void test_fast_split(void) {
     slow = fast;
     slow.fast_kind = 0;
     size_t bad = 0, early_partial = 0, checked = 0;
-    for (int round = 0; round < 3000 && bad < 5; round++) {
+    /* first some ASCII texts with long runs of each class */
+    static const char *const fixed[] = {"12345", "x 1234567;", "  \n\n  x", "Hello WORLD's", "  foo", "\tfoo",
+                                        "a/b//\n", " ((x))", "FOO_bar", "fooBAR", "'s", "don't", "\r\n\r\n",
+                                        " \n ", "   1", "x\t\t\ty", "...!!!\n/", " ---- 99999 AAAA aaaa"};
+    const int nfixed = (int)(sizeof fixed / sizeof *fixed);
+    for (int round = 0; round < 3000 + nfixed && bad < 5; round++) {
       char text[256];
       size_t n = 0;
-      int len = 1 + (int)((rng >> 33) % 24);
+      if (round >= 3000) {
+        n = strlen(fixed[round - 3000]);
+        memcpy(text, fixed[round - 3000], n);
+      }
+      int len = round >= 3000 ? 0 : 1 + (int)((rng >> 33) % 24);
       for (int k = 0; k < len; k++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        n += (size_t)tk_utf8_put(alpha[(rng >> 33) % na], text + n);
+        /* ASCII rounds: mostly ASCII, with one other character in sixteen */
+        size_t pick = round & 1 && (rng >> 60) != 0 ? (rng >> 33) % nascii : (rng >> 33) % na;
+        n += (size_t)tk_utf8_put(alpha[pick], text + n);
       }
       const uint8_t *u = (const uint8_t *)text;
       /* the complete walks */
@@ -401,6 +415,94 @@ static void test_fast_split(void) {
   pcre2_match_data_free(md);
 }
 
+/* A stream opened for ids only gives the ids of one-shot encoding on one thread and on two (jobs
+ * made tiny so that many are stitched), and refuses to report offsets. */
+static void test_stream_ids_only(void) {
+  const char *names[] = {"gpt2.tokenizer.json", "minimax.tokenizer.json"};
+  lh_buf text = {0};
+  for (int r = 0; r < 300; r++)
+    lh_buf_printf(&text, "line %d: Hello world, don't stop \u00e9t\u00e9 \u00c5ngstr\u00f6m \xe6\x95\xb0\xe5\xad\x97 %d\n\t  x=%d;\n", r,
+                  r * 7919, r % 13);
+  size_t pb = tk_stream_par_batch, po = tk_stream_par_overlap;
+  tk_stream_par_batch = 2048;
+  tk_stream_par_overlap = 256;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    lh_tokenizer *t = NULL;
+    lh_error err = {0};
+    CHECK(lh_tokenizer_open(fix(names[i]), &t, &err) == LH_OK);
+    if (!t) continue;
+    lh_i32vec want = {0};
+    CHECK(lh_tokenizer_encode(t, text.data, text.len, 0, &want, &err) == LH_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+      lh_tok_stream *s = NULL;
+      CHECK(lh_tok_stream_open_ids(t, threads, &s, &err) == LH_OK);
+      lh_i32vec got = {0};
+      for (size_t k = 0; k < text.len; k += 1000)
+        CHECK(lh_tok_stream_feed(s, text.data + k, text.len - k < 1000 ? text.len - k : 1000, &got, NULL, NULL, &err) ==
+              LH_OK);
+      CHECK(lh_tok_stream_finish(s, &got, NULL, NULL, &err) == LH_OK);
+      CHECK_MSG(got.len == want.len && !memcmp(got.data, want.data, want.len * sizeof *want.data),
+                "%s, %d threads: ids-only stream differs from encode (%zu vs %zu ids)", names[i], threads, got.len,
+                want.len);
+      int64_t *offs = NULL;
+      size_t cap = 0;
+      CHECK(lh_tok_stream_feed(s, "x", 1, &got, &offs, &cap, &err) == LH_EINVAL);
+      free(offs);
+      lh_i32vec_free(&got);
+      lh_tok_stream_close(s);
+    }
+    lh_i32vec_free(&want);
+    lh_tokenizer_close(t);
+  }
+  tk_stream_par_batch = pb;
+  tk_stream_par_overlap = po;
+  lh_buf_free(&text);
+}
+
+/* The BPE cache with the split step's prefetch: a prefetched hash that no longer matches the
+ * bytes at that address (the buffer was reused) must not change ids, and neither may the cache
+ * being cleared when full. Each word's ids are checked against a fresh scratch. */
+static void test_bpe_cache_prefetch(void) {
+  lh_tokenizer *t = NULL;
+  lh_error err = {0};
+  CHECK(lh_tokenizer_open(fix("minimax.tokenizer.json"), &t, &err) == LH_OK);
+  if (!t) return;
+  tk_bpe_scratch sc = {0};
+  uint64_t rng = 12345;
+  size_t bad = 0;
+  for (int k = 0; k < 40000 && bad < 5; k++) { /* more distinct words than the cache holds */
+    uint8_t w[24];
+    size_t n = 1 + k % 12;
+    for (size_t i = 0; i < n; i++) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      w[i] = (uint8_t)(k % 3 ? 'a' + (rng >> 33) % 26 : (rng >> 33) % 256); /* bytes of any value */
+    }
+    lh_i32vec got = {0}, want = {0};
+    if (k % 5 == 0) { /* a stale prefetch: same address and length, other bytes */
+      w[0] ^= 0x20;
+      tk_bpe_prefetch(&sc, w, n);
+      w[0] ^= 0x20;
+    } else if (k % 5 == 1) {
+      tk_bpe_prefetch(&sc, w, n); /* the normal case */
+    }
+    CHECK(tk_bpe_word(&t->bpe, &sc, w, n, true, &got, NULL) == LH_OK);
+    tk_bpe_scratch fresh = {0};
+    CHECK(tk_bpe_word(&t->bpe, &fresh, w, n, true, &want, NULL) == LH_OK);
+    tk_bpe_scratch_free(&fresh);
+    if (got.len != want.len || memcmp(got.data, want.data, got.len * sizeof *got.data)) bad++;
+    if (k % 7 == 0) { /* and again from the cache */
+      got.len = 0;
+      CHECK(tk_bpe_word(&t->bpe, &sc, w, n, true, &got, NULL) == LH_OK);
+      if (got.len != want.len || memcmp(got.data, want.data, got.len * sizeof *got.data)) bad++;
+    }
+    lh_i32vec_free(&got);
+    lh_i32vec_free(&want);
+  }
+  CHECK_MSG(bad == 0, "%zu words got other ids through the cache", bad);
+  tk_bpe_scratch_free(&sc);
+  lh_tokenizer_close(t);
+}
+
 int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
@@ -410,5 +512,7 @@ int main(void) {
   test_big_pretoken();
   test_stream_edges();
   test_fast_split();
+  test_stream_ids_only();
+  test_bpe_cache_prefetch();
   return lh_test_end();
 }
