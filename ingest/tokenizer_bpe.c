@@ -26,17 +26,6 @@
 
 /* --------------------------------------------------------------------------- hashing, maps */
 
-static inline uint64_t load8(const uint8_t *p) {
-  uint64_t w;
-  memcpy(&w, p, 8);
-  return w;
-}
-
-static inline uint32_t load4(const uint8_t *p) {
-  uint32_t w;
-  memcpy(&w, p, 4);
-  return w;
-}
 
 static lh_status strmap_grow(tk_strmap *m) {
   size_t ns = m->nslots ? m->nslots * 2 : 64;
@@ -326,8 +315,8 @@ void tk_bpe_free(tk_bpe *b) {
 
 /* a == b for n <= TK_CKEY bytes, a being a zero-padded inline key */
 static inline bool short_eq(const uint8_t *a, const uint8_t *b, size_t n) {
-  if (n >= 8) return load8(a) == load8(b) && load8(a + n - 8) == load8(b + n - 8);
-  if (n >= 4) return load4(a) == load4(b) && load4(a + n - 4) == load4(b + n - 4);
+  if (n >= 8) return tk_load8_(a) == tk_load8_(b) && tk_load8_(a + n - 8) == tk_load8_(b + n - 8);
+  if (n >= 4) return tk_load4_(a) == tk_load4_(b) && tk_load4_(a + n - 4) == tk_load4_(b + n - 4);
   for (size_t i = 0; i < n; i++)
     if (a[i] != b[i]) return false;
   return true;

@@ -174,6 +174,19 @@ struct cudnn_stretch {
   bool unmasked;
 };
 
+/* One cuDNN attention call; a refusal is kept (and logged once) and the caller falls back. */
+static bool cudnn_run(lh_cuda_backend *b, const lh_cudnn_attn_args &x) {
+  char msg[1024];
+  if (lh_cudnn_attn_prefill(b->cudnn, b->stream, &x, msg, sizeof msg)) {
+    snprintf(b->cudnn_why, sizeof b->cudnn_why, "%s", msg);
+    if (!b->cudnn_warned) lh_log(LH_LOG_WARN, "cuda: softmax prefill falls back to its own kernel: %s", msg);
+    b->cudnn_warned = 1;
+    return false;
+  }
+  b->cudnn_calls++;
+  return true;
+}
+
 /* One cuDNN call over keys [k0, k1) of segment s: gather them, then attention of its rows. */
 static bool cudnn_gathered(lh_cuda_backend *b, const lh_segment &s, void *const *dpages, const cudnn_stretch &r,
                            float *lse, int H, int Hkv, int d, lh_error *err) {
@@ -212,15 +225,7 @@ static bool cudnn_gathered(lh_cuda_backend *b, const lh_segment &s, void *const 
   x.unmasked = r.unmasked;
   x.lse = lse;
   x.H = H, x.Hkv = Hkv, x.d = d;
-  char msg[1024];
-  if (lh_cudnn_attn_prefill(b->cudnn, b->stream, &x, msg, sizeof msg)) {
-    snprintf(b->cudnn_why, sizeof b->cudnn_why, "%s", msg);
-    if (!b->cudnn_warned) lh_log(LH_LOG_WARN, "cuda: softmax prefill falls back to its own kernel: %s", msg);
-    b->cudnn_warned = 1;
-    return false;
-  }
-  b->cudnn_calls++;
-  return true;
+  return cudnn_run(b, x);
 }
 
 static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int H, int Hkv, int d, lh_error *err) {
@@ -323,14 +328,7 @@ static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int 
       x.nrows = s.nrows;
       x.pos = s.pos;
       x.H = H, x.Hkv = Hkv, x.d = d;
-      char msg[1024];
-      if (lh_cudnn_attn_prefill(b->cudnn, b->stream, &x, msg, sizeof msg)) {
-        snprintf(b->cudnn_why, sizeof b->cudnn_why, "%s", msg);
-        if (!b->cudnn_warned) lh_log(LH_LOG_WARN, "cuda: softmax prefill falls back to its own kernel: %s", msg);
-        b->cudnn_warned = 1;
-        return false;
-      }
-      b->cudnn_calls++;
+      if (!cudnn_run(b, x)) return false;
     }
   }
   return true;
