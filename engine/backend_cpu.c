@@ -63,6 +63,9 @@ typedef struct cpu_backend {
   int32_t *moe_idx;                          /* [max_rows x top_k] */
   float *moe_w;                              /* [max_rows x top_k] */
   int64_t *plan_off, *plan_tok, *plan_row;   /* lh_moe_plan storage */
+  int tp;                                    /* ranks (params->tp_ranks); 1: the plain path */
+  float *tp_part;                            /* [max_rows x hidden] one rank's partial output */
+  double *tp_ss;                             /* [max_rows] the all-heads norm's sum of squares */
 } cpu_backend;
 
 static cpu_backend *cpu(lh_backend *be) { return (cpu_backend *)be; }
@@ -156,6 +159,8 @@ static void cpu_close(lh_backend *b) {
   free(be->plan_off);
   free(be->plan_tok);
   free(be->plan_row);
+  free(be->tp_part);
+  free(be->tp_ss);
   free(be);
 }
 
@@ -277,6 +282,18 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   be->tile_row = zalloc((size_t)max_rows * sizeof(int64_t));
   be->moe_idx = zalloc((size_t)(max_rows * K) * sizeof(int32_t));
   be->moe_w = zalloc((size_t)(max_rows * K) * sizeof(float));
+  be->tp = p && p->tp_ranks > 1 ? p->tp_ranks : 1;
+  if (be->tp > 1) {
+    if (c->n_heads % be->tp || c->n_kv_heads % be->tp || c->n_experts % be->tp) {
+      st = lh_error_set(err, LH_EINVAL,
+                        "cpu backend: tp_ranks %d must divide the heads (%d), kv heads (%d) and experts (%d)", be->tp,
+                        c->n_heads, c->n_kv_heads, c->n_experts);
+      goto fail;
+    }
+    be->tp_part = zalloc((size_t)(max_rows * D) * sizeof(float));
+    be->tp_ss = zalloc((size_t)max_rows * sizeof(double));
+    if (!be->tp_part || !be->tp_ss) goto nomem;
+  }
   be->plan_off = zalloc((size_t)(E + 1) * sizeof(int64_t));
   be->plan_tok = zalloc((size_t)(max_rows * K) * sizeof(int64_t));
   be->plan_row = zalloc((size_t)(max_rows * K) * sizeof(int64_t));
@@ -358,6 +375,7 @@ typedef struct lightning_job {
   const float *qkv;
   float *o;
   const float *slope;
+  int h0, nh; /* heads [h0, h0 + nh): all of them, or one rank's */
 } lightning_job;
 
 static void lightning_task(void *ctx, int64_t t, int worker) {
@@ -365,13 +383,15 @@ static void lightning_task(void *ctx, int64_t t, int worker) {
   const lh_config *c = &j->be->cfg;
   int H = c->n_heads, d = c->head_dim;
   int64_t HD = (int64_t)H * d;
-  const lh_segment *s = &j->b->seg[t / H];
-  int h = (int)(t % H);
+  const lh_segment *s = &j->b->seg[t / j->nh];
+  int h = j->h0 + (int)(t % j->nh);
   const float *q = j->qkv + s->row0 * 3 * HD + (int64_t)h * 3 * d;
   float *S = (float *)s->seq->lightning[j->li] + (int64_t)h * d * d;
   lh_lightning_head(s->nrows, d, j->be->lightning_block, j->slope[h], q, 3 * HD, q + d, 3 * HD, q + 2 * d, 3 * HD, S,
                     j->o + s->row0 * HD + (int64_t)h * d, HD, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
+
+static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out);
 
 static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const void *hv, const lh_batch *b, void *out,
                                     lh_error *err) {
@@ -382,11 +402,12 @@ static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const voi
   int64_t n = b->n, D = c->hidden_size, HD = (int64_t)c->n_heads * c->head_dim;
   const float *h = hv;
   float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
+  if (be->tp > 1) return tp_attn_lightning(be, layer, li, h, b, out);
   lh_gemm_nt(be->pool, n, 3 * HD, D, h, D, L->qkv, D, qkv, 3 * HD, 0);
   lh_silu(be->pool, qkv, 3 * HD, n, 3 * HD);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->gate, D, gate, HD, 0);
   lh_sigmoid(be->pool, gate, HD, n, HD);
-  lightning_job j = {be, b, li, qkv, o, be->w->layers[layer].slope};
+  lightning_job j = {be, b, li, qkv, o, be->w->layers[layer].slope, 0, c->n_heads};
   lh_pool_run(be->pool, (int64_t)b->nseg * c->n_heads, lightning_task, &j);
   /* HF: norm over all heads (eps 1e-6, MiniMaxRMSNorm's default), then the gate */
   lh_rmsnorm(be->pool, o, HD, n, HD, L->attn_norm, 1e-6, o, HD);
@@ -402,6 +423,7 @@ typedef struct softmax_job {
   const float *q;
   float *o;
   float scale;
+  int g0, ng; /* kv heads [g0, g0 + ng): all of them, or one rank's */
 } softmax_job;
 
 /* Query tiles: LH_ATTN_ROWS / (heads per kv head) consecutive queries of one segment, for all the
@@ -415,8 +437,8 @@ static void softmax_task(void *ctx, int64_t t, int worker) {
   const softmax_job *j = ctx;
   const lh_config *c = &j->be->cfg;
   int G = c->n_kv_heads, d = c->head_dim, rep = c->n_heads / G;
-  int64_t HD = (int64_t)c->n_heads * d, tile = t / G, tq = attn_tile_queries(c);
-  int g = (int)(t % G);
+  int64_t HD = (int64_t)c->n_heads * d, tile = t / j->ng, tq = attn_tile_queries(c);
+  int g = j->g0 + (int)(t % j->ng);
   const lh_segment *s = &j->b->seg[j->be->tile_seg[tile]];
   int64_t r = j->be->tile_row[tile]; /* batch row of the tile's first query */
   int64_t end = s->row0 + s->nrows;
@@ -427,6 +449,22 @@ static void softmax_task(void *ctx, int64_t t, int worker) {
                d, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 
+/* Each row's position (for RoPE) and the attention tiles of the batch; returns the tile count. */
+static int64_t softmax_tiles(cpu_backend *be, const lh_batch *b) {
+  int64_t ntiles = 0;
+  for (int i = 0; i < b->nseg; i++) {
+    const lh_segment *s = &b->seg[i];
+    for (int64_t r = 0; r < s->nrows; r++) be->pos[s->row0 + r] = s->pos + r;
+    for (int64_t r = 0; r < s->nrows; r += attn_tile_queries(&be->cfg)) {
+      be->tile_seg[ntiles] = i;
+      be->tile_row[ntiles++] = s->row0 + r;
+    }
+  }
+  return ntiles;
+}
+
+static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out);
+
 static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void *hv, const lh_batch *b, void *out,
                                   lh_error *err) {
   (void)err;
@@ -436,18 +474,11 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   int64_t n = b->n, D = c->hidden_size, d = c->head_dim, HD = (int64_t)c->n_heads * d, KD = (int64_t)c->n_kv_heads * d;
   const float *h = hv;
   float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
+  if (be->tp > 1) return tp_attn_softmax(be, layer, si, h, b, out);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->q, D, q, HD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->k, D, k, KD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->v, D, v, KD, 0);
-  int64_t ntiles = 0;
-  for (int i = 0; i < b->nseg; i++) {
-    const lh_segment *s = &b->seg[i];
-    for (int64_t r = 0; r < s->nrows; r++) be->pos[s->row0 + r] = s->pos + r;
-    for (int64_t r = 0; r < s->nrows; r += attn_tile_queries(c)) {
-      be->tile_seg[ntiles] = i;
-      be->tile_row[ntiles++] = s->row0 + r;
-    }
-  }
+  int64_t ntiles = softmax_tiles(be, b);
   if (c->rotary_dim > 0) {
     lh_rope(be->pool, q, HD, n, c->n_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
     lh_rope(be->pool, k, KD, n, c->n_kv_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
@@ -457,34 +488,160 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
     lh_kv_pages kv = {s->seq->kv_pages[si], c->n_kv_heads, (int)d, LH_KV_PAGE_TOKENS};
     lh_kv_write(&kv, s->pos, s->nrows, k + s->row0 * KD, KD, v + s->row0 * KD, KD);
   }
-  softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d))};
+  softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d)), 0, c->n_kv_heads};
   lh_pool_run(be->pool, ntiles * c->n_kv_heads, softmax_task, &j);
   lh_gemm_nt(be->pool, n, D, HD, o, HD, L->o, HD, out, D, 0);
   return LH_OK;
 }
 
+/* The router, top-k and the plan of which rows each expert takes; workspace pointers for the
+ * experts' rows (y: [n x top_k x hidden], in plan order). */
+typedef struct moe_ws {
+  lh_moe_plan plan;
+  float *xg, *g, *u, *y;
+} moe_ws;
+static moe_ws moe_route_plan(cpu_backend *be, const cpu_layer *L, const float *h, int64_t n) {
+  const lh_config *c = &be->cfg;
+  int64_t D = c->hidden_size, E = c->n_experts, I = c->intermediate_size, K = c->top_k;
+  moe_ws m = {{be->plan_off, be->plan_tok, be->plan_row}, NULL, NULL, NULL, NULL};
+  float *logits = be->ws;
+  m.xg = logits + n * E, m.g = m.xg + n * D, m.u = m.g + n * I, m.y = m.u + n * I;
+  lh_gemm_nt(be->pool, n, E, D, h, D, L->router, D, logits, E, 0);
+  lh_moe_route(logits, n, (int)E, (int)K, be->moe_idx, be->moe_w);
+  lh_moe_plan_build(be->moe_idx, n, (int)E, (int)K, &m.plan);
+  return m;
+}
+/* Expert e's SwiGLU on the rows routed to it, into its rows of m->y. */
+static void moe_expert(cpu_backend *be, const cpu_layer *L, const float *h, const moe_ws *m, int64_t e) {
+  int64_t D = be->cfg.hidden_size, I = be->cfg.intermediate_size;
+  int64_t r0 = m->plan.offset[e], rows = m->plan.offset[e + 1] - r0;
+  if (!rows) return;
+  lh_gather_rows(be->pool, h, D, m->plan.token, r0, r0 + rows, D, m->xg);
+  lh_gemm_nt(be->pool, rows, I, D, m->xg, D, L->w1[e], D, m->g, I, 0);
+  lh_gemm_nt(be->pool, rows, I, D, m->xg, D, L->w3[e], D, m->u, I, 0);
+  lh_swiglu(be->pool, m->g, m->u, rows, I, m->g);
+  lh_gemm_nt(be->pool, rows, D, I, m->g, I, L->w2[e], I, m->y + r0 * D, D, 0);
+}
+
+static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out);
+
 static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, void *out, lh_error *err) {
   (void)err;
   cpu_backend *be = cpu(bk);
+  if (be->tp > 1) return tp_moe(be, layer, hv, n, out);
+  const cpu_layer *L = &be->layers[layer];
+  moe_ws m = moe_route_plan(be, L, hv, n);
+  for (int64_t e = 0; e < be->cfg.n_experts; e++) moe_expert(be, L, hv, &m, e);
+  lh_moe_combine(be->pool, &m.plan, m.y, be->moe_w, n, be->cfg.top_k, be->cfg.hidden_size, out);
+  return LH_OK;
+}
+
+/* ---- tensor/expert-parallel ranks in one process (params->tp_ranks; issue 10) -----------------
+ *
+ * Rank r of R owns heads [H r/R, H (r+1)/R) (lightning: their qkv and output_gate rows, out_proj
+ * columns and states), kv heads [G r/R, G (r+1)/R) with their query heads (softmax: q/k/v rows,
+ * o_proj columns, those heads' rows of every KV page) and experts [E r/R, E (r+1)/R); the router
+ * runs on every rank. Where a multi-GPU run all-reduces, the ranks' partial results are summed
+ * here in rank order (tp_sum): the out_proj, o_proj and MoE outputs, and the all-heads norm's
+ * per-row sum of squares. States and KV pages are shared memory laid out as for one rank, so a
+ * checkpoint is the same logical state whatever R. This checks the partitioning arithmetic on the
+ * CPU (tests/engine/test_engine_parity.c compares R = 2, 4 with R = 1 and with HF); it is not a
+ * way to run faster. */
+static void tp_range(int64_t n, int R, int r, int64_t *lo, int64_t *hi) {
+  *lo = n * r / R;
+  *hi = n * (r + 1) / R;
+}
+/* out = part (rank 0) or out += part: the all-reduce of [n x dim] partial sums, in rank order */
+static void tp_sum(float *out, const float *part, int64_t n, int64_t dim, int r) {
+  if (r == 0) {
+    memcpy(out, part, (size_t)(n * dim) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n * dim; i++) out[i] += part[i];
+}
+
+static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out) {
   const lh_config *c = &be->cfg;
   const cpu_layer *L = &be->layers[layer];
-  int64_t D = c->hidden_size, E = c->n_experts, I = c->intermediate_size, K = c->top_k;
-  const float *h = hv;
-  float *logits = be->ws, *xg = logits + n * E, *g = xg + n * D, *u = g + n * I, *y = u + n * I;
-  lh_gemm_nt(be->pool, n, E, D, h, D, L->router, D, logits, E, 0);
-  lh_moe_route(logits, n, (int)E, (int)K, be->moe_idx, be->moe_w);
-  lh_moe_plan plan = {be->plan_off, be->plan_tok, be->plan_row};
-  lh_moe_plan_build(be->moe_idx, n, (int)E, (int)K, &plan);
-  for (int64_t e = 0; e < E; e++) {
-    int64_t r0 = plan.offset[e], m = plan.offset[e + 1] - r0;
-    if (!m) continue;
-    lh_gather_rows(be->pool, h, D, plan.token, r0, r0 + m, D, xg);
-    lh_gemm_nt(be->pool, m, I, D, xg, D, L->w1[e], D, g, I, 0);
-    lh_gemm_nt(be->pool, m, I, D, xg, D, L->w3[e], D, u, I, 0);
-    lh_swiglu(be->pool, g, u, m, I, g);
-    lh_gemm_nt(be->pool, m, D, I, g, I, L->w2[e], I, y + r0 * D, D, 0);
+  const int R = be->tp, d = c->head_dim;
+  int64_t n = b->n, D = c->hidden_size, HD = (int64_t)c->n_heads * d;
+  float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
+  for (int64_t i = 0; i < n; i++) be->tp_ss[i] = 0;
+  for (int r = 0; r < R; r++) {
+    int64_t h0, h1;
+    tp_range(c->n_heads, R, r, &h0, &h1);
+    const int64_t c0 = h0 * d, w = (h1 - h0) * d;
+    lh_gemm_nt(be->pool, n, 3 * w, D, h, D, L->qkv + 3 * c0 * D, D, qkv + 3 * c0, 3 * HD, 0);
+    lh_silu(be->pool, qkv + 3 * c0, 3 * HD, n, 3 * w);
+    lh_gemm_nt(be->pool, n, w, D, h, D, L->gate + c0 * D, D, gate + c0, HD, 0);
+    lh_sigmoid(be->pool, gate + c0, HD, n, w);
+    lightning_job j = {be, b, li, qkv, o, be->w->layers[layer].slope, (int)h0, (int)(h1 - h0)};
+    lh_pool_run(be->pool, (int64_t)b->nseg * (h1 - h0), lightning_task, &j);
+    for (int64_t row = 0; row < n; row++) { /* this rank's share of the all-heads sum of squares */
+      double ss = 0;
+      for (int64_t i = 0; i < w; i++) ss += (double)o[row * HD + c0 + i] * o[row * HD + c0 + i];
+      be->tp_ss[row] += ss;
+    }
   }
-  lh_moe_combine(be->pool, &plan, y, be->moe_w, n, (int)K, D, out);
+  for (int r = 0; r < R; r++) {
+    int64_t h0, h1;
+    tp_range(c->n_heads, R, r, &h0, &h1);
+    const int64_t c0 = h0 * d, w = (h1 - h0) * d;
+    for (int64_t row = 0; row < n; row++) { /* HF's all-heads RMSNorm (eps 1e-6) on this rank's columns */
+      float inv = (float)(1.0 / sqrt(be->tp_ss[row] / (double)HD + 1e-6));
+      float *x = o + row * HD + c0;
+      for (int64_t i = 0; i < w; i++) x[i] = L->attn_norm[c0 + i] * (x[i] * inv);
+    }
+    lh_mul(be->pool, o + c0, HD, gate + c0, HD, n, w);
+    lh_gemm_nt(be->pool, n, D, w, o + c0, HD, L->out + c0, HD, be->tp_part, D, 0);
+    tp_sum(out, be->tp_part, n, D, r);
+  }
+  return LH_OK;
+}
+
+static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out) {
+  const lh_config *c = &be->cfg;
+  const cpu_layer *L = &be->layers[layer];
+  const int R = be->tp, G = c->n_kv_heads, rep = c->n_heads / G;
+  int64_t n = b->n, D = c->hidden_size, d = c->head_dim, HD = (int64_t)c->n_heads * d, KD = (int64_t)G * d;
+  float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
+  int64_t ntiles = softmax_tiles(be, b);
+  for (int r = 0; r < R; r++) {
+    int64_t g0, g1;
+    tp_range(G, R, r, &g0, &g1);
+    const int64_t qc = g0 * rep * d, qw = (g1 - g0) * rep * d, kc = g0 * d, kw = (g1 - g0) * d;
+    lh_gemm_nt(be->pool, n, qw, D, h, D, L->q + qc * D, D, q + qc, HD, 0);
+    lh_gemm_nt(be->pool, n, kw, D, h, D, L->k + kc * D, D, k + kc, KD, 0);
+    lh_gemm_nt(be->pool, n, kw, D, h, D, L->v + kc * D, D, v + kc, KD, 0);
+    if (c->rotary_dim > 0) {
+      lh_rope(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d, c->rotary_dim, be->inv_freq, be->pos);
+      lh_rope(be->pool, k + kc, KD, n, (int)(g1 - g0), (int)d, c->rotary_dim, be->inv_freq, be->pos);
+    }
+    for (int i = 0; i < b->nseg; i++) {
+      const lh_segment *s = &b->seg[i];
+      lh_kv_pages kv = {s->seq->kv_pages[si], G, (int)d, LH_KV_PAGE_TOKENS};
+      lh_kv_write_heads(&kv, (int)g0, (int)g1, s->pos, s->nrows, k + s->row0 * KD, KD, v + s->row0 * KD, KD);
+    }
+    softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d)), (int)g0, (int)(g1 - g0)};
+    lh_pool_run(be->pool, ntiles * (g1 - g0), softmax_task, &j);
+    lh_gemm_nt(be->pool, n, D, qw, o + qc, HD, L->o + qc, HD, be->tp_part, D, 0);
+    tp_sum(out, be->tp_part, n, D, r);
+  }
+  return LH_OK;
+}
+
+static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out) {
+  const cpu_layer *L = &be->layers[layer];
+  const int64_t D = be->cfg.hidden_size, K = be->cfg.top_k;
+  moe_ws m = moe_route_plan(be, L, h, n); /* every rank routes the same */
+  for (int r = 0; r < be->tp; r++) {
+    int64_t e0, e1;
+    tp_range(be->cfg.n_experts, be->tp, r, &e0, &e1);
+    memset(m.y, 0, (size_t)(n * K * D) * sizeof(float)); /* rows of other ranks' experts add nothing */
+    for (int64_t e = e0; e < e1; e++) moe_expert(be, L, h, &m, e);
+    lh_moe_combine(be->pool, &m.plan, m.y, be->moe_w, n, (int)K, D, be->tp_part);
+    tp_sum(out, be->tp_part, n, D, r);
+  }
   return LH_OK;
 }
 

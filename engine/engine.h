@@ -82,6 +82,11 @@ typedef struct lh_model_params {
   int max_chunk;         /* largest n a single lh_prefill call will process at once; larger calls are
                             split internally. Bounds the activation workspace. Default 8192. */
   int verbose;           /* log loading details */
+  int tp_ranks;          /* tensor/expert-parallel ranks (issue 10; 0 or 1: none). The CPU backend runs
+                            all ranks in this process, one after another, each on its shard of the
+                            heads and experts, and sums their partial outputs in rank order where a
+                            multi-GPU run all-reduces: it checks the partitioning against one rank.
+                            Heads, kv heads and experts must divide by it. Other backends refuse > 1. */
 } lh_model_params;
 
 lh_model_params lh_model_default_params(void);

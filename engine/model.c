@@ -57,7 +57,7 @@ const char *lh_dtype_name(lh_dtype t) {
 }
 
 lh_model_params lh_model_default_params(void) {
-  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0};
+  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0, .tp_ranks = 1};
   return p;
 }
 

@@ -18,13 +18,18 @@
 
 void lh_kv_write(const lh_kv_pages *kv, int64_t pos, int64_t n, const float *k, int64_t ldk, const float *v,
                  int64_t ldv) {
+  lh_kv_write_heads(kv, 0, kv->n_kv, pos, n, k, ldk, v, ldv);
+}
+
+void lh_kv_write_heads(const lh_kv_pages *kv, int g0, int g1, int64_t pos, int64_t n, const float *k, int64_t ldk,
+                       const float *v, int64_t ldv) {
   int64_t PT = kv->page_tokens;
   size_t row = (size_t)kv->d * sizeof(float);
   for (int64_t r = 0; r < n; r++) {
     int64_t p = pos + r;
     float *page = (float *)kv->pages[p / PT];
     int64_t pr = p % PT;
-    for (int g = 0; g < kv->n_kv; g++) {
+    for (int g = g0; g < g1; g++) {
       memcpy(page + ((int64_t)g * PT + pr) * kv->d, k + r * ldk + (int64_t)g * kv->d, row);
       memcpy(page + ((int64_t)(kv->n_kv + g) * PT + pr) * kv->d, v + r * ldv + (int64_t)g * kv->d, row);
     }

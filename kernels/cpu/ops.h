@@ -118,6 +118,9 @@ typedef struct lh_kv_pages {
  * strides ldk, ldv) into the pages, which must exist. */
 void lh_kv_write(const lh_kv_pages *kv, int64_t pos, int64_t n, const float *k, int64_t ldk, const float *v,
                  int64_t ldv);
+/* The same for kv heads [g0, g1) only (k and v still point at whole rows). */
+void lh_kv_write_heads(const lh_kv_pages *kv, int g0, int g1, int64_t pos, int64_t n, const float *k, int64_t ldk,
+                       const float *v, int64_t ldv);
 
 /* A tile is up to LH_ATTN_ROWS rows: nq consecutive queries of each of the nh query heads that
  * share one kv head (GQA), stacked so that each K/V page is read once per group and the products

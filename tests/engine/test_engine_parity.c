@@ -22,17 +22,31 @@
 #include "util/log.h"
 #include "tests/engine/hf_parity.h"
 
-static lh_model *open_model(const char *dir, int threads, int max_chunk) {
+static lh_model *open_model_tp(const char *dir, int threads, int max_chunk, int tp, lh_error *err) {
   lh_model_params p = lh_model_default_params();
   p.threads = threads;
+  p.tp_ranks = tp;
   if (max_chunk) p.max_chunk = max_chunk;
   lh_model *m;
-  lh_error err;
-  if (lh_model_open(dir, &p, &m, &err)) {
-    fprintf(stderr, "%s: %s\n", dir, err.msg);
-    return NULL;
-  }
+  if (lh_model_open(dir, &p, &m, err)) return NULL;
   return m;
+}
+
+static lh_model *open_model(const char *dir, int threads, int max_chunk) {
+  lh_error err;
+  lh_model *m = open_model_tp(dir, threads, max_chunk, 1, &err);
+  if (!m) fprintf(stderr, "%s: %s\n", dir, err.msg);
+  return m;
+}
+
+/* rel L2 of got against ref over n values */
+static double rel_l2(const float *got, const float *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = (double)got[i] - ref[i];
+    num += e * e, den += (double)ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 
@@ -134,6 +148,29 @@ static void check_fixture(const char *dir, const char *name) {
     CHECK(run_plan(t1, &ids, plan, 2, got));
     CHECK(run_plan(t2, &ids, plan, 2, got1));
     CHECK_MSG(!memcmp(got, got1, sizeof(float) * T * V), "%s: 1 and 2 threads differ in some bit", name);
+  }
+  /* Tensor/expert-parallel ranks (issue 10), simulated in one process by the CPU backend: R = 2
+   * and 4 against R = 1 (the same function up to fp32 summation order) and against HF. */
+  if (t1) {
+    int plan[] = {45, 1, 200};
+    CHECK(run_plan(t1, &ids, plan, 3, got));
+    for (int tp = 2; tp <= 4; tp *= 2) {
+      lh_error err;
+      lh_model *mt = open_model_tp(dir, 2, 0, tp, &err);
+      if (!mt) {
+        /* only a config whose heads, kv heads or experts R does not divide may refuse */
+        CHECK_MSG(strstr(err.msg, "must divide") != NULL, "%s: tp %d: %s", name, tp, err.msg);
+        if (getenv("LH_TEST_VERBOSE")) fprintf(stderr, "  %s: tp %d not applicable: %s\n", name, tp, err.msg);
+        continue;
+      }
+      CHECK(run_plan(mt, &ids, plan, 3, got1));
+      double rel = rel_l2(got1, got, T * V);
+      CHECK_MSG(rel <= 1e-5, "%s: tp %d vs one rank: rel L2 %.3g (bound 1e-5)", name, tp, rel);
+      snprintf(what, sizeof what, "%s: tp %d vs HF", name, tp);
+      CHECK_MSG(meets_bound_rows(what, got1, ref, NULL, 1, T * V), "%s", what);
+      if (getenv("LH_TEST_VERBOSE")) fprintf(stderr, "  %s: tp %d vs one rank: rel L2 %.3g\n", name, tp, rel);
+      lh_model_close(mt);
+    }
   }
   lh_model_close(t1);
   lh_model_close(t2);

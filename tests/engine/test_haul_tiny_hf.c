@@ -92,6 +92,21 @@ int main(void) {
   }
   CHECK_MSG(same, "greedy decode differs from HF's greedy.txt");
   lh_state_free(s);
+
+  /* The shipped model through 2 and 4 tensor/expert-parallel ranks in one process (issue 10; the
+   * CPU backend's simulation of the partitioning): the same bound against HF, chunked. */
+  for (int tp = 2; tp <= 4; tp *= 2) {
+    lh_model_params pt = p;
+    pt.tp_ranks = tp;
+    lh_model *mt = NULL;
+    CHECK_MSG(!lh_model_open(mdir, &pt, &mt, &err), "tp %d: %s", tp, err.msg);
+    if (!mt) continue;
+    char what[64];
+    snprintf(what, sizeof what, "tp %d, chunks 255/256/257", tp);
+    CHECK(run_plan(mt, &ids, p1, 3, got));
+    CHECK_MSG(meets_bound_rows(what, got, ref, pos.data, pos.len, V), "%s vs HF", what);
+    lh_model_close(mt);
+  }
   free(lg), free(got);
   lh_buf_free(&rb);
   lh_model_close(m);
