@@ -7,6 +7,8 @@
  * of a subset of positions and 16 greedy tokens. The engine must meet the engine-core bounds on
  * those rows (relative L2 <= 1e-4, max abs <= 1e-3 x max |ref|) for one pass and for chunk plans
  * that cross the lightning block (256) at odd places, and reproduce the greedy tokens by decode.
+ * It also runs the model through 2 and 4 tensor/expert-parallel ranks in one process (the CPU
+ * backend's tp_ranks, issue 10) and resumes a state made on one side on the other.
  * The fixture records the SHA-256 of the model file it was made from; a retrained model without
  * a remade fixture fails here, naming the script to rerun. Skips (77) when the fixture is absent.
  */
@@ -101,10 +103,33 @@ int main(void) {
     lh_model *mt = NULL;
     CHECK_MSG(!lh_model_open(mdir, &pt, &mt, &err), "tp %d: %s", tp, err.msg);
     if (!mt) continue;
-    char what[64];
+    char what[96];
     snprintf(what, sizeof what, "tp %d, chunks 255/256/257", tp);
     CHECK(run_plan(mt, &ids, p1, 3, got));
     CHECK_MSG(meets_bound_rows(what, got, ref, pos.data, pos.len, V), "%s vs HF", what);
+    /* A state is the same logical state whatever the ranks: the first 500 tokens on tp ranks,
+     * serialised, resumed on one rank (and the other way round), still meets the bound on every
+     * checked position after the cut. */
+    for (int dir = 0; dir < 2; dir++) {
+      lh_model *from = dir ? m : mt, *to = dir ? mt : m;
+      const int64_t cut = 500;
+      lh_state *a = NULL, *bst = NULL;
+      void *blob = NULL;
+      size_t blen = 0;
+      CHECK(!lh_state_new(from, &a, &err));
+      CHECK(a && !lh_prefill(a, ids.data, cut, NULL, NULL, &err));
+      CHECK(a && !lh_state_serialize(a, &blob, &blen, &err));
+      CHECK_MSG(blob && !lh_state_deserialize(to, blob, blen, &bst, &err), "deserialize: %s", err.msg);
+      CHECK(bst && !lh_prefill(bst, ids.data + cut, T - cut, NULL, got + cut * V, &err));
+      size_t r0 = 0;
+      while (r0 < pos.len && pos.data[r0] < cut) r0++;
+      snprintf(what, sizeof what, "%s, resumed at %lld", dir ? "1 rank -> tp ranks" : "tp ranks -> 1 rank",
+               (long long)cut);
+      if (bst)
+        CHECK_MSG(meets_bound_rows(what, got, ref + r0 * V, pos.data + r0, pos.len - r0, V), "tp %d: %s vs HF", tp,
+                  what);
+      lh_state_free(a), lh_state_free(bst), free(blob);
+    }
     lh_model_close(mt);
   }
   free(lg), free(got);
