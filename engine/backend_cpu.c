@@ -402,6 +402,8 @@ static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const voi
   int64_t n = b->n, D = c->hidden_size, HD = (int64_t)c->n_heads * c->head_dim;
   const float *h = hv;
   float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
+  if (be->tp > 1 && (const void *)out == hv)
+    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
   if (be->tp > 1) return tp_attn_lightning(be, layer, li, h, b, out);
   lh_gemm_nt(be->pool, n, 3 * HD, D, h, D, L->qkv, D, qkv, 3 * HD, 0);
   lh_silu(be->pool, qkv, 3 * HD, n, 3 * HD);
@@ -474,6 +476,8 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   int64_t n = b->n, D = c->hidden_size, d = c->head_dim, HD = (int64_t)c->n_heads * d, KD = (int64_t)c->n_kv_heads * d;
   const float *h = hv;
   float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
+  if (be->tp > 1 && (const void *)out == hv)
+    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
   if (be->tp > 1) return tp_attn_softmax(be, layer, si, h, b, out);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->q, D, q, HD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->k, D, k, KD, 0);
@@ -528,6 +532,8 @@ static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, f
 static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, void *out, lh_error *err) {
   (void)err;
   cpu_backend *be = cpu(bk);
+  if (be->tp > 1 && (const void *)out == hv)
+    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
   if (be->tp > 1) return tp_moe(be, layer, hv, n, out);
   const cpu_layer *L = &be->layers[layer];
   moe_ws m = moe_route_plan(be, L, hv, n);
@@ -546,7 +552,8 @@ static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, v
  * per-row sum of squares. States and KV pages are shared memory laid out as for one rank, so a
  * checkpoint is the same logical state whatever R. This checks the partitioning arithmetic on the
  * CPU (tests/engine/test_engine_parity.c compares R = 2, 4 with R = 1 and with HF); it is not a
- * way to run faster. */
+ * way to run faster. The ranks run one after another and write their sums into out as they go,
+ * so out must not be the input h (the engine never passes the same slot). */
 static void tp_range(int64_t n, int R, int r, int64_t *lo, int64_t *hi) {
   *lo = n * r / R;
   *hi = n * (r + 1) / R;
