@@ -37,10 +37,13 @@ static inline int wait_status(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Run sql on the file directly; returns sqlite3_exec's code. */
+/* Run sql on the file directly; returns sqlite3_exec's code. It waits up to 10 s for a lock, as
+ * the store's own connections do: without that, a heartbeat thread's write at the same moment
+ * made it fail with "database is locked" (seen in a CI run of test_store_jobs). */
 static inline int raw_sql(const char *path, const char *sql) {
   sqlite3 *db;
   if (sqlite3_open(path, &db) != SQLITE_OK) return -1;
+  sqlite3_busy_timeout(db, 10000);
   char *msg = NULL;
   int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
   if (rc != SQLITE_OK) fprintf(stderr, "raw_sql: %s: %s\n", sql, msg ? msg : "");

@@ -261,9 +261,9 @@ int main(int argc, char **argv) {
   {
     lh_store_params sp = lh_store_default_params();
     sp.max_attempts = 2;
-    /* No heartbeat thread: this check does not need one. Seen once on a heavily loaded machine
-     * with it on: the last claim_next found nothing and the job stayed RUNNING instead of FAILED.
-     * Not diagnosed; a concurrent heartbeat write making the claim see no job is the suspect. */
+    /* No heartbeat thread: this check does not need one. (A job once stayed RUNNING here instead of
+     * FAILED: the raw UPDATE that "kills" its owner had failed with "database is locked" while a
+     * heartbeat thread wrote, so the owner still looked alive. raw_sql now waits for locks.) */
     sp.heartbeat = 0;
     lh_store *m;
     CHECK(lh_store_open(path, &sp, &m, &e) == LH_OK);
