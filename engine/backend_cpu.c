@@ -378,6 +378,12 @@ typedef struct lightning_job {
   int h0, nh; /* heads [h0, h0 + nh): all of them, or one rank's */
 } lightning_job;
 
+/* tp_ranks: the ranks write their sums into out while later ranks still read h (see the TP section). */
+static lh_status tp_check_alias(const cpu_backend *be, const void *h, const void *out, lh_error *err) {
+  if (be->tp <= 1 || out != h) return LH_OK;
+  return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
+}
+
 static void lightning_task(void *ctx, int64_t t, int worker) {
   const lightning_job *j = ctx;
   const lh_config *c = &j->be->cfg;
@@ -402,8 +408,7 @@ static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const voi
   int64_t n = b->n, D = c->hidden_size, HD = (int64_t)c->n_heads * c->head_dim;
   const float *h = hv;
   float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
-  if (be->tp > 1 && (const void *)out == hv)
-    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
+  if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
   if (be->tp > 1) return tp_attn_lightning(be, layer, li, h, b, out);
   lh_gemm_nt(be->pool, n, 3 * HD, D, h, D, L->qkv, D, qkv, 3 * HD, 0);
   lh_silu(be->pool, qkv, 3 * HD, n, 3 * HD);
@@ -476,8 +481,7 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   int64_t n = b->n, D = c->hidden_size, d = c->head_dim, HD = (int64_t)c->n_heads * d, KD = (int64_t)c->n_kv_heads * d;
   const float *h = hv;
   float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
-  if (be->tp > 1 && (const void *)out == hv)
-    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
+  if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
   if (be->tp > 1) return tp_attn_softmax(be, layer, si, h, b, out);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->q, D, q, HD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->k, D, k, KD, 0);
@@ -532,8 +536,7 @@ static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, f
 static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, void *out, lh_error *err) {
   (void)err;
   cpu_backend *be = cpu(bk);
-  if (be->tp > 1 && (const void *)out == hv)
-    return lh_error_set(err, LH_EINVAL, "cpu backend: tp_ranks needs out and h in different buffers");
+  if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
   if (be->tp > 1) return tp_moe(be, layer, hv, n, out);
   const cpu_layer *L = &be->layers[layer];
   moe_ws m = moe_route_plan(be, L, hv, n);

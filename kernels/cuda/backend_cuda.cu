@@ -103,6 +103,24 @@ static lh_status check_batch(lh_cuda_backend *b, const lh_batch *bt, const char 
   return LH_OK;
 }
 
+/* Grow a device buffer the backend keeps between calls (*p of *cap bytes) to at least `bytes`, once
+ * the stream is done with the old one; zero: the new one is zeroed on the stream first. */
+static cudaError_t grow_buffer(lh_cuda_backend *b, void **p, size_t *cap, size_t bytes, bool zero) {
+  if (bytes <= *cap) return cudaSuccess;
+  cudaError_t e = cudaStreamSynchronize(b->stream);
+  if (e != cudaSuccess) return e;
+  cudaFree(*p);
+  *p = NULL;
+  *cap = 0;
+  if ((e = cudaMalloc(p, bytes)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return e;
+  }
+  if (zero && (e = cudaMemsetAsync(*p, 0, bytes, b->stream)) != cudaSuccess) return e;
+  *cap = bytes;
+  return cudaSuccess;
+}
+
 /* ---- lightning -------------------------------------------------------------------------------- */
 
 static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const void *h, const lh_batch *bt, void *out,
@@ -131,16 +149,9 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
     CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
                                    c.head_dim, L.slope, b->attn_o, Hd));
   else {
-    const int64_t need = (int64_t)bt->nseg * c.n_heads;
-    if (!b->tune.lightning_whole && need > b->light_sync_n) {
-      CU(cudaStreamSynchronize(b->stream));
-      cudaFree(b->light_sync);
-      b->light_sync = NULL;
-      b->light_sync_n = 0;
-      CU(cudaMalloc(&b->light_sync, (size_t)need * sizeof(int)));
-      CU(cudaMemset(b->light_sync, 0, (size_t)need * sizeof(int)));
-      b->light_sync_n = need;
-    }
+    if (!b->tune.lightning_whole)
+      CU(grow_buffer(b, (void **)&b->light_sync, &b->light_sync_bytes, (size_t)bt->nseg * c.n_heads * sizeof(int),
+                     true));
     CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads, c.head_dim,
                          L.slope, b->attn_o, Hd, b->tune.lightning_whole ? NULL : b->light_sync, 0));
   }
@@ -192,19 +203,8 @@ static bool cudnn_gathered(lh_cuda_backend *b, const lh_segment &s, void *const 
                            float *lse, int H, int Hkv, int d, lh_error *err) {
   const int64_t nkv = r.k1 - r.k0, bucket = lh_cudnn_attn_key_bucket(nkv, 0);
   const size_t gbytes = (size_t)2 * Hkv * bucket * d * 2;
-  if (gbytes > b->kvc_bytes) {
-    if (cudaStreamSynchronize(b->stream) != cudaSuccess) return false;
-    cudaFree(b->kvc);
-    b->kvc = NULL;
-    b->kvc_bytes = 0;
-    if (cudaMalloc(&b->kvc, gbytes) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    /* keys past a stretch's end are masked, but are multiplied by zero: keep them finite */
-    if (cudaMemsetAsync(b->kvc, 0, gbytes, b->stream) != cudaSuccess) return false;
-    b->kvc_bytes = gbytes;
-  }
+  /* zeroed: keys past a stretch's end are masked, but are multiplied by zero: keep them finite */
+  if (grow_buffer(b, &b->kvc, &b->kvc_bytes, gbytes, true) != cudaSuccess) return false;
   const int32_t lens[8] = {(int32_t)s.nrows, 0, 0, 0, (int32_t)nkv, 0, 0, 0};
   void *dlens;
   if (lh_cu_upload(b, lens, sizeof lens, &dlens, err) != LH_OK) return false;
@@ -279,17 +279,7 @@ static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int 
           rs.push_back(cudnn_stretch{k0, std::min(k0 + stretch, first_page_key), true});
         rs.push_back(cudnn_stretch{first_page_key, total, false});
         const size_t accb = (size_t)s.nrows * Hd * 4, lseb = (size_t)2 * H * s.nrows * 4;
-        if (accb + lseb > b->merge_bytes) {
-          if (cudaStreamSynchronize(b->stream) != cudaSuccess) return false;
-          cudaFree(b->merge);
-          b->merge = NULL;
-          b->merge_bytes = 0;
-          if (cudaMalloc(&b->merge, accb + lseb) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return false;
-          }
-          b->merge_bytes = accb + lseb;
-        }
+        if (grow_buffer(b, &b->merge, &b->merge_bytes, accb + lseb, false) != cudaSuccess) return false;
         float *acc = (float *)b->merge, *lse_acc = acc + (size_t)s.nrows * Hd, *lse_part = lse_acc + (size_t)H * s.nrows;
         bf16_t *o = b->attn_o + s.row0 * Hd;
         for (size_t j = 0; j < rs.size(); j++) {
@@ -397,15 +387,8 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   CU(lh_cuda_rope_kv(b->stream, b->proj, qw, dsegs, nseg, n, H, Hkv, d, c.rotary_dim, b->inv_freq, b->q_rope));
   if (all_single || per_row) {
     size_t need = (size_t)nseg * H * max_splits * (d + 2) * sizeof(float);
-    if (need > b->partial_bytes) {
-      CU(cudaStreamSynchronize(b->stream));
-      cudaFree(b->partial);
-      b->partial = NULL;
-      b->partial_bytes = 0;
-      size_t cap = std::max(need, (size_t)1 << 20);
-      CU(cudaMalloc(&b->partial, cap));
-      b->partial_bytes = cap;
-    }
+    if (need > b->partial_bytes)
+      CU(grow_buffer(b, (void **)&b->partial, &b->partial_bytes, std::max(need, (size_t)1 << 20), false));
     CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
   } else if (!cudnn_prefill(b, bt, sidx, H, Hkv, d, err)) {
     /* 64-row tiles, the ones with the most keys first so the long tiles start early. */

@@ -94,7 +94,7 @@ struct lh_cuda_backend {
   float *partial;              /* decode split partials (grown on demand) */
   size_t partial_bytes;
   int *light_sync;             /* lh_cuda_lightning's per (segment, head) flags, zero between calls */
-  int64_t light_sync_n;
+  size_t light_sync_bytes;
 
   /* small host -> device uploads: a pinned ring mirrored by a device ring */
   unsigned char *up_host, *up_dev;
