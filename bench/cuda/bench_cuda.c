@@ -772,7 +772,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     }
     if (rep) memcpy(acc, a2, sizeof acc);
     if (ms < best) best = ms;
-    printf("  run %d: %.1f ms%s\n", rep, ms, rep ? " (with per-op events)" : "");
+    if (build_ms <= 0) printf("  run %d: %.1f ms%s\n", rep, ms, rep ? " (with per-op events)" : "");
   }
   q.pos = tokens;
   char what[96], rate[128];
