@@ -156,6 +156,13 @@ typedef struct lh_backend_ops {
 
 #define LH_ACT_SLOTS 4
 
+/* Tensor/expert parallel shares (issue 10): of n heads, kv heads or experts, rank r of R owns
+ * [n r / R, n (r + 1) / R). The CPU backend computes by it; the engine gathers states by it. */
+static inline void lh_tp_share(int64_t n, int R, int r, int64_t *lo, int64_t *hi) {
+  *lo = n * r / R;
+  *hi = n * (r + 1) / R;
+}
+
 /* Every backend instance starts with a pointer to its table. */
 struct lh_backend {
   const lh_backend_ops *ops;

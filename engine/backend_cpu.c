@@ -63,7 +63,9 @@ typedef struct cpu_backend {
   int32_t *moe_idx;                          /* [max_rows x top_k] */
   float *moe_w;                              /* [max_rows x top_k] */
   int64_t *plan_off, *plan_tok, *plan_row;   /* lh_moe_plan storage */
-  int tp;                                    /* ranks (params->tp_ranks); 1: the plain path */
+  int tp;                                    /* ranks (params->tp_ranks, or the world's size); 1: the plain path */
+  int rank0, rank1;                          /* the ranks this process computes: all [0, tp), or its own */
+  lh_comm *comm;                             /* the world, when the ranks are processes (params->comm) */
   float *tp_part;                            /* [max_rows x hidden] one rank's partial output */
   double *tp_ss;                             /* [max_rows] the all-heads norm's sum of squares */
 } cpu_backend;
@@ -283,11 +285,16 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   be->moe_idx = zalloc((size_t)(max_rows * K) * sizeof(int32_t));
   be->moe_w = zalloc((size_t)(max_rows * K) * sizeof(float));
   be->tp = p && p->tp_ranks > 1 ? p->tp_ranks : 1;
+  be->rank0 = 0, be->rank1 = be->tp;
+  if (p && p->comm && lh_comm_size(p->comm) > 1) { /* one rank of a world (engine/ranks.c) */
+    be->comm = p->comm;
+    be->tp = lh_comm_size(p->comm);
+    be->rank0 = lh_comm_rank(p->comm), be->rank1 = be->rank0 + 1;
+  }
   if (be->tp > 1) {
     if (c->n_heads % be->tp || c->n_kv_heads % be->tp || c->n_experts % be->tp) {
-      st = lh_error_set(err, LH_EINVAL,
-                        "cpu backend: tp_ranks %d must divide the heads (%d), kv heads (%d) and experts (%d)", be->tp,
-                        c->n_heads, c->n_kv_heads, c->n_experts);
+      st = lh_error_set(err, LH_EINVAL, "cpu backend: %d ranks must divide the heads (%d), kv heads (%d) and experts (%d)",
+                        be->tp, c->n_heads, c->n_kv_heads, c->n_experts);
       goto fail;
     }
     be->tp_part = zalloc((size_t)(max_rows * D) * sizeof(float));
@@ -397,7 +404,8 @@ static void lightning_task(void *ctx, int64_t t, int worker) {
                     j->o + s->row0 * HD + (int64_t)h * d, HD, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 
-static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out);
+static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out,
+                                   lh_error *err);
 
 static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const void *hv, const lh_batch *b, void *out,
                                     lh_error *err) {
@@ -409,7 +417,7 @@ static lh_status cpu_attn_lightning(lh_backend *bk, int layer, int li, const voi
   const float *h = hv;
   float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
   if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
-  if (be->tp > 1) return tp_attn_lightning(be, layer, li, h, b, out);
+  if (be->tp > 1) return tp_attn_lightning(be, layer, li, h, b, out, err);
   lh_gemm_nt(be->pool, n, 3 * HD, D, h, D, L->qkv, D, qkv, 3 * HD, 0);
   lh_silu(be->pool, qkv, 3 * HD, n, 3 * HD);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->gate, D, gate, HD, 0);
@@ -470,7 +478,8 @@ static int64_t softmax_tiles(cpu_backend *be, const lh_batch *b) {
   return ntiles;
 }
 
-static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out);
+static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out,
+                                 lh_error *err);
 
 static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void *hv, const lh_batch *b, void *out,
                                   lh_error *err) {
@@ -482,7 +491,7 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   const float *h = hv;
   float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
   if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
-  if (be->tp > 1) return tp_attn_softmax(be, layer, si, h, b, out);
+  if (be->tp > 1) return tp_attn_softmax(be, layer, si, h, b, out, err);
   lh_gemm_nt(be->pool, n, HD, D, h, D, L->q, D, q, HD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->k, D, k, KD, 0);
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->v, D, v, KD, 0);
@@ -531,13 +540,13 @@ static void moe_expert(cpu_backend *be, const cpu_layer *L, const float *h, cons
   lh_gemm_nt(be->pool, rows, D, I, m->g, I, L->w2[e], I, m->y + r0 * D, D, 0);
 }
 
-static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out);
+static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out, lh_error *err);
 
 static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, void *out, lh_error *err) {
   (void)err;
   cpu_backend *be = cpu(bk);
   if (tp_check_alias(be, hv, out, err)) return LH_EINVAL;
-  if (be->tp > 1) return tp_moe(be, layer, hv, n, out);
+  if (be->tp > 1) return tp_moe(be, layer, hv, n, out, err);
   const cpu_layer *L = &be->layers[layer];
   moe_ws m = moe_route_plan(be, L, hv, n);
   for (int64_t e = 0; e < be->cfg.n_experts; e++) moe_expert(be, L, hv, &m, e);
@@ -545,7 +554,7 @@ static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, v
   return LH_OK;
 }
 
-/* ---- tensor/expert-parallel ranks in one process (params->tp_ranks; issue 10) -----------------
+/* ---- tensor/expert-parallel ranks (params->tp_ranks or params->comm; issue 10) ---------------
  *
  * Rank r of R owns heads [H r/R, H (r+1)/R) (lightning: their qkv and output_gate rows, out_proj
  * columns and states), kv heads [G r/R, G (r+1)/R) with their query heads (softmax: q/k/v rows,
@@ -556,30 +565,36 @@ static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, v
  * checkpoint is the same logical state whatever R. This checks the partitioning arithmetic on the
  * CPU (tests/engine/test_engine_parity.c compares R = 2, 4 with R = 1 and with HF); it is not a
  * way to run faster. The ranks run one after another and write their sums into out as they go,
- * so out must not be the input h (the engine never passes the same slot). */
-static void tp_range(int64_t n, int R, int r, int64_t *lo, int64_t *hi) {
-  *lo = n * r / R;
-  *hi = n * (r + 1) / R;
-}
-/* out = part (rank 0) or out += part: the all-reduce of [n x dim] partial sums, in rank order */
-static void tp_sum(float *out, const float *part, int64_t n, int64_t dim, int r) {
-  if (r == 0) {
+ * so out must not be the input h (the engine never passes the same slot).
+ *
+ * When the ranks are processes (params->comm, engine/ranks.c), this process computes only its own
+ * rank (rank0 == rank1 - 1) and the sums go through lh_comm_sum_*, which adds the ranks' buffers
+ * in rank order: the same operations in the same order as the loop over all ranks here, so the
+ * same bits. Each process writes only its share of the states and KV pages. */
+/* out = part (the first rank here) or out += part: the [n x dim] partial sums, in rank order */
+static void tp_sum(const cpu_backend *be, float *out, const float *part, int64_t n, int64_t dim, int r) {
+  if (r == be->rank0) {
     memcpy(out, part, (size_t)(n * dim) * sizeof(float));
     return;
   }
   for (int64_t i = 0; i < n * dim; i++) out[i] += part[i];
 }
+/* The all-reduce across processes, after this process's ranks have summed theirs. */
+static lh_status tp_reduce(const cpu_backend *be, float *out, int64_t n, int64_t dim, lh_error *err) {
+  return be->comm ? lh_comm_sum_f32(be->comm, out, n * dim, err) : LH_OK;
+}
 
-static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out) {
+static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const float *h, const lh_batch *b, float *out,
+                                   lh_error *err) {
   const lh_config *c = &be->cfg;
   const cpu_layer *L = &be->layers[layer];
   const int R = be->tp, d = c->head_dim;
   int64_t n = b->n, D = c->hidden_size, HD = (int64_t)c->n_heads * d;
   float *qkv = be->ws, *gate = qkv + n * 3 * HD, *o = gate + n * HD;
   for (int64_t i = 0; i < n; i++) be->tp_ss[i] = 0;
-  for (int r = 0; r < R; r++) {
+  for (int r = be->rank0; r < be->rank1; r++) {
     int64_t h0, h1;
-    tp_range(c->n_heads, R, r, &h0, &h1);
+    lh_tp_share(c->n_heads, R, r, &h0, &h1);
     const int64_t c0 = h0 * d, w = (h1 - h0) * d;
     lh_gemm_nt(be->pool, n, 3 * w, D, h, D, L->qkv + 3 * c0 * D, D, qkv + 3 * c0, 3 * HD, 0);
     lh_silu(be->pool, qkv + 3 * c0, 3 * HD, n, 3 * w);
@@ -593,9 +608,11 @@ static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const flo
       be->tp_ss[row] += ss;
     }
   }
-  for (int r = 0; r < R; r++) {
+  lh_status st = be->comm ? lh_comm_sum_f64(be->comm, be->tp_ss, n, err) : LH_OK; /* the norm's all-reduce */
+  if (st) return st;
+  for (int r = be->rank0; r < be->rank1; r++) {
     int64_t h0, h1;
-    tp_range(c->n_heads, R, r, &h0, &h1);
+    lh_tp_share(c->n_heads, R, r, &h0, &h1);
     const int64_t c0 = h0 * d, w = (h1 - h0) * d;
     for (int64_t row = 0; row < n; row++) { /* HF's all-heads RMSNorm (eps 1e-6) on this rank's columns */
       float inv = (float)(1.0 / sqrt(be->tp_ss[row] / (double)HD + 1e-6));
@@ -604,21 +621,22 @@ static lh_status tp_attn_lightning(cpu_backend *be, int layer, int li, const flo
     }
     lh_mul(be->pool, o + c0, HD, gate + c0, HD, n, w);
     lh_gemm_nt(be->pool, n, D, w, o + c0, HD, L->out + c0, HD, be->tp_part, D, 0);
-    tp_sum(out, be->tp_part, n, D, r);
+    tp_sum(be, out, be->tp_part, n, D, r);
   }
-  return LH_OK;
+  return tp_reduce(be, out, n, D, err);
 }
 
-static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out) {
+static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float *h, const lh_batch *b, float *out,
+                                 lh_error *err) {
   const lh_config *c = &be->cfg;
   const cpu_layer *L = &be->layers[layer];
   const int R = be->tp, G = c->n_kv_heads, rep = c->n_heads / G;
   int64_t n = b->n, D = c->hidden_size, d = c->head_dim, HD = (int64_t)c->n_heads * d, KD = (int64_t)G * d;
   float *q = be->ws, *k = q + n * HD, *v = k + n * KD, *o = v + n * KD;
   int64_t ntiles = softmax_tiles(be, b);
-  for (int r = 0; r < R; r++) {
+  for (int r = be->rank0; r < be->rank1; r++) {
     int64_t g0, g1;
-    tp_range(G, R, r, &g0, &g1);
+    lh_tp_share(G, R, r, &g0, &g1);
     const int64_t qc = g0 * rep * d, qw = (g1 - g0) * rep * d, kc = g0 * d, kw = (g1 - g0) * d;
     lh_gemm_nt(be->pool, n, qw, D, h, D, L->q + qc * D, D, q + qc, HD, 0);
     lh_gemm_nt(be->pool, n, kw, D, h, D, L->k + kc * D, D, k + kc, KD, 0);
@@ -635,24 +653,24 @@ static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float
     softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d)), (int)g0, (int)(g1 - g0)};
     lh_pool_run(be->pool, ntiles * (g1 - g0), softmax_task, &j);
     lh_gemm_nt(be->pool, n, D, qw, o + qc, HD, L->o + qc, HD, be->tp_part, D, 0);
-    tp_sum(out, be->tp_part, n, D, r);
+    tp_sum(be, out, be->tp_part, n, D, r);
   }
-  return LH_OK;
+  return tp_reduce(be, out, n, D, err);
 }
 
-static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out) {
+static lh_status tp_moe(cpu_backend *be, int layer, const float *h, int64_t n, float *out, lh_error *err) {
   const cpu_layer *L = &be->layers[layer];
   const int64_t D = be->cfg.hidden_size, K = be->cfg.top_k;
   moe_ws m = moe_route_plan(be, L, h, n); /* every rank routes the same */
-  for (int r = 0; r < be->tp; r++) {
+  for (int r = be->rank0; r < be->rank1; r++) {
     int64_t e0, e1;
-    tp_range(be->cfg.n_experts, be->tp, r, &e0, &e1);
+    lh_tp_share(be->cfg.n_experts, be->tp, r, &e0, &e1);
     memset(m.y, 0, (size_t)(n * K * D) * sizeof(float)); /* rows of other ranks' experts add nothing */
     for (int64_t e = e0; e < e1; e++) moe_expert(be, L, h, &m, e);
     lh_moe_combine(be->pool, &m.plan, m.y, be->moe_w, n, (int)K, D, be->tp_part);
-    tp_sum(out, be->tp_part, n, D, r);
+    tp_sum(be, out, be->tp_part, n, D, r);
   }
-  return LH_OK;
+  return tp_reduce(be, out, n, D, err);
 }
 
 static lh_status cpu_logits(lh_backend *bk, const void *xv, const int64_t *rows, int64_t nrows, float *out,

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/comm.h"
 #include "util/err.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,10 @@ typedef struct lh_model_params {
                             heads and experts, and sums their partial outputs in rank order where a
                             multi-GPU run all-reduces: it checks the partitioning against one rank.
                             Heads, kv heads and experts must divide by it. Other backends refuse > 1. */
+  lh_comm *comm;         /* the world of ranks (engine/comm.h) this model spans, one share per rank; NULL or
+                            a world of one rank: this process alone. Defaults to lh_comm_world(), so a
+                            binary started by mpirun spreads every model it opens over its ranks. The
+                            backend's open sees it only when the model spans two ranks or more. */
 } lh_model_params;
 
 lh_model_params lh_model_default_params(void);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/internal.h"
 #include "engine/safetensors.h"
@@ -57,7 +58,8 @@ const char *lh_dtype_name(lh_dtype t) {
 }
 
 lh_model_params lh_model_default_params(void) {
-  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0, .tp_ranks = 1};
+  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0, .tp_ranks = 1,
+                       .comm = lh_comm_world()};
   return p;
 }
 
@@ -149,8 +151,14 @@ static void model_id(lh_model *m) {
 
 /* ---- open / close -------------------------------------------------------------------------- */
 
+static int g_spread_open; /* rank 0: a model spread over the ranks is open (one at a time) */
+
 void lh_model_close(lh_model *m) {
   if (!m) return;
+  if (lh_rank_leads(m)) {
+    lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_CLOSE}, NULL);
+    g_spread_open = 0;
+  }
   if (m->be && m->ops && m->ops->close) m->ops->close(m->be);
   for (int i = 0; i < m->n_maps; i++)
     if (m->maps[i].base) munmap(m->maps[i].base, m->maps[i].size);
@@ -160,12 +168,53 @@ void lh_model_close(lh_model *m) {
   free(m);
 }
 
+static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, lh_error *err);
+
+/* A model over several ranks (engine/ranks.c): rank 0 tells the others to open it too, each rank
+ * opens its own, and all agree; without a backend ("none") there is nothing to spread. */
 lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err) {
   *out = NULL;
-  if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
   lh_model_params p = params ? *params : lh_model_default_params();
+  const char *bname = p.backend ? p.backend : "cpu";
+  if (!p.comm || lh_comm_size(p.comm) < 2 || !strcmp(bname, "none")) {
+    p.comm = NULL;
+    return model_open(dir, p, out, err);
+  }
+  if (lh_comm_rank(p.comm) == 0) {
+    lh_rank_open o = {.threads = p.threads, .device = p.device, .max_chunk = p.max_chunk, .verbose = p.verbose,
+                      .tp_ranks = p.tp_ranks};
+    if (!dir || snprintf(o.dir, sizeof o.dir, "%s", dir) >= (int)sizeof o.dir ||
+        snprintf(o.backend, sizeof o.backend, "%s", bname) >= (int)sizeof o.backend)
+      return lh_error_set(err, LH_EINVAL, "model folder or backend name missing or too long");
+    if (g_spread_open)
+      return lh_error_set(err, LH_EBUSY, "a run over %d ranks opens one model at a time; close the other first",
+                          lh_comm_size(p.comm));
+    lh_rank_tell(p.comm, (lh_rank_cmd){.op = LH_RANK_OPEN, .bytes = sizeof o}, &o);
+  }
+  if (p.threads == 0) { /* the ranks on one host share its cores */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = lh_comm_local_size(p.comm);
+    p.threads = cores > local ? (int)(cores / local) : 1;
+  }
+  lh_status st = lh_rank_agree(p.comm, model_open(dir, p, out, err), err);
+  if (st && *out) {
+    lh_model *m = *out;
+    m->comm = NULL; /* every rank closes its own; nothing to tell */
+    lh_model_close(m);
+    *out = NULL;
+  }
+  if (!st && lh_comm_rank(p.comm) == 0) g_spread_open = 1;
+  return st;
+}
+
+static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, lh_error *err) {
+  *out = NULL;
+  if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
   if (p.threads < 0) return lh_error_set(err, LH_EINVAL, "threads must be >= 0 (0 = all cores), got %d", p.threads);
   if (p.max_chunk < 1) return lh_error_set(err, LH_EINVAL, "max_chunk must be >= 1, got %d", p.max_chunk);
+  if (p.comm && p.tp_ranks > 1)
+    return lh_error_set(err, LH_EINVAL, "tp_ranks %d in one process and %d processes at once: choose one",
+                        p.tp_ranks, lh_comm_size(p.comm));
   const char *bname = p.backend ? p.backend : "cpu";
 
   lh_model *m = calloc(1, sizeof *m);
@@ -227,6 +276,7 @@ lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model
       goto fail;
     }
   }
+  m->comm = p.comm; /* only now: closing a half-open model tells no one */
   *out = m;
   return LH_OK;
 fail:

@@ -71,7 +71,11 @@ struct lh_state {
   int importing;
   int has_logits;
   float *logits;     /* [vocab] */
+  int64_t sid;       /* the id rank 0 gave it when the model spans ranks (engine/ranks.c); 0: none */
 };
+
+int64_t lh_state_sid(const lh_state *s) { return s->sid; }
+void lh_state_set_sid(lh_state *s, int64_t sid) { s->sid = sid; }
 
 static size_t page_bytes(const lh_model *m) {
   return 2 * (size_t)m->cfg.n_kv_heads * PT * (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
@@ -100,7 +104,7 @@ static kv_page *page_new(lh_model *m) {
   return p;
 }
 
-void lh_state_free(lh_state *s) {
+static void state_free(lh_state *s) {
   if (!s) return;
   lh_model *m = s->m;
   if (s->mem.lightning)
@@ -142,11 +146,35 @@ static lh_status state_alloc(lh_model *m, int with_lightning, lh_state **out, lh
   *out = s;
   return LH_OK;
 nomem:
-  lh_state_free(s);
+  state_free(s);
   return lh_error_set(err, LH_ENOMEM, "state: out of memory for a new sequence state");
 }
 
-lh_status lh_state_new(lh_model *m, lh_state **out, lh_error *err) { return state_alloc(m, 1, out, err); }
+/* ---- over several ranks (engine/ranks.c): rank 0 tells each call, every rank agrees -------- */
+
+void lh_state_free(lh_state *s) {
+  if (s && s->sid && lh_rank_leads(s->m)) lh_rank_tell(s->m->comm, (lh_rank_cmd){.op = LH_RANK_FREE, .sid = s->sid}, NULL);
+  state_free(s);
+}
+
+/* A state new on every rank, or on none: a rank whose copy was made frees it when another failed. */
+static lh_status made_everywhere(lh_model *m, lh_status st, int64_t sid, lh_state **out, lh_error *err) {
+  st = lh_rank_agree(m->comm, st, err);
+  if (st) {
+    state_free(*out);
+    *out = NULL;
+  } else if (lh_rank_leads(m)) {
+    (*out)->sid = sid;
+  }
+  return st;
+}
+
+lh_status lh_state_new(lh_model *m, lh_state **out, lh_error *err) {
+  if (!m || !lh_rank_many(m)) return state_alloc(m, 1, out, err);
+  int64_t sid = lh_rank_leads(m) ? ++m->next_sid : 0;
+  lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_NEW, .sid = sid}, NULL);
+  return made_everywhere(m, state_alloc(m, 1, out, err), sid, out, err);
+}
 
 int64_t lh_state_pos(const lh_state *s) { return s ? s->pos : 0; }
 lh_model *lh_state_model(const lh_state *s) { return s ? s->m : NULL; }
@@ -231,12 +259,14 @@ static void settle(lh_state *s, int64_t n) {
   s->has_logits = 1;
 }
 
-lh_status lh_prefill(lh_state *s, const int32_t *tokens, int64_t n, float *logits_last, float *logits_all,
-                     lh_error *err) {
+static lh_status prefill(lh_state *s, const int32_t *tokens, int64_t n, float *logits_last, float *logits_all,
+                         lh_error *err) {
   if (!s || !tokens || n < 1) return lh_error_set(err, LH_EINVAL, "prefill: need a state and n >= 1 tokens");
   lh_status st = check_feed(s, "prefill", tokens, n, err);
   if (st) return st;
-  if ((st = ensure_rows(s, n, err))) return st;
+  st = ensure_rows(s, n, err);
+  if (lh_rank_many(s->m)) st = lh_rank_agree(s->m->comm, st, err); /* no rank may start the forward alone */
+  if (st) return st;
   lh_model *m = s->m;
   int64_t V = m->cfg.vocab_size;
   lh_segment seg = {&s->mem, 0, n, s->pos};
@@ -257,7 +287,17 @@ lh_status lh_prefill(lh_state *s, const int32_t *tokens, int64_t n, float *logit
   return LH_OK;
 }
 
-lh_status lh_decode_batch(lh_state *const *states, int k, const int32_t *tokens, float *logits, lh_error *err) {
+lh_status lh_prefill(lh_state *s, const int32_t *tokens, int64_t n, float *logits_last, float *logits_all,
+                     lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return prefill(s, tokens, n, logits_last, logits_all, err);
+  int64_t sent = tokens && n > 0 ? n : 0;
+  lh_rank_tell(s->m->comm, (lh_rank_cmd){.op = LH_RANK_PREFILL, .sid = s->sid, .n = sent, .bytes = (uint64_t)sent * 4},
+               tokens);
+  return lh_rank_agree(s->m->comm, prefill(s, tokens, n, logits_last, logits_all, err), err);
+}
+
+/* The checks of a decode call that change nothing (so rank 0 can make them before telling). */
+static lh_status decode_args(lh_state *const *states, int k, const int32_t *tokens, float *logits, lh_error *err) {
   if (!states || !tokens || !logits || k < 1)
     return lh_error_set(err, LH_EINVAL, "decode: need k >= 1 states, tokens and a logits buffer");
   lh_model *m = states[0] ? states[0]->m : NULL;
@@ -270,15 +310,20 @@ lh_status lh_decode_batch(lh_state *const *states, int k, const int32_t *tokens,
     lh_status st = check_feed(states[i], "decode", &tokens[i], 1, err);
     if (st) return lh_error_prefix(err, st, "state %d: ", i);
   }
-  for (int i = 0; i < k; i++) {
-    lh_status st = ensure_rows(states[i], 1, err);
-    if (st) return st;
-  }
+  return LH_OK;
+}
+
+static lh_status decode(lh_state *const *states, int k, const int32_t *tokens, float *logits, lh_error *err) {
+  lh_model *m = states[0]->m;
+  lh_status st = LH_OK;
+  for (int i = 0; i < k && !st; i++) st = ensure_rows(states[i], 1, err);
+  if (lh_rank_many(m)) st = lh_rank_agree(m->comm, st, err); /* no rank may start the forward alone */
+  if (st) return st;
   lh_segment *seg = malloc((size_t)k * sizeof *seg);
   if (!seg) return lh_error_set(err, LH_ENOMEM, "decode: out of memory");
   for (int i = 0; i < k; i++) seg[i] = (lh_segment){&states[i]->mem, i, 1, states[i]->pos};
   lh_batch b = {k, k, seg};
-  lh_status st = lh_forward(m, &b, tokens, 1, NULL, 0, logits, err);
+  st = lh_forward(m, &b, tokens, 1, NULL, 0, logits, err);
   free(seg);
   int64_t V = m->cfg.vocab_size;
   for (int i = 0; i < k; i++) {
@@ -292,7 +337,23 @@ lh_status lh_decode_batch(lh_state *const *states, int k, const int32_t *tokens,
   return st;
 }
 
-lh_status lh_state_fork(const lh_state *src, lh_state **out, lh_error *err) {
+lh_status lh_decode_batch(lh_state *const *states, int k, const int32_t *tokens, float *logits, lh_error *err) {
+  lh_status st = decode_args(states, k, tokens, logits, err);
+  if (st) return st;
+  lh_model *m = states[0]->m;
+  if (!lh_rank_many(m)) return decode(states, k, tokens, logits, err);
+  if (lh_rank_leads(m)) {
+    unsigned char *pl = malloc((size_t)k * 12);
+    if (!pl) return lh_error_set(err, LH_ENOMEM, "decode: out of memory");
+    for (int i = 0; i < k; i++) memcpy(pl + 8 * (size_t)i, &states[i]->sid, 8);
+    memcpy(pl + 8 * (size_t)k, tokens, (size_t)k * 4);
+    lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_DECODE, .layer = k, .bytes = (uint64_t)k * 12}, pl);
+    free(pl);
+  }
+  return lh_rank_agree(m->comm, decode(states, k, tokens, logits, err), err);
+}
+
+static lh_status fork_state(const lh_state *src, lh_state **out, lh_error *err) {
   *out = NULL;
   if (!src) return lh_error_set(err, LH_EINVAL, "fork: no state");
   if (src->importing) return lh_error_set(err, LH_EINVAL, "fork: the state is being imported");
@@ -331,6 +392,14 @@ lh_status lh_state_fork(const lh_state *src, lh_state **out, lh_error *err) {
   return LH_OK;
 }
 
+lh_status lh_state_fork(const lh_state *src, lh_state **out, lh_error *err) {
+  if (!src || !lh_rank_many(src->m)) return fork_state(src, out, err);
+  lh_model *m = src->m;
+  int64_t sid = lh_rank_leads(m) ? ++m->next_sid : 0;
+  lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_FORK, .sid = src->sid, .sid2 = sid}, NULL);
+  return made_everywhere(m, fork_state(src, out, err), sid, out, err);
+}
+
 /* ---- checkpoint hooks --------------------------------------------------------------------- */
 
 void lh_state_get_layout(const lh_model *m, lh_state_layout *lay) {
@@ -343,7 +412,7 @@ void lh_state_get_layout(const lh_model *m, lh_state_layout *lay) {
   lay->vocab_size = m->cfg.vocab_size;
 }
 
-lh_status lh_state_export_lightning(const lh_state *s, int i, void *dst, lh_error *err) {
+static lh_status export_lightning(const lh_state *s, int i, void *dst, lh_error *err) {
   if (!s || i < 0 || i >= s->m->cfg.n_lightning)
     return lh_error_set(err, LH_EINVAL, "export: lightning layer %d does not exist", i);
   return s->m->ops->to_host(s->m->be, dst, s->mem.lightning[i], lightning_bytes(s->m), err);
@@ -383,13 +452,53 @@ static lh_status kv_move(lh_state *s, int j, int64_t t0, int64_t t1, unsigned ch
   return st;
 }
 
-lh_status lh_state_export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, void *dst, lh_error *err) {
+static lh_status export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, void *dst, lh_error *err) {
   if (!s || j < 0 || j >= s->m->cfg.n_softmax)
     return lh_error_set(err, LH_EINVAL, "export: softmax layer %d does not exist", j);
   if (t0 < 0 || t1 < t0 || t1 > s->kv_rows[j])
     return lh_error_set(err, LH_EINVAL, "export: KV rows [%lld, %lld) of softmax layer %d: the state holds %lld",
                         (long long)t0, (long long)t1, j, (long long)s->kv_rows[j]);
   return kv_move((lh_state *)s, j, t0, t1, dst, 1, err);
+}
+
+/* Over several ranks, each rank's copy of a state is right only in its share (its heads' lightning
+ * states, its kv heads' KV): an export zeroes the rest of its copy and rank 0 ORs the copies
+ * together, which is every share's bytes unchanged. */
+static lh_status gather_shares(const lh_state *s, void *dst, size_t row_bytes, int64_t rows, int64_t n_items,
+                               size_t item_bytes, lh_error *err) {
+  lh_comm *c = s->m->comm;
+  int64_t lo, hi;
+  lh_tp_share(n_items, lh_comm_size(c), lh_comm_rank(c), &lo, &hi);
+  for (int64_t r = 0; r < rows; r++) {
+    unsigned char *row = (unsigned char *)dst + (size_t)r * row_bytes;
+    for (size_t off = 0; off < row_bytes; off += (size_t)n_items * item_bytes) { /* K then V halves */
+      memset(row + off, 0, (size_t)lo * item_bytes);
+      memset(row + off + (size_t)hi * item_bytes, 0, (size_t)(n_items - hi) * item_bytes);
+    }
+  }
+  return lh_comm_merge(c, dst, row_bytes * (size_t)rows, err);
+}
+
+lh_status lh_state_export_lightning(const lh_state *s, int i, void *dst, lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return export_lightning(s, i, dst, err);
+  lh_model *m = s->m;
+  lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_EXPORT_LIGHTNING, .sid = s->sid, .layer = i}, NULL);
+  lh_status st = lh_rank_agree(m->comm, export_lightning(s, i, dst, err), err);
+  size_t head = (size_t)m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
+  if (!st) st = lh_rank_agree(m->comm, gather_shares(s, dst, lightning_bytes(m), 1, m->cfg.n_heads, head, err), err);
+  return st;
+}
+
+lh_status lh_state_export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, void *dst, lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return export_kv(s, j, t0, t1, dst, err);
+  lh_model *m = s->m;
+  lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_EXPORT_KV, .sid = s->sid, .layer = j, .t0 = t0, .t1 = t1}, NULL);
+  lh_status st = lh_rank_agree(m->comm, export_kv(s, j, t0, t1, dst, err), err);
+  size_t head = (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
+  if (!st)
+    st = lh_rank_agree(m->comm, gather_shares(s, dst, 2 * (size_t)m->cfg.n_kv_heads * head, t1 - t0, m->cfg.n_kv_heads,
+                                              head, err), err);
+  return st;
 }
 
 static lh_status check_import(lh_state *s, const char *what, lh_error *err) {
@@ -401,7 +510,7 @@ static lh_status check_import(lh_state *s, const char *what, lh_error *err) {
   return LH_OK;
 }
 
-lh_status lh_state_import_lightning(lh_state *s, int i, const void *src, lh_error *err) {
+static lh_status import_lightning(lh_state *s, int i, const void *src, lh_error *err) {
   lh_status st = check_import(s, "import", err);
   if (st) return st;
   if (i < 0 || i >= s->m->cfg.n_lightning)
@@ -428,8 +537,8 @@ static void convert_row(const void *src, lh_dtype sd, void *dst, lh_dtype dd, si
   }
 }
 
-lh_status lh_state_import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const void *src, lh_dtype src_dtype,
-                             lh_error *err) {
+static lh_status import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const void *src, lh_dtype src_dtype,
+                           lh_error *err) {
   lh_status st = check_import(s, "import", err);
   if (st) return st;
   lh_model *m = s->m;
@@ -462,7 +571,7 @@ lh_status lh_state_import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const v
   return st;
 }
 
-lh_status lh_state_import_finish(lh_state *s, int64_t pos, const float *last_logits, lh_error *err) {
+static lh_status import_finish(lh_state *s, int64_t pos, const float *last_logits, lh_error *err) {
   lh_status st = check_import(s, "import finish", err);
   if (st) return st;
   lh_model *m = s->m;
@@ -480,6 +589,40 @@ lh_status lh_state_import_finish(lh_state *s, int64_t pos, const float *last_log
   if (last_logits) memcpy(s->logits, last_logits, (size_t)m->cfg.vocab_size * sizeof(float));
   s->importing = 0;
   return LH_OK;
+}
+
+/* Over several ranks every rank imports the whole state (rank 0 sends it), so each holds its share. */
+lh_status lh_state_import_lightning(lh_state *s, int i, const void *src, lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return import_lightning(s, i, src, err);
+  lh_model *m = s->m;
+  size_t bytes = src && i >= 0 && i < m->cfg.n_lightning ? lightning_bytes(m) : 0;
+  lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_IMPORT_LIGHTNING, .sid = s->sid, .layer = i, .bytes = bytes}, src);
+  return lh_rank_agree(m->comm, import_lightning(s, i, src, err), err);
+}
+
+lh_status lh_state_import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const void *src, lh_dtype src_dtype,
+                             lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return import_kv(s, j, t0, t1, src, src_dtype, err);
+  lh_model *m = s->m;
+  size_t bytes = src && t1 > t0 ? (size_t)(t1 - t0) * 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim *
+                                      lh_dtype_size(src_dtype)
+                                : 0;
+  lh_rank_tell(m->comm,
+               (lh_rank_cmd){.op = LH_RANK_IMPORT_KV, .sid = s->sid, .layer = j, .t0 = t0, .t1 = t1,
+                             .flag = (int32_t)src_dtype, .bytes = bytes},
+               src);
+  return lh_rank_agree(m->comm, import_kv(s, j, t0, t1, bytes ? src : NULL, src_dtype, err), err);
+}
+
+lh_status lh_state_import_finish(lh_state *s, int64_t pos, const float *last_logits, lh_error *err) {
+  if (!s || !lh_rank_many(s->m)) return import_finish(s, pos, last_logits, err);
+  lh_model *m = s->m;
+  size_t bytes = last_logits ? (size_t)m->cfg.vocab_size * sizeof(float) : 0;
+  lh_rank_tell(m->comm,
+               (lh_rank_cmd){.op = LH_RANK_IMPORT_FINISH, .sid = s->sid, .n = pos, .flag = last_logits != NULL,
+                             .bytes = bytes},
+               last_logits);
+  return lh_rank_agree(m->comm, import_finish(s, pos, last_logits, err), err);
 }
 
 /* ---- one byte string ---------------------------------------------------------------------- */

@@ -1,7 +1,13 @@
-/* main.c — the longhaul command line: dispatch to a subcommand (see commands.h). */
+/* main.c — the longhaul command line: dispatch to a subcommand (see commands.h).
+ *
+ * Started by mpirun (`mpirun -np R build/longhaul run ...`), every process joins the world of
+ * ranks first (engine/comm.h): rank 0 runs the command, and every model it opens spans all ranks;
+ * ranks 1..R-1 only serve rank 0's engine calls and print nothing of their own. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "engine/comm.h"
 #include "pipeline/commands.h"
 
 typedef struct command {
@@ -30,7 +36,33 @@ static void usage(FILE *f) {
   fprintf(f, "\n'longhaul COMMAND --help' describes a command's options.\n");
 }
 
+static lh_comm *g_world;
+
+/* Rank 0, however the command ends: release the serving ranks, then leave the world. */
+static void leave_world(void) {
+  lh_rank_release(g_world);
+  lh_comm_finish(g_world);
+  g_world = NULL;
+}
+
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  lh_error err;
+  if (lh_comm_init(&argc, &argv, &g_world, &err)) {
+    fprintf(stderr, "longhaul: %s\n", err.msg);
+    return LH_EXIT_FAILED;
+  }
+  if (g_world && lh_comm_rank(g_world) > 0) {
+    int rc = lh_rank_serve(g_world);
+    lh_comm_finish(g_world);
+    return rc;
+  }
+  if (g_world) atexit(leave_world);
+  return dispatch(argc, argv);
+}
+
+static int dispatch(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return LH_EXIT_USAGE;

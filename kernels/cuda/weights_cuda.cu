@@ -360,11 +360,11 @@ lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_p
                      lh_backend **out, lh_error *err) {
   *out = NULL;
   LH_TRY(check_config(cfg, max_rows, err));
-  if (p && p->tp_ranks > 1)
+  if (p && (p->tp_ranks > 1 || p->comm)) /* a backend sees comm only when the model spans several ranks */
     return lh_error_set(err, LH_EUNSUPPORTED,
-                        "cuda backend: tp_ranks %d: tensor/expert parallelism over several GPUs is not implemented "
-                        "yet (issue 10); the CPU backend checks the partitioning with ranks in one process",
-                        p->tp_ranks);
+                        "cuda backend: tensor/expert parallelism over several GPUs is not implemented yet (issue "
+                        "10); the CPU backend runs several ranks (in one process with tp_ranks, or one process per "
+                        "rank under mpirun)");
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) return lh_error_set(err, LH_EBACKEND, "cuda backend: %s", why);
   lh_cuda_backend *b = new lh_cuda_backend();

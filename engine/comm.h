@@ -1,0 +1,65 @@
+/* comm.h — the ranks of a distributed run (issue 10): one process per rank, started by mpirun.
+ *
+ * A longhaul binary started by `mpirun -np R` (Open MPI, or any launcher that sets PMI_SIZE /
+ * PMIX_RANK) is a world of R ranks. Rank 0 is the program: it parses the command line, ingests,
+ * talks to the store and writes results. Ranks 1..R-1 only serve rank 0's engine calls
+ * (lh_rank_serve): every model rank 0 opens is opened on every rank, each rank computing its
+ * share of the heads and experts (engine/ranks.c says which), and the engine on rank 0 tells the
+ * others each call before it makes it, so all ranks issue the same backend operations.
+ *
+ * The transport is MPI for host buffers (the CPU backend). Sums are deterministic: every rank's
+ * buffer is gathered and added in rank order, so R processes give the same bits as the CPU
+ * backend's tp_ranks = R simulation in one process. A build without MPI (CMake found none) still
+ * runs as one process, and refuses to start as several with a message naming the package.
+ */
+#ifndef LH_ENGINE_COMM_H
+#define LH_ENGINE_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lh_comm lh_comm;
+
+/* Join the world when this process was started by an MPI launcher; *world is NULL otherwise (a
+ * plain run). Call once, first thing in main. */
+lh_status lh_comm_init(int *argc, char ***argv, lh_comm **world, lh_error *err);
+/* Leave the world (MPI_Finalize); accepts NULL. */
+void lh_comm_finish(lh_comm *c);
+/* The world lh_comm_init made, or NULL. lh_model_default_params puts it in its params. */
+lh_comm *lh_comm_world(void);
+
+int lh_comm_rank(const lh_comm *c);
+int lh_comm_size(const lh_comm *c);
+/* Ranks of the world on this host (for splitting the cores between them). */
+int lh_comm_local_size(const lh_comm *c);
+
+/* buf on every rank = rank root's buf. */
+lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error *err);
+/* buf on every rank = the sum over ranks of buf, added in rank order (same bits on every rank and
+ * in every run). */
+lh_status lh_comm_sum_f32(lh_comm *c, float *buf, int64_t n, lh_error *err);
+lh_status lh_comm_sum_f64(lh_comm *c, double *buf, int64_t n, lh_error *err);
+/* buf on rank 0 = the bitwise OR of every rank's buf: where each byte is non-zero on at most one
+ * rank, rank 0 gets every rank's part unchanged (how a state's head ranges are gathered). */
+lh_status lh_comm_merge(lh_comm *c, void *buf, size_t bytes, lh_error *err);
+/* Every rank passes its status; every rank gets the lowest rank that failed, or -1. */
+lh_status lh_comm_first_failed(lh_comm *c, int failed, int *first, lh_error *err);
+/* End every rank at once (a rank found the ranks out of step). */
+void lh_comm_abort(lh_comm *c, int code);
+
+/* Ranks 1..R-1 of a world: serve rank 0's engine calls (engine/ranks.c) until it releases them.
+ * Returns the process's exit status. */
+int lh_rank_serve(lh_comm *c);
+/* Rank 0, once its program is done: let the other ranks return from lh_rank_serve. */
+void lh_rank_release(lh_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

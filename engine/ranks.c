@@ -1,0 +1,220 @@
+/* ranks.c — one model over several processes (issue 10): rank 0 tells, the others follow.
+ *
+ * Rank 0 runs the program. Every engine call that touches a model's backend (open, close, state
+ * new/free/fork, prefill, decode, export and import) is, on rank 0, first told to the other ranks
+ * (lh_rank_tell: a fixed-size lh_rank_cmd, then its payload: tokens, state bytes) and then made;
+ * the other ranks sit in lh_rank_serve and make the same call on their own copy of the model and
+ * states. So every rank issues the same backend operations in the same order and meets the same
+ * collectives inside them (the CPU backend's sums over ranks). Every told call ends with
+ * lh_rank_agree on all ranks: a call that failed on any rank fails on rank 0 with that rank's
+ * message, and every rank undoes what it did (a new state is freed) so the ranks stay in step.
+ *
+ * States are named by ids that rank 0 gives (1, 2, ...); the serving ranks keep a table from id
+ * to their own lh_state. What a rank holds: the whole logical layout of every state, of which it
+ * computes its share (heads, kv heads: lh_tp_share in backend.h); an export gathers the shares on
+ * rank 0 (engine/state.c), an import gives every rank the whole state.
+ *
+ * A rank that finds itself out of step (an id it does not know, a command it cannot read) ends
+ * the world with lh_comm_abort: waiting in a collective that will never come would hang mpirun.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "util/log.h"
+
+static void out_of_step(lh_comm *c, const char *what, long long v) {
+  fprintf(stderr, "longhaul rank %d: out of step with rank 0 (%s %lld); ending every rank\n", lh_comm_rank(c), what,
+          v);
+  lh_comm_abort(c, 70);
+}
+
+void lh_rank_tell(lh_comm *c, lh_rank_cmd cmd, const void *payload) {
+  if (!c || lh_comm_rank(c) != 0) return;
+  lh_error err;
+  if (lh_comm_bcast(c, &cmd, sizeof cmd, 0, &err) ||
+      (cmd.bytes && lh_comm_bcast(c, (void *)payload, (size_t)cmd.bytes, 0, &err))) {
+    fprintf(stderr, "longhaul rank 0: %s; ending every rank\n", err.msg);
+    lh_comm_abort(c, 70);
+  }
+}
+
+lh_status lh_rank_agree(lh_comm *c, lh_status st, lh_error *err) {
+  if (!c) return st;
+  lh_error local, *e = err ? err : &local;
+  int first = -1;
+  if (st != LH_OK && e == &local) lh_error_set(&local, st, "(no message)");
+  lh_error tmp;
+  if (lh_comm_first_failed(c, st != LH_OK, &first, &tmp)) {
+    fprintf(stderr, "longhaul rank %d: %s; ending every rank\n", lh_comm_rank(c), tmp.msg);
+    lh_comm_abort(c, 70);
+  }
+  if (first < 0) return LH_OK;
+  lh_error theirs = *e;
+  if (lh_comm_bcast(c, &theirs, sizeof theirs, first, &tmp)) {
+    fprintf(stderr, "longhaul rank %d: %s; ending every rank\n", lh_comm_rank(c), tmp.msg);
+    lh_comm_abort(c, 70);
+  }
+  if (st != LH_OK) return st;
+  theirs.msg[sizeof theirs.msg - 1] = 0;
+  return lh_error_set(err, theirs.code ? theirs.code : LH_EBACKEND, "rank %d of %d: %s", first, lh_comm_size(c),
+                      theirs.msg);
+}
+
+void lh_rank_release(lh_comm *c) { lh_rank_tell(c, (lh_rank_cmd){.op = LH_RANK_EXIT}, NULL); }
+
+/* ---- the serving side --------------------------------------------------------------------- */
+
+typedef struct server {
+  lh_comm *c;
+  lh_model *m;
+  unsigned char *payload;
+  size_t cap;
+  void *scratch; /* export destination (rank 0 gathers; ours only feeds the gather) */
+  size_t scratch_cap;
+} server;
+
+static void *grow(void **p, size_t *cap, size_t need) {
+  if (need <= *cap) return *p;
+  void *q = realloc(*p, need);
+  if (!q) return NULL;
+  *p = q;
+  *cap = need;
+  return q;
+}
+
+static void put_state(server *sv, int64_t sid, lh_state *s) {
+  lh_model *m = sv->m;
+  if (sid >= m->n_sids) {
+    int64_t n = sid * 2 + 16;
+    lh_state **t = realloc(m->sids, (size_t)n * sizeof *t);
+    if (!t) out_of_step(sv->c, "no memory for state id", (long long)sid);
+    memset(t + m->n_sids, 0, (size_t)(n - m->n_sids) * sizeof *t);
+    m->sids = t;
+    m->n_sids = n;
+  }
+  m->sids[sid] = s;
+  if (s) lh_state_set_sid(s, sid);
+}
+
+static lh_state *get_state(server *sv, int64_t sid) {
+  lh_model *m = sv->m;
+  if (!m || sid <= 0 || sid >= m->n_sids || !m->sids[sid]) out_of_step(sv->c, "unknown state id", (long long)sid);
+  return m->sids[sid];
+}
+
+static void close_model(server *sv) {
+  lh_model *m = sv->m;
+  if (!m) return;
+  for (int64_t i = 0; i < m->n_sids; i++) lh_state_free(m->sids[i]);
+  free(m->sids);
+  m->sids = NULL;
+  m->n_sids = 0;
+  lh_model_close(m);
+  sv->m = NULL;
+}
+
+/* One told call. Errors are rank 0's to report (lh_rank_agree carries ours there); a serving rank
+ * logs nothing itself, so the message appears once. */
+static int serve_one(server *sv, const lh_rank_cmd *cmd) {
+  lh_error err;
+  const void *pl = sv->payload;
+  lh_model *m = sv->m;
+  lh_state *s = NULL;
+  if (cmd->op != LH_RANK_OPEN && cmd->op != LH_RANK_EXIT && !m) out_of_step(sv->c, "no model open for command", cmd->op);
+  switch (cmd->op) {
+    case LH_RANK_EXIT:
+      close_model(sv);
+      return 1;
+    case LH_RANK_OPEN: {
+      if (m || cmd->bytes != sizeof(lh_rank_open)) out_of_step(sv->c, "open while a model is open, or bad open", cmd->op);
+      lh_rank_open o;
+      memcpy(&o, pl, sizeof o);
+      o.dir[sizeof o.dir - 1] = o.backend[sizeof o.backend - 1] = 0;
+      lh_model_params p = lh_model_default_params();
+      p.backend = o.backend;
+      p.threads = o.threads, p.device = o.device, p.max_chunk = o.max_chunk, p.verbose = o.verbose;
+      p.tp_ranks = o.tp_ranks;
+      p.comm = sv->c;
+      if (lh_model_open(o.dir, &p, &sv->m, &err)) sv->m = NULL;
+      break;
+    }
+    case LH_RANK_CLOSE:
+      close_model(sv);
+      break;
+    case LH_RANK_NEW:
+      if (!lh_state_new(m, &s, &err)) put_state(sv, cmd->sid, s);
+      break;
+    case LH_RANK_FREE:
+      lh_state_free(get_state(sv, cmd->sid));
+      m->sids[cmd->sid] = NULL;
+      break;
+    case LH_RANK_FORK:
+      if (!lh_state_fork(get_state(sv, cmd->sid), &s, &err)) put_state(sv, cmd->sid2, s);
+      break;
+    case LH_RANK_PREFILL:
+      (void)lh_prefill(get_state(sv, cmd->sid), cmd->n ? pl : NULL, cmd->n, NULL, NULL, &err);
+      break;
+    case LH_RANK_DECODE: {
+      int k = cmd->layer;
+      size_t V = (size_t)m->cfg.vocab_size;
+      if (k < 1 || cmd->bytes != (size_t)k * 12) out_of_step(sv->c, "bad decode batch", k);
+      lh_state **st = malloc((size_t)k * sizeof *st);
+      float *logits = grow(&sv->scratch, &sv->scratch_cap, (size_t)k * V * sizeof(float));
+      if (!st || !logits) out_of_step(sv->c, "no memory for a decode batch of", k);
+      for (int i = 0; i < k; i++) {
+        int64_t sid;
+        memcpy(&sid, (const unsigned char *)pl + 8 * (size_t)i, 8);
+        st[i] = get_state(sv, sid);
+      }
+      (void)lh_decode_batch(st, k, (const int32_t *)((const unsigned char *)pl + 8 * (size_t)k), logits, &err);
+      free(st);
+      break;
+    }
+    case LH_RANK_EXPORT_LIGHTNING:
+    case LH_RANK_EXPORT_KV: {
+      lh_state_layout lay;
+      lh_state_get_layout(m, &lay);
+      int64_t rows = cmd->t1 > cmd->t0 ? cmd->t1 - cmd->t0 : 0;
+      size_t need = cmd->op == LH_RANK_EXPORT_KV ? (size_t)rows * lay.kv_row_bytes : lay.lightning_bytes;
+      void *dst = grow(&sv->scratch, &sv->scratch_cap, need ? need : 1);
+      if (!dst) out_of_step(sv->c, "no memory to export bytes", (long long)need);
+      s = get_state(sv, cmd->sid);
+      if (cmd->op == LH_RANK_EXPORT_KV) (void)lh_state_export_kv(s, cmd->layer, cmd->t0, cmd->t1, dst, &err);
+      else (void)lh_state_export_lightning(s, cmd->layer, dst, &err);
+      break;
+    }
+    case LH_RANK_IMPORT_LIGHTNING:
+      (void)lh_state_import_lightning(get_state(sv, cmd->sid), cmd->layer, cmd->bytes ? pl : NULL, &err);
+      break;
+    case LH_RANK_IMPORT_KV:
+      (void)lh_state_import_kv(get_state(sv, cmd->sid), cmd->layer, cmd->t0, cmd->t1, cmd->bytes ? pl : NULL,
+                               (lh_dtype)cmd->flag, &err);
+      break;
+    case LH_RANK_IMPORT_FINISH:
+      (void)lh_state_import_finish(get_state(sv, cmd->sid), cmd->n, cmd->flag ? pl : NULL, &err);
+      break;
+    default:
+      out_of_step(sv->c, "unknown command", cmd->op);
+  }
+  return 0;
+}
+
+int lh_rank_serve(lh_comm *c) {
+  server sv = {.c = c};
+  lh_error err;
+  for (;;) {
+    lh_rank_cmd cmd;
+    if (lh_comm_bcast(c, &cmd, sizeof cmd, 0, &err)) out_of_step(c, "command broadcast failed", 0);
+    if (cmd.bytes) {
+      if (!grow((void **)&sv.payload, &sv.cap, (size_t)cmd.bytes)) out_of_step(c, "no memory for a payload of", (long long)cmd.bytes);
+      if (lh_comm_bcast(c, sv.payload, (size_t)cmd.bytes, 0, &err)) out_of_step(c, "payload broadcast failed", 0);
+    }
+    if (serve_one(&sv, &cmd)) break;
+  }
+  free(sv.payload);
+  free(sv.scratch);
+  return 0;
+}

@@ -1,0 +1,216 @@
+/* test_ranks.c — one model over R processes (issue 10), run by ctest as `mpirun -np R test_ranks`.
+ *
+ * Rank 0 opens the shipped model (models/haul-tiny) spread over the world, so each process
+ * computes its share of the heads, kv heads and experts and the partial sums cross processes
+ * through MPI (engine/ranks.c, engine/comm.c). It checks, against models in rank 0 alone:
+ *  - every position's logits equal, bit for bit, the CPU backend's simulation of R ranks in one
+ *    process (tp_ranks = R): the sums over processes are added in the same rank order;
+ *  - those logits meet the engine-core bound against HF transformers (tests/fixtures/haul-tiny);
+ *  - a state serialised from the ranks is the same bytes as the simulation's (the gather of the
+ *    shares is exact), resumes on one process within the HF bound, and a one-process state
+ *    resumes on the ranks;
+ *  - forks and batched decode: the greedy continuation equals HF's, and a batch of forks gives
+ *    the simulation's bits;
+ *  - bad input (a token outside the vocabulary) fails on every rank alike and leaves the state
+ *    usable.
+ * Without MPI (run directly, or a build without it) it skips (77).
+ */
+#include "tests/test.h"
+
+#include "engine/comm.h"
+#include "engine/engine.h"
+#include "util/buf.h"
+#include "util/fs.h"
+#include "util/log.h"
+#include "tests/engine/hf_parity.h"
+
+static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+/* Logits of every position of ids after prefilling them in chunks of 255/256/257 (run_plan). */
+static float *plan_logits(lh_model *m, const lh_i32vec *ids) {
+  const int64_t V = lh_model_config(m)->vocab_size;
+  const int plan[] = {255, 256, 257};
+  float *out = malloc(sizeof(float) * (size_t)ids->len * (size_t)V);
+  if (out && !run_plan(m, ids, plan, 3, out)) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* A state of m after the first n ids, serialised. */
+static void *state_after(lh_model *m, const lh_i32vec *ids, int64_t n, size_t *len) {
+  lh_state *s = NULL;
+  lh_error err;
+  void *blob = NULL;
+  *len = 0;
+  if (!lh_state_new(m, &s, &err) && !lh_prefill(s, ids->data, n, NULL, NULL, &err))
+    if (lh_state_serialize(s, &blob, len, &err)) fprintf(stderr, "serialize: %s\n", err.msg);
+  lh_state_free(s);
+  return blob;
+}
+
+static int checks(lh_comm *world) {
+  const int R = lh_comm_size(world);
+  const char *src = getenv("LH_SOURCE_DIR");
+  char fx[1024], mdir[1024], path[1200];
+  snprintf(fx, sizeof fx, "%s/tests/fixtures/haul-tiny", src ? src : ".");
+  snprintf(mdir, sizeof mdir, "%s/models/haul-tiny", src ? src : ".");
+  snprintf(path, sizeof path, "%s/logits.f32", fx);
+  if (!lh_is_file(path)) {
+    fprintf(stderr, "SKIP: no fixture at %s\n", fx);
+    return 77;
+  }
+  lh_i32vec ids = {0}, pos = {0}, greedy = {0};
+  lh_error err;
+  snprintf(path, sizeof path, "%s/ids.txt", fx);
+  CHECK(read_ints(path, &ids));
+  snprintf(path, sizeof path, "%s/positions.txt", fx);
+  CHECK(read_ints(path, &pos));
+  snprintf(path, sizeof path, "%s/greedy.txt", fx);
+  CHECK(read_ints(path, &greedy));
+
+  lh_model_params p = lh_model_default_params();
+  p.threads = 1;
+  CHECK(p.comm == world); /* a process in a world spreads its models by default */
+  lh_model *ms = NULL, *m1 = NULL, *mt = NULL;
+  CHECK_MSG(!lh_model_open(mdir, &p, &ms, &err), "over %d ranks: %s", R, err.msg);
+  lh_model *again = NULL;
+  CHECK_MSG(lh_model_open(mdir, &p, &again, &err) == LH_EBUSY, "a second model over the ranks must be refused");
+  lh_model_params pl = p;
+  pl.comm = NULL;
+  CHECK(!lh_model_open(mdir, &pl, &m1, &err));
+  pl.tp_ranks = R;
+  CHECK(!lh_model_open(mdir, &pl, &mt, &err));
+  if (!ms || !m1 || !mt || !ids.len) goto done;
+  const int64_t T = (int64_t)ids.len, V = lh_model_config(ms)->vocab_size;
+  lh_buf rb = {0};
+  snprintf(path, sizeof path, "%s/logits.f32", fx);
+  CHECK(!lh_file_read(path, (size_t)1 << 28, &rb, &err) && rb.len == pos.len * (size_t)V * 4);
+  const float *ref = (const float *)rb.data;
+
+  /* logits: the ranks equal the one-process simulation bit for bit, and meet the HF bound */
+  float *got = plan_logits(ms, &ids), *sim = plan_logits(mt, &ids);
+  CHECK(got && sim);
+  if (got && sim) {
+    CHECK_MSG(same_bits(got, sim, sizeof(float) * (size_t)(T * V)),
+              "%d processes and tp_ranks %d in one process differ", R, R);
+    char what[64];
+    snprintf(what, sizeof what, "%d ranks, chunks 255/256/257", R);
+    CHECK_MSG(meets_bound_rows(what, got, ref, pos.data, pos.len, V), "%s vs HF", what);
+  }
+
+  /* states: the gathered shares are the simulation's bytes; they resume on one process and back */
+  const int64_t cut = 500;
+  size_t la = 0, lb = 0, lc = 0;
+  void *a = state_after(ms, &ids, cut, &la), *b = state_after(mt, &ids, cut, &lb), *c = state_after(m1, &ids, cut, &lc);
+  CHECK(a && b && c);
+  CHECK_MSG(a && b && la == lb && same_bits(a, b, la), "a state serialised from %d ranks differs from tp_ranks %d's", R,
+            R);
+  lh_model *to[2] = {m1, ms};
+  void *blob[2] = {a, c};
+  size_t blen[2] = {la, lc};
+  const char *names[2] = {"ranks -> one process", "one process -> ranks"};
+  size_t r0 = 0;
+  while (r0 < pos.len && pos.data[r0] < cut) r0++;
+  for (int dir = 0; dir < 2 && got; dir++) {
+    lh_state *s = NULL;
+    CHECK_MSG(blob[dir] && !lh_state_deserialize(to[dir], blob[dir], blen[dir], &s, &err), "%s: %s", names[dir],
+              err.msg);
+    CHECK(s && !lh_prefill(s, ids.data + cut, T - cut, NULL, got + cut * V, &err));
+    if (s) CHECK_MSG(meets_bound_rows(names[dir], got, ref + r0 * V, pos.data + r0, pos.len - r0, V), "%s", names[dir]);
+    if (s && dir == 1) {
+      /* every rank imported the whole state, then advanced only its share: the gather must take
+       * each rank's share alone, as the simulation's state (same import, same prefill) shows. Both
+       * are fed with every position's logits, since the last logits (in the state) can differ in
+       * the last bit between a one-row and a many-row lm_head GEMM. */
+      lh_state *t = NULL;
+      void *x = NULL, *y = NULL;
+      size_t lx = 0, ly = 0;
+      float *lt_all = malloc(sizeof(float) * (size_t)((T - cut) * V)); /* as s was fed: the last logits */
+      CHECK(!lh_state_deserialize(mt, c, lc, &t, &err) && !lh_prefill(t, ids.data + cut, T - cut, NULL, lt_all, &err));
+      CHECK_MSG(same_bits(lt_all, got + cut * V, sizeof(float) * (size_t)((T - cut) * V)),
+                "logits after resuming on %d ranks differ from tp_ranks %d's", R, R);
+      free(lt_all);
+      CHECK(!lh_state_serialize(s, &x, &lx, &err) && t && !lh_state_serialize(t, &y, &ly, &err));
+      CHECK_MSG(x && y && lx == ly && same_bits(x, y, lx), "a resumed and advanced state over %d ranks differs from "
+                "tp_ranks %d's", R, R);
+      free(x), free(y);
+      lh_state_free(t);
+    }
+    lh_state_free(s);
+  }
+  free(a), free(b), free(c);
+
+  /* forks and decode: HF's greedy tokens, and a batch of forks with the simulation's bits */
+  lh_state *s = NULL, *f[3] = {0}, *g[3] = {0}, *st = NULL;
+  float *lg = malloc(sizeof(float) * (size_t)V * 3), *lt = malloc(sizeof(float) * (size_t)V * 3);
+  CHECK(!lh_state_new(ms, &s, &err) && !lh_prefill(s, ids.data, T, lg, NULL, &err));
+  CHECK(!lh_state_new(mt, &st, &err) && !lh_prefill(st, ids.data, T, lt, NULL, &err));
+  for (int i = 0; i < 3; i++) {
+    CHECK(!lh_state_fork(s, &f[i], &err));
+    CHECK(!lh_state_fork(st, &g[i], &err));
+  }
+  lh_sampler_params gp = {0};
+  int same = 1;
+  for (size_t i = 0; i < greedy.len && s; i++) {
+    int32_t next = lh_sample(lg, (int)V, &gp, NULL);
+    same &= next == greedy.data[i];
+    CHECK(!lh_decode_batch(&s, 1, &next, lg, &err));
+  }
+  CHECK_MSG(same, "greedy decode over %d ranks differs from HF's greedy.txt", R);
+  int32_t toks[3] = {5, 77, 1234 % (int32_t)V};
+  for (int step = 0; step < 4 && f[2] && g[2]; step++) {
+    CHECK(!lh_decode_batch(f, 3, toks, lg, &err));
+    CHECK(!lh_decode_batch(g, 3, toks, lt, &err));
+    CHECK_MSG(same_bits(lg, lt, sizeof(float) * (size_t)V * 3), "decode step %d of 3 forks differs from tp_ranks", step);
+    for (int i = 0; i < 3; i++) toks[i] = lh_sample(lg + (int64_t)i * V, (int)V, &gp, NULL);
+  }
+
+  /* bad input fails alike on every rank; the state stays usable */
+  int32_t bad[2] = {3, (int32_t)V + 7};
+  int64_t before = lh_state_pos(f[0]);
+  CHECK(lh_prefill(f[0], bad, 2, NULL, NULL, &err) == LH_EINVAL);
+  CHECK_STR_CONTAINS(err.msg, "vocab");
+  CHECK(lh_state_pos(f[0]) == before);
+  CHECK(lh_decode_batch((lh_state *[]){f[0], f[0]}, 2, toks, lg, &err) == LH_EINVAL);
+  CHECK(!lh_prefill(f[0], bad, 1, lg, NULL, &err) && !lh_prefill(g[0], bad, 1, lt, NULL, &err));
+  CHECK(same_bits(lg, lt, sizeof(float) * (size_t)V));
+
+  for (int i = 0; i < 3; i++) lh_state_free(f[i]), lh_state_free(g[i]);
+  lh_state_free(s), lh_state_free(st);
+  free(lg), free(lt), free(got), free(sim);
+  lh_buf_free(&rb);
+done:
+  lh_model_close(ms), lh_model_close(m1), lh_model_close(mt);
+  /* after a close, another model can be spread */
+  CHECK_MSG(!lh_model_open(mdir, &p, &again, &err), "reopen: %s", err.msg);
+  lh_model_close(again);
+  lh_i32vec_free(&ids), lh_i32vec_free(&pos), lh_i32vec_free(&greedy);
+  return lh_test_end();
+}
+
+int main(int argc, char **argv) {
+  lh_test_begin("test_ranks");
+  lh_log_set_level(LH_LOG_ERROR);
+  lh_comm *world = NULL;
+  lh_error err;
+  if (lh_comm_init(&argc, &argv, &world, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 77;
+  }
+  if (!world || lh_comm_size(world) < 2) {
+    fprintf(stderr, "SKIP: not started by mpirun with 2 or more ranks\n");
+    lh_comm_finish(world);
+    return 77;
+  }
+  if (lh_comm_rank(world) > 0) {
+    int rc = lh_rank_serve(world);
+    lh_comm_finish(world);
+    return rc;
+  }
+  int rc = checks(world);
+  lh_rank_release(world);
+  lh_comm_finish(world);
+  return rc;
+}

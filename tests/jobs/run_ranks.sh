@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# run_ranks.sh — `longhaul run` as one process and as 2 ranks under mpirun (issue 10) gives the
+# same answers, and a store checkpointed by the ranks resumes in one process and the other way:
+#  1. one process: the reference output;
+#  2. mpirun -np 2 on a fresh store: the same answers (the ranks' logits differ from one process's
+#     only in the last bits, which does not move this model's tokens);
+#  3. mpirun -np 2, rank 0 killed with -9 in mid-prefill (mpirun then ends the other rank), then
+#     one process finishes the jobs from the ranks' checkpoints: the output equals the reference;
+#  4. one process's finished store, rerun with --force under mpirun: the prefill is restored from
+#     that store's checkpoints and the answers are the same;
+#  5. a rank that cannot open the model (rank 1 started in another folder, so the relative model
+#     path is wrong there) makes rank 0 fail with that rank's message, exit 2, and no hang.
+# Registered only in builds with MPI (tests/jobs/CMakeLists.txt); skips (77) without mpirun.
+. "$(dirname "$0")/lib.sh"
+command -v mpirun >/dev/null || { echo "SKIPPED: no mpirun (Debian: openmpi-bin)" >&2; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+make_repo
+cat > "$T/batch.jsonl" <<'B'
+{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_sha256_init?"}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
+{"custom_id":"r2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Summarise docs/ops.md."}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
+B
+run1() { "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none "$@"; }
+runR() { mpirun -np 2 "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none "$@"; }
+answers() { json 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    print(o["custom_id"], json.dumps(o["response"]["body"]["choices"][0]) if o["response"]["body"] else o["error"])' "$1"; }
+restored() { sed -n 's/.* \([0-9][0-9]*\) restored from checkpoints.*/\1/p' "$1"; }
+
+run1 --out "$T/ref" > "$T/ref.log" 2>&1 || { cat "$T/ref.log"; fail "one-process run failed"; }
+runR --out "$T/ranks" > "$T/ranks.log" 2>&1 || { cat "$T/ranks.log"; fail "2-rank run failed"; }
+diff <(answers "$T/ref/output.jsonl") <(answers "$T/ranks/output.jsonl") || fail "2 ranks answer differently"
+
+# 3: kill rank 0 of a 2-rank run in mid-prefill, then finish in one process
+killed=0
+for attempt in 1 2 3 4 5; do
+  rm -rf "$T/mix"
+  runR --out "$T/mix" > "$T/mix.log" 2>&1 &
+  launcher=$!
+  sleep "0.$(( attempt + 4 ))"
+  for p in $(pgrep -x longhaul || true); do
+    if tr '\0' '\n' < /proc/$p/cmdline 2>/dev/null | grep -qx "$T/mix" &&
+       tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+      kill -9 "$p" 2>/dev/null && killed=1
+    fi
+  done
+  wait $launcher 2>/dev/null || true
+  [ "$killed" = 1 ] && [ ! -s "$T/mix/output.jsonl" ] && break
+  killed=0
+done
+[ "$killed" = 1 ] || fail "could not kill rank 0 of a 2-rank run in mid-run"
+run1 --out "$T/mix" > "$T/mix2.log" 2>&1 || { cat "$T/mix2.log"; fail "one process could not finish the ranks' jobs"; }
+[ "$(restored "$T/mix2.log")" -gt 0 ] || { cat "$T/mix2.log"; fail "nothing was restored from the ranks' checkpoints"; }
+diff <(answers "$T/ref/output.jsonl") <(answers "$T/mix/output.jsonl") || fail "resumed from the ranks: answers differ"
+
+# 4: one process's store, rerun by the ranks
+runR --out "$T/ref" --force > "$T/again.log" 2>&1 || { cat "$T/again.log"; fail "2-rank rerun failed"; }
+[ "$(restored "$T/again.log")" -gt 0 ] || { cat "$T/again.log"; fail "the ranks restored nothing from one process's store"; }
+diff <(answers "$T/ranks/output.jsonl") <(answers "$T/ref/output.jsonl") || fail "the ranks resumed one process's store differently"
+# 5: rank 1's error reaches rank 0
+set +e
+lh=$(realpath "$LH")
+(cd "$SRC" && timeout 120 mpirun -np 1 "$lh" run "$T/batch.jsonl" --model tests/fixtures/runner/tiny-chat \
+  --out "$T/bad" --progress none : -np 1 -wdir / "$lh" > "$T/bad.log" 2>&1)
+rc=$?
+set -e
+[ $rc != 124 ] || fail "a rank that failed to open the model left the others hanging"
+grep -q "rank 1 of 2: .*not a model folder" "$T/bad.log" || { cat "$T/bad.log"; fail "rank 1's error did not reach rank 0"; }
+echo "run_ranks: ok (killed rank 0 on attempt $attempt; restored $(restored "$T/mix2.log") and $(restored "$T/again.log") tokens)"
