@@ -37,7 +37,15 @@ for attempt in 1 2 3 4 5; do
   rm -rf "$T/mix"
   runR --out "$T/mix" > "$T/mix.log" 2>&1 &
   launcher=$!
-  sleep "0.$(( attempt + 4 ))"
+  # wait for the ranks' first checkpoints (a loaded machine takes a while to get there)
+  for _ in $(seq 1 300); do
+    n=$(python3 -c 'import sqlite3, sys
+try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
+except Exception: print(0)' "$T/mix/longhaul.db" 2>/dev/null || echo 0)
+    [ "$n" -ge $attempt ] && break
+    kill -0 $launcher 2>/dev/null || break
+    sleep 0.1
+  done
   for p in $(pgrep -x longhaul || true); do
     if tr '\0' '\n' < /proc/$p/cmdline 2>/dev/null | grep -qx "$T/mix" &&
        tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
