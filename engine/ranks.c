@@ -18,6 +18,7 @@
  * the world with lh_comm_abort: waiting in a collective that will never come would hang mpirun.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +204,11 @@ static int serve_one(server *sv, const lh_rank_cmd *cmd) {
 }
 
 int lh_rank_serve(lh_comm *c) {
+  /* Ctrl-C and SIGTERM are rank 0's to handle (it stops at a chunk's end, checkpoints and exits,
+   * which needs the other ranks alive): the serving ranks end when rank 0 releases them, or when
+   * the launcher kills them after rank 0 ends. */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
   server sv = {.c = c};
   lh_error err;
   for (;;) {
