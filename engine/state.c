@@ -27,6 +27,11 @@
  * position would pass max_position_embeddings; any other failure (memory, backend) leaves it
  * unusable, and the caller frees it.
  *
+ * Over several ranks (engine/ranks.c) each public call here is, on rank 0, first told to the other
+ * ranks, which make it on their copies; calls end with lh_rank_agree on every rank, and prefill
+ * and decode also agree before the forward, so no rank enters a collective alone. Each rank's copy
+ * is right only in its share; exports gather the shares on rank 0 (gather_shares).
+ *
  * Serialised form (lh_state_serialize), all little-endian:
  *     0   char[8]  "LHSTATE\0"
  *     8   u32      format version (1)
