@@ -145,6 +145,19 @@ SPECS = [
         alpha=dict(full=(MT01_ALPHA, 1.0), linear=(MT01_ALPHA, 1.0), mlp=(MT01_ALPHA, 1.0)),
         dtype="bf16", write="original", write_block=True, hand_shards=3,
     ),
+    dict(
+        name="hf_tp8_gqa2_top2of8",
+        covers=[
+            "shares for 2, 4 and 8 tensor/expert-parallel ranks (issue 10): 16 heads, 8 kv heads, 8 experts",
+            "HF minimax form by save_pretrained, f32, one file; GQA ratio 2 (16 heads, 8 kv heads), head_dim 8",
+            "top-2 of 8 experts; LLSLS plan; block_size 24 does not divide T = 290",
+        ],
+        seed=606, T=290, vocab=256, hidden=64, heads=16, kv=8, head_dim=8, inter=16, experts=8, top_k=2,
+        layers=["linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"],
+        block=24, theta=10000.0, tie=False,
+        alpha=dict(full=(1.3, 0.9), linear=(1.3, 0.9), mlp=(1.3, 0.9)),
+        dtype="f32", write="save_pretrained",
+    ),
 ]
 
 

@@ -1,6 +1,8 @@
 /* test_ranks.c — one model over R processes (issue 10), run by ctest as `mpirun -np R test_ranks`.
  *
- * Rank 0 opens the shipped model (models/haul-tiny) spread over the world, so each process
+ * First, every engine fixture (tests/fixtures/engine) that R divides: logits equal tp_ranks = R's
+ * bit for bit and meet the HF bound (hf_tp8_gqa2_top2of8 divides by 2, 4 and 8). Then, where R
+ * divides it (2, 4), rank 0 opens the shipped model (models/haul-tiny) spread over the world, so each process
  * computes its share of the heads, kv heads and experts and the partial sums cross processes
  * through MPI (engine/ranks.c, engine/comm.c). It checks, against models in rank 0 alone:
  *  - every position's logits equal, bit for bit, the CPU backend's simulation of R ranks in one
@@ -16,6 +18,8 @@
  * Without MPI (run directly, or a build without it) it skips (77).
  */
 #include "tests/test.h"
+
+#include <dirent.h>
 
 #include "engine/comm.h"
 #include "engine/engine.h"
@@ -50,8 +54,64 @@ static void *state_after(lh_model *m, const lh_i32vec *ids, int64_t n, size_t *l
   return blob;
 }
 
+/* Every engine fixture (tests/fixtures/engine, HF transformers' logits of small random models)
+ * whose heads, kv heads and experts R divides: the ranks' logits over a chunk plan equal
+ * tp_ranks = R's bit for bit and meet the HF bound. Returns how many fixtures ran. */
+static int fixture_checks(lh_comm *world, const char *root) {
+  const int R = lh_comm_size(world);
+  DIR *d = opendir(root);
+  if (!d) return 0;
+  int ran = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char dir[1400], path[1500];
+    snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!lh_is_file(path)) continue;
+    lh_model_params p = lh_model_default_params();
+    p.threads = 1;
+    lh_model *ms = NULL, *mt = NULL;
+    lh_error err;
+    if (lh_model_open(dir, &p, &ms, &err)) {
+      CHECK_MSG(strstr(err.msg, "must divide") != NULL, "%s over %d ranks: %s", e->d_name, R, err.msg);
+      continue;
+    }
+    p.comm = NULL, p.tp_ranks = R;
+    CHECK_MSG(!lh_model_open(dir, &p, &mt, &err), "%s, tp_ranks %d: %s", e->d_name, R, err.msg);
+    lh_i32vec ids = {0};
+    lh_buf rb = {0};
+    snprintf(path, sizeof path, "%s/ids.txt", dir);
+    CHECK(read_ints(path, &ids));
+    snprintf(path, sizeof path, "%s/logits.f32", dir);
+    CHECK(!lh_file_read(path, (size_t)1 << 28, &rb, &err));
+    const int64_t T = (int64_t)ids.len, V = lh_model_config(ms)->vocab_size;
+    float *got = malloc(sizeof(float) * (size_t)(T * V)), *sim = malloc(sizeof(float) * (size_t)(T * V));
+    const int plan[] = {45, 1, 200};
+    if (mt && ids.len && rb.len == (size_t)(T * V) * 4 && got && sim) {
+      CHECK(run_plan(ms, &ids, plan, 3, got) && run_plan(mt, &ids, plan, 3, sim));
+      CHECK_MSG(same_bits(got, sim, sizeof(float) * (size_t)(T * V)), "%s: %d processes and tp_ranks %d differ",
+                e->d_name, R, R);
+      char what[300];
+      snprintf(what, sizeof what, "%s over %d ranks", e->d_name, R);
+      CHECK_MSG(meets_bound_rows(what, got, (const float *)rb.data, NULL, 1, T * V), "%s vs HF", what);
+      ran++;
+    }
+    free(got), free(sim);
+    lh_buf_free(&rb);
+    lh_i32vec_free(&ids);
+    lh_model_close(ms), lh_model_close(mt);
+  }
+  closedir(d);
+  return ran;
+}
+
 static int checks(lh_comm *world) {
   const int R = lh_comm_size(world);
+  char root[1100];
+  snprintf(root, sizeof root, "%s/tests/fixtures/engine", getenv("LH_SOURCE_DIR") ? getenv("LH_SOURCE_DIR") : ".");
+  int ran = fixture_checks(world, root);
+  CHECK_MSG(ran >= 1, "no engine fixture in %s that %d ranks divide", root, R);
+  if (getenv("LH_TEST_VERBOSE")) fprintf(stderr, "  %d engine fixtures over %d ranks\n", ran, R);
   const char *src = getenv("LH_SOURCE_DIR");
   char fx[1024], mdir[1024], path[1200];
   snprintf(fx, sizeof fx, "%s/tests/fixtures/haul-tiny", src ? src : ".");
@@ -73,6 +133,11 @@ static int checks(lh_comm *world) {
   lh_model_params p = lh_model_default_params();
   p.threads = 1;
   CHECK(p.comm == world); /* a process in a world spreads its models by default */
+  if (8 % R || 4 % R) { /* haul-tiny: 8 heads, 4 kv heads, 4 experts */
+    if (getenv("LH_TEST_VERBOSE")) fprintf(stderr, "  haul-tiny: %d ranks do not divide its 4 kv heads\n", R);
+    lh_i32vec_free(&ids), lh_i32vec_free(&pos), lh_i32vec_free(&greedy);
+    return lh_test_end();
+  }
   lh_model *ms = NULL, *m1 = NULL, *mt = NULL;
   CHECK_MSG(!lh_model_open(mdir, &p, &ms, &err), "over %d ranks: %s", R, err.msg);
   lh_model *again = NULL;
