@@ -76,10 +76,21 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #   1: the first 1970 steps (TRAIN_MIX, no hard negatives, curriculum up to 16K).
 #   2: multi-key and multi-query weighted up; single-needle samples carry hard negatives (other
 #      keys' magic-number lines) 60% of the time; a 32K curriculum stage when max_len allows.
+#   3: (not trained yet) version 2's steps, and in between "dense" steps of short samples that
+#      each hold many keys and ask about several of them (multikey_dense). Why: through longhaul,
+#      step 3348 answers multi-key at chance at every length from 256 tokens to 32K, with another
+#      needle's whole value (docs/results/niah-haul-tiny-v2-multikey-short-cpu-2026-12-01/), so
+#      the key-to-value match itself is missing; short dense samples carry 10-50x more answers per
+#      step to learn it from than 32K ones. Version 3 draws its tasks from TASKS_V3.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
+    3: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the long steps: version 2's mix
 }
+TASKS_V3 = TASKS + ("multikey_dense",)
+DENSE_STEP_P = 0.5        # version 3: share of steps that are dense steps
+DENSE_LEN = (256, 2048)   # their lengths, log-uniform
+DENSE_MIX = {"multikey_dense": 0.75, "multikey": 0.10, "magic": 0.15}  # their tasks (magic with hard negatives)
 TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
 
@@ -283,6 +294,25 @@ class Generator:
                 rest = [i for i in rng.permutation(n).tolist() if i != target][:extra_turns]
                 more = [(q.format(k=keys[i]), vals[i]) for i in rest]
             return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
+        elif task == "multikey_dense":
+            # many keys in a short haystack (one needle per ~40 tokens of budget at most, 4-16),
+            # then 2-6 of them asked, one per turn, each answer a loss span
+            cap = max(4, min(16, budget // 40))
+            n = n_needles or int(rng.integers(4, cap + 1))
+            needle, q = magic[int(rng.integers(len(magic)))]
+            keys = []
+            while len(keys) < n:
+                k = self._key(rng)
+                if k not in keys:
+                    keys.append(k)
+            vals = [self._number(rng, 7) for _ in keys]
+            lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
+            asked = rng.permutation(n).tolist()[: min(n, int(rng.integers(2, 7)))]
+            depths = [float(rng.random()) for _ in keys]
+            question, answer = q.format(k=keys[asked[0]]), vals[asked[0]]
+            more = [(q.format(k=keys[i]), vals[i]) for i in asked[1:]]
+            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task,
+                                depths[asked[0]], more)
         elif task == "multivalue":
             n = n_needles or int(rng.integers(2, 4))
             needle, _ = magic[int(rng.integers(len(magic)))]
@@ -372,6 +402,7 @@ class Generator:
 CURRICULA = {
     1: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.65, 8192), (1.01, 16384)],
     2: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],
+    3: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],  # long steps
 }
 
 
@@ -388,10 +419,13 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
                    version: int = 1):
     """The batch of one training step: a pure function of (seed, step, progress, version)."""
     rng = np.random.default_rng([seed, step])
+    if version >= 3 and rng.random() < DENSE_STEP_P:
+        return dense_batch(gen, rng, tokens_per_step, max_len)
     top = curriculum_max_len(progress, max_len, version)
     mix = np.array(MIXES[version])
     # the task probabilities exactly as each version ran (python sum for 1, numpy sum for 2)
     p_task = mix / (sum(MIXES[version]) if version == 1 else mix.sum())
+    tasks = TASKS_V3 if version >= 3 else TASKS
     if rng.random() < 0.5:
         length = top
     else:
@@ -399,7 +433,7 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
     bsz = max(1, tokens_per_step // length)
     samples = []
     for _ in range(bsz):
-        task = TASKS[int(rng.choice(len(TASKS), p=p_task))]
+        task = tasks[int(rng.choice(len(tasks), p=p_task))]
         extra = 0
         # Long haystacks are expensive: ask several questions about them (more answer tokens per token).
         if length >= 2048 and task in ("multikey", "repo_value", "repo_file") and rng.random() < 0.7:
@@ -409,4 +443,20 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
         if version >= 2 and task == "magic" and rng.random() < HARD_NEG_P:
             dis = int(rng.integers(1, 5))
         samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis))
+    return samples, length
+
+
+def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int):
+    """Version 3's dense steps: short samples (DENSE_LEN), mostly many keys with several questions."""
+    lo, hi = DENSE_LEN[0], min(DENSE_LEN[1], max_len)
+    length = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    names = list(DENSE_MIX)
+    p = np.array([DENSE_MIX[k] for k in names])
+    p = p / p.sum()
+    samples = []
+    for _ in range(max(1, tokens_per_step // length)):
+        task = names[int(rng.choice(len(names), p=p))]
+        dis = int(rng.integers(1, 5)) if task == "magic" else 0
+        n = int(rng.integers(2, 5)) if task == "multikey" else None
+        samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis))
     return samples, length
