@@ -837,6 +837,9 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     goto done;
   }
   R.cfg = lh_model_config(R.model);
+  if (mp.comm && lh_comm_size(mp.comm) > 1)
+    lh_progress_note(R.prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
+                     p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
   {
     const char *slash = strrchr(p->model_dir, '/');
     const char *base = slash && slash[1] ? slash + 1 : p->model_dir;
