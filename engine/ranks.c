@@ -14,8 +14,18 @@
  * computes its share (heads, kv heads: lh_tp_share in backend.h); an export gathers the shares on
  * rank 0 (engine/state.c), an import gives every rank the whole state.
  *
- * A rank that finds itself out of step (an id it does not know, a command it cannot read) ends
- * the world with lh_comm_abort: waiting in a collective that will never come would hang mpirun.
+ * A serving rank's life (lh_rank_serve):
+ *
+ *     [no model] --OPEN--> [model open] --NEW/FORK/PREFILL/DECODE/EXPORT/IMPORT/FREE--> (same)
+ *         ^  |                  |
+ *         |  +--EXIT--> return  +--CLOSE--> [no model]       (EXIT with a model open closes it)
+ *
+ * Rank 0 opens one spread model at a time (lh_model_open refuses a second with LH_EBUSY).
+ *
+ * A rank that finds itself out of step (an id it does not know, a command it cannot read, a
+ * failed broadcast) ends the world with lh_comm_abort. This is the one place library code ends
+ * the process, on purpose: a rank that returned an error instead would leave the others waiting
+ * in a collective that never comes, and mpirun hanging.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
