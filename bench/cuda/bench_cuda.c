@@ -744,6 +744,16 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
       lh_batch b = {n, 1, &sg};
       forward(s, tok + p, &b, rep && !with_ckpt ? ev : NULL, a2);
       if (with_ckpt) ckpt_chunk(s, &cr, &q, tok, p, n);
+      /* past 1M tokens a run takes minutes: say how far it got, so a run cut short by the device
+       * call's time limit still reports the time to each point */
+      if (tokens > (1 << 20) && (p + n) % (1 << 19) == 0) {
+        lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+        struct timespec tp;
+        clock_gettime(CLOCK_MONOTONIC, &tp);
+        printf("    run %d: %lldK tokens at %.1f s\n", rep, (long long)(p + n) / 1024,
+               (tp.tv_sec - t0.tv_sec) + (tp.tv_nsec - t0.tv_nsec) * 1e-9);
+        fflush(stdout);
+      }
     }
     int64_t last = (tokens - 1) % chunk;
     float *logits = malloc((size_t)c->vocab_size * 4);
