@@ -26,6 +26,12 @@ echo "rc=$?"
 grep -E "^(FAIL|INFO|DIGEST|----)|failures|FATAL|SKIPPED" "$OUT/parity1.log" | cut -c1-160
 echo "passes: $(grep -c '^PASS' "$OUT/parity1.log")"
 
+if [ -x bin/nccl_world ]; then
+  step "nccl_world (NCCL as a world of one rank; on several GPUs: mpirun -np N bin/nccl_world)"
+  timeout 60 bin/nccl_world 2>&1 | tee "$OUT/nccl.log"
+  echo "rc=${PIPESTATUS[0]}"
+fi
+
 if [ -x bin/gpu_model_parity ]; then
   step "gpu_model_parity (fixtures: GPU vs HF logits and vs the CPU engine)"
   LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 60 bin/gpu_model_parity > "$OUT/model.log" 2>&1
