@@ -563,7 +563,7 @@ static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, v
  * here in rank order (tp_sum): the out_proj, o_proj and MoE outputs, and the all-heads norm's
  * per-row sum of squares. States and KV pages are shared memory laid out as for one rank, so a
  * checkpoint is the same logical state whatever R. This checks the partitioning arithmetic on the
- * CPU (tests/engine/test_engine_parity.c compares R = 2, 4 with R = 1 and with HF); it is not a
+ * CPU (tests/engine/test_engine_parity.c compares R = 2, 4, 8 with R = 1 and with HF); it is not a
  * way to run faster. The ranks run one after another and write their sums into out as they go,
  * so out must not be the input h (the engine never passes the same slot).
  *
