@@ -1,7 +1,8 @@
 /* test_ranks.c — one model over R processes (issue 10), run by ctest as `mpirun -np R test_ranks`.
  *
  * First, every engine fixture (tests/fixtures/engine) that R divides: logits equal tp_ranks = R's
- * bit for bit and meet the HF bound (hf_tp8_gqa2_top2of8 divides by 2, 4 and 8). Then, where R
+ * bit for bit and meet the HF bound (hf_tp8_gqa2_top2of8 divides by 2, 4 and 8), and a state
+ * from the ranks is tp_ranks = R's bytes and resumes in one process within the HF bound. Then, where R
  * divides it (2, 4), rank 0 opens the shipped model (models/haul-tiny) spread over the world, so each process
  * computes its share of the heads, kv heads and experts and the partial sums cross processes
  * through MPI (engine/ranks.c, engine/comm.c). It checks, against models in rank 0 alone:
@@ -91,9 +92,30 @@ static int fixture_checks(lh_comm *world, const char *root) {
       CHECK(run_plan(ms, &ids, plan, 3, got) && run_plan(mt, &ids, plan, 3, sim));
       CHECK_MSG(same_bits(got, sim, sizeof(float) * (size_t)(T * V)), "%s: %d processes and tp_ranks %d differ",
                 e->d_name, R, R);
-      char what[300];
+      char what[600];
       snprintf(what, sizeof what, "%s over %d ranks", e->d_name, R);
       CHECK_MSG(meets_bound_rows(what, got, (const float *)rb.data, NULL, 1, T * V), "%s vs HF", what);
+      /* a state from the ranks, halfway: the simulation's bytes; resumed in one process it meets
+       * the HF bound on every later position */
+      const int64_t cut = T / 2;
+      size_t la = 0, lb = 0;
+      void *a = state_after(ms, &ids, cut, &la), *b = state_after(mt, &ids, cut, &lb);
+      CHECK_MSG(a && b && la == lb && same_bits(a, b, la), "%s: a state from %d ranks differs from tp_ranks %d's",
+                e->d_name, R, R);
+      lh_model *m1 = NULL;
+      lh_state *st = NULL;
+      p.tp_ranks = 1;
+      CHECK(!lh_model_open(dir, &p, &m1, &err));
+      CHECK_MSG(a && m1 && !lh_state_deserialize(m1, a, la, &st, &err), "%s: resume in one process: %s", e->d_name,
+                err.msg);
+      CHECK(st && !lh_prefill(st, ids.data + cut, T - cut, NULL, got + cut * V, &err));
+      snprintf(what, sizeof what, "%s: %d ranks -> one process at %lld", e->d_name, R, (long long)cut);
+      if (st)
+        CHECK_MSG(meets_bound_rows(what, got + cut * V, (const float *)rb.data + cut * V, NULL, 1, (T - cut) * V),
+                  "%s vs HF", what);
+      lh_state_free(st);
+      lh_model_close(m1);
+      free(a), free(b);
       ran++;
     }
     free(got), free(sim);
