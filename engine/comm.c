@@ -34,7 +34,7 @@ static int launched_by_mpi(void) {
 
 struct lh_comm {
   MPI_Comm mc;
-  int rank, size, local_size;
+  int rank, size, local_size, local_rank;
   void *scratch; /* size x COMM_PIECE x 8 bytes, for the ordered sums */
 };
 
@@ -60,6 +60,7 @@ lh_status lh_comm_init(int *argc, char ***argv, lh_comm **world, lh_error *err) 
   c->local_size = 1;
   if (MPI_Comm_split_type(c->mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
     MPI_Comm_size(local, &c->local_size);
+    MPI_Comm_rank(local, &c->local_rank);
     MPI_Comm_free(&local);
   }
   *world = g_world = c;
@@ -77,6 +78,7 @@ void lh_comm_finish(lh_comm *c) {
 int lh_comm_rank(const lh_comm *c) { return c ? c->rank : 0; }
 int lh_comm_size(const lh_comm *c) { return c ? c->size : 1; }
 int lh_comm_local_size(const lh_comm *c) { return c ? c->local_size : 1; }
+int lh_comm_local_rank(const lh_comm *c) { return c ? c->local_rank : 0; }
 
 lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error *err) {
   for (size_t off = 0; off < bytes; off += (size_t)1 << 30) {
@@ -158,6 +160,7 @@ void lh_comm_finish(lh_comm *c) { (void)c; }
 int lh_comm_rank(const lh_comm *c) { return 0; }
 int lh_comm_size(const lh_comm *c) { return 1; }
 int lh_comm_local_size(const lh_comm *c) { return 1; }
+int lh_comm_local_rank(const lh_comm *c) { return 0; }
 static lh_status no_mpi(lh_error *err) { return lh_error_set(err, LH_EUNSUPPORTED, "ranks: this build has no MPI"); }
 lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error *err) { return no_mpi(err); }
 lh_status lh_comm_sum_f32(lh_comm *c, float *buf, int64_t n, lh_error *err) { return no_mpi(err); }

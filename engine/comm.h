@@ -36,8 +36,10 @@ lh_comm *lh_comm_world(void);
 
 int lh_comm_rank(const lh_comm *c);
 int lh_comm_size(const lh_comm *c);
-/* Ranks of the world on this host (for splitting the cores between them). */
+/* Ranks of the world on this host (for splitting the cores between them), and this rank's index
+ * among them (for picking its GPU: local rank r takes device r). */
 int lh_comm_local_size(const lh_comm *c);
+int lh_comm_local_rank(const lh_comm *c);
 
 /* buf on every rank = rank root's buf. */
 lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error *err);

@@ -1,7 +1,7 @@
 /* nccl_world.c — NCCL across the world of ranks (issue 10): one process per GPU.
  *
  *     build/tests/gpu/nccl_world                 a world of one rank on GPU 0
- *     mpirun -np N build/tests/gpu/nccl_world    N ranks, rank r on GPU r mod (GPUs on its host)
+ *     mpirun -np N build/tests/gpu/nccl_world    N ranks; on each host, local rank r on GPU r
  *
  * Rank 0 makes an ncclUniqueId and the MPI world (engine/comm.h) carries it to the others, which
  * is how the CUDA backend's ranks will make their communicator. Then:
@@ -56,7 +56,7 @@ static int run(lh_comm *world) {
     if (rank == 0) fprintf(stderr, "SKIP: no CUDA device\n");
     return 77;
   }
-  int dev = rank % ndev;
+  int dev = lh_comm_local_rank(world) % ndev;
   CK(cudaSetDevice(dev), "cudaSetDevice");
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
