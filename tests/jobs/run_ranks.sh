@@ -4,8 +4,9 @@
 #  1. one process: the reference output;
 #  2. mpirun -np 2 on a fresh store: the same answers (the ranks' logits differ from one process's
 #     only in the last bits, which does not move this model's tokens);
-#  3. mpirun -np 2, rank 0 killed with -9 in mid-prefill (mpirun then ends the other rank), then
-#     one process finishes the jobs from the ranks' checkpoints: the output equals the reference;
+#  3. mpirun -np 2, rank 0 (then, in another run, rank 1) killed with -9 in mid-prefill: mpirun
+#     ends the other rank, and one process finishes the jobs from the ranks' checkpoints with the
+#     reference output;
 #  4. one process's finished store, rerun with --force under mpirun: the prefill is restored from
 #     that store's checkpoints and the answers are the same;
 #  5. a rank that cannot open the model (rank 1 started in another folder, so the relative model
@@ -32,34 +33,46 @@ runR --out "$T/ranks" > "$T/ranks.log" 2>&1 || { cat "$T/ranks.log"; fail "2-ran
 diff <(answers "$T/ref/output.jsonl") <(answers "$T/ranks/output.jsonl") || fail "2 ranks answer differently"
 
 # 3: kill rank 0 of a 2-rank run in mid-prefill, then finish in one process
-killed=0
-for attempt in 1 2 3 4 5; do
-  rm -rf "$T/mix"
-  runR --out "$T/mix" > "$T/mix.log" 2>&1 &
-  launcher=$!
-  # wait for the ranks' first checkpoints (a loaded machine takes a while to get there)
-  for _ in $(seq 1 300); do
-    n=$(python3 -c 'import sqlite3, sys
+# kill_rank R DIR: start a 2-rank run into DIR, kill rank R with -9 once checkpoints exist (retried
+# when the run finished first); the launcher must then end the other rank by itself
+kill_rank() {
+  local r=$1 dir=$2 attempt p n launcher
+  for attempt in 1 2 3 4 5; do
+    rm -rf "$dir"
+    timeout 300 mpirun -np 2 "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none \
+      --out "$dir" > "$dir.log" 2>&1 &
+    launcher=$!
+    # wait for the ranks' first checkpoints (a loaded machine takes a while to get there)
+    for _ in $(seq 1 300); do
+      n=$(python3 -c 'import sqlite3, sys
 try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
-except Exception: print(0)' "$T/mix/longhaul.db" 2>/dev/null || echo 0)
-    [ "$n" -ge $attempt ] && break
-    kill -0 $launcher 2>/dev/null || break
-    sleep 0.1
+except Exception: print(0)' "$dir/longhaul.db" 2>/dev/null || echo 0)
+      [ "$n" -ge $attempt ] && break
+      kill -0 $launcher 2>/dev/null || break
+      sleep 0.1
+    done
+    killed=0
+    for p in $(pgrep -x longhaul || true); do
+      if tr '\0' '\n' < /proc/$p/cmdline 2>/dev/null | grep -qx "$dir" &&
+         tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+        kill -9 "$p" 2>/dev/null && killed=1
+      fi
+    done
+    set +e
+    wait $launcher
+    local rc=$?
+    set -e
+    [ $rc != 124 ] || fail "rank $r killed: the other rank was left running"
+    [ "$killed" = 1 ] && [ ! -s "$dir/output.jsonl" ] && { echo "$attempt"; return; }
   done
-  for p in $(pgrep -x longhaul || true); do
-    if tr '\0' '\n' < /proc/$p/cmdline 2>/dev/null | grep -qx "$T/mix" &&
-       tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
-      kill -9 "$p" 2>/dev/null && killed=1
-    fi
-  done
-  wait $launcher 2>/dev/null || true
-  [ "$killed" = 1 ] && [ ! -s "$T/mix/output.jsonl" ] && break
-  killed=0
+  fail "could not kill rank $r of a 2-rank run in mid-run"
+}
+for r in 0 1; do
+  attempt=$(kill_rank $r "$T/mix$r")
+  run1 --out "$T/mix$r" > "$T/mix$r-2.log" 2>&1 || { cat "$T/mix$r-2.log"; fail "one process could not finish after rank $r died"; }
+  [ "$(restored "$T/mix$r-2.log")" -gt 0 ] || { cat "$T/mix$r-2.log"; fail "nothing restored after rank $r died"; }
+  diff <(answers "$T/ref/output.jsonl") <(answers "$T/mix$r/output.jsonl") || fail "resumed after rank $r died: answers differ"
 done
-[ "$killed" = 1 ] || fail "could not kill rank 0 of a 2-rank run in mid-run"
-run1 --out "$T/mix" > "$T/mix2.log" 2>&1 || { cat "$T/mix2.log"; fail "one process could not finish the ranks' jobs"; }
-[ "$(restored "$T/mix2.log")" -gt 0 ] || { cat "$T/mix2.log"; fail "nothing was restored from the ranks' checkpoints"; }
-diff <(answers "$T/ref/output.jsonl") <(answers "$T/mix/output.jsonl") || fail "resumed from the ranks: answers differ"
 
 # 4: one process's store, rerun by the ranks
 runR --out "$T/ref" --force > "$T/again.log" 2>&1 || { cat "$T/again.log"; fail "2-rank rerun failed"; }
@@ -74,4 +87,4 @@ rc=$?
 set -e
 [ $rc != 124 ] || fail "a rank that failed to open the model left the others hanging"
 grep -q "rank 1 of 2: .*not a model folder" "$T/bad.log" || { cat "$T/bad.log"; fail "rank 1's error did not reach rank 0"; }
-echo "run_ranks: ok (killed rank 0 on attempt $attempt; restored $(restored "$T/mix2.log") and $(restored "$T/again.log") tokens)"
+echo "run_ranks: ok (restored $(restored "$T/mix0-2.log"), $(restored "$T/mix1-2.log") and $(restored "$T/again.log") tokens)"
