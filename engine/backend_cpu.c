@@ -66,6 +66,8 @@ typedef struct cpu_backend {
   int tp;                                    /* ranks (params->tp_ranks, or the world's size); 1: the plain path */
   int rank0, rank1;                          /* the ranks this process computes: all [0, tp), or its own */
   lh_comm *comm;                             /* the world, when the ranks are processes (params->comm) */
+  int st_h0, st_g0, st_g;                    /* the states' layout: they hold heads from st_h0 and kv heads
+                                                [st_g0, st_g0 + st_g) (a world's rank: its share; else all) */
   float *tp_part;                            /* [max_rows x hidden] one rank's partial output */
   double *tp_ss;                             /* [max_rows] the all-heads norm's sum of squares */
 } cpu_backend;
@@ -286,10 +288,16 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   be->moe_w = zalloc((size_t)(max_rows * K) * sizeof(float));
   be->tp = p && p->tp_ranks > 1 ? p->tp_ranks : 1;
   be->rank0 = 0, be->rank1 = be->tp;
+  be->st_h0 = 0, be->st_g0 = 0, be->st_g = c->n_kv_heads;
   if (p && p->comm && lh_comm_size(p->comm) > 1) { /* one rank of a world (engine/ranks.c) */
     be->comm = p->comm;
     be->tp = lh_comm_size(p->comm);
     be->rank0 = lh_comm_rank(p->comm), be->rank1 = be->rank0 + 1;
+    int64_t lo, hi;
+    lh_tp_share(c->n_heads, be->tp, be->rank0, &lo, &hi);
+    be->st_h0 = (int)lo;
+    lh_tp_share(c->n_kv_heads, be->tp, be->rank0, &lo, &hi);
+    be->st_g0 = (int)lo, be->st_g = (int)(hi - lo);
   }
   if (be->tp > 1) {
     if (c->n_heads % be->tp || c->n_kv_heads % be->tp || c->n_experts % be->tp) {
@@ -399,7 +407,7 @@ static void lightning_task(void *ctx, int64_t t, int worker) {
   const lh_segment *s = &j->b->seg[t / j->nh];
   int h = j->h0 + (int)(t % j->nh);
   const float *q = j->qkv + s->row0 * 3 * HD + (int64_t)h * 3 * d;
-  float *S = (float *)s->seq->lightning[j->li] + (int64_t)h * d * d;
+  float *S = (float *)s->seq->lightning[j->li] + (int64_t)(h - j->be->st_h0) * d * d;
   lh_lightning_head(s->nrows, d, j->be->lightning_block, j->slope[h], q, 3 * HD, q + d, 3 * HD, q + 2 * d, 3 * HD, S,
                     j->o + s->row0 * HD + (int64_t)h * d, HD, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
@@ -458,9 +466,9 @@ static void softmax_task(void *ctx, int64_t t, int worker) {
   int64_t r = j->be->tile_row[tile]; /* batch row of the tile's first query */
   int64_t end = s->row0 + s->nrows;
   int nq = (int)(end - r < tq ? end - r : tq);
-  lh_kv_pages kv = {s->seq->kv_pages[j->si], G, d, LH_KV_PAGE_TOKENS};
+  lh_kv_pages kv = {s->seq->kv_pages[j->si], j->be->st_g, d, LH_KV_PAGE_TOKENS};
   const float *q = j->q + r * HD + (int64_t)g * rep * d;
-  lh_attn_tile(&kv, g, rep, s->pos + (r - s->row0), nq, q, HD, d, j->scale, j->o + r * HD + (int64_t)g * rep * d, HD,
+  lh_attn_tile(&kv, g - j->be->st_g0, rep, s->pos + (r - s->row0), nq, q, HD, d, j->scale, j->o + r * HD + (int64_t)g * rep * d, HD,
                d, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 
@@ -570,7 +578,8 @@ static lh_status cpu_moe(lh_backend *bk, int layer, const void *hv, int64_t n, v
  * When the ranks are processes (params->comm, engine/ranks.c), this process computes only its own
  * rank (rank0 == rank1 - 1) and the sums go through lh_comm_sum_*, which adds the ranks' buffers
  * in rank order: the same operations in the same order as the loop over all ranks here, so the
- * same bits. Each process writes only its share of the states and KV pages. */
+ * same bits. Each process's states hold only its share (st_h0, st_g0, st_g: the engine allocates
+ * them so, engine/state.c), indexed from its first head and kv head. */
 /* out = part (the first rank here) or out += part: the [n x dim] partial sums, in rank order */
 static void tp_sum(const cpu_backend *be, float *out, const float *part, int64_t n, int64_t dim, int r) {
   if (r == be->rank0) {
@@ -647,8 +656,10 @@ static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float
     }
     for (int i = 0; i < b->nseg; i++) {
       const lh_segment *s = &b->seg[i];
-      lh_kv_pages kv = {s->seq->kv_pages[si], G, (int)d, LH_KV_PAGE_TOKENS};
-      lh_kv_write_heads(&kv, (int)g0, (int)g1, s->pos, s->nrows, k + s->row0 * KD, KD, v + s->row0 * KD, KD);
+      /* the pages hold kv heads from st_g0 (k and v rows are shifted to match) */
+      lh_kv_pages kv = {s->seq->kv_pages[si], be->st_g, (int)d, LH_KV_PAGE_TOKENS};
+      lh_kv_write_heads(&kv, (int)g0 - be->st_g0, (int)g1 - be->st_g0, s->pos, s->nrows, k + s->row0 * KD + be->st_g0 * d,
+                        KD, v + s->row0 * KD + be->st_g0 * d, KD);
     }
     softmax_job j = {be, b, si, q, o, (float)(1.0 / sqrt((double)d)), (int)g0, (int)(g1 - g0)};
     lh_pool_run(be->pool, ntiles * (g1 - g0), softmax_task, &j);

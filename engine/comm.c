@@ -118,12 +118,20 @@ static lh_status ordered_sum(lh_comm *c, void *buf, int64_t n, size_t es, lh_err
 lh_status lh_comm_sum_f32(lh_comm *c, float *buf, int64_t n, lh_error *err) { return ordered_sum(c, buf, n, 4, err); }
 lh_status lh_comm_sum_f64(lh_comm *c, double *buf, int64_t n, lh_error *err) { return ordered_sum(c, buf, n, 8, err); }
 
-lh_status lh_comm_merge(lh_comm *c, void *buf, size_t bytes, lh_error *err) {
-  for (size_t off = 0; off < bytes; off += (size_t)1 << 30) {
-    size_t n = bytes - off < ((size_t)1 << 30) ? bytes - off : (size_t)1 << 30;
-    char *p = (char *)buf + off;
-    int rc = c->rank == 0 ? MPI_Reduce(MPI_IN_PLACE, p, (int)n, MPI_BYTE, MPI_BOR, 0, c->mc)
-                          : MPI_Reduce(p, NULL, (int)n, MPI_BYTE, MPI_BOR, 0, c->mc);
+lh_status lh_comm_gather(lh_comm *c, const void *mine, size_t bytes, void *all, lh_error *err) {
+  /* in pieces of at most 1 GiB per rank: piece k of every rank lands at rank * bytes + offset */
+  const size_t piece = (size_t)1 << 30;
+  for (size_t off = 0; off < bytes; off += piece) {
+    size_t n = bytes - off < piece ? bytes - off : piece;
+    MPI_Datatype row; /* n bytes at a stride of `bytes`: one rank's piece within `all` */
+    MPI_Datatype slot;
+    if (MPI_Type_contiguous((int)n, MPI_BYTE, &row) != MPI_SUCCESS ||
+        MPI_Type_create_resized(row, 0, (MPI_Aint)bytes, &slot) != MPI_SUCCESS || MPI_Type_commit(&slot) != MPI_SUCCESS)
+      return lh_error_set(err, LH_EBACKEND, "ranks: could not describe a gather of %zu bytes", bytes);
+    int rc = MPI_Gather((const char *)mine + off, (int)n, MPI_BYTE, c->rank == 0 ? (char *)all + off : NULL, 1, slot, 0,
+                        c->mc);
+    MPI_Type_free(&slot);
+    MPI_Type_free(&row);
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "gather of a state");
   }
   return LH_OK;
@@ -165,7 +173,7 @@ static lh_status no_mpi(lh_error *err) { return lh_error_set(err, LH_EUNSUPPORTE
 lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error *err) { return no_mpi(err); }
 lh_status lh_comm_sum_f32(lh_comm *c, float *buf, int64_t n, lh_error *err) { return no_mpi(err); }
 lh_status lh_comm_sum_f64(lh_comm *c, double *buf, int64_t n, lh_error *err) { return no_mpi(err); }
-lh_status lh_comm_merge(lh_comm *c, void *buf, size_t bytes, lh_error *err) { return no_mpi(err); }
+lh_status lh_comm_gather(lh_comm *c, const void *mine, size_t bytes, void *all, lh_error *err) { return no_mpi(err); }
 lh_status lh_comm_first_failed(lh_comm *c, int failed, int *first, lh_error *err) { return no_mpi(err); }
 void lh_comm_abort(lh_comm *c, int code) { abort(); }
 

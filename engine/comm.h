@@ -47,9 +47,9 @@ lh_status lh_comm_bcast(lh_comm *c, void *buf, size_t bytes, int root, lh_error 
  * in every run). */
 lh_status lh_comm_sum_f32(lh_comm *c, float *buf, int64_t n, lh_error *err);
 lh_status lh_comm_sum_f64(lh_comm *c, double *buf, int64_t n, lh_error *err);
-/* buf on rank 0 = the bitwise OR of every rank's buf: where each byte is non-zero on at most one
- * rank, rank 0 gets every rank's part unchanged (how a state's head ranges are gathered). */
-lh_status lh_comm_merge(lh_comm *c, void *buf, size_t bytes, lh_error *err);
+/* all (rank 0 only; size x bytes) = every rank's `mine` (bytes each), in rank order. How a state's
+ * shares reach rank 0 for a checkpoint. */
+lh_status lh_comm_gather(lh_comm *c, const void *mine, size_t bytes, void *all, lh_error *err);
 /* Every rank passes its status; every rank gets the lowest rank that failed, or -1. */
 lh_status lh_comm_first_failed(lh_comm *c, int failed, int *first, lh_error *err);
 /* End every rank at once (a rank found the ranks out of step). */

@@ -10,9 +10,9 @@
  * message, and every rank undoes what it did (a new state is freed) so the ranks stay in step.
  *
  * States are named by ids that rank 0 gives (1, 2, ...); the serving ranks keep a table from id
- * to their own lh_state. What a rank holds: the whole logical layout of every state, of which it
- * computes its share (heads, kv heads: lh_tp_share in backend.h); an export gathers the shares on
- * rank 0 (engine/state.c), an import gives every rank the whole state.
+ * to their own lh_state. What a rank holds of a state is its share (heads, kv heads: lh_tp_share in
+ * backend.h; 1/R of the memory); an export gathers the shares on rank 0 into the one-rank layout,
+ * an import sends every rank the whole state to take its share from (engine/state.c).
  *
  * A serving rank's life (lh_rank_serve):
  *
@@ -83,7 +83,7 @@ typedef struct server {
   lh_model *m;
   unsigned char *payload;
   size_t cap;
-  void *scratch; /* export destination (rank 0 gathers; ours only feeds the gather) */
+  void *scratch; /* decode logits (rank 0's are the ones returned) */
   size_t scratch_cap;
 } server;
 
@@ -184,19 +184,12 @@ static int serve_one(server *sv, const lh_rank_cmd *cmd) {
       free(st);
       break;
     }
-    case LH_RANK_EXPORT_LIGHTNING:
-    case LH_RANK_EXPORT_KV: {
-      lh_state_layout lay;
-      lh_state_get_layout(m, &lay);
-      int64_t rows = cmd->t1 > cmd->t0 ? cmd->t1 - cmd->t0 : 0;
-      size_t need = cmd->op == LH_RANK_EXPORT_KV ? (size_t)rows * lay.kv_row_bytes : lay.lightning_bytes;
-      void *dst = grow(&sv->scratch, &sv->scratch_cap, need ? need : 1);
-      if (!dst) out_of_step(sv->c, "no memory to export bytes", (long long)need);
-      s = get_state(sv, cmd->sid);
-      if (cmd->op == LH_RANK_EXPORT_KV) (void)lh_state_export_kv(s, cmd->layer, cmd->t0, cmd->t1, dst, &err);
-      else (void)lh_state_export_lightning(s, cmd->layer, dst, &err);
+    case LH_RANK_EXPORT_LIGHTNING: /* the destination is rank 0's: only our share leaves here */
+      (void)lh_state_export_lightning(get_state(sv, cmd->sid), cmd->layer, NULL, &err);
       break;
-    }
+    case LH_RANK_EXPORT_KV:
+      (void)lh_state_export_kv(get_state(sv, cmd->sid), cmd->layer, cmd->t0, cmd->t1, NULL, &err);
+      break;
     case LH_RANK_IMPORT_LIGHTNING:
       (void)lh_state_import_lightning(get_state(sv, cmd->sid), cmd->layer, cmd->bytes ? pl : NULL, &err);
       break;

@@ -29,8 +29,10 @@
  *
  * Over several ranks (engine/ranks.c) each public call here is, on rank 0, first told to the other
  * ranks, which make it on their copies; calls end with lh_rank_agree on every rank, and prefill
- * and decode also agree before the forward, so no rank enters a collective alone. Each rank's copy
- * is right only in its share; exports gather the shares on rank 0 (gather_shares).
+ * and decode also agree before the forward, so no rank enters a collective alone. Each rank holds
+ * only its share of every state (held(): its heads' lightning states, its kv heads' KV pages, so
+ * 1/R of the memory); exports gather the shares on rank 0 into the one-rank layout, imports take
+ * each rank's share of the whole state that rank 0 sends.
  *
  * Serialised form (lh_state_serialize), all little-endian:
  *     0   char[8]  "LHSTATE\0"
@@ -82,12 +84,36 @@ struct lh_state {
 int64_t lh_state_sid(const lh_state *s) { return s->sid; }
 void lh_state_set_sid(lh_state *s, int64_t sid) { s->sid = sid; }
 
-static size_t page_bytes(const lh_model *m) {
-  return 2 * (size_t)m->cfg.n_kv_heads * PT * (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
+/* What this process holds of every state: all heads and kv heads, or, when the model spans ranks,
+ * its rank's share (lh_tp_share): heads [h0, h0 + nh) and kv heads [g0, g0 + ng). The backend
+ * sees states in that layout: lightning [nh][d][d], KV pages [2][ng][PT][d]. */
+typedef struct share {
+  int64_t h0, nh, g0, ng;
+} share;
+
+static share held(const lh_model *m) {
+  share sh = {0, m->cfg.n_heads, 0, m->cfg.n_kv_heads};
+  if (m->comm) {
+    int R = lh_comm_size(m->comm), r = lh_comm_rank(m->comm);
+    int64_t hi;
+    lh_tp_share(m->cfg.n_heads, R, r, &sh.h0, &hi);
+    sh.nh = hi - sh.h0;
+    lh_tp_share(m->cfg.n_kv_heads, R, r, &sh.g0, &hi);
+    sh.ng = hi - sh.g0;
+  }
+  return sh;
 }
 
+static size_t page_bytes(const lh_model *m) {
+  return 2 * (size_t)held(m).ng * PT * (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
+}
+
+/* one lightning layer's state: the logical whole (checkpoints, payloads) and what is held here */
 static size_t lightning_bytes(const lh_model *m) {
   return (size_t)m->cfg.n_heads * m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
+}
+static size_t held_lightning_bytes(const lh_model *m) {
+  return (size_t)held(m).nh * m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
 }
 
 static void page_release(lh_model *m, kv_page *p) {
@@ -147,7 +173,7 @@ static lh_status state_alloc(lh_model *m, int with_lightning, lh_state **out, lh
   s->logits = calloc((size_t)m->cfg.vocab_size, sizeof(float));
   if (!s->mem.lightning || !s->mem.kv_pages || !s->pages || !s->n_pages || !s->kv_rows || !s->logits) goto nomem;
   for (int i = 0; with_lightning && i < nl; i++)
-    if (!(s->mem.lightning[i] = m->ops->alloc(m->be, lightning_bytes(m)))) goto nomem;
+    if (!(s->mem.lightning[i] = m->ops->alloc(m->be, held_lightning_bytes(m)))) goto nomem;
   *out = s;
   return LH_OK;
 nomem:
@@ -367,11 +393,11 @@ static lh_status fork_state(const lh_state *src, lh_state **out, lh_error *err) 
   lh_status st = state_alloc(m, 0, &s, err);
   if (st) return st;
   for (int i = 0; i < m->cfg.n_lightning; i++) {
-    if (!(s->mem.lightning[i] = m->ops->alloc(m->be, lightning_bytes(m)))) {
+    if (!(s->mem.lightning[i] = m->ops->alloc(m->be, held_lightning_bytes(m)))) {
       lh_state_free(s);
       return lh_error_set(err, LH_ENOMEM, "fork: out of memory for the lightning states");
     }
-    if ((st = m->ops->copy(m->be, s->mem.lightning[i], src->mem.lightning[i], lightning_bytes(m), err))) {
+    if ((st = m->ops->copy(m->be, s->mem.lightning[i], src->mem.lightning[i], held_lightning_bytes(m), err))) {
       lh_state_free(s);
       return st;
     }
@@ -420,16 +446,19 @@ void lh_state_get_layout(const lh_model *m, lh_state_layout *lay) {
 static lh_status export_lightning(const lh_state *s, int i, void *dst, lh_error *err) {
   if (!s || i < 0 || i >= s->m->cfg.n_lightning)
     return lh_error_set(err, LH_EINVAL, "export: lightning layer %d does not exist", i);
-  return s->m->ops->to_host(s->m->be, dst, s->mem.lightning[i], lightning_bytes(s->m), err);
+  return s->m->ops->to_host(s->m->be, dst, s->mem.lightning[i], held_lightning_bytes(s->m), err);
 }
 
-/* Rows [t0, t1) of one page-resident half (kv = 0: K, 1: V) of kv head g move between the page
- * and row-major host rows ([2][n_kv][d] each); `out` says which way. Runs of rows within a page
- * move in one backend copy, through a host bounce buffer of one page slice. */
-static lh_status kv_move(lh_state *s, int j, int64_t t0, int64_t t1, unsigned char *rows, int out, lh_error *err) {
+/* Rows [t0, t1) of the held kv heads move between the pages and row-major host rows of row_heads
+ * kv heads ([2][row_heads][d] each), the page's kv head g being the rows' head0 + g; `out` says
+ * which way. Runs of rows within a page move in one backend copy, through a host bounce buffer of
+ * one page slice. */
+static lh_status kv_move(lh_state *s, int j, int64_t t0, int64_t t1, unsigned char *rows, int out, int64_t row_heads,
+                         int64_t head0, lh_error *err) {
   lh_model *m = s->m;
-  int nkv = m->cfg.n_kv_heads;
-  size_t es = lh_dtype_size(m->ops->kv_dtype), dbytes = (size_t)m->cfg.head_dim * es, row_bytes = 2 * nkv * dbytes;
+  int nkv = (int)held(m).ng;
+  size_t es = lh_dtype_size(m->ops->kv_dtype), dbytes = (size_t)m->cfg.head_dim * es,
+         row_bytes = 2 * (size_t)row_heads * dbytes;
   unsigned char *bounce = malloc((size_t)PT * dbytes);
   if (!bounce) return lh_error_set(err, LH_ENOMEM, "state: out of memory moving KV rows");
   lh_status st = LH_OK;
@@ -440,7 +469,7 @@ static lh_status kv_move(lh_state *s, int j, int64_t t0, int64_t t1, unsigned ch
       for (int g = 0; g < nkv && !st; g++) {
         unsigned char *slice = page + (((size_t)half * nkv + g) * PT + (size_t)r0) * dbytes;
         size_t nbytes = (size_t)(r1 - r0) * dbytes;
-        size_t col = ((size_t)half * nkv + g) * dbytes;
+        size_t col = ((size_t)half * row_heads + head0 + g) * dbytes;
         if (out) {
           st = m->ops->to_host(m->be, bounce, slice, nbytes, err);
           for (int64_t r = r0; r < r1 && !st; r++)
@@ -463,34 +492,22 @@ static lh_status export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, voi
   if (t0 < 0 || t1 < t0 || t1 > s->kv_rows[j])
     return lh_error_set(err, LH_EINVAL, "export: KV rows [%lld, %lld) of softmax layer %d: the state holds %lld",
                         (long long)t0, (long long)t1, j, (long long)s->kv_rows[j]);
-  return kv_move((lh_state *)s, j, t0, t1, dst, 1, err);
+  return kv_move((lh_state *)s, j, t0, t1, dst, 1, held(s->m).ng, 0, err); /* rows of the held kv heads */
 }
 
-/* Over several ranks, each rank's copy of a state is right only in its share (its heads' lightning
- * states, its kv heads' KV): an export zeroes the rest of its copy and rank 0 ORs the copies
- * together, which is every share's bytes unchanged. */
-static lh_status gather_shares(const lh_state *s, void *dst, size_t row_bytes, int64_t rows, int64_t n_items,
-                               size_t item_bytes, lh_error *err) {
-  lh_comm *c = s->m->comm;
-  int64_t lo, hi;
-  lh_tp_share(n_items, lh_comm_size(c), lh_comm_rank(c), &lo, &hi);
-  for (int64_t r = 0; r < rows; r++) {
-    unsigned char *row = (unsigned char *)dst + (size_t)r * row_bytes;
-    for (size_t off = 0; off < row_bytes; off += (size_t)n_items * item_bytes) { /* K then V halves */
-      memset(row + off, 0, (size_t)lo * item_bytes);
-      memset(row + off + (size_t)hi * item_bytes, 0, (size_t)(n_items - hi) * item_bytes);
-    }
-  }
-  return lh_comm_merge(c, dst, row_bytes * (size_t)rows, err);
-}
-
+/* Over several ranks an export gathers the ranks' shares on rank 0 (dst is only written there): the
+ * lightning shares are consecutive head ranges, so they land in place; KV rows come back as each
+ * rank's [rows][2][ng][d] and are interleaved into [rows][2][n_kv][d]. */
 lh_status lh_state_export_lightning(const lh_state *s, int i, void *dst, lh_error *err) {
   if (!s || !lh_rank_many(s->m)) return export_lightning(s, i, dst, err);
   lh_model *m = s->m;
   lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_EXPORT_LIGHTNING, .sid = s->sid, .layer = i}, NULL);
-  lh_status st = lh_rank_agree(m->comm, export_lightning(s, i, dst, err), err);
-  size_t head = (size_t)m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
-  if (!st) st = lh_rank_agree(m->comm, gather_shares(s, dst, lightning_bytes(m), 1, m->cfg.n_heads, head, err), err);
+  size_t mine_bytes = held_lightning_bytes(m);
+  void *mine = malloc(mine_bytes);
+  lh_status st = mine ? export_lightning(s, i, mine, err) : lh_error_set(err, LH_ENOMEM, "export: out of memory");
+  st = lh_rank_agree(m->comm, st, err);
+  if (!st) st = lh_rank_agree(m->comm, lh_comm_gather(m->comm, mine, mine_bytes, dst, err), err);
+  free(mine);
   return st;
 }
 
@@ -498,11 +515,26 @@ lh_status lh_state_export_kv(const lh_state *s, int j, int64_t t0, int64_t t1, v
   if (!s || !lh_rank_many(s->m)) return export_kv(s, j, t0, t1, dst, err);
   lh_model *m = s->m;
   lh_rank_tell(m->comm, (lh_rank_cmd){.op = LH_RANK_EXPORT_KV, .sid = s->sid, .layer = j, .t0 = t0, .t1 = t1}, NULL);
-  lh_status st = lh_rank_agree(m->comm, export_kv(s, j, t0, t1, dst, err), err);
-  size_t head = (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype);
-  if (!st)
-    st = lh_rank_agree(m->comm, gather_shares(s, dst, 2 * (size_t)m->cfg.n_kv_heads * head, t1 - t0, m->cfg.n_kv_heads,
-                                              head, err), err);
+  const int R = lh_comm_size(m->comm), lead = lh_comm_rank(m->comm) == 0;
+  const share sh = held(m);
+  const size_t hb = (size_t)m->cfg.head_dim * lh_dtype_size(m->ops->kv_dtype), mine_row = 2 * (size_t)sh.ng * hb;
+  const int64_t rows = t1 > t0 ? t1 - t0 : 0;
+  unsigned char *mine = malloc(rows * mine_row + 1), *all = lead ? malloc((size_t)R * rows * mine_row + 1) : NULL;
+  lh_status st = mine && (all || !lead) ? export_kv(s, j, t0, t1, mine, err)
+                                        : lh_error_set(err, LH_ENOMEM, "export: out of memory for %lld KV rows",
+                                                       (long long)rows);
+  st = lh_rank_agree(m->comm, st, err);
+  if (!st) st = lh_rank_agree(m->comm, lh_comm_gather(m->comm, mine, rows * mine_row, all, err), err);
+  if (!st && lead) {
+    const size_t full_row = 2 * (size_t)m->cfg.n_kv_heads * hb, part = (size_t)sh.ng * hb;
+    for (int r = 0; r < R; r++) /* every rank holds the same number of kv heads: rank r's start at r ng */
+      for (int64_t t = 0; t < rows; t++)
+        for (int half = 0; half < 2; half++)
+          memcpy((unsigned char *)dst + (size_t)t * full_row + ((size_t)half * m->cfg.n_kv_heads + (size_t)r * sh.ng) * hb,
+                 all + ((size_t)r * rows + (size_t)t) * mine_row + (size_t)half * part, part);
+  }
+  free(mine);
+  free(all);
   return st;
 }
 
@@ -520,7 +552,10 @@ static lh_status import_lightning(lh_state *s, int i, const void *src, lh_error 
   if (st) return st;
   if (i < 0 || i >= s->m->cfg.n_lightning)
     return lh_error_set(err, LH_EINVAL, "import: lightning layer %d does not exist", i);
-  return s->m->ops->from_host(s->m->be, s->mem.lightning[i], src, lightning_bytes(s->m), err);
+  /* the held heads of the whole state */
+  const unsigned char *from = (const unsigned char *)src + (size_t)held(s->m).h0 * s->m->cfg.head_dim *
+                                                               s->m->cfg.head_dim * sizeof(float);
+  return s->m->ops->from_host(s->m->be, s->mem.lightning[i], from, held_lightning_bytes(s->m), err);
 }
 
 static void convert_row(const void *src, lh_dtype sd, void *dst, lh_dtype dd, size_t n) {
@@ -570,7 +605,7 @@ static lh_status import_kv(lh_state *s, int j, int64_t t0, int64_t t1, const voi
                   conv + (size_t)r * vals * lh_dtype_size(kd), kd, vals);
     rows = conv;
   }
-  st = kv_move(s, j, t0, t1, (unsigned char *)rows, 0, err);
+  st = kv_move(s, j, t0, t1, (unsigned char *)rows, 0, m->cfg.n_kv_heads, held(m).g0, err); /* whole rows in */
   free(conv);
   if (!st) s->kv_rows[j] = t1;
   return st;
