@@ -199,6 +199,23 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   int64_t D = c->hidden_size, H = c->n_heads, d = c->head_dim, HD = H * d, KD = (int64_t)c->n_kv_heads * d;
   int64_t E = c->n_experts, I = c->intermediate_size, K = c->top_k;
 
+  be->tp = p && p->tp_ranks > 1 ? p->tp_ranks : 1;
+  be->rank0 = 0, be->rank1 = be->tp;
+  be->st_h0 = 0, be->st_g0 = 0, be->st_g = c->n_kv_heads;
+  if (p && p->comm && lh_comm_size(p->comm) > 1) { /* one rank of a world (engine/ranks.c) */
+    be->comm = p->comm;
+    be->tp = lh_comm_size(p->comm);
+    be->rank0 = lh_comm_rank(p->comm), be->rank1 = be->rank0 + 1;
+    int64_t lo, hi;
+    lh_tp_share(c->n_heads, be->tp, be->rank0, &lo, &hi);
+    be->st_h0 = (int)lo;
+    lh_tp_share(c->n_kv_heads, be->tp, be->rank0, &lo, &hi);
+    be->st_g0 = (int)lo, be->st_g = (int)(hi - lo);
+  }
+  /* a world's rank converts only its own experts (the others are never read here) */
+  int64_t own_e0 = 0, own_e1 = E;
+  if (be->comm) lh_tp_share(E, be->tp, be->rank0, &own_e0, &own_e1);
+
   be->threads = p && p->threads > 0 ? p->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (be->threads < 1) be->threads = 1;
   be->pool = lh_pool_new(be->threads);
@@ -247,7 +264,7 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
       st = lh_error_set(err, LH_EINVAL, "cpu backend: layer %d has no expert weights", l);
       goto fail;
     }
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = own_e0; e < own_e1; e++) {
       W(L->w1[e], lw->w1[e], I * D);
       W(L->w3[e], lw->w3[e], I * D);
       W(L->w2[e], lw->w2[e], D * I);
@@ -286,19 +303,6 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   be->tile_row = zalloc((size_t)max_rows * sizeof(int64_t));
   be->moe_idx = zalloc((size_t)(max_rows * K) * sizeof(int32_t));
   be->moe_w = zalloc((size_t)(max_rows * K) * sizeof(float));
-  be->tp = p && p->tp_ranks > 1 ? p->tp_ranks : 1;
-  be->rank0 = 0, be->rank1 = be->tp;
-  be->st_h0 = 0, be->st_g0 = 0, be->st_g = c->n_kv_heads;
-  if (p && p->comm && lh_comm_size(p->comm) > 1) { /* one rank of a world (engine/ranks.c) */
-    be->comm = p->comm;
-    be->tp = lh_comm_size(p->comm);
-    be->rank0 = lh_comm_rank(p->comm), be->rank1 = be->rank0 + 1;
-    int64_t lo, hi;
-    lh_tp_share(c->n_heads, be->tp, be->rank0, &lo, &hi);
-    be->st_h0 = (int)lo;
-    lh_tp_share(c->n_kv_heads, be->tp, be->rank0, &lo, &hi);
-    be->st_g0 = (int)lo, be->st_g = (int)(hi - lo);
-  }
   if (be->tp > 1) {
     if (c->n_heads % be->tp || c->n_kv_heads % be->tp || c->n_experts % be->tp) {
       st = lh_error_set(err, LH_EINVAL, "cpu backend: %d ranks must divide the heads (%d), kv heads (%d) and experts (%d)",
