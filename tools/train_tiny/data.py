@@ -131,6 +131,15 @@ class Generator:
     def _key(self, rng) -> str:
         return self.corpus.words[rng.integers(len(self.corpus.words))]
 
+    def _keys(self, rng, n: int, keys=()) -> list:
+        """keys, then further distinct random keys up to n in all."""
+        keys = list(keys)
+        while len(keys) < n:
+            k = self._key(rng)
+            if k not in keys:
+                keys.append(k)
+        return keys
+
     def _name(self, rng) -> str:
         n = int(rng.integers(2, 4))
         return "_".join(self._key(rng).upper() for _ in range(n))
@@ -263,24 +272,23 @@ class Generator:
             lines, question, answer = [needle.format(k=k, v=v)], q.format(k=k), v
             if distractors:
                 d = float(rng.random()) if depth is None else depth
-                keys = [k]
-                while len(keys) < distractors + 1:
-                    kk = self._key(rng)
-                    if kk not in keys:
-                        keys.append(kk)
+                keys = self._keys(rng, distractors + 1, [k])
                 for kk in keys[1:]:
                     nd = needle if rng.random() < 0.5 else magic[int(rng.integers(len(magic)))][0]
                     lines.append(nd.format(k=kk, v=self._number(rng, 7)))
                 depths = [d] + [float(rng.random()) for _ in keys[1:]]
                 return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, d)
-        elif task == "multikey":
-            n = n_needles or int(rng.integers(2, 5))
+        elif task in ("multikey", "multikey_dense"):
+            if task == "multikey_dense":
+                # many keys in a short haystack (one needle per ~40 tokens of budget at most, 4-16),
+                # then 2-6 of them asked, one per turn, each answer a loss span
+                cap = max(4, min(16, budget // 40))
+                n = n_needles or int(rng.integers(4, cap + 1))
+                extra_turns = min(n, int(rng.integers(2, 7))) - 1
+            else:
+                n = n_needles or int(rng.integers(2, 5))
             needle, q = magic[int(rng.integers(len(magic)))]
-            keys = []
-            while len(keys) < n:
-                k = self._key(rng)
-                if k not in keys:
-                    keys.append(k)
+            keys = self._keys(rng, n)
             vals = [self._number(rng, 7) for _ in keys]
             lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
             target = int(rng.integers(n))
@@ -294,25 +302,6 @@ class Generator:
                 rest = [i for i in rng.permutation(n).tolist() if i != target][:extra_turns]
                 more = [(q.format(k=keys[i]), vals[i]) for i in rest]
             return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
-        elif task == "multikey_dense":
-            # many keys in a short haystack (one needle per ~40 tokens of budget at most, 4-16),
-            # then 2-6 of them asked, one per turn, each answer a loss span
-            cap = max(4, min(16, budget // 40))
-            n = n_needles or int(rng.integers(4, cap + 1))
-            needle, q = magic[int(rng.integers(len(magic)))]
-            keys = []
-            while len(keys) < n:
-                k = self._key(rng)
-                if k not in keys:
-                    keys.append(k)
-            vals = [self._number(rng, 7) for _ in keys]
-            lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
-            asked = rng.permutation(n).tolist()[: min(n, int(rng.integers(2, 7)))]
-            depths = [float(rng.random()) for _ in keys]
-            question, answer = q.format(k=keys[asked[0]]), vals[asked[0]]
-            more = [(q.format(k=keys[i]), vals[i]) for i in asked[1:]]
-            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task,
-                                depths[asked[0]], more)
         elif task == "multivalue":
             n = n_needles or int(rng.integers(2, 4))
             needle, _ = magic[int(rng.integers(len(magic)))]
@@ -326,11 +315,7 @@ class Generator:
         elif task == "multiquery":
             n = n_needles or int(rng.integers(3, 5))
             needle, _ = magic[int(rng.integers(len(magic)))]
-            keys = []
-            while len(keys) < n:
-                k = self._key(rng)
-                if k not in keys:
-                    keys.append(k)
+            keys = self._keys(rng, n)
             vals = [self._number(rng, 7) for _ in keys]
             lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
             qi = sorted(rng.choice(n, size=2, replace=False).tolist())
