@@ -31,6 +31,19 @@ static int read_ints(const char *path, lh_i32vec *v) {
   return v->len > 0;
 }
 
+/* A model fixture's id lists (tests/fixtures/haul-tiny): ids.txt, positions.txt and greedy.txt of
+ * folder fx; 1 when all three were read and none is empty. */
+static inline int read_fixture_lists(const char *fx, lh_i32vec *ids, lh_i32vec *pos, lh_i32vec *greedy) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/ids.txt", fx);
+  int ok = read_ints(path, ids);
+  snprintf(path, sizeof path, "%s/positions.txt", fx);
+  ok &= read_ints(path, pos);
+  snprintf(path, sizeof path, "%s/greedy.txt", fx);
+  ok &= read_ints(path, greedy);
+  return ok;
+}
+
 /* Logits of every position into out [T x V], feeding the ids in the chunks of plan (repeated). */
 static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int nplan, float *out) {
   lh_state *s;

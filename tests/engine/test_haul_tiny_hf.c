@@ -50,12 +50,7 @@ int main(void) {
   lh_buf_free(&meta);
 
   lh_i32vec ids = {0}, pos = {0}, greedy = {0};
-  snprintf(path, sizeof path, "%s/ids.txt", fx);
-  CHECK(read_ints(path, &ids));
-  snprintf(path, sizeof path, "%s/positions.txt", fx);
-  CHECK(read_ints(path, &pos));
-  snprintf(path, sizeof path, "%s/greedy.txt", fx);
-  CHECK(read_ints(path, &greedy));
+  CHECK(read_fixture_lists(fx, &ids, &pos, &greedy));
   lh_model_params p = lh_model_default_params();
   p.threads = 2;
   lh_model *m = NULL;
