@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
-#include "util/log.h"
+#include "util/buf.h"
 
 static void out_of_step(lh_comm *c, const char *what, long long v) {
   fprintf(stderr, "longhaul rank %d: out of step with rank 0 (%s %lld); ending every rank\n", lh_comm_rank(c), what,
@@ -81,19 +81,14 @@ void lh_rank_release(lh_comm *c) { lh_rank_tell(c, (lh_rank_cmd){.op = LH_RANK_E
 typedef struct server {
   lh_comm *c;
   lh_model *m;
-  unsigned char *payload;
-  size_t cap;
-  void *scratch; /* decode logits (rank 0's are the ones returned) */
-  size_t scratch_cap;
+  lh_buf payload; /* the command's payload */
+  lh_buf logits;  /* decode logits (rank 0's are the ones returned) */
 } server;
 
-static void *grow(void **p, size_t *cap, size_t need) {
-  if (need <= *cap) return *p;
-  void *q = realloc(*p, need);
-  if (!q) return NULL;
-  *p = q;
-  *cap = need;
-  return q;
+/* b's memory, at least bytes of it (its contents are not kept) */
+static void *room(lh_buf *b, size_t bytes) {
+  lh_buf_clear(b);
+  return lh_buf_reserve(b, bytes) ? NULL : b->data;
 }
 
 static void put_state(server *sv, int64_t sid, lh_state *s) {
@@ -131,7 +126,7 @@ static void close_model(server *sv) {
  * logs nothing itself, so the message appears once. */
 static int serve_one(server *sv, const lh_rank_cmd *cmd) {
   lh_error err;
-  const void *pl = sv->payload;
+  const void *pl = sv->payload.data;
   lh_model *m = sv->m;
   lh_state *s = NULL;
   if (cmd->op != LH_RANK_OPEN && cmd->op != LH_RANK_EXIT && !m) out_of_step(sv->c, "no model open for command", cmd->op);
@@ -173,7 +168,7 @@ static int serve_one(server *sv, const lh_rank_cmd *cmd) {
       size_t V = (size_t)m->cfg.vocab_size;
       if (k < 1 || cmd->bytes != (size_t)k * 12) out_of_step(sv->c, "bad decode batch", k);
       lh_state **st = malloc((size_t)k * sizeof *st);
-      float *logits = grow(&sv->scratch, &sv->scratch_cap, (size_t)k * V * sizeof(float));
+      float *logits = room(&sv->logits, (size_t)k * V * sizeof(float));
       if (!st || !logits) out_of_step(sv->c, "no memory for a decode batch of", k);
       for (int i = 0; i < k; i++) {
         int64_t sid;
@@ -218,12 +213,12 @@ int lh_rank_serve(lh_comm *c) {
     lh_rank_cmd cmd;
     if (lh_comm_bcast(c, &cmd, sizeof cmd, 0, &err)) out_of_step(c, "command broadcast failed", 0);
     if (cmd.bytes) {
-      if (!grow((void **)&sv.payload, &sv.cap, (size_t)cmd.bytes)) out_of_step(c, "no memory for a payload of", (long long)cmd.bytes);
-      if (lh_comm_bcast(c, sv.payload, (size_t)cmd.bytes, 0, &err)) out_of_step(c, "payload broadcast failed", 0);
+      if (!room(&sv.payload, (size_t)cmd.bytes)) out_of_step(c, "no memory for a payload of", (long long)cmd.bytes);
+      if (lh_comm_bcast(c, sv.payload.data, (size_t)cmd.bytes, 0, &err)) out_of_step(c, "payload broadcast failed", 0);
     }
     if (serve_one(&sv, &cmd)) break;
   }
-  free(sv.payload);
-  free(sv.scratch);
+  lh_buf_free(&sv.payload);
+  lh_buf_free(&sv.logits);
   return 0;
 }
