@@ -76,12 +76,14 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #   1: the first 1970 steps (TRAIN_MIX, no hard negatives, curriculum up to 16K).
 #   2: multi-key and multi-query weighted up; single-needle samples carry hard negatives (other
 #      keys' magic-number lines) 60% of the time; a 32K curriculum stage when max_len allows.
-#   3: (not trained yet) version 2's steps, and in between "dense" steps of short samples that
-#      each hold many keys and ask about several of them (multikey_dense). Why: through longhaul,
-#      step 3348 answers multi-key at chance at every length from 256 tokens to 32K, with another
-#      needle's whole value (docs/results/niah-haul-tiny-v2-multikey-short-cpu-2026-12-01/), so
-#      the key-to-value match itself is missing; short dense samples carry 10-50x more answers per
-#      step to learn it from than 32K ones. Version 3 draws its tasks from TASKS_V3.
+#   3: steps 3348-5044 (session 3): version 2's steps, and in between "dense" steps of short
+#      samples that each hold many keys and ask about several of them (multikey_dense). Why:
+#      through longhaul, step 3348 answers multi-key at chance at every length from 256 tokens
+#      to 32K, with another needle's whole value
+#      (docs/results/niah-haul-tiny-v2-multikey-short-cpu-2026-12-01/), so the key-to-value
+#      match itself is missing; short dense samples carry 10-50x more answers per step to learn
+#      it from than 32K ones. Version 3 draws its tasks from TASKS_V3. It worked: multi-key at
+#      32K through longhaul went from 0.45 to 0.90 (models/haul-tiny/TRAINING.md).
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
