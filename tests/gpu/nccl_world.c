@@ -11,7 +11,11 @@
  *    chunk of the real-width slice) is timed: algorithm bandwidth (bytes / time) and bus bandwidth
  *    (algbw x 2 (N - 1) / N, what a ring moves per rank), printed by rank 0 with the compute the
  *    all-reduce would hide behind (one layer of a 64K chunk: about 400 ms on one H200, NOTES v4).
- * Exits 77 (skipped) without a CUDA device. Never run yet: written in a session without a device.
+ * Exits 77 (skipped) without a CUDA device. With one rank there is nothing to move, so the bf16
+ * all-reduce is not timed.
+ * Run so far: on one H200 as a world of one rank, both without mpirun and under `mpirun -np 1`
+ * (2026-12-01, NCCL 2.28.3 on the box): the sum exact. Several ranks: never run (no multi-GPU kind
+ * lent).
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -88,19 +92,22 @@ static int run(lh_comm *world) {
   free(h);
   cudaFree(d);
 
-  /* bf16 [65536 x 6144], timed after a warm-up */
+  /* bf16 [65536 x 6144], timed after a warm-up (one rank: an in-place no-op, not timed) */
   const size_t m = (size_t)65536 * 6144;
-  void *b;
-  CK(cudaMalloc(&b, m * 2), "cudaMalloc bf16");
-  CK(cudaMemset(b, 0, m * 2), "memset");
-  NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16 (warm-up)");
-  CK(cudaStreamSynchronize(st), "sync");
-  const int reps = 5;
-  double t0 = now_s();
-  for (int i = 0; i < reps; i++) NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16");
-  CK(cudaStreamSynchronize(st), "sync");
-  double ms = (now_s() - t0) * 1e3 / reps;
-  cudaFree(b);
+  double ms = 0;
+  if (R > 1) {
+    void *b;
+    CK(cudaMalloc(&b, m * 2), "cudaMalloc bf16");
+    CK(cudaMemset(b, 0, m * 2), "memset");
+    NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16 (warm-up)");
+    CK(cudaStreamSynchronize(st), "sync");
+    const int reps = 5;
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++) NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16");
+    CK(cudaStreamSynchronize(st), "sync");
+    ms = (now_s() - t0) * 1e3 / reps;
+    cudaFree(b);
+  }
 
   int failed = bad != 0, first = -1;
   if (world && lh_comm_first_failed(world, failed, &first, &err)) first = rank;
@@ -111,10 +118,14 @@ static int run(lh_comm *world) {
            version % 100, R, R > 1 ? "s" : "", ndev, ndev > 1 ? "s" : "");
     printf("  fp32 all-reduce of rank + 1 (1M values): %s\n", first < 0 ? "exact on every rank" : "WRONG");
     if (first >= 0) printf("  first rank with a wrong sum: %d (rank 0: %zu wrong values)\n", first, bad);
-    printf("  bf16 all-reduce [65536 x 6144], 805 MB: %.2f ms; algbw %.0f GB/s, busbw %.0f GB/s\n", ms, alg,
-           R > 1 ? alg * 2.0 * (R - 1) / R : 0.0);
-    printf("  (one layer of a 64K-row chunk of the slice computes for about 400 ms on one H200: %.1f%% of it)\n",
-           100.0 * ms / 400.0);
+    if (R > 1) {
+      printf("  bf16 all-reduce [65536 x 6144], 805 MB: %.2f ms; algbw %.0f GB/s, busbw %.0f GB/s\n", ms, alg,
+             alg * 2.0 * (R - 1) / R);
+      printf("  (one layer of a 64K-row chunk of the slice computes for about 400 ms on one H200: %.1f%% of it)\n",
+             100.0 * ms / 400.0);
+    } else {
+      printf("  bf16 all-reduce [65536 x 6144]: not timed, one rank has nothing to move\n");
+    }
   }
   ncclCommDestroy(nc);
   cudaStreamDestroy(st);
