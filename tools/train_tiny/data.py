@@ -44,6 +44,12 @@ TRAIN_MAGIC = [
     ("Remember this: the special magic {k} number is {v}.", "What is the special magic {k} number mentioned in the provided text?"),
     ("The special magic number for {k} is {v}.", "Tell me the special magic number for {k}."),
 ]
+# Version 4 adds these to the training phrasings ("Which ..." questions for numbers, which the
+# step-5045 model reads as the repository-file question). None is a held-out phrasing.
+TRAIN_MAGIC_V4 = TRAIN_MAGIC + [
+    ("For {k}, the special magic number is: {v}.", "Which is the special magic number for {k}?"),
+    ("The special magic {k} number, for the record, is {v}.", "Which number is the special magic {k} number?"),
+]
 EVAL_MAGIC = [
     ("Note that the special magic {k} number is: {v}.", "Which special magic {k} number appears in the text?"),
 ]
@@ -51,6 +57,7 @@ TRAIN_MULTI_VALUE_Q = [
     "What are all the special magic {k} numbers?",
     "List every special magic number for {k}.",
 ]
+TRAIN_MULTI_VALUE_Q_V4 = TRAIN_MULTI_VALUE_Q + ["Which numbers are special magic {k} numbers? Give every one."]
 EVAL_MULTI_VALUE_Q = ["Which special magic {k} numbers appear in the text? Give all of them."]
 TRAIN_PASSKEY = [
     ("The pass key is {v}. Remember it. {v} is the pass key.", "What is the pass key?"),
@@ -68,6 +75,7 @@ PLANT_PY = "{name} = {v}"
 PLANT_PROSE = "The value of {name} is {v}."
 REPO_VALUE_Q = "What is the value of {name}?"
 REPO_FILE_Q = "Which file defines {name}?"
+MULTI_QUERY_Q = "What are the special magic numbers for {k1} and {k2}?"
 
 TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value", "repo_file")
 # Data versions. A step's batch is a function of (data seed, step, progress, data version): the
@@ -84,15 +92,25 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      match itself is missing; short dense samples carry 10-50x more answers per step to learn
 #      it from than 32K ones. Version 3 draws its tasks from TASKS_V3. It worked: multi-key at
 #      32K through longhaul went from 0.45 to 0.90 (models/haul-tiny/TRAINING.md).
+#   4: (not trained yet) version 3 with dense steps for every question form, not only multi-key:
+#      multi-query (two keys per turn), multi-value (several keys, 1-4 values each) and
+#      repository facts (small framed archives, 3-10 facts, value and file questions), plus the
+#      TRAIN_MAGIC_V4 / TRAIN_MULTI_VALUE_Q_V4 phrasings in every step. Why: at step 5045 the
+#      first-digit misses are left only in the forms the dense steps did not train (multi-query's
+#      and multi-value's later values, repository values, held-out phrasings) and "which file"
+#      was never learned (TRAINING.md, "What the failures look like").
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
     3: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the long steps: version 2's mix
+    4: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the same, with version 4's phrasings
 }
 TASKS_V3 = TASKS + ("multikey_dense",)
 DENSE_STEP_P = 0.5        # version 3: share of steps that are dense steps
 DENSE_LEN = (256, 2048)   # their lengths, log-uniform
 DENSE_MIX = {"multikey_dense": 0.75, "multikey": 0.10, "magic": 0.15}  # their tasks (magic with hard negatives)
+DENSE_MIX_V4 = {"multikey_dense": 0.35, "multiquery_dense": 0.15, "multivalue_dense": 0.15,
+                "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10}
 TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
 
@@ -258,10 +276,12 @@ class Generator:
         key is asked about."""
         layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
         style = style or ("raw" if rng.random() < 0.4 else "framed")
-        magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC
+        magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC_V4 if phrasing == "train4" else TRAIN_MAGIC
         overhead = 60
         if task in ("repo_value", "repo_file"):
             return self._repo(rng, task, length, depth, layout, extra_turns)
+        if task == "repo_dense":
+            return self._repo_dense(rng, length, layout)
         budget = max(32, length - overhead)
         if task == "passkey":
             tmpl = (EVAL_PASSKEY if phrasing == "eval" else TRAIN_PASSKEY)
@@ -284,8 +304,7 @@ class Generator:
             if task == "multikey_dense":
                 # many keys in a short haystack (one needle per ~40 tokens of budget at most, 4-16),
                 # then 2-6 of them asked, one per turn, each answer a loss span
-                cap = max(4, min(16, budget // 40))
-                n = n_needles or int(rng.integers(4, cap + 1))
+                n = n_needles or int(rng.integers(4, self._dense_cap(budget) + 1))
                 extra_turns = min(n, int(rng.integers(2, 7))) - 1
             else:
                 n = n_needles or int(rng.integers(2, 5))
@@ -307,7 +326,7 @@ class Generator:
         elif task == "multivalue":
             n = n_needles or int(rng.integers(2, 4))
             needle, _ = magic[int(rng.integers(len(magic)))]
-            qs = EVAL_MULTI_VALUE_Q if phrasing == "eval" else TRAIN_MULTI_VALUE_Q
+            qs = self._multivalue_qs(phrasing)
             k = self._key(rng)
             vals = [self._number(rng, 7) for _ in range(n)]
             depths = sorted(float(rng.random()) for _ in range(n))
@@ -321,14 +340,55 @@ class Generator:
             vals = [self._number(rng, 7) for _ in keys]
             lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
             qi = sorted(rng.choice(n, size=2, replace=False).tolist())
-            question = f"What are the special magic numbers for {keys[qi[0]]} and {keys[qi[1]]}?"
+            question = MULTI_QUERY_Q.format(k1=keys[qi[0]], k2=keys[qi[1]])
             depths = [float(rng.random()) for _ in keys]
             answer = f"{vals[qi[0]]}, {vals[qi[1]]}"
             return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth)
+        elif task == "multiquery_dense":
+            # 4-16 keys, then 2-4 turns, each asking for two keys not asked before (answer in the
+            # question's order)
+            n = n_needles or int(rng.integers(4, self._dense_cap(budget) + 1))
+            needle, _ = magic[int(rng.integers(len(magic)))]
+            keys = self._keys(rng, n)
+            vals = [self._number(rng, 7) for _ in keys]
+            lines = [needle.format(k=k, v=v) for k, v in zip(keys, vals)]
+            depths = [float(rng.random()) for _ in keys]
+            order = rng.permutation(n).tolist()
+            turns = [(MULTI_QUERY_Q.format(k1=keys[a], k2=keys[b]), f"{vals[a]}, {vals[b]}")
+                     for a, b in zip(order[0::2], order[1::2])][: int(rng.integers(2, 5))]
+            (question, answer), more = turns[0], turns[1:]
+            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
+        elif task == "multivalue_dense":
+            # 2-5 keys with 1-4 values each (longhaul niah's multivalue plants 4), then 2-4 turns,
+            # each asking all the values of one key in document order (the lines are sorted by
+            # depth, so their insertion order is their document order)
+            needle, _ = magic[int(rng.integers(len(magic)))]
+            qs = self._multivalue_qs(phrasing)
+            keys = self._keys(rng, int(rng.integers(2, 6)))
+            planted = sorted((float(rng.random()), i, self._number(rng, 7))
+                             for i in range(len(keys)) for _ in range(int(rng.integers(1, 5))))
+            lines = [needle.format(k=keys[i], v=v) for _, i, v in planted]
+            depths = [d for d, _, _ in planted]
+            asked = rng.permutation(len(keys)).tolist()[: int(rng.integers(2, 5))]
+            turns = [(qs[int(rng.integers(len(qs)))].format(k=keys[i]), ", ".join(v for _, j, v in planted if j == i))
+                     for i in asked]
+            (question, answer), more = turns[0], turns[1:]
+            return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
         else:
             raise ValueError(f"unknown task {task!r}")
         d = float(rng.random()) if depth is None else depth
         return self._finish(rng, budget, style, lines, [d], question, answer, layout, task, d)
+
+    @staticmethod
+    def _dense_cap(budget: int) -> int:
+        """Most needles a dense sample's haystack holds: one per ~40 tokens of budget, 4 to 16."""
+        return max(4, min(16, budget // 40))
+
+    @staticmethod
+    def _multivalue_qs(phrasing: str):
+        if phrasing == "eval":
+            return EVAL_MULTI_VALUE_Q
+        return TRAIN_MULTI_VALUE_Q_V4 if phrasing == "train4" else TRAIN_MULTI_VALUE_Q
 
     def _finish(self, rng, budget, style, lines, depths, question, answer, layout, task, depth, more=()):
         budget -= sum(self._ntok(x) + 1 for x in lines) + sum(self._ntok(q + a) + 12 for q, a in more)
@@ -360,12 +420,7 @@ class Generator:
         new = list(pieces)
         for j, i in enumerate(planted):
             path, text = pieces[i]
-            if path.endswith((".h", ".c")):
-                line = PLANT_C.format(name=names[j], v=vals[j])
-            elif path.endswith(".py"):
-                line = PLANT_PY.format(name=names[j], v=vals[j])
-            else:
-                line = PLANT_PROSE.format(name=names[j], v=vals[j])
+            line = plant_line(path, names[j], vals[j])
             d = float(rng.random()) if depth is None else float(rng.random())
             text, _ = self._insert_lines(rng, text, [line], [d])
             new[i] = (path, text)
@@ -383,6 +438,44 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, task, depth)
 
+    def _repo_dense(self, rng, length, layout):
+        """Version 4's dense repository samples: a small framed archive with 3-10 facts planted in
+        its files (a file may hold several), then 2-6 of them asked, value (65%) or file, one per
+        turn."""
+        n, n_turns = int(rng.integers(3, 11)), int(rng.integers(2, 7))
+        pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns), pool=self.corpus.code)
+        names = []
+        while len(names) < n:
+            nm = self._name(rng)
+            if nm not in names:
+                names.append(nm)
+        vals = [self._number(rng, int(rng.integers(4, 8))) for _ in names]
+        where = [int(rng.integers(len(pieces))) for _ in names]
+        new = list(pieces)
+        for j, i in enumerate(where):
+            path, text = new[i]
+            text, _ = self._insert_lines(rng, text, [plant_line(path, names[j], vals[j])], [float(rng.random())])
+            new[i] = (path, text)
+        hay = "".join(frame(p, t) for p, t in new)
+        turns = []
+        for j in rng.permutation(n).tolist()[:n_turns]:
+            if rng.random() < 0.65:
+                turns.append((REPO_VALUE_Q.format(name=names[j]), vals[j]))
+            else:
+                turns.append((REPO_FILE_Q.format(name=names[j]), pieces[where[j]][0]))
+        (question, answer), more = turns[0], turns[1:]
+        ids, spans = self._chat(rng, hay, question, answer, layout, more)
+        return self._pack(ids, spans, answer, "repo_dense", None)
+
+
+def plant_line(path: str, name: str, v: str) -> str:
+    """How a repository fact is written into a file, by the file's kind."""
+    if path.endswith((".h", ".c")):
+        return PLANT_C.format(name=name, v=v)
+    if path.endswith(".py"):
+        return PLANT_PY.format(name=name, v=v)
+    return PLANT_PROSE.format(name=name, v=v)
+
 
 # ---- curriculum and batches -------------------------------------------------------------
 
@@ -390,6 +483,7 @@ CURRICULA = {
     1: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.65, 8192), (1.01, 16384)],
     2: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],
     3: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],  # long steps
+    4: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (1.01, 32768)],
 }
 
 
@@ -407,12 +501,13 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
     """The batch of one training step: a pure function of (seed, step, progress, version)."""
     rng = np.random.default_rng([seed, step])
     if version >= 3 and rng.random() < DENSE_STEP_P:
-        return dense_batch(gen, rng, tokens_per_step, max_len)
+        return dense_batch(gen, rng, tokens_per_step, max_len, version)
     top = curriculum_max_len(progress, max_len, version)
     mix = np.array(MIXES[version])
     # the task probabilities exactly as each version ran (python sum for 1, numpy sum for 2)
     p_task = mix / (sum(MIXES[version]) if version == 1 else mix.sum())
     tasks = TASKS_V3 if version >= 3 else TASKS
+    phrasing = "train4" if version >= 4 else "train"
     if rng.random() < 0.5:
         length = top
     else:
@@ -429,21 +524,25 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
         dis = 0
         if version >= 2 and task == "magic" and rng.random() < HARD_NEG_P:
             dis = int(rng.integers(1, 5))
-        samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis))
+        samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis,
+                                  phrasing=phrasing))
     return samples, length
 
 
-def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int):
-    """Version 3's dense steps: short samples (DENSE_LEN), mostly many keys with several questions."""
+def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int, version: int = 3):
+    """Dense steps (version 3 on): short samples (DENSE_LEN), mostly many facts with several
+    questions; version 3 draws them from DENSE_MIX, version 4 from DENSE_MIX_V4."""
     lo, hi = DENSE_LEN[0], min(DENSE_LEN[1], max_len)
     length = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-    names = list(DENSE_MIX)
-    p = np.array([DENSE_MIX[k] for k in names])
+    mix = DENSE_MIX if version == 3 else DENSE_MIX_V4
+    phrasing = "train4" if version >= 4 else "train"
+    names = list(mix)
+    p = np.array([mix[k] for k in names])
     p = p / p.sum()
     samples = []
     for _ in range(max(1, tokens_per_step // length)):
         task = names[int(rng.choice(len(names), p=p))]
         dis = int(rng.integers(1, 5)) if task == "magic" else 0
         n = int(rng.integers(2, 5)) if task == "multikey" else None
-        samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis))
+        samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis, phrasing=phrasing))
     return samples, length

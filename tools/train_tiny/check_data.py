@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Check a data version's batches from their decoded text alone, on the CPU:
+
+    /work/pyenv/bin/python tools/train_tiny/check_data.py --corpus .dev/train/corpus \
+        --tokenizer-dir models/haul-tiny --version 4 --steps 40
+
+For every sample of the drawn steps, the answer spans are decoded and checked against facts parsed
+back out of the prompt text, not against the generator's own variables:
+- magic-number lines in any phrasing (training, version 4 or held-out) give key -> values in
+  document order;
+- `<document path=...>` frames with `#define NAME v`, `NAME = v` or `The value of NAME is v.` give
+  NAME -> (value, path).
+Each question (parsed from its user turn) must then have exactly the span's answer:
+- a one-key number question: that key's only value;
+- "What are the special magic numbers for A and B?": "vA, vB";
+- a multi-value question: every value of the key in document order, joined by ", ";
+- "What is the value of NAME?" / "Which file defines NAME?": the planted value or path.
+Also checked: the question's key occurs in the prompt, each span ends with <end_of_sentence>,
+no held-out phrasing or held-out key appears, and keys are distinct where a question needs them
+to be. Prints answer spans per step and per task, and exits 1 on the first mismatch.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data  # noqa: E402
+
+
+def template_regex(tmpl: str, **groups) -> re.Pattern:
+    """A template such as "The special magic {k} number is: {v}." as a regex with named groups."""
+    out, pos = "", 0
+    for m in re.finditer(r"\{(\w+)\}", tmpl):
+        out += re.escape(tmpl[pos:m.start()])
+        name = m.group(1)
+        seen = f"(?P={name})" if f"(?P<{name}>" in out else f"(?P<{name}>{groups[name]})"
+        out += seen
+        pos = m.end()
+    return re.compile(out + re.escape(tmpl[pos:]))
+
+
+KEY, NUM, NAME = r"[^\s.,:?]+", r"\d+", r"[A-Z0-9_]+"
+NEEDLES = [template_regex(n, k=KEY, v=NUM) for n, _ in data.TRAIN_MAGIC_V4 + data.EVAL_MAGIC]
+HELD_OUT = [x.split("{")[0] for pair in data.EVAL_MAGIC + data.EVAL_PASSKEY for x in pair] + \
+           [q.split("{")[0] for q in data.EVAL_MULTI_VALUE_Q]
+ONE_KEY_Q = [template_regex(q, k=KEY) for _, q in data.TRAIN_MAGIC_V4]
+MULTI_VALUE_Q = [template_regex(q, k=KEY) for q in data.TRAIN_MULTI_VALUE_Q_V4]
+MULTI_QUERY_Q = template_regex(data.MULTI_QUERY_Q, k1=KEY, k2=KEY)
+REPO_VALUE_Q = template_regex(data.REPO_VALUE_Q, name=NAME)
+REPO_FILE_Q = template_regex(data.REPO_FILE_Q, name=NAME)
+PASSKEY_Q = [q for _, q in data.TRAIN_PASSKEY]
+PLANTS = [template_regex(t, name=NAME, v=NUM) for t in (data.PLANT_C, data.PLANT_PY, data.PLANT_PROSE)]
+FRAME = re.compile(r'<document path="([^"]*)">\n(.*?)\n</document>\n', re.S)
+
+
+def facts(prompt: str):
+    """key -> values in document order, and NAME -> [(value, path)], parsed from the prompt."""
+    magic = collections.defaultdict(list)
+    for line in prompt.split("\n"):
+        for rx in NEEDLES:
+            m = rx.fullmatch(line.strip())
+            if m:
+                magic[m["k"]].append(m["v"])
+                break
+    repo = collections.defaultdict(list)
+    for m in FRAME.finditer(prompt):
+        for line in m.group(2).split("\n"):
+            for rx in PLANTS:
+                p = rx.fullmatch(line)
+                if p:
+                    repo[p["name"]].append((p["v"], m.group(1)))
+    return magic, repo
+
+
+def expected(question: str, prompt: str, magic, repo):
+    """The answer the prompt's facts give to the question, or raise ValueError."""
+    for rx in ONE_KEY_Q:
+        m = rx.fullmatch(question)
+        if m:
+            vals = magic.get(m["k"], [])
+            if len(vals) != 1:
+                raise ValueError(f"key {m['k']!r} has {len(vals)} values for a one-value question")
+            return vals[0]
+    for rx in MULTI_VALUE_Q:
+        m = rx.fullmatch(question)
+        if m:
+            if not magic.get(m["k"]):
+                raise ValueError(f"key {m['k']!r} of a multi-value question is not in the prompt")
+            return ", ".join(magic[m["k"]])
+    m = MULTI_QUERY_Q.fullmatch(question)
+    if m:
+        out = []
+        for k in (m["k1"], m["k2"]):
+            if len(magic.get(k, [])) != 1:
+                raise ValueError(f"multi-query key {k!r} has {len(magic.get(k, []))} values")
+            out.append(magic[k][0])
+        return ", ".join(out)
+    for rx, idx in ((REPO_VALUE_Q, 0), (REPO_FILE_Q, 1)):
+        m = rx.fullmatch(question)
+        if m:
+            found = repo.get(m["name"], [])
+            if len(found) != 1:
+                raise ValueError(f"name {m['name']!r} is planted {len(found)} times")
+            return found[0][idx]
+    if question in PASSKEY_Q:
+        m = re.search(r"[Tt]he pass ?key is (\d+)\.", prompt)
+        if not m:
+            raise ValueError("no pass key in the prompt")
+        return m.group(1)
+    raise ValueError(f"question not recognised: {question!r}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--version", type=int, default=max(data.MIXES))
+    ap.add_argument("--steps", type=int, default=40, help="how many steps to draw (from --first)")
+    ap.add_argument("--first", type=int, default=5045)
+    ap.add_argument("--progress", type=float, default=0.85)
+    ap.add_argument("--tokens-per-step", type=int, default=65536)
+    ap.add_argument("--max-len", type=int, default=32768)
+    ap.add_argument("--seed", type=int, default=20261201)
+    args = ap.parse_args()
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(args.tokenizer_dir, "tokenizer.json"))
+    corpus = data.Corpus(args.corpus, "train")
+    gen = data.Generator(tok, corpus)
+    with open(os.path.join(args.corpus, "words.json")) as f:
+        held_keys = set(json.load(f)["heldout"])
+    eos = gen.eos_id
+    per_task, per_step, dense_spans, long_spans = collections.Counter(), [], [], []
+    for step in range(args.first, args.first + args.steps):
+        samples, length = data.batch_for_step(gen, args.seed, step, args.progress, args.tokens_per_step,
+                                              args.max_len, args.version)
+        n_spans = 0
+        for si, s in enumerate(samples):
+            ids, spans = s["ids"], s["spans"]
+            prompt = tok.decode(ids[: spans[0][0]], skip_special_tokens=False)
+            magic, repo = facts(prompt)
+            for ph in HELD_OUT:
+                if ph.strip() and ph in prompt:
+                    sys.exit(f"step {step} sample {si}: held-out phrasing {ph!r} in a training sample")
+            used = set(magic)
+            if used & held_keys:
+                sys.exit(f"step {step} sample {si}: held-out key(s) {sorted(used & held_keys)[:3]}")
+            prev_end = None
+            for st, en in spans:
+                if ids[en - 1] != eos:
+                    sys.exit(f"step {step} sample {si}: the span [{st}, {en}) does not end with <end_of_sentence>")
+                # the question is the last user turn before the span
+                before = tok.decode(ids[: st], skip_special_tokens=False)
+                turn = before.rsplit(data.ROLE_USER, 1)[1]
+                question = turn.split(data.EOS)[0].rstrip().rsplit("\n", 1)[-1]
+                answer = tok.decode(ids[st: en - 1], skip_special_tokens=False)
+                try:
+                    want = expected(question, prompt, magic, repo)
+                except ValueError as e:
+                    sys.exit(f"step {step} sample {si} ({s['task']}): {e}")
+                if answer != want:
+                    sys.exit(f"step {step} sample {si} ({s['task']}): {question!r} answered {answer!r}, "
+                             f"the prompt gives {want!r}")
+                if prev_end is not None and st <= prev_end:
+                    sys.exit(f"step {step} sample {si}: spans overlap")
+                prev_end = en
+                per_task[s["task"]] += 1
+                n_spans += 1
+        dense = any(s["task"].endswith("_dense") for s in samples)  # the long steps' mix has none
+        (dense_spans if dense else long_spans).append(n_spans)
+        per_step.append(n_spans)
+    print(f"version {args.version}: {sum(per_step)} answer spans in {args.steps} steps, all equal to the "
+          f"facts parsed from their prompts")
+    if dense_spans:
+        print(f"  dense steps: {len(dense_spans)}, {np.mean(dense_spans):.0f} answer spans each on average")
+    if long_spans:
+        print(f"  other steps: {len(long_spans)}, {np.mean(long_spans):.0f} answer spans each on average")
+    print("  spans by task: " + ", ".join(f"{k} {v}" for k, v in sorted(per_task.items())))
+
+
+if __name__ == "__main__":
+    main()
