@@ -17,7 +17,13 @@
  * cuBLAS GEMM). Times are medians of repeated runs timed with CUDA events after a warm-up.
  *
  * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]
+ *                   [--resumable DB] [--resume-check DB]
  * (--checkpoint DB: one more slice run that checkpoints every chunk into the SQLite store DB)
+ * (--resumable DB: instead of the slice section, one prefill that checkpoints every chunk into DB
+ * and resumes from DB's last checkpoint: a prefill longer than one device call, killed by the
+ * call's limit and run again, goes on where it stopped; see bench_resumable)
+ * (--resume-check DB: instead of the slice section, a prefill straight through and one resumed
+ * from its own checkpoint halfway must give the same logits, bit for bit)
  * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
  * slice run, fewer repetitions)
  */
@@ -649,6 +655,7 @@ static double slice_linear_flops(const lh_config *c) {
  * copied as they are (the same bytes as the runner's row export, not its row order), and the
  * logits are left zero. */
 static const char *g_ckpt_db;
+static const char g_bench_model_id[] = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
 typedef struct ckpt_run {
   lh_store_writer *w;
   lh_store_cursor cur;
@@ -656,18 +663,17 @@ typedef struct ckpt_run {
   lh_store_ckpt *pending;
   double bytes;
 } ckpt_run;
-static void ckpt_open(slice *s, ckpt_run *r) {
+static void ckpt_open(slice *s, ckpt_run *r, const char *db) {
   memset(r, 0, sizeof *r);
   lh_error err;
   lh_store_params sp = lh_store_default_params();
   lh_store *st;
-  lk(lh_store_open(g_ckpt_db, &sp, &st, &err), &err, "store open");
-  const char *id = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
-  lk(lh_store_model_put(st, id, "bench_cuda slice (random weights)", NULL, &err), &err, "model put");
+  lk(lh_store_open(db, &sp, &st, &err), &err, "store open");
+  lk(lh_store_model_put(st, g_bench_model_id, "bench_cuda slice (random weights)", NULL, &err), &err, "model put");
   lh_store_close(st);
   lh_store_writer_params wp = lh_store_writer_default_params();
-  lk(lh_store_writer_open(g_ckpt_db, &wp, &r->w, &err), &err, "writer open");
-  lh_store_cursor_init(&r->cur, id, 0);
+  lk(lh_store_writer_open(db, &wp, &r->w, &err), &err, "writer open");
+  lh_store_cursor_init(&r->cur, g_bench_model_id, 0);
   r->lay.n_lightning = s->cfg.n_lightning;
   r->lay.lightning_bytes = (size_t)H * D * D * 4;
   r->lay.n_softmax = s->cfg.n_softmax;
@@ -709,11 +715,221 @@ static void ckpt_close(slice *s, ckpt_run *r) {
   lk(lh_store_writer_close(r->w, &err), &err, "writer close");
 }
 
+/* ---- a prefill that outlives one process: --resumable DB, --resume-check DB ----------------------
+ *
+ * Issue 8's 4M-token row takes about 584 s of prefill (bench/NOTES.md), and one device call has
+ * 600 s for everything, so it is run the way a long job runs in the product: checkpointed after
+ * every chunk, killed (here by the call's time limit), and resumed from the last committed
+ * checkpoint by the next process. The store is on the device's disk, in an ignored folder of the
+ * repo that the run tool keeps between calls while the machine is warm.
+ *
+ * The times: DB.times gets "tokens seconds" after every chunk, where seconds are prefill time
+ * since token 0 summed over the runs (each run adds its own compute time to the time the file
+ * gives for the checkpoint it resumed from). A resumed run therefore reports the whole prefill:
+ * the earlier runs' time up to the checkpoint it loaded, plus its own. Chunks computed after that
+ * checkpoint by a killed run are computed again and not counted. Loading the checkpoint is not
+ * prefill; it is printed on its own line.
+ *
+ * The resumed KV pages are the bytes the checkpoints hold (ckpt_chunk copies whole device pages,
+ * so row t of the chain is row t % 256 of page t / 256), and the lightning states are the
+ * checkpoint's; --resume-check runs the same load on a small prefill and compares the logits. */
+typedef struct load_ctx {
+  seqm *q;
+  size_t row_bytes, state_bytes;
+} load_ctx;
+static lh_status load_part(void *user, lh_store_part part, int layer, int64_t t0, int64_t t1, const void *data,
+                           size_t nbytes, lh_error *err) {
+  load_ctx *L = user;
+  if (part == LH_PART_LIGHTNING) {
+    if (layer < 0 || layer >= 8 || nbytes != L->state_bytes)
+      return lh_error_set(err, LH_ECORRUPT, "lightning state %d: %zu bytes, not %zu", layer, nbytes, L->state_bytes);
+    ck(cudaMemcpy(L->q->light[layer], data, nbytes, cudaMemcpyHostToDevice), "state upload");
+  } else if (part == LH_PART_KV) {
+    if (layer != 0 || nbytes != (size_t)(t1 - t0) * L->row_bytes)
+      return lh_error_set(err, LH_ECORRUPT, "KV rows [%lld, %lld) of layer %d: %zu bytes", (long long)t0,
+                          (long long)t1, layer, nbytes);
+    const unsigned char *src = data;
+    for (int64_t t = t0; t < t1;) {
+      const int64_t pg = t / LH_KV_PAGE_TOKENS, off = t % LH_KV_PAGE_TOKENS;
+      const int64_t n = t1 - t < LH_KV_PAGE_TOKENS - off ? t1 - t : LH_KV_PAGE_TOKENS - off;
+      ck(cudaMemcpy((unsigned char *)L->q->tables[0][pg] + off * L->row_bytes, src, n * L->row_bytes,
+                    cudaMemcpyHostToDevice),
+         "KV upload");
+      src += n * L->row_bytes;
+      t += n;
+    }
+  }
+  return LH_OK; /* the logits are not needed: the next chunk's forward makes its own */
+}
+
+/* Load DB's longest checkpoint of tok[0:upto] into q and put r's cursor there; returns its position
+ * (0: nothing to resume). */
+static int64_t resume_from(slice *s, seqm *q, ckpt_run *r, const char *db, const int32_t *tok, int64_t upto) {
+  lh_error err;
+  lh_store_params sp = lh_store_default_params();
+  lh_store *st;
+  lk(lh_store_open(db, &sp, &st, &err), &err, "store open");
+  int64_t pos = 0, id = 0;
+  lk(lh_store_prefix_lookup(st, g_bench_model_id, tok, upto, &pos, &id, &err), &err, "prefix lookup");
+  if (pos > 0) {
+    load_ctx L = {q, r->lay.kv_row_bytes, r->lay.lightning_bytes};
+    lk(lh_store_ckpt_load(st, id, load_part, &L, &err), &err, "checkpoint load");
+    lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+    lh_store_cursor_feed(&r->cur, tok, pos);
+    lh_store_cursor_checkpointed(&r->cur);
+  }
+  lh_store_close(st);
+  return pos;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Prefill q over tokens [from, to) in chunks with a checkpoint after each. With times, every
+ * chunk is synchronised, printed and appended there as "tokens seconds" (base_s + this span's
+ * time). Returns the span's seconds. */
+static double prefill_span(slice *s, seqm *q, ckpt_run *r, const int32_t *tok, int64_t from, int64_t to,
+                           int64_t chunk, FILE *times, double base_s) {
+  double acc[T_NK] = {0};
+  const double t0 = now_s();
+  for (int64_t p = from; p < to; p += chunk) {
+    const int64_t n = to - p < chunk ? to - p : chunk;
+    lh_segment sg = {&q->mem, 0, n, p};
+    lh_batch b = {n, 1, &sg};
+    forward(s, tok + p, &b, NULL, acc);
+    ckpt_chunk(s, r, q, tok, p, n);
+    if (times) {
+      lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+      const double at = base_s + (now_s() - t0);
+      printf("    %lldK tokens at %.1f s\n", (long long)(p + n) / 1024, at);
+      fprintf(times, "%lld %.3f\n", (long long)(p + n), at);
+      fflush(times);
+    }
+  }
+  lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+  return now_s() - t0;
+}
+
+static void slice_tokens(const lh_config *c, int32_t *tok, int64_t n) {
+  for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)c->vocab_size);
+}
+
+/* The seconds DB.times gives for tokens pos (NAN when it has no line for them). */
+static double times_at(const char *path, int64_t pos) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NAN;
+  long long p;
+  double sec, at = NAN;
+  while (fscanf(f, "%lld %lf", &p, &sec) == 2)
+    if (p == pos) at = sec; /* the last line wins: a later run recomputed these chunks */
+  fclose(f);
+  return at;
+}
+
+static void bench_resumable(slice *s, int64_t tokens, int64_t chunk, const char *db) {
+  header("8-layer real-width slice, resumable prefill (a checkpoint after every chunk)");
+  const lh_config *c = &s->cfg;
+  if (chunk % LH_KV_PAGE_TOKENS) die("resumable", "the chunk must be a multiple of 256 tokens");
+  int32_t *tok = malloc((size_t)tokens * 4);
+  slice_tokens(c, tok, tokens);
+  seqm q;
+  seq_make(s, &q, tokens + 64);
+  for (int i = 0; i < c->n_lightning; i++) ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
+  ckpt_run cr;
+  ckpt_open(s, &cr, db);
+  const double l0 = now_s();
+  const int64_t from = resume_from(s, &q, &cr, db, tok, tokens);
+  char tpath[4096];
+  snprintf(tpath, sizeof tpath, "%s.times", db);
+  double base = 0;
+  if (from > 0) {
+    base = times_at(tpath, from);
+    printf("  resumed at %lldK tokens from %s: checkpoint loaded in %.1f s (not counted); ", (long long)from / 1024,
+           db, now_s() - l0);
+    if (isnan(base)) printf("%s has no time for them, so times below start at 0 there\n", tpath);
+    else printf("the earlier runs took %.1f s to there\n", base);
+  } else {
+    printf("  no checkpoint of these tokens in %s: starting at token 0\n", db);
+  }
+  FILE *times = fopen(tpath, "a");
+  if (!times) die("resumable", "cannot append to the .times file beside the store");
+  const double span = prefill_span(s, &q, &cr, tok, from, tokens, chunk, times, isnan(base) ? 0 : base);
+  fclose(times);
+  ckpt_close(s, &cr);
+  const double total = base + span;
+  const double lin = slice_linear_flops(c), att = 4.0 * D * H * ((double)tokens * (tokens + 1) / 2) * c->n_softmax;
+  const double flops = lin * tokens + att + 4.0 * D * D * H * (double)tokens * c->n_lightning;
+  char what[96], rate[160];
+  snprintf(what, sizeof what, "prefill %lldK tokens, chunks of %lldK, checkpointed", (long long)tokens / 1024,
+           (long long)chunk / 1024);
+  if (isnan(base))
+    snprintf(rate, sizeof rate, "this run %.1f s from %lldK; the earlier runs' time is not in DB.times", span,
+             (long long)from / 1024);
+  else
+    snprintf(rate, sizeof rate, "%.1f s in all (this run %.1f s from %lldK): %.0f model TFLOP/s, MFU %.0f%%", total,
+             span, (long long)from / 1024, flops / total / 1e12, 100.0 * flops / total / 1e12 / g_gemm_tflops);
+  row(what, isnan(base) ? NAN : total * 1e3, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  printf("  model FLOPs %.3e (linear %.3e, softmax attention %.3e); %.2f GB of checkpoints written by this run\n",
+         flops, lin * tokens, att, cr.bytes / 1e9);
+  lh_cuda_mem mi;
+  lh_cuda_mem_info(s->be, &mi);
+  printf("  device memory: weights %.1f GB, workspace %.2f GB, states+KV %.2f GB, device in use %.1f GB\n",
+         mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e9, mi.device_used / 1e9);
+  free(tok);
+}
+
+/* --resume-check DB: prefill tokens straight through (checkpointing into DB, which should be new),
+ * then a second sequence resumed from the checkpoint at tokens / 2 and prefilled to the end; the
+ * last token's logits must be equal bit for bit (the same ops on the same bytes). */
+static int resume_check(slice *s, int64_t tokens, int64_t chunk, const char *db) {
+  header("resumable prefill: a resumed run against a straight one");
+  const lh_config *c = &s->cfg;
+  const int64_t half = tokens / 2 / chunk * chunk;
+  if (half <= 0 || chunk % LH_KV_PAGE_TOKENS) die("resume-check", "needs tokens >= 2 chunks of a multiple of 256");
+  int32_t *tok = malloc((size_t)tokens * 4);
+  slice_tokens(c, tok, tokens);
+  float *lg[2];
+  for (int k = 0; k < 2; k++) {
+    seqm q;
+    seq_make(s, &q, tokens + 64);
+    for (int i = 0; i < c->n_lightning; i++)
+      ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
+    ckpt_run cr;
+    ckpt_open(s, &cr, db);
+    const int64_t from = k ? resume_from(s, &q, &cr, db, tok, half) : 0;
+    if (k && from != half) die("resume-check", "the halfway checkpoint is not in the store (was it new?)");
+    prefill_span(s, &q, &cr, tok, from, tokens, chunk, NULL, 0);
+    ckpt_close(s, &cr);
+    int64_t last = (tokens - 1) % chunk;
+    lg[k] = malloc((size_t)c->vocab_size * 4);
+    lk(s->ops->logits(s->be, s->ops->act(s->be, 0), &last, 1, lg[k], &s->err), &s->err, "logits");
+    for (int i = 0; i < c->n_lightning; i++) s->ops->free(s->be, q.light[i]);
+    for (int64_t p = 0; p < q.mem.n_pages; p++) s->ops->free(s->be, q.tables[0][p]);
+    free(q.tables[0]);
+  }
+  int64_t diff = 0;
+  double maxd = 0;
+  for (int64_t i = 0; i < c->vocab_size; i++) {
+    diff += memcmp(&lg[0][i], &lg[1][i], 4) != 0;
+    if (fabs(lg[0][i] - lg[1][i]) > maxd) maxd = fabs(lg[0][i] - lg[1][i]);
+  }
+  printf("  %lldK tokens straight vs resumed at %lldK: %lld of %d logits differ (max |diff| %.3g): %s\n",
+         (long long)tokens / 1024, (long long)half / 1024, (long long)diff, c->vocab_size, maxd,
+         diff ? "FAIL" : "PASS, bit for bit");
+  free(lg[0]);
+  free(lg[1]);
+  free(tok);
+  return diff != 0;
+}
+
 static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   header("8-layer real-width slice (7 lightning + 1 softmax), random weights on the GPU");
   const lh_config *c = &s->cfg;
   int32_t *tok = malloc((size_t)tokens * 4);
-  for (int64_t i = 0; i < tokens; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)c->vocab_size);
+  slice_tokens(c, tok, tokens);
   cudaEvent_t ev[64];
   for (int i = 0; i < 64; i++) ck(cudaEventCreate(&ev[i]), "event");
   double acc[T_NK] = {0}, best = INFINITY;
@@ -729,7 +945,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   ckpt_run cr;
   for (int rep = 0; rep < nrep; rep++) {
     const int with_ckpt = g_ckpt_db && rep == nrep - 1;
-    if (with_ckpt) ckpt_open(s, &cr);
+    if (with_ckpt) ckpt_open(s, &cr, g_ckpt_db);
     double a2[T_NK] = {0};
     for (int i = 0; i < s->cfg.n_lightning; i++)
       ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
@@ -870,6 +1086,7 @@ int main(int argc, char **argv) {
   const char *peers = NULL;
   int quick = 0;
   const char *only = "lightning,attention,moe,slice";
+  const char *resumable = NULL, *check = NULL;
   int64_t tokens = 32768, chunk = 16384;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--peers") && i + 1 < argc) peers = argv[++i];
@@ -879,8 +1096,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) g_ckpt_db = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--resumable") && i + 1 < argc) resumable = argv[++i];
+    else if (!strcmp(argv[i], "--resume-check") && i + 1 < argc) check = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]\n");
+      fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] "
+                      "[--checkpoint DB] [--resumable DB] [--resume-check DB]\n");
       return 2;
     }
   }
@@ -905,7 +1125,10 @@ int main(int argc, char **argv) {
   if (strstr(only, "lightning")) bench_lightning(s.st, quick);
   if (strstr(only, "attention")) bench_attention(s.st, quick);
   if (strstr(only, "moe")) bench_moe(&s, chunk);
-  if (strstr(only, "slice")) bench_slice(&s, tokens, chunk, quick);
+  int rc = 0;
+  if (check) rc = resume_check(&s, tokens, chunk, check);
+  else if (resumable) bench_resumable(&s, tokens, chunk, resumable);
+  else if (strstr(only, "slice")) bench_slice(&s, tokens, chunk, quick);
   s.ops->close(s.be);
-  return 0;
+  return rc;
 }
