@@ -1,16 +1,20 @@
-/* comm.h — the ranks of a distributed run (issue 10): one process per rank, started by mpirun.
+/* comm.h — the ranks of a distributed run (issue 10): one process per rank.
  *
  * A longhaul binary started by `mpirun -np R` (Open MPI, or any launcher that sets PMI_SIZE /
- * PMIX_RANK) is a world of R ranks. Rank 0 is the program: it parses the command line, ingests,
+ * PMIX_RANK) is a world of R ranks. So are R processes started any other way (by hand, by a
+ * scheduler, on several hosts) with LH_WORLD_SIZE=R, LH_RANK=r and LH_RENDEZVOUS=FILE, a path
+ * every rank can reach: rank 0 writes its address there and the others connect to it over TCP
+ * (engine/comm_tcp.h; LH_RENDEZVOUS_HOST, _PORT and _TIMEOUT adjust it). Rank 0 is the program: it parses the command line, ingests,
  * talks to the store and writes results. Ranks 1..R-1 only serve rank 0's engine calls
  * (lh_rank_serve): every model rank 0 opens is opened on every rank, each rank computing its
  * share of the heads and experts (engine/ranks.c says which), and the engine on rank 0 tells the
  * others each call before it makes it, so all ranks issue the same backend operations.
  *
- * The transport is MPI for host buffers (the CPU backend). Sums are deterministic: every rank's
- * buffer is gathered and added in rank order, so R processes give the same bits as the CPU
- * backend's tp_ranks = R simulation in one process. A build without MPI (CMake found none) still
- * runs as one process, and refuses to start as several with a message naming the package.
+ * The transport is MPI or TCP for host buffers (the CPU backend). Sums are deterministic: every
+ * rank's buffer is gathered and added in rank order, so R processes give the same bits as the CPU
+ * backend's tp_ranks = R simulation in one process, over either transport. A build without MPI
+ * (CMake found none) refuses to start under mpirun with a message naming the package and the
+ * variables; the TCP world needs nothing beyond the C library.
  */
 #ifndef LH_ENGINE_COMM_H
 #define LH_ENGINE_COMM_H
@@ -26,10 +30,10 @@ extern "C" {
 
 typedef struct lh_comm lh_comm;
 
-/* Join the world when this process was started by an MPI launcher; *world is NULL otherwise (a
- * plain run). Call once, first thing in main. */
+/* Join the world when this process was started by an MPI launcher or with LH_WORLD_SIZE; *world
+ * is NULL otherwise (a plain run). Call once, first thing in main. */
 lh_status lh_comm_init(int *argc, char ***argv, lh_comm **world, lh_error *err);
-/* Leave the world (MPI_Finalize); accepts NULL. */
+/* Leave the world (MPI_Finalize, or close the TCP links); accepts NULL. */
 void lh_comm_finish(lh_comm *c);
 /* The world lh_comm_init made, or NULL. lh_model_default_params puts it in its params. */
 lh_comm *lh_comm_world(void);

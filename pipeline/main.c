@@ -1,8 +1,9 @@
 /* main.c — the longhaul command line: dispatch to a subcommand (see commands.h).
  *
- * Started by mpirun (`mpirun -np R build/longhaul run ...`), every process joins the world of
- * ranks first (engine/comm.h): rank 0 runs the command, and every model it opens spans all ranks;
- * ranks 1..R-1 only serve rank 0's engine calls and print nothing of their own. */
+ * Started as R ranks (`mpirun -np R build/longhaul run ...`, or R processes with LH_WORLD_SIZE,
+ * LH_RANK and LH_RENDEZVOUS), every process joins the world of ranks first (engine/comm.h): rank 0
+ * runs the command, and every model it opens spans all ranks; ranks 1..R-1 only serve rank 0's
+ * engine calls and print nothing of their own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

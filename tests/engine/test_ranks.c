@@ -1,11 +1,12 @@
-/* test_ranks.c — one model over R processes (issue 10), run by ctest as `mpirun -np R test_ranks`.
+/* test_ranks.c — one model over R processes (issue 10), run by ctest as `mpirun -np R test_ranks`
+ * and as R processes of a world over TCP (`tests/engine/tcp_world.sh R test_ranks`).
  *
  * First, every engine fixture (tests/fixtures/engine) that R divides: logits equal tp_ranks = R's
  * bit for bit and meet the HF bound (hf_tp8_gqa2_top2of8 divides by 2, 4 and 8), and a state
  * from the ranks is tp_ranks = R's bytes and resumes in one process within the HF bound. Then, where R
  * divides it (2, 4), rank 0 opens the shipped model (models/haul-tiny) spread over the world, so each process
  * computes its share of the heads, kv heads and experts and the partial sums cross processes
- * through MPI (engine/ranks.c, engine/comm.c). It checks, against models in rank 0 alone:
+ * through MPI or TCP (engine/ranks.c, engine/comm.c). It checks, against models in rank 0 alone:
  *  - every position's logits equal, bit for bit, the CPU backend's simulation of R ranks in one
  *    process (tp_ranks = R): the sums over processes are added in the same rank order;
  *  - those logits meet the engine-core bound against HF transformers (tests/fixtures/haul-tiny);
@@ -16,7 +17,7 @@
  *    the simulation's bits;
  *  - bad input (a token outside the vocabulary) fails on every rank alike and leaves the state
  *    usable.
- * Without MPI (run directly, or a build without it) it skips (77).
+ * Run as one process it skips (77).
  */
 #include "tests/test.h"
 
@@ -282,7 +283,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (!world || lh_comm_size(world) < 2) {
-    fprintf(stderr, "SKIP: not started by mpirun with 2 or more ranks\n");
+    fprintf(stderr, "SKIP: not started as 2 or more ranks (mpirun, or tests/engine/tcp_world.sh)\n");
     lh_comm_finish(world);
     return 77;
   }

@@ -2,6 +2,7 @@
  *
  *     build/tests/gpu/nccl_world                 a world of one rank on GPU 0
  *     mpirun -np N build/tests/gpu/nccl_world    N ranks; on each host, local rank r on GPU r
+ *     tests/engine/tcp_world.sh N build/tests/gpu/nccl_world    the same without MPI (a TCP world)
  *
  * Rank 0 makes an ncclUniqueId and the MPI world (engine/comm.h) carries it to the others, which
  * is how the CUDA backend's ranks will make their communicator. Then:
