@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -260,11 +261,18 @@ static lh_status join_rendezvous(lh_tcp *t, const char *path, double deadline, i
     hello hi = {TCP_MAGIC, (uint32_t)t->rank, (uint32_t)t->size, 0, nonce, {0}};
     my_host(hi.host);
     welcome w;
+    /* rank 0 answers once every rank is in, so wait up to the deadline, and no longer: whatever
+     * listens at a stale file's port may never answer */
+    const double left = deadline - now_s() + 1;
+    struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (write_all(fd, &hi, sizeof hi) || read_all(fd, &w, sizeof w) || w.magic != TCP_MAGIC || !w.ok) {
       snprintf(why, sizeof why, "%s:%u did not take rank %d in (a stale rendezvous file?)", host, port, t->rank);
       close(fd);
       continue;
     }
+    struct timeval none = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
     t->fd[0] = fd;
     *local_rank = (int)w.local_rank, *local_size = (int)w.local_size;
     return LH_OK;

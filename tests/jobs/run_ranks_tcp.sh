@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_ranks_tcp.sh — `longhaul run` as 2 ranks of a world without MPI (issue 10: LH_WORLD_SIZE,
 # LH_RANK and a rendezvous file; engine/comm_tcp.c), with nothing else to start or end them:
-#  1. the 2 ranks give the answers of one process;
+#  1. the 2 ranks give the answers of one process, though a stale rendezvous file was there first;
 #  2. rank 0 killed with -9 in mid-prefill: rank 1 ends by itself (it sees rank 0's links close),
 #     and one process finishes the jobs from the checkpoints with the reference output;
 #  3. rank 1 killed with -9 in mid-prefill: rank 0 fails the run with a message naming rank 1,
@@ -30,8 +30,11 @@ try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from
 except Exception: print(0)' "$1/longhaul.db" 2>/dev/null || echo 0; }
 
 run1 --out "$T/ref" > "$T/ref.log" 2>&1 || { cat "$T/ref.log"; fail "one-process run failed"; }
-rm -f "$T/ranks.rdv"
+# a stale rendezvous file of an earlier run (closed port, other nonce): rank 1, started first,
+# reads it, fails to join through it, and retries until rank 0 has written the run's own
+echo "localhost 9 42" > "$T/ranks.rdv"
 rank 1 "$T/ranks"; p1=$!
+sleep 0.5
 rank 0 "$T/ranks"; p0=$!
 wait $p0 || { cat "$T/ranks.rank0.log"; fail "rank 0 of 2 failed"; }
 wait $p1 || { cat "$T/ranks.rank1.log"; fail "rank 1 of 2 failed"; }
