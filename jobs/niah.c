@@ -519,12 +519,41 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
     cJSON_AddNumberToObject(c, "trials", cells[i].trials);
     cJSON_AddItemToArray(ca, c);
   }
+  /* per length (cells are sorted by length, then depth); more lengths than a sweep can have
+   * (LH_NIAH_MAX_CELLS) only come from a hand-edited results.jsonl and are left out */
+  lh_niah_length by[LH_NIAH_MAX_CELLS];
+  int nl = 0;
+  for (int i = 0; i < nc; i++) {
+    if (i == 0 || cells[i].length != cells[i - 1].length) {
+      if (nl == LH_NIAH_MAX_CELLS) break;
+      by[nl++] = (lh_niah_length){cells[i].length, 0, 0, 2, 0, 0};
+    }
+    lh_niah_length *L = &by[nl - 1];
+    L->trials += cells[i].trials;
+    L->accuracy += cells[i].score * cells[i].trials;
+    if (cells[i].score < L->worst_score)
+      L->worst_score = cells[i].score, L->worst_depth = cells[i].depth, L->worst_trials = cells[i].trials;
+  }
+  cJSON *la = cJSON_AddArrayToObject(o, "lengths");
+  for (int j = 0; j < nl; j++) {
+    by[j].accuracy /= by[j].trials;
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "length", (double)by[j].length);
+    cJSON_AddNumberToObject(c, "trials", by[j].trials);
+    cJSON_AddNumberToObject(c, "accuracy", by[j].accuracy);
+    cJSON_AddNumberToObject(c, "worst_cell_score", by[j].worst_score);
+    cJSON_AddNumberToObject(c, "worst_cell_depth", by[j].worst_depth);
+    cJSON_AddNumberToObject(c, "worst_cell_trials", by[j].worst_trials);
+    cJSON_AddItemToArray(la, c);
+  }
   if (sum) {
     sum->trials = n;
     sum->accuracy = acc / n;
     sum->exact = ex / n;
     sum->tokens_computed = computed;
     sum->tokens_naive = naive;
+    sum->n_lengths = nl;
+    memcpy(sum->by_length, by, (size_t)nl * sizeof *by);
   }
   char *js = cJSON_Print(o);
   cJSON_Delete(o);

@@ -71,6 +71,17 @@ lh_niah_params lh_niah_default_params(void);
 int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err);
 int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err);
 
+/* One prompt length of a sweep: its accuracy, and its worst depth cell (the lowest mean score; the
+ * shallowest depth among equals), since a bar such as ">= 95% at every depth" is judged on that
+ * cell and its number of trials. */
+typedef struct lh_niah_length {
+  int64_t length;
+  int trials;
+  double accuracy;
+  double worst_score, worst_depth; /* depth in percent */
+  int worst_trials;
+} lh_niah_length;
+
 typedef struct lh_niah_summary {
   int trials, trials_run, trials_resumed;
   double accuracy, exact;        /* over all trials */
@@ -78,6 +89,8 @@ typedef struct lh_niah_summary {
   int64_t tokens_naive;          /* sum of every trial's prompt length */
   int64_t tokens_restored;       /* main-state tokens restored from checkpoints in this run */
   double seconds;
+  int n_lengths; /* per prompt length, ascending */
+  lh_niah_length by_length[LH_NIAH_MAX_CELLS];
 } lh_niah_summary;
 
 /* Run (or resume) a sweep into p->out_dir: results.jsonl, results.csv, summary.json, sweep.json,

@@ -156,6 +156,16 @@ int lh_cmd_niah(int argc, char **argv) {
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f\n", s.trials,
          s.trials_run, s.trials_resumed, s.accuracy, s.exact);
+  for (int i = 0; i < s.n_lengths; i++) {
+    const lh_niah_length *L = &s.by_length[i];
+    char len[32];
+    if (L->length % 1048576 == 0) snprintf(len, sizeof len, "%lldM", (long long)(L->length / 1048576));
+    else if (L->length % 1024 == 0) snprintf(len, sizeof len, "%lldK", (long long)(L->length / 1024));
+    else snprintf(len, sizeof len, "%lld", (long long)L->length);
+    printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials, L->accuracy,
+           L->worst_depth, L->worst_score, L->worst_trials,
+           L->worst_trials == 1 ? "" : "s");
+  }
   printf("  tokens computed %lld of a naive %lld (%.1f%%); %lld restored from checkpoints in this run; %.1f s\n",
          (long long)s.tokens_computed, (long long)s.tokens_naive,
          s.tokens_naive ? 100.0 * (double)s.tokens_computed / (double)s.tokens_naive : 0.0,

@@ -28,6 +28,36 @@ for r in rows:
 for f in ("results.csv", "sweep.json"):
     assert os.path.getsize(os.path.join(d, f)) > 0, f
 PY
+# summary.json's per-length lines against results.jsonl, on scores edited so that cells differ:
+# `niah plot` rewrites summary.json from results.jsonl
+mkdir -p "$T/edited"
+python3 - "$T/ref/results.jsonl" "$T/edited/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for i, r in enumerate(rows):
+    r["score"] = [1.0, 0.0, 0.5][i % 3]
+open(sys.argv[2], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PY
+cp "$T/ref/sweep.json" "$T/edited/"
+"$LH" niah plot "$T/edited" > /dev/null 2>&1 || true
+python3 - "$T/edited" <<'PY'
+import collections, json, os, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))]
+by = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in rows:
+    by[r["length"]][r["depth"]].append(r["score"])
+got = json.load(open(os.path.join(d, "summary.json")))["lengths"]
+assert [g["length"] for g in got] == sorted(by), got
+for g in got:
+    cells = by[g["length"]]
+    scores = [x for v in cells.values() for x in v]
+    assert g["trials"] == len(scores), g
+    assert abs(g["accuracy"] - sum(scores) / len(scores)) < 1e-9, g
+    worst = min(sorted(cells), key=lambda k: sum(cells[k]) / len(cells[k]))
+    assert g["worst_cell_depth"] == worst and g["worst_cell_trials"] == len(cells[worst]), (g, worst)
+    assert abs(g["worst_cell_score"] - sum(cells[worst]) / len(cells[worst])) < 1e-9, g
+PY
 if "$LH" niah plot "$T/ref" > /dev/null 2>&1; then
   python3 -c 'import sys; h = open(sys.argv[1], "rb").read(8); assert h == b"\x89PNG\r\n\x1a\n", h' "$T/ref/heatmap.png"
 else
