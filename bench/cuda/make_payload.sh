@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make_payload.sh — gather what bench/cuda/run_device.sh needs into /work/main/.dev/cuda (git-ignored
-# there), from a CUDA build of this worktree: the two programs, the shared libraries the GPU box
+# there), from a CUDA build of this worktree: the bench and test programs and longhaul, the shared libraries the GPU box
 # lacks (shared/gpu/carry-libs.sh), the peers script and the optional flash-linear-attention wheel.
 # Usage: bench/cuda/make_payload.sh [BUILD_DIR] [WHEEL_DIR]
 # (gpu_model_parity is built only where engine/forward.c exists; it is carried when present.)
@@ -14,7 +14,9 @@ mkdir -p "$dest/bin" "$dest/whl"
 cp "$build/tests/gpu/gpu_parity" "$build/bench/cuda/bench_cuda" "$dest/bin/"
 if [ -x "$build/tests/gpu/gpu_model_parity" ]; then cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"; fi
 if [ -x "$build/tests/gpu/nccl_world" ]; then cp "$build/tests/gpu/nccl_world" "$dest/bin/"; fi
-cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$dest/"
+if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for run_device_niah.sh
+cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" \
+  "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" "$dest/"
 if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
 # carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
 mkdir -p "$dest/libs"
