@@ -19,11 +19,11 @@
  * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]
  *                   [--resumable DB] [--resume-check DB]
  * (--checkpoint DB: one more slice run that checkpoints every chunk into the SQLite store DB)
- * (--resumable DB: instead of the slice section, one prefill that checkpoints every chunk into DB
- * and resumes from DB's last checkpoint: a prefill longer than one device call, killed by the
- * call's limit and run again, goes on where it stopped; see bench_resumable)
- * (--resume-check DB: instead of the slice section, a prefill straight through and one resumed
- * from its own checkpoint halfway must give the same logits, bit for bit)
+ * (--resumable DB: instead of every section but the ceilings, one prefill that checkpoints every
+ * chunk into DB and resumes from DB's last checkpoint: a prefill longer than one device call,
+ * killed by the call's limit and run again, goes on where it stopped; see bench_resumable)
+ * (--resume-check DB: instead of every section but the ceilings, a prefill straight through and
+ * one resumed from its own checkpoint halfway must give the same logits, bit for bit)
  * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
  * slice run, fewer repetitions)
  */
@@ -1104,6 +1104,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (check || resumable) only = ""; /* those are the whole run: no other section */
   setvbuf(stdout, NULL, _IOLBF, 0);
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) {
