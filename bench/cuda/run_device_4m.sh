@@ -10,7 +10,7 @@
 # at the repo root, a folder the committed .gitignore ignores (/build-*/), which the run tool
 # keeps in the device's repo copy while the machine is warm; on a fresh machine the run starts
 # again from token 0 and says so.
-# The first call also checks the resume on a small prefill (--resume-check: the logits of a run
+# The second call first checks the resume on a small prefill (--resume-check: the logits of a run
 # resumed halfway equal a straight run's, bit for bit).
 # Payload: bench/cuda/make_payload.sh BUILD (this script is copied there). On the box, both times:
 #   bash .dev/cuda/run_device_4m.sh        (logs under $OUT; give each call timeout_s 600)
@@ -24,14 +24,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 df -h "$D" | tail -1
 if [ ! -f "$store/slice4m.db" ]; then
   mkdir -p "$store"
+  echo "=== 4M prefill, first call (stopped near the limit; run this script again at once)"
+else
+  # the second call has time to spare: check the resume itself first, in its own process
   echo "=== resume check (256K tokens, resumed at 128K)"
   rm -f /tmp/lh-resume-check.db*
-  timeout 60 bin/bench_cuda --resume-check /tmp/lh-resume-check.db --tokens 262144 --chunk 65536 > "$OUT/resume-check.log" 2>&1
+  timeout 150 bin/bench_cuda --resume-check /tmp/lh-resume-check.db --tokens 262144 --chunk 65536 > "$OUT/resume-check.log" 2>&1
   echo "rc=$?"
   grep -E "PASS|FAIL|bench_cuda:" "$OUT/resume-check.log"
   rm -f /tmp/lh-resume-check.db*
-  echo "=== 4M prefill, first call (stopped near the limit; run this script again at once)"
-else
   echo "=== 4M prefill, resumed from $store/slice4m.db ($(du -sh "$store" | cut -f1))"
 fi
 log="$OUT/slice4m-$(date +%H%M%S).log"
