@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fs.h"
+
 #define TCP_MAGIC 0x4c48524bu /* "LHRK" */
 #define HOST_MAX 256
 
@@ -45,11 +47,6 @@ typedef struct header {
   uint64_t bytes;
 } header;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 static void nap(void) {
   struct timespec t = {0, 50 * 1000 * 1000};
   nanosleep(&t, NULL);
@@ -158,7 +155,7 @@ static lh_status serve_rendezvous(lh_tcp *t, const char *path, double deadline, 
   const char *h = getenv("LH_RENDEZVOUS_HOST");
   if (h && *h) snprintf(host, sizeof host, "%s", h);
   else my_host(host);
-  uint64_t nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(now_s() * 1e6);
+  uint64_t nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)(lh_now() * 1e6);
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f || fprintf(f, "%s %u %llu\n", host, (unsigned)ntohs(a.sin_port), (unsigned long long)nonce) < 0 ||
@@ -179,7 +176,7 @@ static lh_status serve_rendezvous(lh_tcp *t, const char *path, double deadline, 
   lh_status st = LH_OK;
   for (int joined = 1; joined < t->size && !st;) {
     struct pollfd p = {ls, POLLIN, 0};
-    int left_ms = (int)((deadline - now_s()) * 1e3);
+    int left_ms = (int)((deadline - lh_now()) * 1e3);
     if (left_ms <= 0) {
       st = lh_error_set(err, LH_EBACKEND, "ranks: rank 0: %d of %d ranks joined through %s before the timeout",
                         joined, t->size, path);
@@ -230,7 +227,7 @@ static lh_status serve_rendezvous(lh_tcp *t, const char *path, double deadline, 
 static lh_status join_rendezvous(lh_tcp *t, const char *path, double deadline, int *local_rank, int *local_size,
                                  lh_error *err) {
   char why[512] = "the file did not appear";
-  for (; now_s() < deadline; nap()) {
+  for (; lh_now() < deadline; nap()) {
     FILE *f = fopen(path, "r");
     if (!f) continue;
     char host[HOST_MAX] = "";
@@ -263,7 +260,7 @@ static lh_status join_rendezvous(lh_tcp *t, const char *path, double deadline, i
     welcome w;
     /* rank 0 answers once every rank is in, so wait up to the deadline, and no longer: whatever
      * listens at a stale file's port may never answer */
-    const double left = deadline - now_s() + 1;
+    const double left = deadline - lh_now() + 1;
     struct timeval tv = {(time_t)left, (suseconds_t)((left - (double)(time_t)left) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (write_all(fd, &hi, sizeof hi) || read_all(fd, &w, sizeof w) || w.magic != TCP_MAGIC || !w.ok) {
@@ -292,7 +289,7 @@ lh_status lh_tcp_join(int rank, int size, const char *path, double timeout_s, lh
   }
   for (int i = 0; i < size; i++) fd[i] = -1;
   t->rank = rank, t->size = size, t->fd = fd;
-  const double deadline = now_s() + timeout_s;
+  const double deadline = lh_now() + timeout_s;
   lh_status st = rank == 0 ? serve_rendezvous(t, path, deadline, local_rank, local_size, err)
                            : join_rendezvous(t, path, deadline, local_rank, local_size, err);
   if (st) {

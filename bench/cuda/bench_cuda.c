@@ -42,6 +42,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "store/store.h"
+#include "util/fs.h"
 
 #define H 64
 #define D 128
@@ -782,19 +783,13 @@ static int64_t resume_from(slice *s, seqm *q, ckpt_run *r, const char *db, const
   return pos;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* Prefill q over tokens [from, to) in chunks with a checkpoint after each. With times, every
  * chunk is synchronised, printed and appended there as "tokens seconds" (base_s + this span's
  * time). Returns the span's seconds. */
 static double prefill_span(slice *s, seqm *q, ckpt_run *r, const int32_t *tok, int64_t from, int64_t to,
                            int64_t chunk, FILE *times, double base_s) {
   double acc[T_NK] = {0};
-  const double t0 = now_s();
+  const double t0 = lh_now();
   for (int64_t p = from; p < to; p += chunk) {
     const int64_t n = to - p < chunk ? to - p : chunk;
     lh_segment sg = {&q->mem, 0, n, p};
@@ -803,14 +798,14 @@ static double prefill_span(slice *s, seqm *q, ckpt_run *r, const int32_t *tok, i
     ckpt_chunk(s, r, q, tok, p, n);
     if (times) {
       lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
-      const double at = base_s + (now_s() - t0);
+      const double at = base_s + (lh_now() - t0);
       printf("    %lldK tokens at %.1f s\n", (long long)(p + n) / 1024, at);
       fprintf(times, "%lld %.3f\n", (long long)(p + n), at);
       fflush(times);
     }
   }
   lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
-  return now_s() - t0;
+  return lh_now() - t0;
 }
 
 static void slice_tokens(const lh_config *c, int32_t *tok, int64_t n) {
@@ -840,7 +835,7 @@ static void bench_resumable(slice *s, int64_t tokens, int64_t chunk, const char 
   for (int i = 0; i < c->n_lightning; i++) ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
   ckpt_run cr;
   ckpt_open(s, &cr, db);
-  const double l0 = now_s();
+  const double l0 = lh_now();
   const int64_t from = resume_from(s, &q, &cr, db, tok, tokens);
   char tpath[4096];
   snprintf(tpath, sizeof tpath, "%s.times", db);
@@ -848,7 +843,7 @@ static void bench_resumable(slice *s, int64_t tokens, int64_t chunk, const char 
   if (from > 0) {
     base = times_at(tpath, from);
     printf("  resumed at %lldK tokens from %s: checkpoint loaded in %.1f s (not counted); ", (long long)from / 1024,
-           db, now_s() - l0);
+           db, lh_now() - l0);
     if (isnan(base)) printf("%s has no time for them, so times below start at 0 there\n", tpath);
     else printf("the earlier runs took %.1f s to there\n", base);
   } else {

@@ -24,9 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/comm.h"
+#include "util/fs.h"
 
 static int g_rank;
 
@@ -46,12 +46,6 @@ static int g_rank;
       return 1;                                                                                    \
     }                                                                                              \
   } while (0)
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static int run(lh_comm *world) {
   const int R = lh_comm_size(world), rank = lh_comm_rank(world);
@@ -103,10 +97,10 @@ static int run(lh_comm *world) {
     NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16 (warm-up)");
     CK(cudaStreamSynchronize(st), "sync");
     const int reps = 5;
-    double t0 = now_s();
+    double t0 = lh_now();
     for (int i = 0; i < reps; i++) NK(ncclAllReduce(b, b, m, ncclBfloat16, ncclSum, nc, st), "ncclAllReduce bf16");
     CK(cudaStreamSynchronize(st), "sync");
-    ms = (now_s() - t0) * 1e3 / reps;
+    ms = (lh_now() - t0) * 1e3 / reps;
     cudaFree(b);
   }
 
