@@ -17,3 +17,20 @@ make_repo() {
   tar -C "$T/repo" -czf "$T/repo.tar.gz" .
 }
 json() { python3 -c "import json,sys; $1" "${@:2}"; }
+# For the ranks tests (run_ranks.sh, run_ranks_tcp.sh): a two-question batch over the repository,
+# each answer of an output.jsonl as one line, the tokens a run log says it restored, and how many
+# checkpoints a run's store holds (0 while it has none yet).
+make_ranks_batch() {
+  cat > "$T/batch.jsonl" <<'B'
+{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_sha256_init?"}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
+{"custom_id":"r2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Summarise docs/ops.md."}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
+B
+}
+answers() { json 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    print(o["custom_id"], json.dumps(o["response"]["body"]["choices"][0]) if o["response"]["body"] else o["error"])' "$1"; }
+restored() { sed -n 's/.* \([0-9][0-9]*\) restored from checkpoints.*/\1/p' "$1"; }
+checkpoints() { python3 -c 'import sqlite3, sys
+try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
+except Exception: print(0)' "$1/longhaul.db" 2>/dev/null || echo 0; }

@@ -16,17 +16,9 @@
 command -v mpirun >/dev/null || { echo "SKIPPED: no mpirun (Debian: openmpi-bin)" >&2; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 make_repo
-cat > "$T/batch.jsonl" <<'B'
-{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_sha256_init?"}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
-{"custom_id":"r2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Summarise docs/ops.md."}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
-B
+make_ranks_batch
 run1() { "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none "$@"; }
 runR() { mpirun -np 2 "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none "$@"; }
-answers() { json 'import json,sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    print(o["custom_id"], json.dumps(o["response"]["body"]["choices"][0]) if o["response"]["body"] else o["error"])' "$1"; }
-restored() { sed -n 's/.* \([0-9][0-9]*\) restored from checkpoints.*/\1/p' "$1"; }
 
 run1 --out "$T/ref" > "$T/ref.log" 2>&1 || { cat "$T/ref.log"; fail "one-process run failed"; }
 runR --out "$T/ranks" > "$T/ranks.log" 2>&1 || { cat "$T/ranks.log"; fail "2-rank run failed"; }
@@ -44,9 +36,7 @@ kill_rank() {
     launcher=$!
     # wait for the ranks' first checkpoints (a loaded machine takes a while to get there)
     for _ in $(seq 1 300); do
-      n=$(python3 -c 'import sqlite3, sys
-try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
-except Exception: print(0)' "$dir/longhaul.db" 2>/dev/null || echo 0)
+      n=$(checkpoints "$dir")
       [ "$n" -ge $attempt ] && break
       kill -0 $launcher 2>/dev/null || break
       sleep 0.1

@@ -10,24 +10,13 @@
 #     no rendezvous file, a rank 0 whose other rank never comes (the timeout names the file).
 . "$(dirname "$0")/lib.sh"
 make_repo
-cat > "$T/batch.jsonl" <<'B'
-{"custom_id":"r1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_sha256_init?"}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
-{"custom_id":"r2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Summarise docs/ops.md."}],"max_tokens":12,"temperature":0,"documents":["repo.tar.gz","repo.tar.gz","repo.tar.gz"]}}
-B
+make_ranks_batch
 run1() { "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none "$@"; }
-answers() { json 'import json,sys
-for l in open(sys.argv[1]):
-    o = json.loads(l)
-    print(o["custom_id"], json.dumps(o["response"]["body"]["choices"][0]) if o["response"]["body"] else o["error"])' "$1"; }
-restored() { sed -n 's/.* \([0-9][0-9]*\) restored from checkpoints.*/\1/p' "$1"; }
 # rank R OUT: start rank R of a 2-rank world writing into OUT (in the background; $! is its pid)
 rank() {
   LH_WORLD_SIZE=2 LH_RANK=$1 LH_RENDEZVOUS="$2.rdv" LH_RENDEZVOUS_TIMEOUT=60 timeout 300 \
     "$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 128 --progress none --out "$2" > "$2.rank$1.log" 2>&1 &
 }
-checkpoints() { python3 -c 'import sqlite3, sys
-try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
-except Exception: print(0)' "$1/longhaul.db" 2>/dev/null || echo 0; }
 
 run1 --out "$T/ref" > "$T/ref.log" 2>&1 || { cat "$T/ref.log"; fail "one-process run failed"; }
 # a stale rendezvous file of an earlier run (closed port, other nonce): rank 1, started first,
