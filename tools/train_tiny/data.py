@@ -98,12 +98,20 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      TRAIN_MAGIC_V4 / TRAIN_MULTI_VALUE_Q_V4 phrasings in every step. Why: at step 5045 the
 #      first-digit misses are left only in the forms the dense steps did not train (multi-query's
 #      and multi-value's later values, repository values, held-out phrasings) and "which file"
-#      was never learned (TRAINING.md, "What the failures look like").
+#      was never learned (TRAINING.md, "What the failures look like"). Trained in session 4
+#      (steps 5045-6570): multi-query through longhaul went from 23/40 to 40/40.
+#   5: (not trained yet) version 4 with longer multi-value lists. Why: at step 6571 longhaul's
+#      multi-value (4 values planted) gives 3 of the 4 values in 33 of 40 answers, every value
+#      given right: the list ends early. Version 4 had 4-value lists in a quarter of its dense
+#      multi-value turns and none in its long steps. Version 5 draws 2-5 values per key in dense
+#      multi-value turns (MV_VALUES), gives multi-value a larger share of the dense steps
+#      (DENSE_MIXES[5]) and 2-5 values in the long steps' multi-value samples.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
     3: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the long steps: version 2's mix
     4: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the same, with version 4's phrasings
+    5: (0.20, 0.30, 0.10, 0.14, 0.08, 0.11, 0.07, 0.0),   # multi-value 0.08 -> 0.10
 }
 TASKS_V3 = TASKS + ("multikey_dense",)
 DENSE_STEP_P = 0.5        # version 3: share of steps that are dense steps
@@ -111,6 +119,13 @@ DENSE_LEN = (256, 2048)   # their lengths, log-uniform
 DENSE_MIX = {"multikey_dense": 0.75, "multikey": 0.10, "magic": 0.15}  # their tasks (magic with hard negatives)
 DENSE_MIX_V4 = {"multikey_dense": 0.35, "multiquery_dense": 0.15, "multivalue_dense": 0.15,
                 "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10}
+DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
+               5: {"multikey_dense": 0.25, "multiquery_dense": 0.15, "multivalue_dense": 0.25,
+                   "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10}}
+# values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
+MV_VALUES = {4: (1, 5), 5: (2, 6)}
+# values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
+MV_LONG_VALUES = (2, 6)
 TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
 
@@ -267,13 +282,14 @@ class Generator:
 
     def sample(self, rng, task: str, length: int, depth: float | None = None, layout: str | None = None,
                style: str | None = None, phrasing: str = "train", n_needles: int | None = None,
-               extra_turns: int = 0, distractors: int = 0):
+               extra_turns: int = 0, distractors: int = 0, mv_values: tuple = (1, 5)):
         """One sample of about `length` tokens: dict(ids, spans, answer_start, answer_end, answer, task, depth).
 
         extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns.
         distractors > 0 (magic task) adds hard negatives: magic-number lines for other keys, in
         the target's phrasing or another training phrasing, at random depths; only the target's
-        key is asked about."""
+        key is asked about. mv_values: (lo, hi) of each key's value count in multivalue_dense, as
+        rng.integers(lo, hi)."""
         layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
         style = style or ("raw" if rng.random() < 0.4 else "framed")
         magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC_V4 if phrasing == "train4" else TRAIN_MAGIC
@@ -359,14 +375,14 @@ class Generator:
             (question, answer), more = turns[0], turns[1:]
             return self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth, more)
         elif task == "multivalue_dense":
-            # 2-5 keys with 1-4 values each (longhaul niah's multivalue plants 4), then 2-4 turns,
+            # 2-5 keys with mv_values values each (longhaul niah's multivalue plants 4), then 2-4 turns,
             # each asking all the values of one key in document order (the lines are sorted by
             # depth, so their insertion order is their document order)
             needle, _ = magic[int(rng.integers(len(magic)))]
             qs = self._multivalue_qs(phrasing)
             keys = self._keys(rng, int(rng.integers(2, 6)))
             planted = sorted((float(rng.random()), i, self._number(rng, 7))
-                             for i in range(len(keys)) for _ in range(int(rng.integers(1, 5))))
+                             for i in range(len(keys)) for _ in range(int(rng.integers(*mv_values))))
             lines = [needle.format(k=keys[i], v=v) for _, i, v in planted]
             depths = [d for d, _, _ in planted]
             asked = rng.permutation(len(keys)).tolist()[: int(rng.integers(2, 5))]
@@ -487,6 +503,7 @@ CURRICULA = {
     # with max_len 32768 it is version 3's schedule
     4: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (0.90, 32768), (1.01, 65536)],
 }
+CURRICULA[5] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:
@@ -523,6 +540,8 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
         if length >= 2048 and task in ("multikey", "repo_value", "repo_file") and rng.random() < 0.7:
             extra = int(rng.integers(1, 4))
         n = int(rng.integers(extra + 1, extra + 4)) if task == "multikey" and extra else None
+        if version >= 5 and task == "multivalue":
+            n = int(rng.integers(*MV_LONG_VALUES))
         dis = 0
         if version >= 2 and task == "magic" and rng.random() < HARD_NEG_P:
             dis = int(rng.integers(1, 5))
@@ -533,10 +552,11 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
 
 def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int, version: int = 3):
     """Dense steps (version 3 on): short samples (DENSE_LEN), mostly many facts with several
-    questions; version 3 draws them from DENSE_MIX, version 4 from DENSE_MIX_V4."""
+    questions, drawn from DENSE_MIXES[version]."""
     lo, hi = DENSE_LEN[0], min(DENSE_LEN[1], max_len)
     length = int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-    mix = DENSE_MIX if version == 3 else DENSE_MIX_V4
+    mix = DENSE_MIXES[version]
+    mv = MV_VALUES.get(version, MV_VALUES[4])
     phrasing = "train4" if version >= 4 else "train"
     names = list(mix)
     p = np.array([mix[k] for k in names])
@@ -546,5 +566,6 @@ def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int, version
         task = names[int(rng.choice(len(names), p=p))]
         dis = int(rng.integers(1, 5)) if task == "magic" else 0
         n = int(rng.integers(2, 5)) if task == "multikey" else None
-        samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis, phrasing=phrasing))
+        samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis, phrasing=phrasing,
+                                  mv_values=mv))
     return samples, length
