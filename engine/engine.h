@@ -87,7 +87,8 @@ typedef struct lh_model_params {
                             all ranks in this process, one after another, each on its shard of the
                             heads and experts, and sums their partial outputs in rank order where a
                             multi-GPU run all-reduces: it checks the partitioning against one rank.
-                            Heads, kv heads and experts must divide by it. Other backends refuse > 1. */
+                            Heads, kv heads and experts must divide by it. Other backends refuse > 1
+                            (the CUDA backend splits over processes: comm). */
   lh_comm *comm;         /* the world of ranks (engine/comm.h) this model spans, one share per rank; NULL or
                             a world of one rank: this process alone. Defaults to lh_comm_world(), so a
                             binary started by mpirun spreads every model it opens over its ranks. The

@@ -26,6 +26,10 @@
  * one resumed from its own checkpoint halfway must give the same logits, bit for bit)
  * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
  * slice run, fewer repetitions)
+ * Over several GPUs (issue 10's scaling table): `mpirun -np R bench_cuda --only slice --tokens N`
+ * runs the slice split over R ranks (tensor-parallel heads, expert-parallel MoE, NCCL sums; each
+ * rank draws its own share of the random weights) and prints the same rows with MFU against R x
+ * the GEMM rate; run the same command as one process for the 1-GPU row.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,6 +42,7 @@
 #include <time.h>
 
 #include "engine/backend.h"
+#include "engine/comm.h"
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
@@ -505,6 +510,7 @@ typedef struct slice {
   lh_config cfg;
   lh_error err;
   cudaStream_t st;
+  int hl, gl, ranks; /* this rank's heads and kv heads, of ranks (--ranks; 1: all of H and HKV) */
 } slice;
 
 typedef struct seqm {
@@ -516,7 +522,7 @@ typedef struct seqm {
 
 static void seq_make(slice *s, seqm *q, int64_t max_tokens) {
   memset(q, 0, sizeof *q);
-  const size_t sb = (size_t)H * D * D * 4, pb = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  const size_t sb = (size_t)s->hl * D * D * 4, pb = (size_t)2 * s->gl * LH_KV_PAGE_TOKENS * D * 2;
   for (int i = 0; i < s->cfg.n_lightning; i++) q->light[i] = s->ops->alloc(s->be, sb);
   int64_t np = (max_tokens + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS;
   q->tables[0] = calloc(np, sizeof(void *));
@@ -531,7 +537,7 @@ static void seq_make(slice *s, seqm *q, int64_t max_tokens) {
  * pages are shared. */
 static void seq_fork(slice *s, const seqm *src, seqm *q, int64_t max_tokens) {
   memset(q, 0, sizeof *q);
-  const size_t sb = (size_t)H * D * D * 4, pb = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
+  const size_t sb = (size_t)s->hl * D * D * 4, pb = (size_t)2 * s->gl * LH_KV_PAGE_TOKENS * D * 2;
   for (int i = 0; i < s->cfg.n_lightning; i++) {
     q->light[i] = s->ops->alloc(s->be, sb);
     lk(s->ops->copy(s->be, q->light[i], src->light[i], sb, &s->err), &s->err, "copy");
@@ -943,7 +949,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     if (with_ckpt) ckpt_open(s, &cr, g_ckpt_db);
     double a2[T_NK] = {0};
     for (int i = 0; i < s->cfg.n_lightning; i++)
-      ck(cudaMemsetAsync(q.light[i], 0, (size_t)H * D * D * 4, s->st), "memset");
+      ck(cudaMemsetAsync(q.light[i], 0, (size_t)s->hl * D * D * 4, s->st), "memset");
     ck(cudaStreamSynchronize(s->st), "sync");
     double build0 = 0, build1 = 0; /* cuDNN plan building in this run: once per process, not per prefill */
     lh_cuda_cudnn_status(s->be, NULL, &build0);
@@ -998,8 +1004,15 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   q.pos = tokens;
   char what[96], rate[128];
   snprintf(what, sizeof what, "prefill %lldK tokens, chunks of %lldK", (long long)tokens / 1024, (long long)chunk / 1024);
-  snprintf(rate, sizeof rate, "%.0f tokens/s, %.0f model TFLOP/s, MFU %.0f%% of measured GEMM", tokens / (best * 1e-3),
-           flops / (best * 1e-3) / 1e12, 100.0 * flops / (best * 1e-3) / 1e12 / g_gemm_tflops);
+  /* over R ranks: the whole model's FLOPs against R GPUs' GEMM rate (this rank's, measured here) */
+  const double peak = g_gemm_tflops * s->ranks;
+  if (s->ranks > 1)
+    snprintf(rate, sizeof rate, "%.0f tokens/s on %d GPUs, %.0f model TFLOP/s, MFU %.0f%% of %d x measured GEMM",
+             tokens / (best * 1e-3), s->ranks, flops / (best * 1e-3) / 1e12,
+             100.0 * flops / (best * 1e-3) / 1e12 / peak, s->ranks);
+  else
+    snprintf(rate, sizeof rate, "%.0f tokens/s, %.0f model TFLOP/s, MFU %.0f%% of measured GEMM",
+             tokens / (best * 1e-3), flops / (best * 1e-3) / 1e12, 100.0 * flops / (best * 1e-3) / 1e12 / peak);
   /* the peer: tools/bench_peers/slice_hf.py, measured at these tokens or fitted and extrapolated */
   char hk[64];
   snprintf(hk, sizeof hk, "slice_hf_%lld", (long long)tokens);
@@ -1010,7 +1023,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     hf = peer(hk);
     hname = isnan(hf) ? "transformers (not in peers file)" : "transformers, EXTRAPOLATED";
   }
-  row(what, best, hname, hf, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  row(what, best, hname, hf, rate, flops / (peak * 1e12) * 1e3);
   printf("  model FLOPs %.3e (linear %.3e, softmax attention %.3e, lightning core %.3e)\n", flops, lin * tokens, att, lc);
   if (g_ckpt_db) {
     snprintf(rate, sizeof rate, "%.1f%% slower than without (goal < 5%%); %.1f%% to the last commit",
@@ -1078,6 +1091,14 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
 }
 
 int main(int argc, char **argv) {
+  /* Started as R ranks (mpirun -np R, or LH_WORLD_SIZE / LH_RANK / LH_RENDEZVOUS: engine/comm.h),
+   * every rank runs this same program on its share of the slice (issue 10's scaling table):
+   * rank 0 prints; the sums cross GPUs through NCCL inside the backend's operations. */
+  lh_comm *world = NULL;
+  lh_error werr;
+  if (lh_comm_init(&argc, &argv, &world, &werr)) die("world", werr.msg);
+  const int ranks = world ? lh_comm_size(world) : 1;
+  if (world && lh_comm_rank(world) > 0 && !freopen("/dev/null", "w", stdout)) die("world", "cannot silence a rank");
   const char *peers = NULL;
   int quick = 0;
   const char *only = "lightning,attention,moe,slice";
@@ -1100,6 +1121,11 @@ int main(int argc, char **argv) {
     }
   }
   if (check || resumable) only = ""; /* those are the whole run: no other section */
+  if (ranks > 1) {
+    if (check || resumable || g_ckpt_db)
+      die("ranks", "--checkpoint, --resumable and --resume-check run on one GPU only; start one process");
+    only = "slice"; /* the other sections time one GPU's kernels */
+  }
   setvbuf(stdout, NULL, _IOLBF, 0);
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) {
@@ -1114,7 +1140,10 @@ int main(int argc, char **argv) {
   slice s = {0};
   s.ops = &lh_backend_cuda;
   s.cfg = lh_cuda_slice_config(4096);
-  lk(lh_cuda_open_random(&s.cfg, 42, chunk, 0, &s.be, &s.err), &s.err, "open the slice");
+  lk(lh_cuda_open_random_ranks(&s.cfg, 42, chunk, 0, world, &s.be, &s.err), &s.err, "open the slice");
+  lh_cuda_share(s.be, &s.hl, &s.gl, &s.ranks);
+  if (ranks > 1) printf("# over %d ranks (each GPU: %d heads, %d kv heads, %d experts)\n", ranks, s.hl, s.gl,
+                        s.cfg.n_experts / ranks);
   s.w = lh_cuda_weights(s.be);
   s.st = lh_cuda_stream(s.be);
   bench_ceilings(s.st, lh_cuda_cublas(s.be));
@@ -1126,5 +1155,6 @@ int main(int argc, char **argv) {
   else if (resumable) bench_resumable(&s, tokens, chunk, resumable);
   else if (strstr(only, "slice")) bench_slice(&s, tokens, chunk, quick);
   s.ops->close(s.be);
+  lh_comm_finish(world);
   return rc;
 }

@@ -14,9 +14,11 @@ mkdir -p "$dest/bin" "$dest/whl"
 cp "$build/tests/gpu/gpu_parity" "$build/bench/cuda/bench_cuda" "$dest/bin/"
 if [ -x "$build/tests/gpu/gpu_model_parity" ]; then cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"; fi
 if [ -x "$build/tests/gpu/nccl_world" ]; then cp "$build/tests/gpu/nccl_world" "$dest/bin/"; fi
+if [ -x "$build/tests/gpu/gpu_ranks" ]; then cp "$build/tests/gpu/gpu_ranks" "$dest/bin/"; fi  # run_device_ranks.sh
 if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for run_device_niah.sh
 cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" \
-  "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" "$dest/"
+  "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" \
+  "$here/bench/cuda/run_device_ranks.sh" "$dest/"
 if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
 # carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
 mkdir -p "$dest/libs"

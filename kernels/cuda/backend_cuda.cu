@@ -121,6 +121,19 @@ static cudaError_t grow_buffer(lh_cuda_backend *b, void **p, size_t *cap, size_t
   return cudaSuccess;
 }
 
+/* out [n x hid] = x W^T, the output projection of an attention layer. Split over ranks, x and W
+ * are this rank's heads' columns: the fp32 partial products are summed over the ranks
+ * (lh_cu_tp_sum, the all-reduce), then rounded to bf16 once, as one GPU rounds its GEMM. */
+static lh_status out_proj(lh_cuda_backend *b, const void *x, int64_t ldx, int64_t n, int in, const void *w, void *out,
+                          lh_error *err) {
+  const int hid = b->cfg.hidden_size;
+  if (b->tp == 1) return gemm(b, x, ldx, n, in, w, hid, out, hid, 0, err);
+  LH_TRY(gemm(b, x, ldx, n, in, w, hid, b->tp_f32, hid, 1, err));
+  LH_TRY(lh_cu_tp_sum(b, b->tp_f32, n * hid, err));
+  CU(lh_cuda_f32_to_bf16(b->stream, b->tp_f32, n * hid, out));
+  return LH_OK;
+}
+
 /* ---- lightning -------------------------------------------------------------------------------- */
 
 static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const void *h, const lh_batch *bt, void *out,
@@ -130,7 +143,8 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
   LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
-  const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)c.n_heads * c.head_dim;
+  const int H = b->Hl; /* this rank's heads (all of them with one rank) */
+  const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)H * c.head_dim;
   if (L.kind != LH_LAYER_LIGHTNING || lidx < 0 || lidx >= c.n_lightning)
     return lh_error_set(err, LH_EINVAL, "cuda attn_lightning: layer %d (lightning %d) is not a lightning layer", layer,
                         lidx);
@@ -146,18 +160,24 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
   void *dsegs;
   LH_TRY(lh_cu_upload(b, segs.data(), segs.size() * sizeof(lh_cuda_lseg), &dsegs, err));
   if (all_single)
-    CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads,
+    CU(lh_cuda_lightning_recurrent(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, H,
                                    c.head_dim, L.slope, b->attn_o, Hd));
   else {
     if (!b->tune.lightning_whole)
-      CU(grow_buffer(b, (void **)&b->light_sync, &b->light_sync_bytes, (size_t)bt->nseg * c.n_heads * sizeof(int),
-                     true));
-    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, c.n_heads, c.head_dim,
-                         L.slope, b->attn_o, Hd, b->tune.lightning_whole ? NULL : b->light_sync, 0));
+      CU(grow_buffer(b, (void **)&b->light_sync, &b->light_sync_bytes, (size_t)bt->nseg * H * sizeof(int), true));
+    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, H, c.head_dim, L.slope,
+                         b->attn_o, Hd, b->tune.lightning_whole ? NULL : b->light_sync, 0));
   }
-  CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f, b->attn_o,
-                       Hd));
-  return gemm(b, b->attn_o, Hd, n, (int)Hd, L.out_proj, (int)hid, out, hid, 0, err);
+  if (b->tp == 1) {
+    CU(lh_cuda_norm_gate(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd, L.attn_norm, 1e-6f,
+                         b->attn_o, Hd));
+  } else { /* the all-heads norm: each rank's sums of squares, all-reduced, then its columns scaled */
+    CU(lh_cuda_row_sumsq(b->stream, b->attn_o, Hd, n, (int)Hd, b->tp_ss));
+    LH_TRY(lh_cu_tp_sum(b, b->tp_ss, n, err));
+    CU(lh_cuda_norm_gate_ss(b->stream, b->attn_o, Hd, b->proj + 3 * Hd, 4 * Hd, n, (int)Hd,
+                            c.n_heads * c.head_dim, b->tp_ss, L.attn_norm, 1e-6f, b->attn_o, Hd));
+  }
+  return out_proj(b, b->attn_o, Hd, n, (int)Hd, L.out_proj, out, err);
 }
 
 /* ---- softmax ---------------------------------------------------------------------------------- */
@@ -331,7 +351,7 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
-  const int H = c.n_heads, Hkv = c.n_kv_heads, d = c.head_dim;
+  const int H = b->Hl, Hkv = b->Gl, d = c.head_dim; /* this rank's heads and kv heads */
   const int64_t n = bt->n, hid = c.hidden_size, Hd = (int64_t)H * d, qw = (int64_t)(H + 2 * Hkv) * d;
   if (L.kind != LH_LAYER_SOFTMAX || sidx < 0 || sidx >= c.n_softmax)
     return lh_error_set(err, LH_EINVAL, "cuda attn_softmax: layer %d (softmax %d) is not a softmax layer", layer, sidx);
@@ -411,7 +431,7 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
     CU(lh_cuda_attn_prefill(b->stream, b->q_rope, dsegs, (const int32_t *)dtiles, (int)order.size(), H, Hkv, d,
                             b->attn_o));
   }
-  return gemm(b, b->attn_o, Hd, n, (int)Hd, L.o_proj, (int)hid, out, hid, 0, err);
+  return out_proj(b, b->attn_o, Hd, n, (int)Hd, L.o_proj, out, err);
 }
 
 /* ---- MoE -------------------------------------------------------------------------------------- */
@@ -436,16 +456,16 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
   std::vector<int> rows;
   std::vector<const void *> ptr(6 * (size_t)E);
   const void **x1 = ptr.data(), **w1 = x1 + E, **y1 = w1 + E, **x2 = y1 + E, **w2 = x2 + E, **y2 = w2 + E;
-  for (int e = 0; e < E; e++) {
+  for (int e = b->e0; e < b->e1; e++) { /* this rank's experts (all of them with one rank) */
     int cnt = off[e + 1] - off[e];
     if (!cnt) continue;
     int g = (int)rows.size();
     rows.push_back(cnt);
     x1[g] = b->xs + (int64_t)off[e] * hid;
-    w1[g] = L.w13 + (int64_t)e * 2 * I * hid;
+    w1[g] = L.w13 + (int64_t)(e - b->e0) * 2 * I * hid;
     y1[g] = b->gu + (int64_t)off[e] * 2 * I;
     x2[g] = b->sact + (int64_t)off[e] * I;
-    w2[g] = L.w2 + (int64_t)e * hid * I;
+    w2[g] = L.w2 + (int64_t)(e - b->e0) * hid * I;
     y2[g] = b->ys + (int64_t)off[e] * hid;
   }
   const int G = (int)rows.size();
@@ -474,7 +494,15 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
     for (int g = 0; g < G; g++)
       LH_TRY(gemm(b, x2[g], I, rows[g], I, w2[g], hid, (void *)y2[g], hid, 0, err));
   }
-  CU(lh_cuda_moe_combine(b->stream, b->ys, b->pos, b->wts, n, K, hid, out));
+  if (b->tp == 1) {
+    CU(lh_cuda_moe_combine(b->stream, b->ys, b->pos, b->wts, n, K, hid, out));
+    return LH_OK;
+  }
+  /* expert parallel: every rank routed every row the same; it adds its experts' slots in fp32,
+   * the ranks' shares are all-reduced, and the sum is rounded to bf16 once */
+  CU(lh_cuda_moe_combine_share(b->stream, b->ys, b->pos, b->ids, b->wts, n, K, hid, b->e0, b->e1, b->tp_f32));
+  LH_TRY(lh_cu_tp_sum(b, b->tp_f32, n * hid, err));
+  CU(lh_cuda_f32_to_bf16(b->stream, b->tp_f32, n * hid, out));
   return LH_OK;
 }
 

@@ -125,6 +125,16 @@ struct lh_cuda_backend {
   size_t merge_bytes;
   char cudnn_why[1024];        /* its last refusal ("" if none) */
 
+  /* tensor/expert parallel ranks (issue 10; tp.cu): this process is rank tp_rank of tp and holds
+   * heads [h0, h0 + Hl), kv heads [g0, g0 + Gl) and experts [e0, e1) (lh_tp_share). tp 1: all. */
+  struct lh_comm *comm;        /* the ranks' world (engine/comm.h); NULL with one rank */
+  int tp, tp_rank;
+  int Hl, Gl, h0, g0, e0, e1;
+  float *tp_f32;               /* [max_rows, hidden] fp32: a rank's partial output, then the sum */
+  float *tp_ss;                /* [max_rows]: the lightning norm's sums of squares */
+  float *tp_host;              /* pinned [max_rows, hidden]: the host transport's buffer */
+  void *tp_nccl;               /* ncclComm_t, or NULL: the host transport */
+
   /* checkpoint copies */
   unsigned char *snap_dev, *snap_host;
   size_t snap_cap, snap_off;
@@ -183,6 +193,14 @@ int64_t lh_cu_kv_block(const lh_cuda_backend *b, const void *page);
 lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_params *p, int64_t max_rows,
                      lh_backend **out, lh_error *err);
 void lh_cu_close(lh_backend *be);
+
+/* tp.cu: the all-reduce of a tensor-parallel run (a no-op with one rank) */
+lh_status lh_cu_tp_open(lh_cuda_backend *b, lh_error *err);
+void lh_cu_tp_close(lh_cuda_backend *b);
+/* dev[0..count) on every rank = the sum over ranks (device memory, enqueued on the compute stream
+ * for NCCL; the host transport waits for it). */
+lh_status lh_cu_tp_sum(lh_cuda_backend *b, float *dev, int64_t count, lh_error *err);
+const char *lh_cu_tp_transport(const lh_cuda_backend *b);
 
 /* backend_cuda.cu */
 extern const lh_backend_ops lh_cu_ops;

@@ -38,6 +38,17 @@ lh_config lh_cuda_slice_config(int vocab);
  * (uniform, scaled by 1/sqrt(fan_in); norm weights near 1; the HF slopes). max_rows as in open. */
 lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device, lh_backend **out,
                               lh_error *err);
+/* The same model's share for this rank of the world comm (engine/comm.h; NULL or one rank: the
+ * whole model, as lh_cuda_open_random): heads, kv heads and experts split as lh_tp_share, on GPU
+ * (device + this rank's index on its host) mod the GPUs present, sums through NCCL or the host
+ * transport (tp.cu). Each rank draws its own share from seed and its rank, so the weights are not
+ * those of the one-GPU model with that seed: for timing runs (bench_cuda --ranks), not parity.
+ * Every rank must then issue the same operations in the same order. */
+struct lh_comm;
+lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device,
+                                    struct lh_comm *comm, lh_backend **out, lh_error *err);
+/* This rank's share: heads, kv heads (1 rank: all); NULL pointers are skipped. */
+void lh_cuda_share(lh_backend *be, int *heads, int *kv_heads, int *ranks);
 /* Host views of the weights (random backends: data NULL); pass &w->layers[i].in_norm etc. to the
  * norm operations. Lives until close. */
 const lh_weights *lh_cuda_weights(lh_backend *be);

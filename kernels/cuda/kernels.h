@@ -39,6 +39,22 @@ cudaError_t lh_cuda_norm_gate(cudaStream_t st, const void *o, int64_t o_stride, 
 cudaError_t lh_cuda_rmsnorm_rows(cudaStream_t st, const void *x, const int64_t *rows, int64_t m, int width,
                                  const float *w, float eps, void *y);
 
+/* ---- tp.cu: a layer split over ranks (issue 10) ------------------------------------------- */
+
+/* ss[r] = sum of squares of row r's width values (fp32). */
+cudaError_t lh_cuda_row_sumsq(cudaStream_t st, const void *o, int64_t stride, int64_t n, int width, float *ss);
+/* lh_cuda_norm_gate with the row's sum of squares given (summed over every rank's columns):
+ * y = sigmoid(gate) * o * rsqrt(ss / total_width + eps) * w over this rank's width columns. */
+cudaError_t lh_cuda_norm_gate_ss(cudaStream_t st, const void *o, int64_t o_stride, const void *gate,
+                                 int64_t gate_stride, int64_t n, int width, int total_width, const float *ss,
+                                 const float *w, float eps, void *y, int64_t y_stride);
+/* y[i] = bf16(x[i]). */
+cudaError_t lh_cuda_f32_to_bf16(cudaStream_t st, const float *x, int64_t count, void *y);
+/* out[t] (fp32) = sum over k in order of wts[t][k] * y[pos[t*K+k]] for the slots whose expert
+ * ids[t*K+k] is in [e0, e1): one rank's share of the MoE output. */
+cudaError_t lh_cuda_moe_combine_share(cudaStream_t st, const void *y, const int32_t *pos, const int32_t *ids,
+                                      const float *wts, int64_t n, int K, int width, int e0, int e1, float *out);
+
 /* ---- lightning.cu ----------------------------------------------------------------------- */
 
 /* One sequence's rows in a lightning call: batch rows [row0, row0+nrows), its state

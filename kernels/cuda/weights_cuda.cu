@@ -13,12 +13,17 @@
  */
 #include <math.h>
 #include <stdio.h>
+
+#include <algorithm>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/backend_internal.h"
 #include "util/half.h"
+extern "C" {
+#include "engine/comm.h"
+}
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -72,20 +77,24 @@ lh_config lh_cuda_slice_config(int vocab) {
 
 /* ---- sizes ---------------------------------------------------------------------------------- */
 
+/* What this process holds: with tensor/expert-parallel ranks, H, Hkv and Hd are its share of the
+ * heads and El its share of the experts; E (the router's width) is always every expert. */
 struct shapes {
-  int64_t hidden, H, Hkv, d, Hd, E, I, K, vocab;
+  int64_t hidden, H, Hkv, d, Hd, E, El, I, K, vocab;
 };
 
-static shapes shapes_of(const lh_config *c) {
+static shapes shapes_of(const lh_cuda_backend *b) {
+  const lh_config *c = &b->cfg;
   shapes s;
-  s.hidden = c->hidden_size, s.H = c->n_heads, s.Hkv = c->n_kv_heads, s.d = c->head_dim;
-  s.Hd = s.H * s.d, s.E = c->n_experts, s.I = c->intermediate_size, s.K = c->top_k, s.vocab = c->vocab_size;
+  s.hidden = c->hidden_size, s.H = b->Hl, s.Hkv = b->Gl, s.d = c->head_dim;
+  s.Hd = s.H * s.d, s.E = c->n_experts, s.El = b->e1 - b->e0, s.I = c->intermediate_size, s.K = c->top_k;
+  s.vocab = c->vocab_size;
   return s;
 }
 
 /* Walk the weight layout once to size it (base NULL) and once to carve it. */
 static size_t carve_weights(lh_cuda_backend *b, unsigned char *base, int tied) {
-  const shapes s = shapes_of(&b->cfg);
+  const shapes s = shapes_of(b);
   size_t off = 0;
   auto take = [&](size_t bytes) -> void * {
     void *p = base ? base + off : NULL;
@@ -111,15 +120,15 @@ static size_t carve_weights(lh_cuda_backend *b, unsigned char *base, int tied) {
       L.o_proj = (bf16_t *)take((size_t)s.hidden * s.Hd * 2);
     }
     L.router = (bf16_t *)take((size_t)s.E * s.hidden * 2);
-    L.w13 = (bf16_t *)take((size_t)s.E * 2 * s.I * s.hidden * 2);
-    L.w2 = (bf16_t *)take((size_t)s.E * s.hidden * s.I * 2);
+    L.w13 = (bf16_t *)take((size_t)s.El * 2 * s.I * s.hidden * 2);
+    L.w2 = (bf16_t *)take((size_t)s.El * s.hidden * s.I * 2);
   }
   b->inv_freq = (float *)take((size_t)(b->cfg.rotary_dim / 2 + 1) * 4);
   return off;
 }
 
 static size_t carve_workspace(lh_cuda_backend *b, unsigned char *base) {
-  const shapes s = shapes_of(&b->cfg);
+  const shapes s = shapes_of(b);
   const int64_t R = b->max_rows, M = R * s.K;
   size_t off = 0;
   auto take = [&](size_t bytes) -> void * {
@@ -148,6 +157,10 @@ static size_t carve_workspace(lh_cuda_backend *b, unsigned char *base) {
   b->lg_x = (bf16_t *)take((size_t)b->lg_rows * s.hidden * 2);
   b->lg_out = (float *)take((size_t)b->lg_rows * s.vocab * 4);
   b->tok_out = (int32_t *)take((size_t)b->lg_rows * 4);
+  if (b->tp > 1) {
+    b->tp_f32 = (float *)take((size_t)R * s.hidden * 4);
+    b->tp_ss = (float *)take((size_t)R * 4);
+  }
   return off;
 }
 
@@ -169,12 +182,31 @@ static lh_status check_config(const lh_config *c, int64_t max_rows, lh_error *er
 }
 
 /* Device, streams, cuBLAS, workspace, upload ring: everything but the weights. */
+/* This process's share of a model split over the ranks of comm (NULL: one rank, all of it). Each
+ * rank needs whole kv-head groups and experts, so the ranks must divide the kv heads and experts. */
+static lh_status set_share(lh_cuda_backend *b, const lh_config *cfg, struct lh_comm *comm, lh_error *err) {
+  b->comm = comm;
+  b->tp = comm ? lh_comm_size(comm) : 1;
+  b->tp_rank = comm ? lh_comm_rank(comm) : 0;
+  const int R = b->tp, r = b->tp_rank;
+  if (R > 1 && (cfg->n_kv_heads % R || cfg->n_experts % R))
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "cuda backend over %d ranks: the ranks must divide the %d kv heads and the %d experts "
+                        "(each GPU holds whole kv-head groups and experts); use %s ranks", R, cfg->n_kv_heads,
+                        cfg->n_experts, "a divisor of both as the number of");
+  b->Gl = cfg->n_kv_heads / R, b->g0 = b->Gl * r;
+  b->Hl = cfg->n_heads / R, b->h0 = b->Hl * r; /* = the query heads of kv heads [g0, g0 + Gl) */
+  b->e0 = cfg->n_experts / R * r, b->e1 = b->e0 + cfg->n_experts / R;
+  return LH_OK;
+}
+
 static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_rows, int device, int tied,
                        lh_error *err) {
   b->base.ops = &lh_backend_cuda;
   b->cfg = *cfg;
   b->max_rows = max_rows;
   b->device = device;
+  if (!b->tp) LH_TRY(set_share(b, cfg, NULL, err));
   b->tune.moe_grouped = 0;
   b->tune.lightning_whole = 0;
   const char *attn = getenv("LH_CUDA_ATTN");
@@ -198,7 +230,7 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   CU(cudaMalloc(&b->wsmem, b->wsbytes));
   carve_workspace(b, (unsigned char *)b->wsmem);
 
-  b->kv_page_bytes = cfg->n_softmax > 0 ? (size_t)2 * cfg->n_kv_heads * LH_KV_PAGE_TOKENS * cfg->head_dim * 2 : 0;
+  b->kv_page_bytes = cfg->n_softmax > 0 ? (size_t)2 * b->Gl * LH_KV_PAGE_TOKENS * cfg->head_dim * 2 : 0;
   lh_cu_kv_arena_open(b);
 
   b->up_cap = (size_t)8 << 20;
@@ -223,6 +255,7 @@ void lh_cu_close(lh_backend *be) {
   lh_cuda_backend *b = cu_be(be);
   if (b->stream) cudaStreamSynchronize(b->stream);
   if (b->copy_stream) cudaStreamSynchronize(b->copy_stream);
+  lh_cu_tp_close(b);
   lh_cudnn_attn_close(b->cudnn);
   cudaFree(b->kvc);
   cudaFree(b->merge);
@@ -273,26 +306,44 @@ static void stager_close(stager *s) {
   }
 }
 
-/* Copy elements [0, n) of tensor t, converted to bf16 (to_f32: to fp32), to dst on the device. */
-static lh_status stage_tensor(stager *s, const lh_tensor *t, int64_t n, void *dst, int to_f32, lh_error *err) {
-  if (!t->data || tensor_elems(t) != n)
+/* Copy the block rows [r0, r0 + nr) x columns [c0, c0 + nc) of tensor t, seen as a row-major
+ * [total / ncols, ncols] matrix of total elements, converted to bf16 (to_f32: to fp32), to dst on
+ * the device as a contiguous [nr, nc] matrix. A tensor-parallel rank takes its rows (qkv, gate,
+ * q/k/v) or columns (out_proj, o_proj) this way; a whole tensor is one block. */
+static lh_status stage_block(stager *s, const lh_tensor *t, int64_t total, int64_t ncols, int64_t r0, int64_t nr,
+                             int64_t c0, int64_t nc, void *dst, int to_f32, lh_error *err) {
+  if (!t->data || tensor_elems(t) != total)
     return lh_error_set(err, LH_EINVAL, "cuda backend: tensor %s has %lld elements, expected %lld",
-                        t->name ? t->name : "(unnamed)", (long long)tensor_elems(t), (long long)n);
+                        t->name ? t->name : "(unnamed)", (long long)tensor_elems(t), (long long)total);
   if (t->dtype != LH_F32 && t->dtype != LH_BF16 && t->dtype != LH_F16)
     return lh_error_set(err, LH_EUNSUPPORTED, "cuda backend: tensor %s: dtype %d", t->name ? t->name : "?",
                         (int)t->dtype);
+  if (ncols < 1 || total % ncols || r0 < 0 || c0 < 0 || nr < 0 || nc < 0 || (r0 + nr) * ncols > total ||
+      c0 + nc > ncols)
+    return lh_error_set(err, LH_EINVAL, "cuda backend: tensor %s: block rows [%lld, +%lld) x columns [%lld, +%lld) "
+                        "is outside its [%lld x %lld]", t->name ? t->name : "?", (long long)r0, (long long)nr,
+                        (long long)c0, (long long)nc, (long long)(ncols ? total / ncols : 0), (long long)ncols);
+  const int64_t n = nr * nc;
   const size_t ob = to_f32 ? 4 : 2, per = s->cap / ob;
   const unsigned char *src = (const unsigned char *)t->data;
   const size_t ib = dtype_bytes(t->dtype);
+  /* element i of the block is element at(i) of the tensor */
+  auto at = [&](int64_t i) -> int64_t { return (r0 + i / nc) * ncols + c0 + i % nc; };
   for (int64_t i0 = 0; i0 < n; i0 += (int64_t)per) {
     const int64_t m = n - i0 < (int64_t)per ? n - i0 : (int64_t)per;
     unsigned char *h = s->host[s->cur];
     CU(cudaEventSynchronize(s->done[s->cur]));
-    if (t->dtype == LH_BF16 && !to_f32) {
-      memcpy(h, src + (size_t)i0 * 2, (size_t)m * 2);
+    if (t->dtype == LH_BF16 && !to_f32 && nc == ncols) {
+      memcpy(h, src + (size_t)at(i0) * 2, (size_t)m * 2);
+    } else if (t->dtype == LH_BF16 && !to_f32) {
+      for (int64_t i = 0; i < m;) { /* a run of the block's row at a time */
+        const int64_t run = std::min(m - i, nc - (i0 + i) % nc);
+        memcpy(h + (size_t)i * 2, src + (size_t)at(i0 + i) * 2, (size_t)run * 2);
+        i += run;
+      }
     } else {
       for (int64_t i = 0; i < m; i++) {
-        const unsigned char *e = src + (size_t)(i0 + i) * ib;
+        const unsigned char *e = src + (size_t)at(i0 + i) * ib;
         float f;
         uint16_t u16;
         if (t->dtype == LH_F32) {
@@ -317,59 +368,85 @@ static lh_status stage_tensor(stager *s, const lh_tensor *t, int64_t n, void *ds
   return LH_OK;
 }
 
+/* All n elements of t. */
+static lh_status stage_tensor(stager *s, const lh_tensor *t, int64_t n, void *dst, int to_f32, lh_error *err) {
+  return stage_block(s, t, n, n > 0 ? n : 1, 0, n > 0 ? 1 : 0, 0, n, dst, to_f32, err);
+}
+
+/* This rank's share of every tensor (all of it with one rank): the heads' rows of the fused input
+ * projections and columns of the output projections, the experts [e0, e1); norms, router,
+ * embeddings and lm_head whole. */
 static lh_status upload_all(lh_cuda_backend *b, const lh_weights *w, stager *s, lh_error *err) {
-  const shapes sh = shapes_of(&b->cfg);
-  LH_TRY(stage_tensor(s, &w->embed, sh.vocab * sh.hidden, b->embed, 0, err));
-  if (b->lm_head != b->embed) LH_TRY(stage_tensor(s, &w->lm_head, sh.vocab * sh.hidden, b->lm_head, 0, err));
-  LH_TRY(stage_tensor(s, &w->final_norm, sh.hidden, b->final_norm, 1, err));
+  const shapes sh = shapes_of(b);
+  const int64_t D = sh.hidden, d = sh.d, HdAll = (int64_t)b->cfg.n_heads * d, KdAll = (int64_t)b->cfg.n_kv_heads * d;
+  const int64_t c0 = (int64_t)b->h0 * d, k0 = (int64_t)b->g0 * d, Kd = sh.Hkv * d;
+  LH_TRY(stage_tensor(s, &w->embed, sh.vocab * D, b->embed, 0, err));
+  if (b->lm_head != b->embed) LH_TRY(stage_tensor(s, &w->lm_head, sh.vocab * D, b->lm_head, 0, err));
+  LH_TRY(stage_tensor(s, &w->final_norm, D, b->final_norm, 1, err));
   b->norm_of[&w->final_norm] = b->final_norm;
   for (int l = 0; l < b->cfg.n_layers; l++) {
     const lh_layer_weights &W = w->layers[l];
     cu_layer &L = b->layers[l];
     if (W.kind != L.kind)
       return lh_error_set(err, LH_EINVAL, "cuda backend: layer %d kind differs between config and weights", l);
-    LH_TRY(stage_tensor(s, &W.in_norm, sh.hidden, L.in_norm, 1, err));
-    LH_TRY(stage_tensor(s, &W.post_norm, sh.hidden, L.post_norm, 1, err));
+    LH_TRY(stage_tensor(s, &W.in_norm, D, L.in_norm, 1, err));
+    LH_TRY(stage_tensor(s, &W.post_norm, D, L.post_norm, 1, err));
     b->norm_of[&W.in_norm] = L.in_norm;
     b->norm_of[&W.post_norm] = L.post_norm;
-    if (L.kind == LH_LAYER_LIGHTNING) {
-      LH_TRY(stage_tensor(s, &W.qkv, 3 * sh.Hd * sh.hidden, L.qkvg, 0, err));
-      LH_TRY(stage_tensor(s, &W.out_gate, sh.Hd * sh.hidden, L.qkvg + 3 * sh.Hd * sh.hidden, 0, err));
-      LH_TRY(stage_tensor(s, &W.out_proj, sh.hidden * sh.Hd, L.out_proj, 0, err));
-      LH_TRY(stage_tensor(s, &W.attn_norm, sh.Hd, L.attn_norm, 1, err));
-      CU(cudaMemcpyAsync(L.slope, W.slope, sh.H * sizeof(float), cudaMemcpyHostToDevice, b->stream));
-    } else {
-      LH_TRY(stage_tensor(s, &W.q_proj, sh.Hd * sh.hidden, L.qkv, 0, err));
-      LH_TRY(stage_tensor(s, &W.k_proj, sh.Hkv * sh.d * sh.hidden, L.qkv + sh.Hd * sh.hidden, 0, err));
-      LH_TRY(stage_tensor(s, &W.v_proj, sh.Hkv * sh.d * sh.hidden, L.qkv + (sh.Hd + sh.Hkv * sh.d) * sh.hidden, 0,
-                          err));
-      LH_TRY(stage_tensor(s, &W.o_proj, sh.hidden * sh.Hd, L.o_proj, 0, err));
+    if (L.kind == LH_LAYER_LIGHTNING) { /* qkv rows are per head (q, k, v), so a head range is contiguous */
+      LH_TRY(stage_block(s, &W.qkv, 3 * HdAll * D, D, 3 * c0, 3 * sh.Hd, 0, D, L.qkvg, 0, err));
+      LH_TRY(stage_block(s, &W.out_gate, HdAll * D, D, c0, sh.Hd, 0, D, L.qkvg + 3 * sh.Hd * D, 0, err));
+      LH_TRY(stage_block(s, &W.out_proj, D * HdAll, HdAll, 0, D, c0, sh.Hd, L.out_proj, 0, err));
+      LH_TRY(stage_block(s, &W.attn_norm, HdAll, HdAll, 0, 1, c0, sh.Hd, L.attn_norm, 1, err));
+      CU(cudaMemcpyAsync(L.slope, W.slope + b->h0, sh.H * sizeof(float), cudaMemcpyHostToDevice, b->stream));
+    } else { /* the query heads of kv heads [g0, g0 + Gl) are heads [h0, h0 + Hl) */
+      LH_TRY(stage_block(s, &W.q_proj, HdAll * D, D, c0, sh.Hd, 0, D, L.qkv, 0, err));
+      LH_TRY(stage_block(s, &W.k_proj, KdAll * D, D, k0, Kd, 0, D, L.qkv + sh.Hd * D, 0, err));
+      LH_TRY(stage_block(s, &W.v_proj, KdAll * D, D, k0, Kd, 0, D, L.qkv + (sh.Hd + Kd) * D, 0, err));
+      LH_TRY(stage_block(s, &W.o_proj, D * HdAll, HdAll, 0, D, c0, sh.Hd, L.o_proj, 0, err));
     }
-    LH_TRY(stage_tensor(s, &W.router, sh.E * sh.hidden, L.router, 0, err));
-    for (int64_t e = 0; e < sh.E; e++) {
-      bf16_t *w13 = L.w13 + e * 2 * sh.I * sh.hidden;
-      LH_TRY(stage_tensor(s, &W.w1[e], sh.I * sh.hidden, w13, 0, err));
-      LH_TRY(stage_tensor(s, &W.w3[e], sh.I * sh.hidden, w13 + sh.I * sh.hidden, 0, err));
-      LH_TRY(stage_tensor(s, &W.w2[e], sh.hidden * sh.I, L.w2 + e * sh.hidden * sh.I, 0, err));
+    LH_TRY(stage_tensor(s, &W.router, sh.E * D, L.router, 0, err));
+    for (int64_t e = 0; e < sh.El; e++) {
+      const int64_t ge = b->e0 + e; /* the model's expert index */
+      bf16_t *w13 = L.w13 + e * 2 * sh.I * D;
+      LH_TRY(stage_tensor(s, &W.w1[ge], sh.I * D, w13, 0, err));
+      LH_TRY(stage_tensor(s, &W.w3[ge], sh.I * D, w13 + sh.I * D, 0, err));
+      LH_TRY(stage_tensor(s, &W.w2[ge], D * sh.I, L.w2 + e * D * sh.I, 0, err));
     }
   }
   return LH_OK;
+}
+
+/* The GPU of a rank: the params' device plus the rank's index among this host's ranks. */
+static int rank_device(const lh_model_params *p) {
+  int dev = p ? p->device : 0, n = 0;
+  if (!p || !p->comm || lh_comm_size(p->comm) < 2) return dev;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    return dev;
+  }
+  return (dev + lh_comm_local_rank(p->comm)) % n;
 }
 
 lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_params *p, int64_t max_rows,
                      lh_backend **out, lh_error *err) {
   *out = NULL;
   LH_TRY(check_config(cfg, max_rows, err));
-  if (p && (p->tp_ranks > 1 || p->comm)) /* a backend sees comm only when the model spans several ranks */
+  if (p && p->tp_ranks > 1)
     return lh_error_set(err, LH_EUNSUPPORTED,
-                        "cuda backend: tensor/expert parallelism over several GPUs is not implemented yet (issue "
-                        "10); the CPU backend runs several ranks (in one process with tp_ranks, or one process per "
-                        "rank under mpirun)");
+                        "cuda backend: tp_ranks %d simulates ranks in one process, which only the CPU backend does; "
+                        "run one process per GPU instead (mpirun -np R, or LH_WORLD_SIZE / LH_RANK / "
+                        "LH_RENDEZVOUS)", p->tp_ranks);
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) return lh_error_set(err, LH_EBACKEND, "cuda backend: %s", why);
   lh_cuda_backend *b = new lh_cuda_backend();
   int tied = w->lm_head.data == w->embed.data || cfg->tie_word_embeddings;
-  lh_status st = setup(b, cfg, max_rows, p ? p->device : 0, tied, err);
+  /* a backend sees comm only when the model spans several ranks */
+  lh_status st = set_share(b, cfg, p && p->comm && lh_comm_size(p->comm) > 1 ? p->comm : NULL, err);
+  int device = 0;
+  if (st == LH_OK) device = rank_device(p);
+  if (st == LH_OK) st = setup(b, cfg, max_rows, device, tied, err);
+  if (st == LH_OK && b->tp > 1) st = lh_cu_tp_open(b, err);
   if (st == LH_OK) {
     b->hw = w;
     stager s;
@@ -393,7 +470,7 @@ lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_p
 /* ---- random model ---------------------------------------------------------------------------- */
 
 static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
-  const shapes s = shapes_of(&b->cfg);
+  const shapes s = shapes_of(b);
   uint64_t k = seed * 1000003ull;
   auto lin = [&](bf16_t *p, int64_t n, int64_t fan_in) -> cudaError_t {
     return lh_cuda_fill_uniform_bf16(b->stream, p, n, ++k, (float)sqrt(3.0 / (double)fan_in));
@@ -402,7 +479,8 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
   CU(lh_cuda_fill_uniform_bf16(b->stream, b->embed, s.vocab * s.hidden, ++k, 1.7320508f));
   if (b->lm_head != b->embed) CU(lin(b->lm_head, s.vocab * s.hidden, s.hidden));
   CU(nrm(b->final_norm, s.hidden));
-  const double base = 1.0 / pow(2.0, 8.0 / (double)s.H);
+  /* HF's slopes over every head of the model; a rank takes its own heads' */
+  const double base = 1.0 / pow(2.0, 8.0 / (double)b->cfg.n_heads);
   for (int l = 0; l < b->cfg.n_layers; l++) {
     cu_layer &L = b->layers[l];
     CU(nrm(L.in_norm, s.hidden));
@@ -413,7 +491,7 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
       CU(nrm(L.attn_norm, s.Hd));
       std::vector<float> slope(s.H);
       double factor = 1.0 - (double)l / ((double)b->cfg.n_layers - 1.0 + 1e-5) + 1e-5;
-      for (int h = 0; h < s.H; h++) slope[h] = (float)(pow(base, h + 1) * factor);
+      for (int h = 0; h < s.H; h++) slope[h] = (float)(pow(base, b->h0 + h + 1) * factor);
       CU(cudaMemcpy(L.slope, slope.data(), s.H * sizeof(float), cudaMemcpyHostToDevice));
       memcpy(b->own_layers[l].slope, slope.data(), s.H * sizeof(float));
     } else {
@@ -429,11 +507,35 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
 
 lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device, lh_backend **out,
                               lh_error *err) {
+  return lh_cuda_open_random_ranks(cfg, seed, max_rows, device, NULL, out, err);
+}
+
+void lh_cuda_share(lh_backend *be, int *heads, int *kv_heads, int *ranks) {
+  const lh_cuda_backend *b = cu_be(be);
+  if (heads) *heads = b->Hl;
+  if (kv_heads) *kv_heads = b->Gl;
+  if (ranks) *ranks = b->tp;
+}
+
+lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device,
+                                    struct lh_comm *comm, lh_backend **out, lh_error *err) {
   *out = NULL;
   LH_TRY(check_config(cfg, max_rows, err));
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) return lh_error_set(err, LH_EBACKEND, "cuda backend: %s", why);
+  if (comm && lh_comm_size(comm) < 2) comm = NULL;
+  if (comm) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) device = (device + lh_comm_local_rank(comm)) % n;
+    (void)cudaGetLastError();
+    seed = seed * 7919u + (uint64_t)lh_comm_rank(comm);
+  }
   lh_cuda_backend *b = new lh_cuda_backend();
+  lh_status sst = set_share(b, cfg, comm, err);
+  if (sst != LH_OK) {
+    delete b;
+    return sst;
+  }
   b->own_layers.resize(cfg->n_layers);
   memset(b->own_layers.data(), 0, cfg->n_layers * sizeof(lh_layer_weights));
   memset(&b->own_w, 0, sizeof b->own_w);
@@ -449,6 +551,7 @@ lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_r
     }
     st = fill_random(b, seed, err);
   }
+  if (st == LH_OK && b->tp > 1) st = lh_cu_tp_open(b, err);
   if (st == LH_OK) {
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) st = lh_cu_fail(err, "cudaStreamSynchronize(fill)", e, __FILE__, __LINE__);

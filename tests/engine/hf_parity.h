@@ -65,8 +65,8 @@ static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int npla
 
 /* The bound over nrows rows of V values: row r of ref against row pos[r] of got (row r when pos is
  * NULL). Prints the numbers when it fails or LH_TEST_VERBOSE is set. */
-static int meets_bound_rows(const char *what, const float *got, const float *ref, const int32_t *pos, size_t nrows,
-                            int64_t V) {
+static inline int meets_bound_rows(const char *what, const float *got, const float *ref, const int32_t *pos,
+                                   size_t nrows, int64_t V) {
   double num = 0, den = 0, maxref = 0, maxerr = 0;
   for (size_t r = 0; r < nrows; r++)
     for (int64_t j = 0; j < V; j++) {
