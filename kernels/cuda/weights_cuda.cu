@@ -13,10 +13,10 @@
  */
 #include <math.h>
 #include <stdio.h>
-
-#include <algorithm>
 #include <stdlib.h>
 #include <string.h>
+
+#include <algorithm>
 
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/backend_internal.h"
@@ -181,7 +181,6 @@ static lh_status check_config(const lh_config *c, int64_t max_rows, lh_error *er
   return LH_OK;
 }
 
-/* Device, streams, cuBLAS, workspace, upload ring: everything but the weights. */
 /* This process's share of a model split over the ranks of comm (NULL: one rank, all of it). Each
  * rank needs whole kv-head groups and experts, so the ranks must divide the kv heads and experts. */
 static lh_status set_share(lh_cuda_backend *b, const lh_config *cfg, struct lh_comm *comm, lh_error *err) {
@@ -200,6 +199,7 @@ static lh_status set_share(lh_cuda_backend *b, const lh_config *cfg, struct lh_c
   return LH_OK;
 }
 
+/* Device, streams, cuBLAS, workspace, upload ring: everything but the weights. */
 static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_rows, int device, int tied,
                        lh_error *err) {
   b->base.ops = &lh_backend_cuda;
