@@ -337,7 +337,7 @@ typedef struct row {
   int64_t length;
   double depth;
   int trial;
-  double score, exact;
+  double score, exact, contains;
   int64_t computed, tokens;
 } row;
 
@@ -374,6 +374,7 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
     r->trial = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "trial"));
     r->score = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "score"));
     r->exact = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "exact"));
+    r->contains = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "contains"));
     r->computed = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens_computed"));
     r->tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens"));
     cJSON_Delete(o);
@@ -491,14 +492,14 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
   qsort(rows, (size_t)n, sizeof *rows, cmp_row);
   lh_niah_cell *cells = calloc((size_t)n, sizeof *cells);
   int nc = 0;
-  double acc = 0, ex = 0;
+  double acc = 0, ex = 0, all = 0;
   int64_t computed = 0, naive = 0;
   for (int i = 0; i < n; i++) {
     if (!nc || cells[nc - 1].length != rows[i].length || cells[nc - 1].depth != rows[i].depth)
       cells[nc++] = (lh_niah_cell){rows[i].length, rows[i].depth, 0, 0};
     cells[nc - 1].score += rows[i].score;
     cells[nc - 1].trials++;
-    acc += rows[i].score, ex += rows[i].exact;
+    acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains;
     computed += rows[i].computed, naive += rows[i].tokens;
   }
   cJSON *o = cJSON_CreateObject();
@@ -506,6 +507,7 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
   cJSON_AddNumberToObject(o, "trials", n);
   cJSON_AddNumberToObject(o, "accuracy", acc / n);
   cJSON_AddNumberToObject(o, "exact", ex / n);
+  cJSON_AddNumberToObject(o, "all_values", all / n);
   cJSON_AddNumberToObject(o, "tokens_computed", (double)computed);
   cJSON_AddNumberToObject(o, "tokens_naive", (double)naive);
   cJSON_AddNumberToObject(o, "computed_share", naive ? (double)computed / (double)naive : 0);
@@ -550,6 +552,7 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
     sum->trials = n;
     sum->accuracy = acc / n;
     sum->exact = ex / n;
+    sum->all_values = all / n;
     sum->tokens_computed = computed;
     sum->tokens_naive = naive;
     sum->n_lengths = nl;
@@ -848,8 +851,12 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     lh_tokenizer_decode(S.tok, gen.data, gen.len, 1, &ans, NULL);
     char *a = strdup(ans.data ? ans.data : "");
     strip_answer(a);
-    int contains = 1;
-    for (int e = 0; e < t->n_expected; e++) contains &= strstr(a, t->expected_vals[e]) != NULL;
+    /* RULER's string_match_all: the share of the expected values found in the answer (one value:
+     * 0 or 1); contains: all of them; exact: the answer is the expected text */
+    int found = 0;
+    for (int e = 0; e < t->n_expected; e++) found += strstr(a, t->expected_vals[e]) != NULL;
+    const int contains = found == t->n_expected;
+    const double score = t->n_expected ? (double)found / t->n_expected : 0;
     int exact = !strcmp(a, t->expected);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "length", (double)t->length);
@@ -866,7 +873,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     cJSON_AddStringToObject(o, "answer", a);
     cJSON_AddNumberToObject(o, "exact", exact);
     cJSON_AddNumberToObject(o, "contains", contains);
-    cJSON_AddNumberToObject(o, "score", contains);
+    cJSON_AddNumberToObject(o, "score", score);
     cJSON_AddNumberToObject(o, "tokens", (double)total);
     cJSON_AddNumberToObject(o, "needle_token", (double)((int64_t)S.head.len + t->pos[0]));
     cJSON_AddNumberToObject(o, "tokens_computed", (double)(total - fork_at + main_computed + (int64_t)gen.len));

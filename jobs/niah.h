@@ -84,7 +84,9 @@ typedef struct lh_niah_length {
 
 typedef struct lh_niah_summary {
   int trials, trials_run, trials_resumed;
-  double accuracy, exact;        /* over all trials */
+  double accuracy, exact;        /* over all trials: the mean score (RULER's share of the expected
+                                    values found in each answer) and exact matches */
+  double all_values;             /* answers holding every expected value (= accuracy with one) */
   int64_t tokens_computed;       /* prefilled by this sweep, all runs */
   int64_t tokens_naive;          /* sum of every trial's prompt length */
   int64_t tokens_restored;       /* main-state tokens restored from checkpoints in this run */

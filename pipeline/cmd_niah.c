@@ -2,6 +2,7 @@
  * redraw its figures from results.jsonl (on any machine with cairo). */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,8 @@ static void usage(FILE *f) {
           "  --trials N             trials per cell, each with its own key and value (default 1)\n"
           "  --variant V            single | multikey | multivalue | multiquery (RULER's; default single)\n"
           "  --needles N            needles per trial for the multi variants (default 4; multiquery 2)\n"
+          "                         (a trial's score is RULER's: the share of its expected values the\n"
+          "                         answer holds; summary.json's all_values counts answers with all)\n"
           "  --needle TPL           needle template with {key} and {value}\n"
           "                         (default \"The special magic {key} number is: {value}.\")\n"
           "  --question TPL         question template ({key}; {key2} for multiquery)\n"
@@ -154,8 +157,10 @@ int lh_cmd_niah(int argc, char **argv) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
     return LH_EXIT_USAGE;
   }
-  printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f\n", s.trials,
+  printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
          s.trials_run, s.trials_resumed, s.accuracy, s.exact);
+  if (fabs(s.all_values - s.accuracy) > 1e-9) printf(", every value %.3f", s.all_values);
+  printf("\n");
   for (int i = 0; i < s.n_lengths; i++) {
     const lh_niah_length *L = &s.by_length[i];
     char len[32];
