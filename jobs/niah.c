@@ -253,13 +253,7 @@ static lh_status make_trial(sweep *S, trial *t, lh_error *err) {
   snprintf(t->question, sizeof t->question, "%s", q.data ? q.data : "");
   lh_buf_free(&q);
   if (p->variant == LH_NIAH_MULTIVALUE) {
-    t->n_expected = n;
-    t->expected[0] = 0;
-    for (int i = 0; i < n; i++) {
-      snprintf(t->expected_vals[i], sizeof t->expected_vals[0], "%s", t->values[i]);
-      size_t l = strlen(t->expected);
-      snprintf(t->expected + l, sizeof t->expected - l, "%s%s", i ? ", " : "", t->values[i]);
-    }
+    t->n_expected = n; /* the list itself is written once the needles are in text order, below */
   } else if (p->variant == LH_NIAH_MULTIQUERY) {
     t->n_expected = 2;
     snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%s", t->values[0]);
@@ -302,6 +296,14 @@ static lh_status make_trial(sweep *S, trial *t, lh_error *err) {
       lh_buf tb = t->needle_text[j];
       t->needle_text[j] = t->needle_text[j - 1], t->needle_text[j - 1] = tb;
     }
+  if (p->variant == LH_NIAH_MULTIVALUE) { /* the expected list in the order the values appear in the text */
+    t->expected[0] = 0;
+    for (int i = 0; i < n; i++) {
+      snprintf(t->expected_vals[i], sizeof t->expected_vals[0], "%s", t->values[i]);
+      size_t l = strlen(t->expected);
+      snprintf(t->expected + l, sizeof t->expected - l, "%s%s", i ? ", " : "", t->values[i]);
+    }
+  }
   return LH_OK;
 }
 

@@ -84,17 +84,20 @@ drop = {rows[0].index("seconds"), rows[0].index("tokens_computed")}
 for r in sorted(rows[1:]): print([x for i, x in enumerate(r) if i not in drop])' "$1"; }
 diff <(strip "$T/ref/results.csv") <(strip "$T/k/results.csv") || fail "results.csv differs after kill -9 and rerun"
 # multi-value: each trial's score is RULER's (the share of the expected values in the answer),
-# recomputed here from the CSV's text; summary.json's all_values counts answers with every value
+# recomputed here from the CSV's text; summary.json's all_values counts answers with every value;
+# the expected list is in the order the values appear in the text
 "$LH" niah --model models/haul-tiny --lengths 1k --depths 0:100:50 --trials 2 --chunk 256 --progress none \
   --variant multivalue --out "$T/mv" > "$T/mv.log" 2>&1 || { cat "$T/mv.log"; fail "multivalue sweep failed"; }
 python3 - "$T/mv" <<'PY'
-import csv, json, os, sys
+import csv, json, os, re, sys
 d = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(d, "results.csv"))))
 assert len(rows) == 6, len(rows)
 for r in rows:
     vals = [v.strip() for v in r["expected"].split(",")]
     assert len(vals) == 4, vals
+    # the needle column lists the needles in text order; the expected list follows it
+    assert vals == re.findall(r"number is: (\d+)", r["needle"]), (vals, r["needle"])
     share = sum(v in r["answer"] for v in vals) / len(vals)
     assert abs(float(r["score"]) - share) < 1e-9, (r["score"], share, r["expected"], r["answer"])
     assert int(r["contains"]) == (share == 1.0), r
