@@ -199,6 +199,19 @@ static lh_status set_share(lh_cuda_backend *b, const lh_config *cfg, struct lh_c
   return LH_OK;
 }
 
+/* A rank's communicator, made before anything that could fail on one rank alone (an allocation in
+ * setup): every rank reaches the id broadcast and NCCL's collective init together, so a rank
+ * that fails later fails its open through the engine's agreement instead of leaving the others
+ * waiting in them. Nothing to do with one rank. */
+static lh_status tp_first(lh_cuda_backend *b, const lh_config *cfg, int64_t max_rows, int device, lh_error *err) {
+  if (b->tp < 2) return LH_OK;
+  b->cfg = *cfg;
+  b->max_rows = max_rows;
+  b->device = device;
+  CU(cudaSetDevice(device));
+  return lh_cu_tp_open(b, err);
+}
+
 /* Device, streams, cuBLAS, workspace, upload ring: everything but the weights. */
 static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_rows, int device, int tied,
                        lh_error *err) {
@@ -445,8 +458,8 @@ lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_p
   lh_status st = set_share(b, cfg, p && p->comm && lh_comm_size(p->comm) > 1 ? p->comm : NULL, err);
   int device = 0;
   if (st == LH_OK) device = rank_device(p);
+  if (st == LH_OK) st = tp_first(b, cfg, max_rows, device, err);
   if (st == LH_OK) st = setup(b, cfg, max_rows, device, tied, err);
-  if (st == LH_OK && b->tp > 1) st = lh_cu_tp_open(b, err);
   if (st == LH_OK) {
     b->hw = w;
     stager s;
@@ -542,7 +555,8 @@ lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t
   b->own_w.layers = b->own_layers.data();
   for (int l = 0; l < cfg->n_layers; l++) b->own_layers[l].kind = cfg->layer_kind[l];
   b->hw = &b->own_w;
-  lh_status st = setup(b, cfg, max_rows, device, cfg->tie_word_embeddings, err);
+  lh_status st = tp_first(b, cfg, max_rows, device, err);
+  if (st == LH_OK) st = setup(b, cfg, max_rows, device, cfg->tie_word_embeddings, err);
   if (st == LH_OK) {
     b->norm_of[&b->own_w.final_norm] = b->final_norm;
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -551,7 +565,6 @@ lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t
     }
     st = fill_random(b, seed, err);
   }
-  if (st == LH_OK && b->tp > 1) st = lh_cu_tp_open(b, err);
   if (st == LH_OK) {
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e != cudaSuccess) st = lh_cu_fail(err, "cudaStreamSynchronize(fill)", e, __FILE__, __LINE__);
