@@ -28,33 +28,9 @@
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/log.h"
-#include "tests/engine/hf_parity.h"
+#include "tests/engine/ranks_test.h"
 
 static int same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
-
-/* Logits of every position of ids after prefilling them in chunks of 255/256/257 (run_plan). */
-static float *plan_logits(lh_model *m, const lh_i32vec *ids) {
-  const int64_t V = lh_model_config(m)->vocab_size;
-  const int plan[] = {255, 256, 257};
-  float *out = malloc(sizeof(float) * (size_t)ids->len * (size_t)V);
-  if (out && !run_plan(m, ids, plan, 3, out)) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
-/* A state of m after the first n ids, serialised. */
-static void *state_after(lh_model *m, const lh_i32vec *ids, int64_t n, size_t *len) {
-  lh_state *s = NULL;
-  lh_error err;
-  void *blob = NULL;
-  *len = 0;
-  if (!lh_state_new(m, &s, &err) && !lh_prefill(s, ids->data, n, NULL, NULL, &err))
-    if (lh_state_serialize(s, &blob, len, &err)) fprintf(stderr, "serialize: %s\n", err.msg);
-  lh_state_free(s);
-  return blob;
-}
 
 /* Every engine fixture (tests/fixtures/engine, HF transformers' logits of small random models)
  * whose heads, kv heads and experts R divides: the ranks' logits over a chunk plan equal
@@ -273,27 +249,4 @@ done:
   return lh_test_end();
 }
 
-int main(int argc, char **argv) {
-  lh_test_begin("test_ranks");
-  lh_log_set_level(LH_LOG_ERROR);
-  lh_comm *world = NULL;
-  lh_error err;
-  if (lh_comm_init(&argc, &argv, &world, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 77;
-  }
-  if (!world || lh_comm_size(world) < 2) {
-    fprintf(stderr, "SKIP: not started as 2 or more ranks (mpirun, or tests/engine/tcp_world.sh)\n");
-    lh_comm_finish(world);
-    return 77;
-  }
-  if (lh_comm_rank(world) > 0) {
-    int rc = lh_rank_serve(world);
-    lh_comm_finish(world);
-    return rc;
-  }
-  int rc = checks(world);
-  lh_rank_release(world);
-  lh_comm_finish(world);
-  return rc;
-}
+int main(int argc, char **argv) { return ranks_test_main("test_ranks", argc, argv, checks); }
