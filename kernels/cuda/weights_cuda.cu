@@ -431,14 +431,14 @@ static lh_status upload_all(lh_cuda_backend *b, const lh_weights *w, stager *s, 
 }
 
 /* The GPU of a rank: the params' device plus the rank's index among this host's ranks. */
-static int rank_device(const lh_model_params *p) {
-  int dev = p ? p->device : 0, n = 0;
-  if (!p || !p->comm || lh_comm_size(p->comm) < 2) return dev;
+static int rank_device(int device, struct lh_comm *comm) {
+  int n = 0;
+  if (!comm || lh_comm_size(comm) < 2) return device;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
     (void)cudaGetLastError();
-    return dev;
+    return device;
   }
-  return (dev + lh_comm_local_rank(p->comm)) % n;
+  return (device + lh_comm_local_rank(comm)) % n;
 }
 
 lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_params *p, int64_t max_rows,
@@ -457,7 +457,7 @@ lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_p
   /* a backend sees comm only when the model spans several ranks */
   lh_status st = set_share(b, cfg, p && p->comm && lh_comm_size(p->comm) > 1 ? p->comm : NULL, err);
   int device = 0;
-  if (st == LH_OK) device = rank_device(p);
+  if (st == LH_OK) device = rank_device(p ? p->device : 0, b->comm);
   if (st == LH_OK) st = tp_first(b, cfg, max_rows, device, err);
   if (st == LH_OK) st = setup(b, cfg, max_rows, device, tied, err);
   if (st == LH_OK) {
@@ -537,12 +537,8 @@ lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) return lh_error_set(err, LH_EBACKEND, "cuda backend: %s", why);
   if (comm && lh_comm_size(comm) < 2) comm = NULL;
-  if (comm) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) device = (device + lh_comm_local_rank(comm)) % n;
-    (void)cudaGetLastError();
-    seed = seed * 7919u + (uint64_t)lh_comm_rank(comm);
-  }
+  device = rank_device(device, comm);
+  if (comm) seed = seed * 7919u + (uint64_t)lh_comm_rank(comm);
   lh_cuda_backend *b = new lh_cuda_backend();
   lh_status sst = set_share(b, cfg, comm, err);
   if (sst != LH_OK) {
