@@ -758,7 +758,7 @@ lh_status lh_state_deserialize(lh_model *m, const void *buf, size_t len, lh_stat
   static const char *names[8] = {"n_lightning", "n_softmax", "n_heads", "head_dim", "n_kv_heads", "vocab_size",
                                  "kv dtype", "reserved"};
   for (int i = 0; i < 8; i++)
-    if (get32(b + 32 + 4 * i) != dims[i])
+    if (i != 6 && get32(b + 32 + 4 * i) != dims[i]) /* the kv dtype may differ: the rows are converted */
       return lh_error_set(err, LH_EINVAL, "deserialize: the state has %s = %u, this model has %u", names[i],
                           get32(b + 32 + 4 * i), dims[i]);
   char id[65] = {0};
@@ -769,6 +769,11 @@ lh_status lh_state_deserialize(lh_model *m, const void *buf, size_t len, lh_stat
   uint64_t pos = get64(b + 24);
   lh_state_layout lay;
   lh_state_get_layout(m, &lay);
+  const uint32_t kd = get32(b + 32 + 4 * 6);
+  if (kd >= LH_DTYPE_COUNT)
+    return lh_error_set(err, LH_EFORMAT, "deserialize: the state's kv dtype %u is not one this build knows", kd);
+  lay.kv_dtype = (lh_dtype)kd; /* a state made on CUDA (bf16 KV) resumes on the CPU (fp32) and back */
+  lay.kv_row_bytes = 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * lh_dtype_size(lay.kv_dtype);
   size_t fixed = SER_HEADER + (size_t)lay.n_lightning * lay.lightning_bytes + ((flags & 1) ? (size_t)lay.vocab_size * 4 : 0) + 4;
   size_t per_pos = (size_t)lay.n_softmax * lay.kv_row_bytes;
   if (fixed > len || (per_pos ? pos != (len - fixed) / per_pos || (len - fixed) % per_pos : len != fixed) ||

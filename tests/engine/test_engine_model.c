@@ -17,6 +17,7 @@
 
 #include "engine/internal.h"
 #include "tests/engine/random_model.h"
+#include "util/hash.h"
 
 static int meets_bound(const char *what, const float *got, const float *ref, size_t n) {
   double num = 0, den = 0, maxref = 0, maxerr = 0;
@@ -446,6 +447,44 @@ static void check_bitwise(void) {
   CHECK(!lh_state_import_finish(bf, T, NULL, &err));
   CHECK(lh_state_last_logits(bf) == NULL);
   CHECK(lh_state_export_kv(bf, 0, 0, T + 1, kvf, &err) == LH_EINVAL);
+
+  /* a serialised state with bf16 KV rows (as the CUDA backend makes them) resumes on the CPU: the
+   * rows are converted, and the result is the same as importing the same rows one by one */
+  {
+    const size_t lb = (size_t)lay.n_lightning * lay.lightning_bytes, kvf_bytes = (size_t)P * lay.kv_row_bytes;
+    const size_t tail = len - 128 - lb - (size_t)lay.n_softmax * kvf_bytes; /* logits and CRC */
+    const size_t blen = len - (size_t)lay.n_softmax * kvf_bytes / 2;
+    unsigned char *bs = malloc(blen), *src = ser;
+    memcpy(bs, src, 128 + lb);
+    uint32_t one = LH_BF16;
+    uint64_t total = blen;
+    memcpy(bs + 32 + 4 * 6, &one, 4); /* little-endian host, as the format is */
+    memcpy(bs + 16, &total, 8);
+    unsigned char *o = bs + 128 + lb;
+    const float *kv_in = (const float *)(src + 128 + lb);
+    for (size_t i = 0; i < (size_t)lay.n_softmax * kvf_bytes / 4; i++, o += 2) {
+      uint16_t h = lh_f32_to_bf16(kv_in[i]);
+      memcpy(o, &h, 2);
+    }
+    memcpy(o, src + len - tail, tail - 4);
+    uint32_t crc = lh_crc32c(0, bs, blen - 4);
+    memcpy(bs + blen - 4, &crc, 4);
+    lh_state *sb = NULL, *sm = NULL;
+    CHECK_MSG(!lh_state_deserialize(m2, bs, blen, &sb, &err), "bf16 state: %s", err.msg);
+    CHECK(!lh_state_new(m2, &sm, &err));
+    for (int i = 0; i < lay.n_lightning; i++) CHECK(!lh_state_import_lightning(sm, i, src + 128 + i * lay.lightning_bytes, &err));
+    for (int j = 0; j < lay.n_softmax; j++)
+      CHECK(!lh_state_import_kv(sm, j, 0, P, bs + 128 + lb + (size_t)j * kvf_bytes / 2, LH_BF16, &err));
+    CHECK(!lh_state_import_finish(sm, P, NULL, &err));
+    float *u = malloc(sizeof(float) * (size_t)(T - P) * V), *w = malloc(sizeof(float) * (size_t)(T - P) * V);
+    CHECK(sb && !lh_prefill(sb, tok + P, T - P, NULL, u, &err));
+    CHECK(!lh_prefill(sm, tok + P, T - P, NULL, w, &err));
+    CHECK_MSG(same_bits(u, w, (size_t)(T - P) * V), "bf16 state: deserialize differs from importing its rows");
+    double r = lh_rel_l2(u, x, (size_t)(T - P) * V);
+    CHECK_MSG(r > 0 && r < 1e-2, "bf16 state: rel L2 %.3g from the fp32 continuation (want (0, 1e-2))", r);
+    lh_state_free(sb), lh_state_free(sm);
+    free(bs), free(u), free(w);
+  }
 
   /* damaged byte strings are refused, clearly */
   lh_state *bad = (lh_state *)1;
