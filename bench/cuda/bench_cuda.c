@@ -926,6 +926,56 @@ static int resume_check(slice *s, int64_t tokens, int64_t chunk, const char *db)
   return diff != 0;
 }
 
+/* --logits FILE: the slice's logits at the last LOGIT_ROWS positions, written to FILE when it does
+ * not exist and held against it when it does. A run on one GPU writes it; the same slice over R
+ * ranks (which fill their shares of the same random model) compares: issue 10's "logits of a TP
+ * run equal the single-GPU run within bf16 bounds on a random real-width slice". */
+enum { LOGIT_ROWS = 16 };
+static const char *g_logits;
+static int g_rank, g_logits_rc;
+static void logits_file(slice *s, int64_t tokens, int64_t chunk) {
+  const int64_t V = s->cfg.vocab_size, n = tokens - (tokens - 1) / chunk * chunk; /* rows in the last chunk */
+  const int64_t k = n < LOGIT_ROWS ? n : LOGIT_ROWS;
+  int64_t rows[LOGIT_ROWS];
+  for (int64_t i = 0; i < k; i++) rows[i] = n - k + i;
+  float *got = malloc(sizeof(float) * (size_t)(k * V)), *want = malloc(sizeof(float) * (size_t)(k * V));
+  if (!got || !want) die("logits", "out of memory");
+  lk(s->ops->logits(s->be, s->ops->act(s->be, 0), rows, k, got, &s->err), &s->err, "logits");
+  lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
+  if (g_rank == 0) {
+    FILE *f = fopen(g_logits, "rb");
+    if (!f) {
+      f = fopen(g_logits, "wb");
+      if (!f || fwrite(got, sizeof(float), (size_t)(k * V), f) != (size_t)(k * V) || fclose(f))
+        die("logits", "cannot write the --logits file");
+      printf("  logits of the last %lld positions written to %s (%d ranks)\n", (long long)k, g_logits, s->ranks);
+    } else {
+      size_t r = fread(want, sizeof(float), (size_t)(k * V), f);
+      fclose(f);
+      if (r != (size_t)(k * V)) die("logits", "the --logits file is from another run (size differs)");
+      double num = 0, den = 0, maxd = 0;
+      int64_t agree = 0;
+      for (int64_t i = 0; i < k; i++) {
+        int64_t a = 0, b = 0;
+        for (int64_t j = 0; j < V; j++) {
+          const double g = got[i * V + j], w = want[i * V + j];
+          num += (g - w) * (g - w), den += w * w;
+          if (fabs(g - w) > maxd) maxd = fabs(g - w);
+          if (got[i * V + j] > got[i * V + a]) a = j;
+          if (want[i * V + j] > want[i * V + b]) b = j;
+        }
+        agree += a == b;
+      }
+      const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+      g_logits_rc = !(rel <= 2e-2);
+      printf("  logits over %d ranks vs %s: rel L2 %.3g over the last %lld positions (bound 2e-2), max |diff| %.3g, "
+             "argmax agrees at %lld of %lld: %s\n", s->ranks, g_logits, rel, (long long)k, maxd, (long long)agree,
+             (long long)k, g_logits_rc ? "FAIL" : "PASS");
+    }
+  }
+  free(got), free(want);
+}
+
 static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   header("8-layer real-width slice (7 lightning + 1 softmax), random weights on the GPU");
   const lh_config *c = &s->cfg;
@@ -978,6 +1028,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     free(logits);
     lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rep == 0 && g_logits) logits_file(s, tokens, chunk);
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
     lh_cuda_cudnn_status(s->be, NULL, &build1);
     const double build_ms = (build1 - build0) * 1e3;
@@ -1098,6 +1149,7 @@ int main(int argc, char **argv) {
   lh_error werr;
   if (lh_comm_init(&argc, &argv, &world, &werr)) die("world", werr.msg);
   const int ranks = world ? lh_comm_size(world) : 1;
+  g_rank = world ? lh_comm_rank(world) : 0;
   if (world && lh_comm_rank(world) > 0 && !freopen("/dev/null", "w", stdout)) die("world", "cannot silence a rank");
   const char *peers = NULL;
   int quick = 0;
@@ -1114,9 +1166,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--resumable") && i + 1 < argc) resumable = argv[++i];
     else if (!strcmp(argv[i], "--resume-check") && i + 1 < argc) check = argv[++i];
+    else if (!strcmp(argv[i], "--logits") && i + 1 < argc) g_logits = argv[++i];
     else {
       fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] "
-                      "[--checkpoint DB] [--resumable DB] [--resume-check DB]\n");
+                      "[--checkpoint DB] [--resumable DB] [--resume-check DB] [--logits FILE]\n");
       return 2;
     }
   }
@@ -1156,5 +1209,5 @@ int main(int argc, char **argv) {
   else if (strstr(only, "slice")) bench_slice(&s, tokens, chunk, quick);
   s.ops->close(s.be);
   lh_comm_finish(world);
-  return rc;
+  return rc ? rc : g_logits_rc;
 }

@@ -6,8 +6,9 @@
 #   1. gpu_model_parity: the one-GPU backend against HF and the CPU (as before the split);
 #   2. gpu_ranks as 2 and as 4 ranks over TCP (tests/gpu/gpu_ranks.c says what it checks);
 #   3. bench_cuda --only slice at 64K tokens on one GPU (the speed of the one-GPU path, against
-#      bench/NOTES.md), then the same slice over 2 ranks at 16K tokens (that it runs, and what the
-#      host transport costs: its sums cross a TCP socket, so this is not the NCCL number).
+#      bench/NOTES.md), then the real-width slice at 16K tokens on 1, 2 and 4 ranks: the one-GPU run
+#      writes its last logits, the ranks' runs are held against them (--logits), and the time says
+#      what the host transport costs (its sums cross a TCP socket: not the NCCL number).
 # Payload: bench/cuda/make_payload.sh BUILD (copies the binaries and this script). On the box, from
 # the repo root (so models/ and tests/fixtures/ are there):
 #   bash .dev/cuda/run_device_ranks.sh        (give the call timeout_s 600; logs under $OUT)
@@ -34,10 +35,12 @@ step() { printf '\n=== %s (+%ss)\n' "$1" "$(($(date +%s) - t0))"; }
   timeout 120 "$D/bin/bench_cuda" --only slice --tokens 65536 --chunk 16384 --quick > /tmp/slice1.log 2>&1
   echo "rc=$?"
   grep -v "^    " /tmp/slice1.log
-  step "bench_cuda slice over 2 ranks on one GPU, 16K tokens (host transport)"
-  LH_CUDA_TP_TRANSPORT=host timeout 150 bash tests/engine/tcp_world.sh 2 "$D/bin/bench_cuda" --only slice \
-    --tokens 16384 --chunk 4096 --quick > /tmp/slice2.log 2>&1
-  echo "rc=$?"
-  grep -v "^    " /tmp/slice2.log
+  for R in 1 2 4; do
+    step "bench_cuda slice over $R rank(s) on one GPU, 16K tokens, logits against one GPU's (host transport)"
+    LH_CUDA_TP_TRANSPORT=host timeout 200 bash tests/engine/tcp_world.sh "$R" "$D/bin/bench_cuda" --only slice \
+      --tokens 16384 --chunk 4096 --quick --logits /tmp/slice16k.logits > /tmp/slice_r$R.log 2>&1
+    echo "rc=$?"
+    grep -v "^    " /tmp/slice_r$R.log
+  done
   step end
 } 2>&1 | tee "$OUT/ranks.log"

@@ -169,6 +169,12 @@ cudaError_t lh_cuda_sample(cudaStream_t st, const float *logits, int rows, int v
  * lh_cuda_hash_uniform): x[i] = bf16(scale * u(seed, i)), u uniform in [-1, 1). */
 cudaError_t lh_cuda_fill_uniform_bf16(cudaStream_t st, void *x, int64_t n, uint64_t seed, float scale);
 cudaError_t lh_cuda_fill_uniform_f32(cudaStream_t st, float *x, int64_t n, uint64_t seed, float scale, float offset);
+/* Part of a larger fill, element for element the same values: a rows x cols block at element base of
+ * a fill whose rows are ld long (a rank's block of a weight matrix); n values from element base. */
+cudaError_t lh_cuda_fill_uniform_bf16_block(cudaStream_t st, void *x, int64_t rows, int64_t cols, int64_t ld,
+                                            int64_t base, uint64_t seed, float scale);
+cudaError_t lh_cuda_fill_uniform_f32_at(cudaStream_t st, float *x, int64_t n, int64_t base, uint64_t seed, float scale,
+                                        float offset);
 cudaError_t lh_cuda_fill_bf16(cudaStream_t st, void *x, int64_t n, uint16_t bits);
 
 /* The generator behind the fills, for host references: uniform in [-1, 1). */

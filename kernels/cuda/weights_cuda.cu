@@ -482,38 +482,58 @@ lh_status lh_cu_open(const lh_config *cfg, const lh_weights *w, const lh_model_p
 
 /* ---- random model ---------------------------------------------------------------------------- */
 
+/* Over ranks, every rank fills its share of the same model a single GPU fills from the seed: the
+ * fill is counter-based (random.cu), so a rank's rows, columns and experts are filled with the
+ * values those elements have in the whole tensor. The logits over R ranks can then be held
+ * against one GPU's on the real-width slice (bench_cuda --logits). */
 static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
   const shapes s = shapes_of(b);
+  const int64_t D = s.hidden, d = s.d, HdAll = (int64_t)b->cfg.n_heads * d, KdAll = (int64_t)b->cfg.n_kv_heads * d;
+  const int64_t c0 = (int64_t)b->h0 * d, k0 = (int64_t)b->g0 * d, Kd = s.Hkv * d;
   uint64_t k = seed * 1000003ull;
-  auto lin = [&](bf16_t *p, int64_t n, int64_t fan_in) -> cudaError_t {
-    return lh_cuda_fill_uniform_bf16(b->stream, p, n, ++k, (float)sqrt(3.0 / (double)fan_in));
+  auto scale = [](int64_t fan_in) { return (float)sqrt(3.0 / (double)fan_in); };
+  /* rows [r0, r0 + n) of a whole tensor with rows of D values (contiguous in it) */
+  auto rows = [&](bf16_t *p, int64_t r0, int64_t n, int64_t fan_in, uint64_t key) -> cudaError_t {
+    return lh_cuda_fill_uniform_bf16_block(b->stream, p, 1, n * D, n * D, r0 * D, key, scale(fan_in));
   };
-  auto nrm = [&](float *p, int64_t n) -> cudaError_t { return lh_cuda_fill_uniform_f32(b->stream, p, n, ++k, 0.1f, 1.0f); };
-  CU(lh_cuda_fill_uniform_bf16(b->stream, b->embed, s.vocab * s.hidden, ++k, 1.7320508f));
-  if (b->lm_head != b->embed) CU(lin(b->lm_head, s.vocab * s.hidden, s.hidden));
-  CU(nrm(b->final_norm, s.hidden));
+  /* columns [c, c + n) of a whole [D x ld] tensor */
+  auto cols = [&](bf16_t *p, int64_t c, int64_t n, int64_t ld, uint64_t key) -> cudaError_t {
+    return lh_cuda_fill_uniform_bf16_block(b->stream, p, D, n, ld, c, key, scale(ld));
+  };
+  auto nrm = [&](float *p, int64_t n, int64_t at, uint64_t key) -> cudaError_t {
+    return lh_cuda_fill_uniform_f32_at(b->stream, p, n, at, key, 0.1f, 1.0f);
+  };
+  CU(lh_cuda_fill_uniform_bf16(b->stream, b->embed, s.vocab * D, ++k, 1.7320508f));
+  if (b->lm_head != b->embed) CU(lh_cuda_fill_uniform_bf16(b->stream, b->lm_head, s.vocab * D, ++k, scale(D)));
+  CU(nrm(b->final_norm, D, 0, ++k));
   /* HF's slopes over every head of the model; a rank takes its own heads' */
   const double base = 1.0 / pow(2.0, 8.0 / (double)b->cfg.n_heads);
   for (int l = 0; l < b->cfg.n_layers; l++) {
     cu_layer &L = b->layers[l];
-    CU(nrm(L.in_norm, s.hidden));
-    CU(nrm(L.post_norm, s.hidden));
-    if (L.kind == LH_LAYER_LIGHTNING) {
-      CU(lin(L.qkvg, 4 * s.Hd * s.hidden, s.hidden));
-      CU(lin(L.out_proj, s.hidden * s.Hd, s.Hd));
-      CU(nrm(L.attn_norm, s.Hd));
+    CU(nrm(L.in_norm, D, 0, ++k));
+    CU(nrm(L.post_norm, D, 0, ++k));
+    if (L.kind == LH_LAYER_LIGHTNING) { /* whole qkvg: [3 HdAll rows of q, k, v per head][HdAll rows of gate] */
+      const uint64_t key = ++k;
+      CU(rows(L.qkvg, 3 * c0, 3 * s.Hd, D, key));
+      CU(rows(L.qkvg + 3 * s.Hd * D, 3 * HdAll + c0, s.Hd, D, key));
+      CU(cols(L.out_proj, c0, s.Hd, HdAll, ++k));
+      CU(nrm(L.attn_norm, s.Hd, c0, ++k));
       std::vector<float> slope(s.H);
       double factor = 1.0 - (double)l / ((double)b->cfg.n_layers - 1.0 + 1e-5) + 1e-5;
       for (int h = 0; h < s.H; h++) slope[h] = (float)(pow(base, b->h0 + h + 1) * factor);
       CU(cudaMemcpy(L.slope, slope.data(), s.H * sizeof(float), cudaMemcpyHostToDevice));
       memcpy(b->own_layers[l].slope, slope.data(), s.H * sizeof(float));
-    } else {
-      CU(lin(L.qkv, (s.H + 2 * s.Hkv) * s.d * s.hidden, s.hidden));
-      CU(lin(L.o_proj, s.hidden * s.Hd, s.Hd));
+    } else { /* whole qkv: [HdAll rows of q][KdAll of k][KdAll of v] */
+      const uint64_t key = ++k;
+      CU(rows(L.qkv, c0, s.Hd, D, key));
+      CU(rows(L.qkv + s.Hd * D, HdAll + k0, Kd, D, key));
+      CU(rows(L.qkv + (s.Hd + Kd) * D, HdAll + KdAll + k0, Kd, D, key));
+      CU(cols(L.o_proj, c0, s.Hd, HdAll, ++k));
     }
-    CU(lin(L.router, s.E * s.hidden, s.hidden));
-    CU(lin(L.w13, s.E * 2 * s.I * s.hidden, s.hidden));
-    CU(lin(L.w2, s.E * s.hidden * s.I, s.I));
+    CU(rows(L.router, 0, s.E, D, ++k));
+    CU(rows(L.w13, b->e0 * 2 * s.I, s.El * 2 * s.I, D, ++k)); /* whole: [E][2I][D] */
+    const uint64_t key = ++k;                                  /* whole w2: [E][D][I] */
+    CU(lh_cuda_fill_uniform_bf16_block(b->stream, L.w2, 1, s.El * D * s.I, 0, b->e0 * D * s.I, key, scale(s.I)));
   }
   return LH_OK;
 }
@@ -538,7 +558,6 @@ lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t
   if (!lh_cuda_available(why, sizeof why)) return lh_error_set(err, LH_EBACKEND, "cuda backend: %s", why);
   if (comm && lh_comm_size(comm) < 2) comm = NULL;
   device = rank_device(device, comm);
-  if (comm) seed = seed * 7919u + (uint64_t)lh_comm_rank(comm);
   lh_cuda_backend *b = new lh_cuda_backend();
   lh_status sst = set_share(b, cfg, comm, err);
   if (sst != LH_OK) {
