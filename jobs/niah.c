@@ -71,7 +71,7 @@ lh_niah_params lh_niah_default_params(void) {
   p.trials = 1;
   p.seed = 20261201;
   p.chunk = 4096;
-  p.max_tokens = 32;
+  p.max_tokens = 128; /* RULER's tokens_to_generate for its NIAH tasks: 32 cut a 4-value answer short */
   p.n_needles = 0;
   p.progress = LH_PROGRESS_AUTO;
   return p;

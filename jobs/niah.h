@@ -59,7 +59,7 @@ typedef struct lh_niah_params {
   int trials;             /* per cell (default 1) */
   uint64_t seed;
   int chunk;              /* tokens per chunk (default 4096) */
-  int max_tokens;         /* answer length cap (default 32) */
+  int max_tokens;         /* answer length cap (default 128) */
   int force;              /* discard earlier results in OUT */
   lh_progress_mode progress;
 } lh_niah_params;

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
           "  --answer TPL           expected answer template (default \"{value}\")\n"
           "  --seed N               (default 20261201)\n"
           "  --chunk N              tokens per prefill chunk and checkpoint (default 4096)\n"
-          "  --max-tokens N         answer length cap (default 32)\n"
+          "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
           "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
           "  --force                discard earlier results in OUT\n"
           "  --progress auto|tty|plain|json|none\n"
