@@ -644,6 +644,67 @@ static void bench_moe(slice *s, int64_t n) {
   cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
 }
 
+/* Issue 10's "expert parallel or tensor-parallel experts: measure both", the compute half, on one
+ * GPU: the expert GEMMs one rank of R runs for a chunk, with the rows the slice's router sent to
+ * each expert (random weights, so near-uniform; a trained router is more skewed, which costs the
+ * expert split and not the width split). Expert parallel: rank r runs experts [rE/R, (r+1)E/R) at
+ * full width, and the layer waits for the busiest rank; tensor-parallel experts: every rank runs
+ * every expert at width I/R. Both then all-reduce the same [n x hidden] fp32 sum, so the
+ * communication is the same and not timed here. */
+typedef struct split_ctx {
+  cublasHandle_t h;
+  int ng, width, hid;
+  const int32_t *rows;
+  void *x, *w1, *y1, *w2, *y2;
+} split_ctx;
+static void run_split(void *p) {
+  split_ctx *c = p;
+  for (int g = 0; g < c->ng; g++)
+    if (c->rows[g]) cb(lh_cuda_gemm(c->h, c->x, c->hid, c->rows[g], c->hid, c->w1, 2 * c->width, c->y1, 2 * c->width, 0), "gemm");
+  for (int g = 0; g < c->ng; g++)
+    if (c->rows[g]) cb(lh_cuda_gemm(c->h, c->y1, c->width, c->rows[g], c->width, c->w2, c->hid, c->y2, c->hid, 0), "gemm");
+}
+
+static void bench_moe_split(slice *s, int64_t n) {
+  header("MoE over R ranks, one rank's expert GEMMs (expert parallel vs tensor-parallel experts)");
+  const lh_config *c = &s->cfg;
+  const int E = c->n_experts, I = c->intermediate_size, hid = c->hidden_size;
+  void *in = s->ops->act(s->be, 1), *out = s->ops->act(s->be, 2);
+  ck(lh_cuda_fill_uniform_bf16(s->st, in, n * hid, 31, 1.7f), "fill");
+  lk(s->ops->moe(s->be, 0, in, n, out, &s->err), &s->err, "moe");
+  int32_t cnt[256];
+  if (lh_cuda_moe_counts(s->be, cnt) != E) die("moe-split", "no routing counts");
+  int32_t most = 0;
+  for (int e = 0; e < E; e++) most = cnt[e] > most ? cnt[e] : most;
+  printf("  rows per expert for %lldK tokens, top-%d: mean %.0f, max %d\n", (long long)n / 1024, c->top_k,
+         (double)n * c->top_k / E, most);
+  split_ctx x = {lh_cuda_cublas(s->be), 0, 0, hid, NULL, dmalloc((size_t)most * hid * 2),
+                 dmalloc((size_t)2 * I * hid * 2), dmalloc((size_t)most * 2 * I * 2), dmalloc((size_t)hid * I * 2),
+                 dmalloc((size_t)most * hid * 2)};
+  ck(lh_cuda_fill_uniform_bf16(s->st, x.x, (int64_t)most * hid, 41, 1.0f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(s->st, x.w1, (int64_t)2 * I * hid, 42, 0.02f), "fill");
+  ck(lh_cuda_fill_uniform_bf16(s->st, x.w2, (int64_t)hid * I, 43, 0.02f), "fill");
+  x.ng = E, x.width = I, x.rows = cnt;
+  const double one = time_ms(s->st, 5, run_split, &x), flops = 3.0 * 2 * 2.0 * n * hid * I;
+  char what[96], rate[96];
+  snprintf(rate, sizeof rate, "%.0f TFLOP/s", flops / (one * 1e-3) / 1e12);
+  row("one GPU, all 32 experts", one, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
+  for (int R = 2; R <= 8; R *= 2) {
+    double ep = 0, sum = 0;
+    for (int r = 0; r < R; r++) { /* expert parallel: the busiest rank sets the time */
+      x.ng = E / R, x.width = I, x.rows = cnt + r * (E / R);
+      const double t = time_ms(s->st, 5, run_split, &x);
+      ep = t > ep ? t : ep, sum += t;
+    }
+    x.ng = E, x.width = I / R, x.rows = cnt;
+    const double tp = time_ms(s->st, 5, run_split, &x);
+    snprintf(what, sizeof what, "R=%d expert parallel (busiest of %d ranks)", R, R);
+    snprintf(rate, sizeof rate, "mean rank %.3f ms; ideal one/R %.3f ms", sum / R, one / R);
+    row(what, ep, "tensor-parallel experts", tp, rate, one / R);
+  }
+  cudaFree(x.x), cudaFree(x.w1), cudaFree(x.y1), cudaFree(x.w2), cudaFree(x.y2);
+}
+
 static double slice_linear_flops(const lh_config *c) {
   const double hid = c->hidden_size, Hd = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
   double f = 0;
@@ -1195,14 +1256,19 @@ int main(int argc, char **argv) {
   s.cfg = lh_cuda_slice_config(4096);
   lk(lh_cuda_open_random_ranks(&s.cfg, 42, chunk, 0, world, &s.be, &s.err), &s.err, "open the slice");
   lh_cuda_share(s.be, &s.hl, &s.gl, &s.ranks);
-  if (ranks > 1) printf("# over %d ranks (each GPU: %d heads, %d kv heads, %d experts)\n", ranks, s.hl, s.gl,
-                        s.cfg.n_experts / ranks);
+  if (ranks > 1) {
+    int ne = 0, wi = 0;
+    lh_cuda_moe_share(s.be, &ne, &wi);
+    printf("# over %d ranks (each GPU: %d heads, %d kv heads, %d experts of width %d of %d)\n", ranks, s.hl, s.gl, ne,
+           wi, s.cfg.intermediate_size);
+  }
   s.w = lh_cuda_weights(s.be);
   s.st = lh_cuda_stream(s.be);
   bench_ceilings(s.st, lh_cuda_cublas(s.be));
   if (strstr(only, "lightning")) bench_lightning(s.st, quick);
   if (strstr(only, "attention")) bench_attention(s.st, quick);
   if (strstr(only, "moe")) bench_moe(&s, chunk);
+  if (strstr(only, "moe") && ranks == 1) bench_moe_split(&s, chunk);
   int rc = 0;
   if (check) rc = resume_check(&s, tokens, chunk, check);
   else if (resumable) bench_resumable(&s, tokens, chunk, resumable);

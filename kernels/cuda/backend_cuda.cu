@@ -442,7 +442,7 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
   LH_TRY(lh_cu_begin_op(b, err));
   const lh_config &c = b->cfg;
   const cu_layer &L = b->layers[layer];
-  const int E = c.n_experts, K = c.top_k, I = c.intermediate_size, hid = c.hidden_size;
+  const int E = c.n_experts, K = c.top_k, I = b->Il, hid = c.hidden_size; /* I: this rank's width */
   const int64_t m = n * K;
   LH_TRY(gemm(b, h, hid, n, hid, L.router, E, b->rlogits, E, 1, err));
   CU(lh_cuda_moe_route(b->stream, b->rlogits, n, E, K, b->ids, b->wts));
@@ -451,8 +451,13 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
   LH_TRY(lh_cu_download(b, off.data(), b->offsets, (E + 1) * sizeof(int32_t), err));
   if (off[E] != m)
     return lh_error_set(err, LH_EBACKEND, "cuda moe: routing placed %d of %lld pairs", off[E], (long long)m);
+  b->moe_rows.resize(E);
+  for (int e = 0; e < E; e++) b->moe_rows[e] = off[e + 1] - off[e];
   CU(lh_cuda_gather_rows(b->stream, h, b->src_row, 1, m, hid, b->xs));
 
+  /* tensor-parallel experts: the w2 products are partial sums over this rank's width, kept in
+   * fp32 until the ranks' all-reduce, so they are rounded once, like one GPU's */
+  const bool part = I < c.intermediate_size;
   std::vector<int> rows;
   std::vector<const void *> ptr(6 * (size_t)E);
   const void **x1 = ptr.data(), **w1 = x1 + E, **y1 = w1 + E, **x2 = y1 + E, **w2 = x2 + E, **y2 = w2 + E;
@@ -466,11 +471,11 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
     y1[g] = b->gu + (int64_t)off[e] * 2 * I;
     x2[g] = b->sact + (int64_t)off[e] * I;
     w2[g] = L.w2 + (int64_t)(e - b->e0) * hid * I;
-    y2[g] = b->ys + (int64_t)off[e] * hid;
+    y2[g] = part ? (const void *)((float *)b->ys + (int64_t)off[e] * hid) : b->ys + (int64_t)off[e] * hid;
   }
   const int G = (int)rows.size();
   bool done = false;
-  if (b->tune.moe_grouped) {
+  if (b->tune.moe_grouped && !part) {
     void *dptr;
     LH_TRY(lh_cu_upload(b, ptr.data(), ptr.size() * sizeof(void *), &dptr, err));
     void **d = (void **)dptr;
@@ -492,15 +497,16 @@ static lh_status op_moe(lh_backend *be, int layer, const void *h, int64_t n, voi
       LH_TRY(gemm(b, x1[g], hid, rows[g], hid, w1[g], 2 * I, (void *)y1[g], 2 * I, 0, err));
     CU(lh_cuda_swiglu(b->stream, b->gu, m, I, b->sact));
     for (int g = 0; g < G; g++)
-      LH_TRY(gemm(b, x2[g], I, rows[g], I, w2[g], hid, (void *)y2[g], hid, 0, err));
+      LH_TRY(gemm(b, x2[g], I, rows[g], I, w2[g], hid, (void *)y2[g], hid, part, err));
   }
   if (b->tp == 1) {
     CU(lh_cuda_moe_combine(b->stream, b->ys, b->pos, b->wts, n, K, hid, out));
     return LH_OK;
   }
-  /* expert parallel: every rank routed every row the same; it adds its experts' slots in fp32,
-   * the ranks' shares are all-reduced, and the sum is rounded to bf16 once */
-  CU(lh_cuda_moe_combine_share(b->stream, b->ys, b->pos, b->ids, b->wts, n, K, hid, b->e0, b->e1, b->tp_f32));
+  /* over ranks every rank routed every row the same; it adds its slots in fp32 (expert parallel:
+   * its experts' outputs; tensor-parallel experts: every expert's partial sum over its width), the
+   * ranks' shares are all-reduced, and the sum is rounded to bf16 once */
+  CU(lh_cuda_moe_combine_share(b->stream, b->ys, part, b->pos, b->ids, b->wts, n, K, hid, b->e0, b->e1, b->tp_f32));
   LH_TRY(lh_cu_tp_sum(b, b->tp_f32, n * hid, err));
   CU(lh_cuda_f32_to_bf16(b->stream, b->tp_f32, n * hid, out));
   return LH_OK;

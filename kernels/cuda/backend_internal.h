@@ -126,10 +126,14 @@ struct lh_cuda_backend {
   char cudnn_why[1024];        /* its last refusal ("" if none) */
 
   /* tensor/expert parallel ranks (issue 10; tp.cu): this process is rank tp_rank of tp and holds
-   * heads [h0, h0 + Hl), kv heads [g0, g0 + Gl) and experts [e0, e1) (lh_tp_share). tp 1: all. */
+   * heads [h0, h0 + Hl), kv heads [g0, g0 + Gl), experts [e0, e1) and, of each of those experts,
+   * the intermediate rows [i0, i0 + Il). LH_CUDA_MOE_SPLIT picks the MoE's split: "experts"
+   * (expert parallel, the default: E/R whole experts a rank) or "width" (tensor-parallel experts:
+   * every expert, I/R of its width). tp 1: all. */
   struct lh_comm *comm;        /* the ranks' world (engine/comm.h); NULL with one rank */
   int tp, tp_rank;
-  int Hl, Gl, h0, g0, e0, e1;
+  int Hl, Gl, h0, g0, e0, e1, i0, Il;
+  std::vector<int32_t> moe_rows; /* rows routed to each expert by the last MoE op (lh_cuda_moe_counts) */
   float *tp_f32;               /* [max_rows, hidden] fp32: a rank's partial output, then the sum */
   float *tp_ss;                /* [max_rows]: the lightning norm's sums of squares */
   float *tp_host;              /* pinned [max_rows, hidden]: the host transport's buffer */

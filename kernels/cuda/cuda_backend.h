@@ -41,14 +41,19 @@ lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_r
 /* The same model's share for this rank of the world comm (engine/comm.h; NULL or one rank: the
  * whole model, as lh_cuda_open_random): heads, kv heads and experts split as lh_tp_share, on GPU
  * (device + this rank's index on its host) mod the GPUs present, sums through NCCL or the host
- * transport (tp.cu). Each rank draws its own share from seed and its rank, so the weights are not
- * those of the one-GPU model with that seed: for timing runs (bench_cuda --ranks), not parity.
- * Every rank must then issue the same operations in the same order. */
+ * transport (tp.cu). Each rank fills its share of the one model lh_cuda_open_random draws from
+ * seed (the fill is counter-based), so logits over ranks can be held against one GPU's
+ * (bench_cuda --logits). Every rank must then issue the same operations in the same order. */
 struct lh_comm;
 lh_status lh_cuda_open_random_ranks(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device,
                                     struct lh_comm *comm, lh_backend **out, lh_error *err);
 /* This rank's share: heads, kv heads (1 rank: all); NULL pointers are skipped. */
 void lh_cuda_share(lh_backend *be, int *heads, int *kv_heads, int *ranks);
+/* This rank's experts and, of each, the width it holds (LH_CUDA_MOE_SPLIT; all with one rank). */
+void lh_cuda_moe_share(lh_backend *be, int *experts, int *width);
+/* The rows the last MoE op routed to each of the model's experts, into rows[n_experts]; 0 if no
+ * MoE op has run yet, else n_experts. */
+int lh_cuda_moe_counts(lh_backend *be, int32_t *rows);
 /* Host views of the weights (random backends: data NULL); pass &w->layers[i].in_norm etc. to the
  * norm operations. Lives until close. */
 const lh_weights *lh_cuda_weights(lh_backend *be);

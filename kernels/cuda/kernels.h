@@ -51,9 +51,10 @@ cudaError_t lh_cuda_norm_gate_ss(cudaStream_t st, const void *o, int64_t o_strid
 /* y[i] = bf16(x[i]). */
 cudaError_t lh_cuda_f32_to_bf16(cudaStream_t st, const float *x, int64_t count, void *y);
 /* out[t] (fp32) = sum over k in order of wts[t][k] * y[pos[t*K+k]] for the slots whose expert
- * ids[t*K+k] is in [e0, e1): one rank's share of the MoE output. */
-cudaError_t lh_cuda_moe_combine_share(cudaStream_t st, const void *y, const int32_t *pos, const int32_t *ids,
-                                      const float *wts, int64_t n, int K, int width, int e0, int e1, float *out);
+ * ids[t*K+k] is in [e0, e1): one rank's share of the MoE output. y is bf16, or fp32 (y_f32). */
+cudaError_t lh_cuda_moe_combine_share(cudaStream_t st, const void *y, int y_f32, const int32_t *pos,
+                                      const int32_t *ids, const float *wts, int64_t n, int K, int width, int e0,
+                                      int e1, float *out);
 
 /* ---- lightning.cu ----------------------------------------------------------------------- */
 

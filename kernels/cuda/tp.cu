@@ -83,8 +83,13 @@ extern "C" cudaError_t lh_cuda_f32_to_bf16(cudaStream_t st, const float *x, int6
   return cudaGetLastError();
 }
 
-/* The combine of a rank's experts: slots whose expert is outside [e0, e1) add nothing. */
-static __global__ void combine_share_kernel(const bf16 *__restrict__ y, const int32_t *__restrict__ pos,
+/* The combine of a rank's experts: slots whose expert is outside [e0, e1) add nothing. Y is bf16
+ * (an expert's whole output) or float (a partial sum over part of its width). */
+static __device__ __forceinline__ float value_of(float x) { return x; }
+static __device__ __forceinline__ float value_of(bf16 x) { return lh_bf(x); }
+
+template <typename Y>
+static __global__ void combine_share_kernel(const Y *__restrict__ y, const int32_t *__restrict__ pos,
                                             const int32_t *__restrict__ ids, const float *__restrict__ wts, int K,
                                             int width, int e0, int e1, float *__restrict__ out) {
   const int64_t t = blockIdx.x;
@@ -92,17 +97,20 @@ static __global__ void combine_share_kernel(const bf16 *__restrict__ y, const in
     float a = 0.0f;
     for (int k = 0; k < K; k++) {
       const int e = ids[t * K + k];
-      if (e >= e0 && e < e1) a += wts[t * K + k] * lh_bf(y[(int64_t)pos[t * K + k] * width + c]);
+      if (e >= e0 && e < e1) a += wts[t * K + k] * value_of(y[(int64_t)pos[t * K + k] * width + c]);
     }
     out[t * width + c] = a;
   }
 }
 
-extern "C" cudaError_t lh_cuda_moe_combine_share(cudaStream_t st, const void *y, const int32_t *pos,
+extern "C" cudaError_t lh_cuda_moe_combine_share(cudaStream_t st, const void *y, int y_f32, const int32_t *pos,
                                                  const int32_t *ids, const float *wts, int64_t n, int K, int width,
                                                  int e0, int e1, float *out) {
   if (n <= 0) return cudaSuccess;
-  combine_share_kernel<<<(unsigned)n, 256, 0, st>>>((const bf16 *)y, pos, ids, wts, K, width, e0, e1, out);
+  if (y_f32)
+    combine_share_kernel<<<(unsigned)n, 256, 0, st>>>((const float *)y, pos, ids, wts, K, width, e0, e1, out);
+  else
+    combine_share_kernel<<<(unsigned)n, 256, 0, st>>>((const bf16 *)y, pos, ids, wts, K, width, e0, e1, out);
   return cudaGetLastError();
 }
 

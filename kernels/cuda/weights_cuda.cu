@@ -80,14 +80,14 @@ lh_config lh_cuda_slice_config(int vocab) {
 /* What this process holds: with tensor/expert-parallel ranks, H, Hkv and Hd are its share of the
  * heads and El its share of the experts; E (the router's width) is always every expert. */
 struct shapes {
-  int64_t hidden, H, Hkv, d, Hd, E, El, I, K, vocab;
+  int64_t hidden, H, Hkv, d, Hd, E, El, I, K, vocab; /* H, Hkv, El, I: this rank's share */
 };
 
 static shapes shapes_of(const lh_cuda_backend *b) {
   const lh_config *c = &b->cfg;
   shapes s;
   s.hidden = c->hidden_size, s.H = b->Hl, s.Hkv = b->Gl, s.d = c->head_dim;
-  s.Hd = s.H * s.d, s.E = c->n_experts, s.El = b->e1 - b->e0, s.I = c->intermediate_size, s.K = c->top_k;
+  s.Hd = s.H * s.d, s.E = c->n_experts, s.El = b->e1 - b->e0, s.I = b->Il, s.K = c->top_k; /* I: this rank's */
   s.vocab = c->vocab_size;
   return s;
 }
@@ -151,7 +151,8 @@ static size_t carve_workspace(lh_cuda_backend *b, unsigned char *base) {
   b->xs = (bf16_t *)take((size_t)M * s.hidden * 2);
   b->gu = (bf16_t *)take((size_t)M * 2 * s.I * 2);
   b->sact = (bf16_t *)take((size_t)M * s.I * 2);
-  b->ys = (bf16_t *)take((size_t)M * s.hidden * 2);
+  /* the experts' outputs: bf16, or fp32 partial sums when each rank holds part of every expert's width */
+  b->ys = (bf16_t *)take((size_t)M * s.hidden * (b->Il < b->cfg.intermediate_size ? 4 : 2));
   b->ptrs = (void **)take((size_t)6 * s.E * sizeof(void *));
   b->lg_rows = s.vocab > 65536 ? 16 : 64;
   b->lg_x = (bf16_t *)take((size_t)b->lg_rows * s.hidden * 2);
@@ -188,14 +189,33 @@ static lh_status set_share(lh_cuda_backend *b, const lh_config *cfg, struct lh_c
   b->tp = comm ? lh_comm_size(comm) : 1;
   b->tp_rank = comm ? lh_comm_rank(comm) : 0;
   const int R = b->tp, r = b->tp_rank;
-  if (R > 1 && (cfg->n_kv_heads % R || cfg->n_experts % R))
+  const char *split = getenv("LH_CUDA_MOE_SPLIT");
+  if (split && strcmp(split, "experts") && strcmp(split, "width"))
+    return lh_error_set(err, LH_EINVAL, "LH_CUDA_MOE_SPLIT is '%s'; use experts (expert parallel) or width "
+                        "(tensor-parallel experts)", split);
+  const bool width = R > 1 && split && !strcmp(split, "width");
+  if (R > 1 && cfg->n_kv_heads % R)
     return lh_error_set(err, LH_EUNSUPPORTED,
-                        "cuda backend over %d ranks: the ranks must divide the %d kv heads and the %d experts "
-                        "(each GPU holds whole kv-head groups and experts); use %s ranks", R, cfg->n_kv_heads,
-                        cfg->n_experts, "a divisor of both as the number of");
+                        "cuda backend over %d ranks: the ranks must divide the %d kv heads (each GPU holds whole "
+                        "kv-head groups); use a divisor of it as the number of ranks", R, cfg->n_kv_heads);
+  if (R > 1 && !width && cfg->n_experts % R)
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "cuda backend over %d ranks: the ranks must divide the %d experts (each GPU holds whole "
+                        "experts); use a divisor as the number of ranks, or LH_CUDA_MOE_SPLIT=width", R,
+                        cfg->n_experts);
+  if (width && cfg->intermediate_size % R)
+    return lh_error_set(err, LH_EUNSUPPORTED,
+                        "cuda backend over %d ranks with LH_CUDA_MOE_SPLIT=width: the ranks must divide the "
+                        "experts' intermediate size %d", R, cfg->intermediate_size);
   b->Gl = cfg->n_kv_heads / R, b->g0 = b->Gl * r;
   b->Hl = cfg->n_heads / R, b->h0 = b->Hl * r; /* = the query heads of kv heads [g0, g0 + Gl) */
-  b->e0 = cfg->n_experts / R * r, b->e1 = b->e0 + cfg->n_experts / R;
+  if (width) {
+    b->e0 = 0, b->e1 = cfg->n_experts;
+    b->Il = cfg->intermediate_size / R, b->i0 = b->Il * r;
+  } else {
+    b->e0 = cfg->n_experts / R * r, b->e1 = b->e0 + cfg->n_experts / R;
+    b->Il = cfg->intermediate_size, b->i0 = 0;
+  }
   return LH_OK;
 }
 
@@ -419,12 +439,13 @@ static lh_status upload_all(lh_cuda_backend *b, const lh_weights *w, stager *s, 
       LH_TRY(stage_block(s, &W.o_proj, D * HdAll, HdAll, 0, D, c0, sh.Hd, L.o_proj, 0, err));
     }
     LH_TRY(stage_tensor(s, &W.router, sh.E * D, L.router, 0, err));
-    for (int64_t e = 0; e < sh.El; e++) {
-      const int64_t ge = b->e0 + e; /* the model's expert index */
+    const int64_t Iall = b->cfg.intermediate_size, i0 = b->i0;
+    for (int64_t e = 0; e < sh.El; e++) { /* rows [i0, i0 + I) of w1 and w3, those columns of w2 */
+      const int64_t ge = b->e0 + e;       /* the model's expert index */
       bf16_t *w13 = L.w13 + e * 2 * sh.I * D;
-      LH_TRY(stage_tensor(s, &W.w1[ge], sh.I * D, w13, 0, err));
-      LH_TRY(stage_tensor(s, &W.w3[ge], sh.I * D, w13 + sh.I * D, 0, err));
-      LH_TRY(stage_tensor(s, &W.w2[ge], D * sh.I, L.w2 + e * D * sh.I, 0, err));
+      LH_TRY(stage_block(s, &W.w1[ge], Iall * D, D, i0, sh.I, 0, D, w13, 0, err));
+      LH_TRY(stage_block(s, &W.w3[ge], Iall * D, D, i0, sh.I, 0, D, w13 + sh.I * D, 0, err));
+      LH_TRY(stage_block(s, &W.w2[ge], D * Iall, Iall, 0, D, i0, sh.I, L.w2 + e * D * sh.I, 0, err));
     }
   }
   return LH_OK;
@@ -531,9 +552,21 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
       CU(cols(L.o_proj, c0, s.Hd, HdAll, ++k));
     }
     CU(rows(L.router, 0, s.E, D, ++k));
-    CU(rows(L.w13, b->e0 * 2 * s.I, s.El * 2 * s.I, D, ++k)); /* whole: [E][2I][D] */
-    const uint64_t key = ++k;                                  /* whole w2: [E][D][I] */
-    CU(lh_cuda_fill_uniform_bf16_block(b->stream, L.w2, 1, s.El * D * s.I, 0, b->e0 * D * s.I, key, scale(s.I)));
+    const int64_t Iall = b->cfg.intermediate_size, i0 = b->i0;
+    const uint64_t k13 = ++k, k2 = ++k; /* whole w13: [E][2 Iall][D] (w1 rows, then w3); w2: [E][D][Iall] */
+    if (s.I == Iall) {
+      CU(rows(L.w13, b->e0 * 2 * Iall, s.El * 2 * Iall, D, k13));
+      CU(lh_cuda_fill_uniform_bf16_block(b->stream, L.w2, 1, s.El * D * Iall, 0, b->e0 * D * Iall, k2, scale(Iall)));
+    } else {
+      for (int64_t e = 0; e < s.El; e++) { /* rows [i0, i0 + I) of each expert's w1 and w3, those columns of w2 */
+        const int64_t ge = b->e0 + e;
+        bf16_t *w13 = L.w13 + e * 2 * s.I * D;
+        CU(rows(w13, ge * 2 * Iall + i0, s.I, D, k13));
+        CU(rows(w13 + s.I * D, ge * 2 * Iall + Iall + i0, s.I, D, k13));
+        CU(lh_cuda_fill_uniform_bf16_block(b->stream, L.w2 + e * D * s.I, D, s.I, Iall, ge * D * Iall + i0, k2,
+                                           scale(Iall)));
+      }
+    }
   }
   return LH_OK;
 }
@@ -541,6 +574,18 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
 lh_status lh_cuda_open_random(const lh_config *cfg, uint64_t seed, int64_t max_rows, int device, lh_backend **out,
                               lh_error *err) {
   return lh_cuda_open_random_ranks(cfg, seed, max_rows, device, NULL, out, err);
+}
+
+int lh_cuda_moe_counts(lh_backend *be, int32_t *rows) {
+  const lh_cuda_backend *b = cu_be(be);
+  for (size_t e = 0; e < b->moe_rows.size(); e++) rows[e] = b->moe_rows[e];
+  return (int)b->moe_rows.size();
+}
+
+void lh_cuda_moe_share(lh_backend *be, int *experts, int *width) {
+  const lh_cuda_backend *b = cu_be(be);
+  if (experts) *experts = b->e1 - b->e0;
+  if (width) *width = b->Il;
 }
 
 void lh_cuda_share(lh_backend *be, int *heads, int *kv_heads, int *ranks) {
