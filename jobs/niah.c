@@ -339,9 +339,42 @@ typedef struct row {
   int64_t length;
   double depth;
   int trial;
-  double score, exact, contains;
+  double score, exact, contains, same_set;
   int64_t computed, tokens;
 } row;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Split s at commas into trimmed, non-empty items, sorted; returns the count (at most max). */
+static int list_items(char *s, char **item, int max) {
+  int n = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(s, ",", &save); tok && n < max; tok = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*tok)) tok++;
+    char *end = tok + strlen(tok);
+    while (end > tok && isspace((unsigned char)end[-1])) *--end = 0;
+    if (*tok) item[n++] = tok;
+  }
+  qsort(item, (size_t)n, sizeof *item, cmp_str);
+  return n;
+}
+
+/* The answer lists exactly the expected values, in any order, each once and nothing more: what
+ * RULER's string_match_all (the score) does not see, since extra or repeated values cost it
+ * nothing. Computed from the row's text, so results.jsonl from earlier builds have it too. */
+static int same_set(const char *expected, const char *answer) {
+  enum { MAXV = 64 };
+  char *e = strdup(expected ? expected : ""), *a = strdup(answer ? answer : "");
+  char *ei[MAXV], *ai[MAXV];
+  int ok = 0;
+  if (e && a) {
+    const int ne = list_items(e, ei, MAXV), na = list_items(a, ai, MAXV);
+    ok = ne == na && ne > 0;
+    for (int i = 0; ok && i < ne; i++) ok = !strcmp(ei[i], ai[i]);
+  }
+  free(e), free(a);
+  return ok;
+}
 
 static int row_key_eq(const row *r, const trial *t) {
   return r->length == t->length && fabs(r->depth - t->depth) < 1e-9 && r->trial == t->index;
@@ -377,6 +410,8 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
     r->score = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "score"));
     r->exact = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "exact"));
     r->contains = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "contains"));
+    r->same_set = same_set(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expected")),
+                           cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")));
     r->computed = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens_computed"));
     r->tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens"));
     cJSON_Delete(o);
@@ -458,7 +493,8 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
   /* CSV in a stable order, from the JSONL (which is in run order) */
   FILE *f = fopen(path, "rb");
   lh_buf csv = {0};
-  lh_buf_append_str(&csv, "length,depth,trial,variant,needle,expected,answer,exact,contains,score,tokens,tokens_computed,seconds\n");
+  lh_buf_append_str(&csv, "length,depth,trial,variant,needle,expected,answer,exact,contains,score,tokens,tokens_computed,"
+                          "seconds,same_set\n");
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -482,7 +518,8 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
         lh_buf_printf(&csv, "%.10g", v->valuedouble);
       }
     }
-    lh_buf_append(&csv, "\n", 1);
+    lh_buf_printf(&csv, ",%d\n", same_set(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expected")),
+                                          cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer"))));
     cJSON_Delete(o);
   }
   free(line);
@@ -494,14 +531,14 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
   qsort(rows, (size_t)n, sizeof *rows, cmp_row);
   lh_niah_cell *cells = calloc((size_t)n, sizeof *cells);
   int nc = 0;
-  double acc = 0, ex = 0, all = 0;
+  double acc = 0, ex = 0, all = 0, set = 0;
   int64_t computed = 0, naive = 0;
   for (int i = 0; i < n; i++) {
     if (!nc || cells[nc - 1].length != rows[i].length || cells[nc - 1].depth != rows[i].depth)
       cells[nc++] = (lh_niah_cell){rows[i].length, rows[i].depth, 0, 0};
     cells[nc - 1].score += rows[i].score;
     cells[nc - 1].trials++;
-    acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains;
+    acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains, set += rows[i].same_set;
     computed += rows[i].computed, naive += rows[i].tokens;
   }
   cJSON *o = cJSON_CreateObject();
@@ -510,6 +547,7 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
   cJSON_AddNumberToObject(o, "accuracy", acc / n);
   cJSON_AddNumberToObject(o, "exact", ex / n);
   cJSON_AddNumberToObject(o, "all_values", all / n);
+  cJSON_AddNumberToObject(o, "same_set", set / n);
   cJSON_AddNumberToObject(o, "tokens_computed", (double)computed);
   cJSON_AddNumberToObject(o, "tokens_naive", (double)naive);
   cJSON_AddNumberToObject(o, "computed_share", naive ? (double)computed / (double)naive : 0);
@@ -555,6 +593,7 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
     sum->accuracy = acc / n;
     sum->exact = ex / n;
     sum->all_values = all / n;
+    sum->same_set = set / n;
     sum->tokens_computed = computed;
     sum->tokens_naive = naive;
     sum->n_lengths = nl;

@@ -87,6 +87,8 @@ typedef struct lh_niah_summary {
   double accuracy, exact;        /* over all trials: the mean score (RULER's share of the expected
                                     values found in each answer) and exact matches */
   double all_values;             /* answers holding every expected value (= accuracy with one) */
+  double same_set;               /* answers listing exactly the expected values, any order, no
+                                    repeats or extras (the score does not count those against it) */
   int64_t tokens_computed;       /* prefilled by this sweep, all runs */
   int64_t tokens_naive;          /* sum of every trial's prompt length */
   int64_t tokens_restored;       /* main-state tokens restored from checkpoints in this run */

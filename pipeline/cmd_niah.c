@@ -36,7 +36,8 @@ static void usage(FILE *f) {
           "  --variant V            single | multikey | multivalue | multiquery (RULER's; default single)\n"
           "  --needles N            needles per trial for the multi variants (default 4; multiquery 2)\n"
           "                         (a trial's score is RULER's: the share of its expected values the\n"
-          "                         answer holds; summary.json's all_values counts answers with all)\n"
+          "                         answer holds; summary.json's all_values counts answers with all,\n"
+          "                         same_set those listing exactly them, in any order, nothing more)\n"
           "  --needle TPL           needle template with {key} and {value}\n"
           "                         (default \"The special magic {key} number is: {value}.\")\n"
           "  --question TPL         question template ({key}; {key2} for multiquery)\n"
@@ -159,7 +160,8 @@ int lh_cmd_niah(int argc, char **argv) {
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
          s.trials_run, s.trials_resumed, s.accuracy, s.exact);
-  if (fabs(s.all_values - s.accuracy) > 1e-9) printf(", every value %.3f", s.all_values);
+  if (fabs(s.all_values - s.accuracy) > 1e-9 || fabs(s.same_set - s.all_values) > 1e-9)
+    printf(", every value %.3f, exactly those values %.3f", s.all_values, s.same_set);
   printf("\n");
   for (int i = 0; i < s.n_lengths; i++) {
     const lh_niah_length *L = &s.by_length[i];

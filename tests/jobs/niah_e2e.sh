@@ -101,8 +101,33 @@ for r in rows:
     share = sum(v in r["answer"] for v in vals) / len(vals)
     assert abs(float(r["score"]) - share) < 1e-9, (r["score"], share, r["expected"], r["answer"])
     assert int(r["contains"]) == (share == 1.0), r
+    # same_set: the answer's items are exactly the expected values, in any order, once each
+    items = sorted(x.strip() for x in r["answer"].split(",") if x.strip())
+    assert int(r["same_set"]) == (items == sorted(vals)), (r["same_set"], items, vals)
 s = json.load(open(os.path.join(d, "summary.json")))
 assert abs(s["accuracy"] - sum(float(r["score"]) for r in rows) / 6) < 1e-9, s["accuracy"]
 assert abs(s["all_values"] - sum(int(r["contains"]) for r in rows) / 6) < 1e-9, s["all_values"]
+assert abs(s["same_set"] - sum(int(r["same_set"]) for r in rows) / 6) < 1e-9, s["same_set"]
+PY
+# same_set is not the score: an answer that repeats a value holds every value (score 1) but is
+# not exactly the set. Rewrite the sweep's results.jsonl that way and rerun the same command, which
+# finds every trial done and summarises results.jsonl again.
+python3 - "$T/mv/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    vals = [v.strip() for v in r["expected"].split(",")]
+    r["answer"], r["score"], r["contains"] = r["expected"] + ", " + vals[0], 1, 1
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PY
+"$LH" niah --model models/haul-tiny --lengths 1k --depths 0:100:50 --trials 2 --chunk 256 --progress none \
+  --variant multivalue --out "$T/mv" > "$T/mv2.log" 2>&1 || { cat "$T/mv2.log"; fail "multivalue resummary failed"; }
+grep -q "0 run now, 6 from earlier runs" "$T/mv2.log" || { cat "$T/mv2.log"; fail "the rerun ran trials again"; }
+python3 - "$T/mv" <<'PY'
+import csv, json, os, sys
+d = sys.argv[1]
+s = json.load(open(os.path.join(d, "summary.json")))
+assert s["accuracy"] == 1 and s["all_values"] == 1 and s["same_set"] == 0, s
+assert all(r["same_set"] == "0" for r in csv.DictReader(open(os.path.join(d, "results.csv"))))
 PY
 echo "niah_e2e: ok"
