@@ -853,6 +853,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     lh_niah_length_label(t->length, lab, sizeof lab);
     snprintf(label, sizeof label, "%s @%g%% #%d", lab, t->depth, t->index);
     lh_progress_begin(prog, label, "prefill", total, "tok");
+    lh_progress_prefill(prog, fork_at); /* the shared prefix is restored, not prefilled here */
     int64_t pos = fork_at;
     while (pos < total && st == LH_OK) {
       int64_t next = (pos / p->chunk + 1) * p->chunk;

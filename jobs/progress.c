@@ -19,7 +19,43 @@ struct lh_progress {
   int64_t total, done;
   double t0, last_draw;
   int active, bar_drawn;
+  int prefill; /* lh_progress_prefill: rate from eta.from, and the fitted ETA */
+  lh_eta eta;
 };
+
+/* Positions are scaled by the total so the normal equations stay well conditioned at 4M tokens. */
+void lh_eta_start(lh_eta *e, int64_t from, int64_t total) {
+  memset(e, 0, sizeof *e);
+  e->from = from, e->total = total;
+}
+
+void lh_eta_add(lh_eta *e, int64_t done, double t) {
+  if (e->total <= 0 || done <= e->from) return;
+  const double N = (double)e->total, x = (double)done / N, x0 = (double)e->from / N;
+  const double u = x - x0, v = x * x - x0 * x0;
+  e->suu += u * u, e->suv += u * v, e->svv += v * v, e->sut += u * t, e->svt += v * t;
+  e->n++;
+}
+
+double lh_eta_remaining(const lh_eta *e, int64_t done) {
+  if (e->n < 1 || e->total <= 0) return -1;
+  if (done >= e->total) return 0;
+  double a = 0, b = 0;
+  const double det = e->suu * e->svv - e->suv * e->suv;
+  if (e->n >= 2 && det > 1e-12 * e->suu * e->svv) {
+    a = (e->sut * e->svv - e->svt * e->suv) / det;
+    b = (e->svt * e->suu - e->sut * e->suv) / det;
+  }
+  if (!(e->n >= 2 && det > 1e-12 * e->suu * e->svv) || a < 0 || b < 0) { /* the best with one term */
+    const double ea = e->suu > 0 ? e->sut / e->suu : 0, eb = e->svv > 0 ? e->svt / e->svv : 0;
+    /* residual of each one-term fit: sum t^2 is common, so compare what each removes */
+    const double ra = e->suu > 0 ? e->sut * e->sut / e->suu : 0, rb = e->svv > 0 ? e->svt * e->svt / e->svv : 0;
+    if (ra >= rb) a = ea > 0 ? ea : 0, b = 0;
+    else a = 0, b = eb > 0 ? eb : 0;
+  }
+  const double N = (double)e->total, x = (double)done / N;
+  return a * (1 - x) + b * (1 - x * x);
+}
 
 int lh_progress_mode_parse(const char *s) {
   static const char *const names[] = {"auto", "tty", "plain", "json", "none"};
@@ -63,8 +99,10 @@ static void emit_json(lh_progress *p, const char *event, double rate, double eta
 
 static void draw(lh_progress *p, int final) {
   double now = lh_now(), el = now - p->t0;
-  double rate = el > 0 ? (double)p->done / el : 0;
+  const int64_t base = p->prefill ? p->eta.from : 0;
+  double rate = el > 0 && p->done > base ? (double)(p->done - base) / el : 0;
   double eta = p->total > 0 && rate > 0 && p->done < p->total ? (double)(p->total - p->done) / rate : -1;
+  if (p->prefill && eta >= 0) eta = lh_eta_remaining(&p->eta, p->done);
   char d[32], t[32], r[32];
   human(d, sizeof d, (double)p->done, p->unit);
   human(t, sizeof t, (double)p->total, p->unit);
@@ -113,12 +151,21 @@ void lh_progress_begin(lh_progress *p, const char *job, const char *phase, int64
   p->done = 0;
   p->t0 = p->last_draw = lh_now();
   p->active = 1;
+  p->prefill = 0;
   if (p->mode == LH_PROGRESS_JSON) emit_json(p, "begin", 0, -1);
+}
+
+void lh_progress_prefill(lh_progress *p, int64_t from) {
+  if (!p || !p->active) return;
+  p->prefill = 1;
+  p->done = from;
+  lh_eta_start(&p->eta, from, p->total);
 }
 
 void lh_progress_update(lh_progress *p, int64_t done) {
   if (!p || !p->active) return;
   p->done = done;
+  if (p->prefill) lh_eta_add(&p->eta, done, lh_now() - p->t0);
   double gap = p->mode == LH_PROGRESS_TTY ? 0.1 : p->mode == LH_PROGRESS_JSON ? 1.0 : p->interval;
   if (lh_now() - p->last_draw >= gap) draw(p, 0);
 }

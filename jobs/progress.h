@@ -31,11 +31,28 @@ void lh_progress_close(lh_progress *p); /* accepts NULL; ends an open bar */
 
 /* Start a phase of a job: unit "B" shows bytes as MB, "tok" shows tokens. total 0 = unknown. */
 void lh_progress_begin(lh_progress *p, const char *job, const char *phase, int64_t total, const char *unit);
+/* The current phase is a prefill from position `from` (the tokens before it came from a
+ * checkpoint): they are left out of the rate, and since a token's cost grows with its position
+ * (softmax attention reads every key before it), the ETA fits time = a * tokens + b * (sum of
+ * their positions) to the phase so far instead of assuming a constant rate. */
+void lh_progress_prefill(lh_progress *p, int64_t from);
 /* Work done so far in the current phase (absolute, not a delta). */
 void lh_progress_update(lh_progress *p, int64_t done);
 /* End the current phase (prints its final line with the average rate). */
 void lh_progress_end(lh_progress *p);
 /* A message line (warnings, per-job results) printed without breaking the display. */
 void lh_progress_note(lh_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The ETA model, on its own (for tests): the time from `from` to `done` is fitted as
+ * a * (done - from) + b * (done^2 - from^2), a, b >= 0, by least squares over the samples added. */
+typedef struct lh_eta {
+  int64_t from, total;
+  double suu, suv, svv, sut, svt;
+  int n;
+} lh_eta;
+void lh_eta_start(lh_eta *e, int64_t from, int64_t total);
+void lh_eta_add(lh_eta *e, int64_t done, double elapsed_s);
+/* Seconds left from done to total; -1 before there are samples to fit. */
+double lh_eta_remaining(const lh_eta *e, int64_t done);
 
 #endif

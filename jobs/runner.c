@@ -391,7 +391,7 @@ static lh_status prefill_prefix(run *R, lh_state *st, lh_store_cursor *cur, cons
   int64_t pos = lh_state_pos(st), chunk = R->p->chunk, since = 0;
   if (pos >= n) return LH_OK;
   lh_progress_begin(R->prog, label, "prefill", n, "tok");
-  lh_progress_update(R->prog, pos);
+  lh_progress_prefill(R->prog, pos);
   while (pos < n) {
     int64_t next = (pos / chunk + 1) * chunk;
     if (next > n) next = n;
