@@ -433,13 +433,18 @@ lh_status lh_state_fork(const lh_state *src, lh_state **out, lh_error *err) {
 
 /* ---- checkpoint hooks --------------------------------------------------------------------- */
 
+/* Bytes of one position's K and V over all kv heads of a softmax layer, in kv dtype t. */
+static size_t kv_row_bytes(const lh_model *m, lh_dtype t) {
+  return 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * lh_dtype_size(t);
+}
+
 void lh_state_get_layout(const lh_model *m, lh_state_layout *lay) {
   memset(lay, 0, sizeof *lay);
   lay->n_lightning = m->cfg.n_lightning;
   lay->lightning_bytes = (size_t)m->cfg.n_heads * m->cfg.head_dim * m->cfg.head_dim * sizeof(float);
   lay->n_softmax = m->cfg.n_softmax;
   lay->kv_dtype = m->ops ? m->ops->kv_dtype : LH_F32;
-  lay->kv_row_bytes = 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * lh_dtype_size(lay->kv_dtype);
+  lay->kv_row_bytes = kv_row_bytes(m, lay->kv_dtype);
   lay->vocab_size = m->cfg.vocab_size;
 }
 
@@ -773,7 +778,7 @@ lh_status lh_state_deserialize(lh_model *m, const void *buf, size_t len, lh_stat
   if (kd >= LH_DTYPE_COUNT)
     return lh_error_set(err, LH_EFORMAT, "deserialize: the state's kv dtype %u is not one this build knows", kd);
   lay.kv_dtype = (lh_dtype)kd; /* a state made on CUDA (bf16 KV) resumes on the CPU (fp32) and back */
-  lay.kv_row_bytes = 2 * (size_t)m->cfg.n_kv_heads * m->cfg.head_dim * lh_dtype_size(lay.kv_dtype);
+  lay.kv_row_bytes = kv_row_bytes(m, lay.kv_dtype);
   size_t fixed = SER_HEADER + (size_t)lay.n_lightning * lay.lightning_bytes + ((flags & 1) ? (size_t)lay.vocab_size * 4 : 0) + 4;
   size_t per_pos = (size_t)lay.n_softmax * lay.kv_row_bytes;
   if (fixed > len || (per_pos ? pos != (len - fixed) / per_pos || (len - fixed) % per_pos : len != fixed) ||

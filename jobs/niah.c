@@ -376,6 +376,12 @@ static int same_set(const char *expected, const char *answer) {
   return ok;
 }
 
+/* same_set of one results.jsonl object, from its expected and answer strings */
+static int row_same_set(const cJSON *o) {
+  return same_set(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expected")),
+                  cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")));
+}
+
 static int row_key_eq(const row *r, const trial *t) {
   return r->length == t->length && fabs(r->depth - t->depth) < 1e-9 && r->trial == t->index;
 }
@@ -410,8 +416,7 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
     r->score = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "score"));
     r->exact = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "exact"));
     r->contains = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "contains"));
-    r->same_set = same_set(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expected")),
-                           cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")));
+    r->same_set = row_same_set(o);
     r->computed = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens_computed"));
     r->tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens"));
     cJSON_Delete(o);
@@ -518,8 +523,7 @@ static lh_status write_reports(const char *out_dir, const char *title, lh_niah_s
         lh_buf_printf(&csv, "%.10g", v->valuedouble);
       }
     }
-    lh_buf_printf(&csv, ",%d\n", same_set(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expected")),
-                                          cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer"))));
+    lh_buf_printf(&csv, ",%d\n", row_same_set(o));
     cJSON_Delete(o);
   }
   free(line);

@@ -42,11 +42,12 @@ double lh_eta_remaining(const lh_eta *e, int64_t done) {
   if (done >= e->total) return 0;
   double a = 0, b = 0;
   const double det = e->suu * e->svv - e->suv * e->suv;
-  if (e->n >= 2 && det > 1e-12 * e->suu * e->svv) {
+  const int both = e->n >= 2 && det > 1e-12 * e->suu * e->svv; /* the two terms can be told apart */
+  if (both) {
     a = (e->sut * e->svv - e->svt * e->suv) / det;
     b = (e->svt * e->suu - e->sut * e->suv) / det;
   }
-  if (!(e->n >= 2 && det > 1e-12 * e->suu * e->svv) || a < 0 || b < 0) { /* the best with one term */
+  if (!both || a < 0 || b < 0) { /* the best with one term */
     const double ea = e->suu > 0 ? e->sut / e->suu : 0, eb = e->svv > 0 ? e->svt / e->svv : 0;
     /* residual of each one-term fit: sum t^2 is common, so compare what each removes */
     const double ra = e->suu > 0 ? e->sut * e->sut / e->suu : 0, rb = e->svv > 0 ? e->svt * e->svt / e->svv : 0;
