@@ -223,9 +223,11 @@ static void bench_lightning(cudaStream_t st, int quick) {
     l.seg = dmalloc(sizeof seg);
     ck(cudaMemcpy(l.seg, &seg, sizeof seg, cudaMemcpyHostToDevice), "copy");
     const double bytes = 4.0 * n * H * D * 2 + 2.0 * H * D * D * 4; /* q, k, v in, o out; state in and out */
-    char what[96], key[64], fkey[64], rate[64];
+    char what[96], key[64], fkey[64], skey[64], s3key[64], rate[64];
     snprintf(key, sizeof key, "lightning_hf_%lld", (long long)n);
     snprintf(fkey, sizeof fkey, "lightning_fla_%lld", (long long)n);
+    snprintf(skey, sizeof skey, "lightning_fla_silu_%lld", (long long)n); /* fla given q, k, v before SiLU */
+    snprintf(s3key, sizeof s3key, "lightning_fla_silu3_%lld", (long long)n);
     for (int cut = 1; cut >= 0; cut--) {
       l.sync = cut ? sync : NULL;
       double ms = time_ms(st, quick ? 3 : 10, run_light, &l);
@@ -233,6 +235,8 @@ static void bench_lightning(cudaStream_t st, int quick) {
       snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (ms * 1e-3) / 1e9);
       row(what, ms, "transformers (SiLU+loop+norm+gate)", peer(key), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
       if (!isnan(peer(fkey))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(fkey), "", NAN);
+      if (!isnan(peer(skey))) row("  vs torch SiLU of fused q/k/v rows, then fla", ms, "SiLU + fla", peer(skey), "", NAN);
+      if (!isnan(peer(s3key))) row("  vs torch SiLU of 3 contiguous q, k, v, fla", ms, "SiLU x3 + fla", peer(s3key), "", NAN);
       if (cut && !quick) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
         for (int q = 544; q <= 672; q += 64) {
@@ -491,7 +495,8 @@ static void bench_attention(cudaStream_t st, int quick) {
         double ms2 = time_ms(st, 1, run_attn, &c2);
         double fl2 = 4.0 * D * H * ((double)nq2 * p0 + (double)nq2 * (nq2 + 1) / 2);
         snprintf(rate, sizeof rate, "%.0f TFLOP/s", fl2 / (ms2 * 1e-3) / 1e12);
-        row("chunk: queries [1M-16K,1M) over keys [0,1M)", ms2, "", NAN, rate, fl2 / (g_gemm_tflops * 1e12) * 1e3);
+        row("chunk: queries [1M-16K,1M) over keys [0,1M)", ms2, "torch SDPA, lower-right causal", peer("sdpa_chunk_1048576"),
+            rate, fl2 / (g_gemm_tflops * 1e12) * 1e3);
         cudnn_row(st, kv, npages, c2.q, c2.o, nq2, p0, ms2, "chunk [1M-16K,1M)", dp);
         cudaFree(c2.q), cudaFree(c2.o), cudaFree(c2.seg), cudaFree(c2.tiles);
       }

@@ -10,11 +10,14 @@
  * position: the kernel blocks each segment from its own first row.
  *
  * Blocked kernel (d = 32, 64, 128): one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
- * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers;
- * the next block's q/k/v are fetched into registers, and put through SiLU among the current
- * block's MMAs, while the current one computes. S enters the Q S product as two bf16 halves
- * (hi + lo) so that product keeps about 16 bits of the fp32 state rather than bf16's 8. P =
- * (Q K^T) * D and kd * V are rounded to bf16 for the tensor cores, as an all-bf16 model would.
+ * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers,
+ * transposed (S^T: v dims as rows). That layout is the B-fragment layout of S itself, so Q S takes
+ * S straight from the registers, as two bf16 halves (hi + lo, made there) so that the product keeps
+ * about 16 bits of the fp32 state rather than bf16's 8; S never goes through shared memory. Each
+ * warp holds half of the k dims for 16 v dims, so Q S is computed as two partial sums that a warp
+ * pair adds through shared memory. The next block's q/k/v are fetched into registers while the
+ * current one finishes, then put through SiLU. P = (Q K^T) * D and kd * V are rounded to bf16 for
+ * the tensor cores, as an all-bf16 model would.
  *
  * With one CTA per head, 64 heads would leave half of an H200's 132 SMs idle, so where the grid
  * would be short of SMs a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two
@@ -29,9 +32,12 @@
  * atomics: every output and state element is written by one thread in a fixed order, so results
  * are bitwise reproducible.
  *
- * History (bench/NOTES.md v4): an earlier form gave each of two 8-warp CTAs half of a head's v dims;
- * both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at 64K
- * tokens. What bounds this one is shared-memory traffic and MIO stalls, not DRAM or instructions.
+ * History (bench/NOTES.md v4, v5): an earlier form gave each of two 8-warp CTAs half of a head's v
+ * dims; both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at
+ * 64K tokens. v4 kept S untransposed and wrote it to shared memory as hi and lo every block for Q S
+ * to read back (four warps read each element): bound by shared-memory traffic and MIO stalls, not
+ * DRAM or instructions. v5 (this form) keeps S^T in registers as Q S's B operand, which removes
+ * about a third of the shared-memory bytes per block.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -39,12 +45,15 @@
 #define LT 64 /* tokens per block */
 
 /* Shared memory of the blocked kernel, in bf16 elements: q, k, v, kd*v (LT x (D+8)), P (LT x
- * (LT+8)), S_hi, S_lo (D x (D+8)); then exp(-s k) for k = 0..LT as floats. 145 KB at D = 128. */
+ * (LT+8)); then the fp32 exchange of the two column halves' partial Q S products (X, D/16 warp
+ * pairs x 2 warps x 16 floats x 32 lanes); then exp(-s k) for k = 0..LT as floats. 111 KB at D = 128. */
 template <int D>
 struct lsmem {
   static constexpr int LD = D + 8, PLD = LT + 8;
   static constexpr int q = 0, k = q + LT * LD, v = k + LT * LD, vd = v + LT * LD, p = vd + LT * LD;
-  static constexpr int shi = p + LT * PLD, slo = shi + D * LD, total = slo + D * LD;
+  static constexpr int x = p + LT * PLD;                  /* bf16 offset of X (a multiple of 8) */
+  static constexpr int xfloats = (D / 16) * 2 * 16 * 32;  /* X's floats */
+  static constexpr int total = x + 2 * xfloats;           /* in bf16 elements */
 };
 
 /* SiLU as x * rcp(1 + 2^(-x log2 e)) with the approximate, denormal-flushing ex2 and rcp: 5
@@ -103,7 +112,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16 *sm = reinterpret_cast<bf16 *>(smem_raw);
   bf16 *Qs = sm + L::q, *Ks = sm + L::k, *Vs = sm + L::v, *Vds = sm + L::vd, *Ps = sm + L::p;
-  bf16 *Shi = sm + L::shi, *Slo = sm + L::slo;
+  float4 *X = reinterpret_cast<float4 *>(sm + L::x);
   float *dec = reinterpret_cast<float *>(sm + L::total); /* dec[k] = exp(-s k), k = 0..LT */
 
   const int part = blockIdx.x, h = blockIdx.y;
@@ -156,23 +165,27 @@ static __global__ void __launch_bounds__(D * 4, 1)
     }
   };
 
-  /* Warp tiles (NW/4 column groups). A (Q K^T, 64 x 64): 16 rows from ra, WA cols from ca. B (O,
-   * 64 x D): 16 rows from ra, 32 cols from cb0. C (S, D x D): 16 rows from rs, D/2 cols from cs. */
-  constexpr int WA = 256 / NW, NA = WA / 8, NB = 4, RT = D / 16, CG = NW / RT, NC = D / CG / 8;
-  static_assert(C == 2 && RT * CG == NW && NC >= 2 && NC % 2 == 0 && NA % 2 == 0, "warp tiling");
-  const int ra = 16 * (w & 3), ca = WA * (w >> 2), cb0 = 32 * (w >> 2);
-  const int rs = 16 * (w % RT), cs = (D / CG) * (w / RT);
-  __syncthreads(); /* dec */
-  const float qd0 = dec[ra + g + 1], qd1 = dec[ra + g + 9];
+  /* Warp tiles. A (Q K^T, 64 x 64): 16 rows from ra, WA cols from ca. The state is held transposed,
+   * S^T (v dims j x k dims i), in mma accumulators: warp w has the 16 rows j from rs and the D/2
+   * columns i from cs; its partner (w + RT or w - RT) has the other half of i for the same j. The
+   * accumulator layout of S^T is the B-fragment layout of S (k = i, n = j), so Q S takes S straight
+   * from the registers: each warp computes the 64 x 16 strip O[:, rs..rs+16) over its half of i,
+   * the two halves are summed through X, and each warp of the pair finishes two of the four 16-row
+   * tiles of O (tiles {0, 3} and {1, 2}: the same causal P V work for both). */
+  constexpr int WA = 256 / NW, NA = WA / 8, RT = D / 16, NC = D / 2 / 8, KI = NC / 2;
+  static_assert(C == 2 && 2 * RT == NW && NC >= 2 && NC % 2 == 0 && NA % 2 == 0, "warp tiling");
+  const int ra = 16 * (w & 3), ca = WA * (w >> 2);
+  const int rs = 16 * (w % RT), upper = w / RT, cs = (D / 2) * upper;
+  const int mine0 = upper ? 1 : 0, mine1 = upper ? 2 : 3; /* the O row tiles this warp finishes */
+  __syncthreads();                                        /* dec */
 
+  /* acc_s[nt][e] = S^T[j][i] = S[i][j], j = rs + g + 8 (e >> 1), i = cs + 8 nt + 2 t4 + (e & 1). */
   float acc_s[NC][4];
 #pragma unroll
-  for (int nt = 0; nt < NC; nt++) {
-    int col = cs + 8 * nt + 2 * t4;
-    float2 a = *reinterpret_cast<const float2 *>(state + (int64_t)(rs + g) * D + col);
-    float2 b = *reinterpret_cast<const float2 *>(state + (int64_t)(rs + g + 8) * D + col);
-    acc_s[nt][0] = a.x, acc_s[nt][1] = a.y, acc_s[nt][2] = b.x, acc_s[nt][3] = b.y;
-  }
+  for (int nt = 0; nt < NC; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      acc_s[nt][e] = state[(int64_t)(cs + 8 * nt + 2 * t4 + (e & 1)) * D + rs + g + 8 * (e >> 1)];
   if (split && part == 0) {
     __syncthreads(); /* every thread holds its share of the entering state */
     if (tid == 0) {
@@ -180,22 +193,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
       atomicAdd(sync + blockIdx.z * H + h, 1);
     }
   }
-  /* S as hi + lo bf16 halves: hi is S truncated to bf16 (a bit mask and a byte permute: no
-   * conversion op), lo = S - hi exactly, then rounded; hi + lo keeps about 16 bits of S. */
-  auto put_state = [&]() {
-#pragma unroll
-    for (int nt = 0; nt < NC; nt++)
-#pragma unroll
-      for (int hlf = 0; hlf < 2; hlf++) {
-        int row = rs + g + 8 * hlf, col = cs + 8 * nt + 2 * t4;
-        float x0 = acc_s[nt][2 * hlf], x1 = acc_s[nt][2 * hlf + 1];
-        uint32_t b0 = __float_as_uint(x0), b1 = __float_as_uint(x1);
-        *reinterpret_cast<uint32_t *>(Shi + row * L::LD + col) = __byte_perm(b0, b1, 0x7632);
-        *reinterpret_cast<uint32_t *>(Slo + row * L::LD + col) =
-            lh_pack_bf16(x0 - __uint_as_float(b0 & 0xffff0000u), x1 - __uint_as_float(b1 & 0xffff0000u));
-      }
-  };
-  /* S = exp(-s cb) S + K^T (kd V), from Ks and Vds. */
+  /* S^T = exp(-s cb) S^T + (kd V)^T K, from Vds and Ks. */
   auto update_state = [&](int cbk) {
     const float bd = dec[cbk];
 #pragma unroll
@@ -205,8 +203,8 @@ static __global__ void __launch_bounds__(D * 4, 1)
 #pragma unroll
     for (int ks = 0; ks < LT / 16; ks++) {
       uint32_t a[4];
-      lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Ks, L::LD, rs, 16 * ks));
-      mma_strip<NC / 2>(acc_s, a, Vds, L::LD, 16 * ks, cs);
+      lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Vds, L::LD, rs, 16 * ks));
+      mma_strip<NC / 2>(acc_s, a, Ks, L::LD, 16 * ks, cs);
     }
   };
 
@@ -231,7 +229,6 @@ static __global__ void __launch_bounds__(D * 4, 1)
     fetch(0, (int)(r_end < LT ? r_end : LT), true);
     activate(true);
   }
-  put_state();
   const bool writes_state = !split || part == 1;
 
   const int nblocks = (int)((r_end - r_begin + LT - 1) / LT);
@@ -241,10 +238,6 @@ static __global__ void __launch_bounds__(D * 4, 1)
     stash(cbk, true);
     __syncthreads();
     const bool more = blk + 1 < nblocks;
-    if (more) {
-      int64_t r1 = r0 + LT;
-      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
-    }
 
     /* A: P = (Q K^T) * D -> Ps; 16-column tiles entirely above the diagonal are zero. */
     {
@@ -279,46 +272,105 @@ static __global__ void __launch_bounds__(D * 4, 1)
       }
     }
 
-    /* B: O = qd * (Q S_hi + Q S_lo) + P V. */
-    float acc_o[NB][4] = {};
+    /* B: the partial O[:, rs..rs+16) = Q[:, cs..cs+D/2) S[cs..cs+D/2, rs..rs+16) on two 16-row
+     * tiles ta and tb of O, with S as hi + lo bf16 halves made in the registers: hi is S truncated
+     * to bf16 (a bit mask and a byte permute, no conversion op), lo = S - hi exactly, then rounded;
+     * hi + lo keeps about 16 bits of S. acc[m][jt]: rows 16 t + g (+8) of tile t = m ? tb : ta,
+     * columns rs + 8 jt + 2 t4 (+1). First the two tiles the partner finishes (the lower warp gives
+     * tiles 1 and 2, the upper 0 and 3), handed over through X[pair][slot][k][lane] (slot 0 written
+     * by the lower warp), then this warp's own two, so only 16 accumulators are live at a time. */
+    auto inter = [&](float (*acc)[2][4], int ta, int tb) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
-      uint32_t a[4];
-      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
-      mma_strip<NB / 2>(acc_o, a, Shi, L::LD, 16 * ks, cb0);
-      mma_strip<NB / 2>(acc_o, a, Slo, L::LD, 16 * ks, cb0);
+      for (int kk = 0; kk < KI; kk++) {
+        uint32_t bh[2][2], bl[2][2]; /* [jt][b0/b1] */
+#pragma unroll
+        for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+          for (int bb = 0; bb < 2; bb++) {
+            float x0 = acc_s[2 * kk + bb][2 * jt], x1 = acc_s[2 * kk + bb][2 * jt + 1];
+            uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
+            bh[jt][bb] = __byte_perm(u0, u1, 0x7632);
+            bl[jt][bb] = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
+          }
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+          uint32_t a[4];
+          lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, 16 * (m ? tb : ta), cs + 16 * kk));
+#pragma unroll
+          for (int jt = 0; jt < 2; jt++) {
+            lh_mma(acc[m][jt], a, bh[jt][0], bh[jt][1]);
+            lh_mma(acc[m][jt], a, bl[jt][0], bl[jt][1]);
+          }
+        }
+      }
+    };
+    {
+      float gv[2][2][4] = {};
+      inter(gv, upper ? 0 : 1, upper ? 3 : 2);
+      float4 *xo = X + ((w % RT) * 2 + upper) * 4 * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int jt = 0; jt < 2; jt++) xo[(2 * m + jt) * 32] = make_float4(gv[m][jt][0], gv[m][jt][1], gv[m][jt][2], gv[m][jt][3]);
+    }
+    float fo[2][2][4] = {}; /* this warp's tiles mine0, mine1 */
+    inter(fo, mine0, mine1);
+    /* The next block's raw q, k, v, fetched only now (the registers they need are the ones A and B
+     * just freed); P V, the state update and the SiLU below cover the load's latency. */
+    if (more) {
+      int64_t r1 = r0 + LT;
+      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
+    }
+    __syncthreads(); /* Ps and X complete */
+    {
+      /* The lower half's partial first, then the upper's, then the query rows' decay. */
+      const float4 *xi = X + ((w % RT) * 2 + (1 - upper)) * 4 * 32 + lane;
+#pragma unroll
+      for (int m = 0; m < 2; m++) {
+        const int tt = m ? mine1 : mine0;
+        const float qa = dec[16 * tt + g + 1], qb = dec[16 * tt + g + 9];
+#pragma unroll
+        for (int jt = 0; jt < 2; jt++) {
+          const float4 p = xi[(2 * m + jt) * 32];
+          float *f = fo[m][jt];
+          f[0] = (upper ? p.x + f[0] : f[0] + p.x) * qa, f[1] = (upper ? p.y + f[1] : f[1] + p.y) * qa;
+          f[2] = (upper ? p.z + f[2] : f[2] + p.z) * qb, f[3] = (upper ? p.w + f[3] : f[3] + p.w) * qb;
+        }
+      }
+    }
+    /* O += P V on the finished tiles: P's rows 16 tt .. 16 tt + 15 are zero past column 16 tt + 15. */
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+      const int tt = m ? mine1 : mine0;
+#pragma unroll
+      for (int ks = 0; ks < LT / 16; ks++) {
+        if (ks > tt) break;
+        uint32_t a[4];
+        lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Ps, L::PLD, 16 * tt, 16 * ks));
+        mma_strip<1>(fo[m], a, Vs, L::LD, 16 * ks, rs);
+      }
     }
 #pragma unroll
-    for (int nt = 0; nt < NB; nt++) {
-      acc_o[nt][0] *= qd0, acc_o[nt][1] *= qd0, acc_o[nt][2] *= qd1, acc_o[nt][3] *= qd1;
-    }
-    activate(true); /* the next block's q, k, v (after the last block: unused); no branch, so the
-                       scheduler can interleave it with the tensor-core work above */
-    __syncthreads(); /* Ps complete */
+    for (int m = 0; m < 2; m++) {
+      const int tt = m ? mine1 : mine0;
+      const int i0 = 16 * tt + g, i1 = i0 + 8;
 #pragma unroll
-    for (int ks = 0; ks < LT / 16; ks++) {
-      if (16 * ks > ra) break; /* P's rows ra..ra+15 are zero past column ra+15 */
-      uint32_t a[4];
-      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Ps, L::PLD, ra, 16 * ks));
-      mma_strip<NB / 2>(acc_o, a, Vs, L::LD, 16 * ks, cb0);
-    }
-#pragma unroll
-    for (int nt = 0; nt < NB; nt++) {
-      int col = h * D + cb0 + 8 * nt + 2 * t4;
-      int i0 = ra + g, i1 = ra + g + 8;
-      if (i0 < cbk)
-        *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i0) * o_stride + col) =
-            lh_pack_bf16(acc_o[nt][0], acc_o[nt][1]);
-      if (i1 < cbk)
-        *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i1) * o_stride + col) =
-            lh_pack_bf16(acc_o[nt][2], acc_o[nt][3]);
+      for (int jt = 0; jt < 2; jt++) {
+        int col = h * D + rs + 8 * jt + 2 * t4;
+        if (i0 < cbk)
+          *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i0) * o_stride + col) =
+              lh_pack_bf16(fo[m][jt][0], fo[m][jt][1]);
+        if (i1 < cbk)
+          *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i1) * o_stride + col) =
+              lh_pack_bf16(fo[m][jt][2], fo[m][jt][3]);
+      }
     }
 
     /* C: the state for the next block (not needed after part 0's last block). */
     const bool last = blk + 1 == nblocks;
     if (!last || writes_state) update_state(cbk);
-    __syncthreads(); /* every read of Q, K, V, Vd, P, S_hi, S_lo in this block is done */
-    if (!last) put_state();
+    activate(true); /* the next block's q, k, v (after the last block: unused) */
+    __syncthreads(); /* every read of Q, K, V, Vd, P and X in this block is done */
   }
 
   if (!writes_state) return;
@@ -330,11 +382,10 @@ static __global__ void __launch_bounds__(D * 4, 1)
     __syncthreads(); /* part 0 has read the entering state */
   }
 #pragma unroll
-  for (int nt = 0; nt < NC; nt++) {
-    int col = cs + 8 * nt + 2 * t4;
-    *reinterpret_cast<float2 *>(state + (int64_t)(rs + g) * D + col) = make_float2(acc_s[nt][0], acc_s[nt][1]);
-    *reinterpret_cast<float2 *>(state + (int64_t)(rs + g + 8) * D + col) = make_float2(acc_s[nt][2], acc_s[nt][3]);
-  }
+  for (int nt = 0; nt < NC; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      state[(int64_t)(cs + 8 * nt + 2 * t4 + (e & 1)) * D + rs + g + 8 * (e >> 1)] = acc_s[nt][e];
 }
 
 /* Token-recurrent kernel: one CTA per (head, segment); thread (rg, j) owns column j of S for the

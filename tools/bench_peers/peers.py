@@ -10,9 +10,14 @@ runs timed with CUDA events after a warm-up, on random data (never zeros).
                          three projections replaced by identity/slice, so what is timed is HF's own
                          SiLU + block-256 loop + all-heads RMSNorm + gate (N = 16K, 64K tokens)
   lightning_fla_N        flash-linear-attention chunk_simple_gla with MiniMax's decays
-                         (g_gamma = -slope, scale 1, fp32 state in/out), when its wheel is importable
+                         (g_gamma = -slope, scale 1, fp32 state in/out), when its wheel is importable;
+                         q, k, v are given after SiLU, so fla does less than our kernel does
+  lightning_fla_silu_N   the same work as ours: torch SiLU of fused q/k/v rows (before SiLU), then fla
+  lightning_fla_silu3_N  the same with q, k, v as three contiguous tensors (no layout copies)
   sdpa_N                 torch.nn.functional.scaled_dot_product_attention, causal, 64 q / 8 kv heads
                          (enable_gqa), d 128, N = 16K and 64K tokens
+  sdpa_chunk_1048576     the same for the queries [1M-16K, 1M) over keys [0, 1M), causal aligned to
+                         the lower right (torch.nn.attention.bias.causal_lower_right)
   moe_dense_torch        torch.matmul of the MoE layer's FLOPs as two dense GEMMs
                          ([32K x 6144] @ [6144 x 18432], [32K x 9216] @ [9216 x 6144])
 
@@ -95,7 +100,29 @@ def main():
             ms = timed(lambda: chunk_simple_gla(q, k, v, g_gamma=-slope, scale=1.0, initial_state=h0,
                                                 output_final_state=True), reps=10, warm=3)
             put(f"lightning_fla_{T}", ms, f"{4 * T * H * D * 2 / ms / 1e6:.0f} GB/s of Q/K/V/O")
-            del q, k, v, h0
+            del q, k, v
+            # The same work as ours: q, k, v before SiLU in one fused row per head (the layout of
+            # the qkv projection's output), SiLU by torch, then fla on the three slices.
+            raw = torch.randn(1, T, H, 3 * D, device=dev, dtype=torch.bfloat16)
+
+            def silu_fla():
+                q, k, v = torch.nn.functional.silu(raw).split(D, dim=-1)
+                return chunk_simple_gla(q, k, v, g_gamma=-slope, scale=1.0, initial_state=h0,
+                                        output_final_state=True)
+            ms = timed(silu_fla, reps=10, warm=3)
+            put(f"lightning_fla_silu_{T}", ms, "torch SiLU of the fused q/k/v rows, then fla")
+            del raw
+            # The least a torch user pays for the SiLU: q, k, v before SiLU as three contiguous
+            # tensors (a projection written that way), one SiLU each, no layout copies.
+            raws = [torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16) for _ in range(3)]
+
+            def silu3_fla():
+                q, k, v = (torch.nn.functional.silu(x) for x in raws)
+                return chunk_simple_gla(q, k, v, g_gamma=-slope, scale=1.0, initial_state=h0,
+                                        output_final_state=True)
+            ms = timed(silu3_fla, reps=10, warm=3)
+            put(f"lightning_fla_silu3_{T}", ms, "torch SiLU of three contiguous q, k, v, then fla")
+            del raws, h0
     except Exception as e:  # the wheel is optional
         print(f"fla not timed: {type(e).__name__}: {e}", flush=True)
 
@@ -110,6 +137,26 @@ def main():
         flops = 4.0 * D * H * T * (T + 1) / 2
         put(f"sdpa_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
         del q, k, v
+
+    # The chunked-prefill shape at 1M keys: the last 16K queries [1M-16K, 1M) over keys [0, 1M),
+    # causal aligned to the lower right (torch's CausalBias). K and V are expanded to the 64 query
+    # heads first, so the flash kernel takes it without a materialised mask (same FLOPs as GQA).
+    if not quick:
+        try:
+            from torch.nn.attention.bias import causal_lower_right
+
+            T, Q = 1 << 20, 16384
+            q = torch.randn(1, H, Q, D, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16).repeat_interleave(H // 8, dim=1)
+            v = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16).repeat_interleave(H // 8, dim=1)
+            bias = causal_lower_right(Q, T)
+            with torch.no_grad():
+                ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias), reps=3, warm=1)
+            flops = 4.0 * D * H * (Q * (T - Q) + Q * (Q + 1) / 2)
+            put(f"sdpa_chunk_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s (queries [1M-16K, 1M), lower-right causal)")
+            del q, k, v
+        except Exception as e:
+            print(f"sdpa_chunk not timed: {type(e).__name__}: {e}", flush=True)
 
     rows = 32768
     x = torch.randn(rows, 6144, device=dev, dtype=torch.bfloat16)
