@@ -137,6 +137,15 @@ size_t lh_attn_scratch(int d, int page_tokens);
 void lh_attn_tile(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
                   int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
 
+/* lh_attn_tile has two paths (see attention.c): a fused AVX2/FMA kernel, taken when this returns
+ * 1 (x86-64 CPUs with AVX2 and FMA), whose result for a query does not depend on the tile it is
+ * in (bit for bit), and the one below, taken otherwise. They agree within fp32 rounding. */
+int lh_attn_fused(void);
+/* The same function through two OpenBLAS products per page and a separate exp pass: the path on
+ * other CPUs, and the fused one's peer in the test and the benchmark. Same scratch. */
+void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
+                       int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
+
 /* ---- mixture of experts ------------------------------------------------------------------- */
 
 /* Router: for each row of logits[n x E], p = softmax(logits) (fp32 result), choose the top_k

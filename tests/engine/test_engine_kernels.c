@@ -257,56 +257,115 @@ static void test_lightning(void) {
       }
 }
 
+/* Both paths of lh_attn_tile against a double softmax, in the backend's tiles (all heads of a
+ * group) and in one head at a time; cases cover head dims that are not multiples of 4 or 8, pages
+ * smaller and larger than the fused path's 64-key blocks and not multiples of them, contexts of
+ * several pages, tiles whose rows are not a multiple of 8 or 24, and (q scale 12) scores far
+ * apart, where most probabilities underflow and the running max moves. */
 static void test_attention(void) {
-  /* n_kv, rep (heads per kv head), d, page_tokens, context before the queries, queries */
-  int cases[][6] = {{1, 1, 8, 16, 0, 1}, {2, 2, 16, 16, 0, 40}, {2, 4, 16, 16, 37, 64}, {1, 2, 32, 256, 300, 17},
-                    {4, 1, 8, 4, 9, 64}, {1, 1, 64, 256, 0, 64}, {2, 1, 16, 8, 500, 3}, {1, 8, 16, 16, 20, 70},
-                    {2, 2, 8, 16, 0, 300}};
-  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-    int nkv = cases[c][0], rep = cases[c][1], d = cases[c][2], PT = cases[c][3], P = cases[c][4], nq = cases[c][5];
-    int H = nkv * rep, T = P + nq, npages = (T + PT - 1) / PT;
-    float *K = frand((size_t)T * nkv * d, 1), *V = frand((size_t)T * nkv * d, 1);
+  /* n_kv, rep (heads per kv head), d, page_tokens, context before the queries, queries, q scale */
+  int cases[][7] = {{1, 1, 8, 16, 0, 1, 2},      {2, 2, 16, 16, 0, 40, 2},   {2, 4, 16, 16, 37, 64, 2},
+                    {1, 2, 32, 256, 300, 17, 2}, {4, 1, 8, 4, 9, 64, 2},     {1, 1, 64, 256, 0, 64, 2},
+                    {2, 1, 16, 8, 500, 3, 2},    {1, 8, 16, 16, 20, 70, 2},  {2, 2, 8, 16, 0, 300, 2},
+                    {1, 2, 36, 100, 333, 50, 2}, {2, 3, 12, 64, 130, 45, 2}, {1, 1, 128, 256, 600, 30, 2},
+                    {4, 2, 32, 256, 1000, 130, 2}, {1, 2, 6, 256, 70, 200, 2}, {1, 2, 32, 256, 700, 90, 12},
+                    {1, 1, 20, 48, 150, 25, 12}};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+    for (int blas = 0; blas < 2; blas++) {
+      int nkv = cases[c][0], rep = cases[c][1], d = cases[c][2], PT = cases[c][3], P = cases[c][4], nq = cases[c][5];
+      int H = nkv * rep, T = P + nq, npages = (T + PT - 1) / PT;
+      rng = 12345 + c;
+      float *K = frand((size_t)T * nkv * d, 1), *V = frand((size_t)T * nkv * d, 1);
+      void **pages = malloc((size_t)npages * sizeof *pages);
+      for (int p = 0; p < npages; p++) pages[p] = frand((size_t)2 * nkv * PT * d, 100); /* garbage beyond T */
+      lh_kv_pages kv = {pages, nkv, d, PT};
+      /* write the rows in two calls, as two chunks would */
+      lh_kv_write(&kv, 0, P, K, nkv * d, V, nkv * d);
+      lh_kv_write(&kv, P, nq, K + (size_t)P * nkv * d, nkv * d, V + (size_t)P * nkv * d, nkv * d);
+      float *q = frand((size_t)nq * H * d, (float)cases[c][6]), *o = malloc((size_t)nq * H * d * sizeof *o);
+      float *scratch = malloc(lh_attn_scratch(d, PT) * sizeof *scratch);
+      float scale = 1.0f / sqrtf((float)d);
+      /* tiles of the whole group's heads (the backend's way), or of one head at a time */
+      int per_head = c % 2, tq = per_head ? LH_ATTN_ROWS : LH_ATTN_ROWS / rep;
+      for (int g = 0; g < nkv; g++)
+        for (int h0 = 0; h0 < rep; h0 += per_head ? 1 : rep)
+          for (int t0 = 0; t0 < nq; t0 += tq) {
+            int m = nq - t0 < tq ? nq - t0 : tq;
+            size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
+            (blas ? lh_attn_tile_blas : lh_attn_tile)(&kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale,
+                                                      o + at, H * d, d, scratch);
+          }
+      double *ref = malloc((size_t)nq * H * d * sizeof *ref), *p = malloc((size_t)T * sizeof *p);
+      for (int i = 0; i < nq; i++)
+        for (int h = 0; h < H; h++) {
+          int g = h / rep, last = P + i;
+          double mx = -INFINITY, sum = 0;
+          for (int j = 0; j <= last; j++) {
+            double s = 0;
+            for (int e = 0; e < d; e++) s += (double)q[((size_t)i * H + h) * d + e] * K[((size_t)j * nkv + g) * d + e];
+            p[j] = s / sqrt((double)d);
+            mx = p[j] > mx ? p[j] : mx;
+          }
+          for (int j = 0; j <= last; j++) sum += (p[j] = exp(p[j] - mx));
+          for (int e = 0; e < d; e++) {
+            double acc = 0;
+            for (int j = 0; j <= last; j++) acc += p[j] / sum * V[((size_t)j * nkv + g) * d + e];
+            ref[((size_t)i * H + h) * d + e] = acc;
+          }
+        }
+      char what[128];
+      snprintf(what, sizeof what, "attention (%s) nkv=%d rep=%d d=%d pages of %d, %d + %d, q x %d",
+               blas ? "BLAS path" : lh_attn_fused() ? "fused path" : "BLAS path via lh_attn_tile", nkv, rep, d, PT, P,
+               nq, cases[c][6]);
+      CLOSE(what, o, ref, (size_t)nq * H * d);
+      for (int pg = 0; pg < npages; pg++) free(pages[pg]);
+      free(pages), free(K), free(V), free(q), free(o), free(scratch), free(ref), free(p);
+    }
+}
+
+/* The fused path's promise: a query's output does not depend on the tile it is in. The same
+ * queries in the backend's tiles, in tiles of uneven lengths, one head at a time and one query at
+ * a time (decode) give the same bits. The BLAS path does not promise it (its products change
+ * bits with their shapes), so on CPUs without AVX2+FMA this is skipped, loudly. */
+static void test_attention_tiling(void) {
+  if (!lh_attn_fused()) {
+    fprintf(stderr, "  SKIP attention tiling invariance: lh_attn_tile takes the BLAS path here (a CPU without "
+                    "AVX2+FMA, or a build without the fused path)\n");
+    return;
+  }
+  int shapes[][4] = {{2, 32, 256, 700}, {2, 64, 256, 300}, {4, 20, 48, 260}, {1, 8, 16, 90}}; /* rep, d, PT, T */
+  for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+    int rep = shapes[c][0], d = shapes[c][1], PT = shapes[c][2], T = shapes[c][3], nkv = 2, H = nkv * rep;
+    int npages = (T + PT - 1) / PT;
     void **pages = malloc((size_t)npages * sizeof *pages);
-    for (int p = 0; p < npages; p++) pages[p] = frand((size_t)2 * nkv * PT * d, 100); /* garbage beyond T */
+    for (int p = 0; p < npages; p++) pages[p] = frand((size_t)2 * nkv * PT * d, 1);
     lh_kv_pages kv = {pages, nkv, d, PT};
-    /* write the rows in two calls, as two chunks would */
-    lh_kv_write(&kv, 0, P, K, nkv * d, V, nkv * d);
-    lh_kv_write(&kv, P, nq, K + (size_t)P * nkv * d, nkv * d, V + (size_t)P * nkv * d, nkv * d);
-    float *q = frand((size_t)nq * H * d, 2), *o = malloc((size_t)nq * H * d * sizeof *o);
-    float *scratch = malloc(lh_attn_scratch(d, PT) * sizeof *scratch);
+    float *q = frand((size_t)T * H * d, 3), *scratch = malloc(lh_attn_scratch(d, PT) * sizeof *scratch);
+    float *o[4];
     float scale = 1.0f / sqrtf((float)d);
-    /* tiles of the whole group's heads (the backend's way), or of one head at a time */
-    int per_head = c % 2, tq = per_head ? LH_ATTN_ROWS : LH_ATTN_ROWS / rep;
-    for (int g = 0; g < nkv; g++)
-      for (int h0 = 0; h0 < rep; h0 += per_head ? 1 : rep)
-        for (int t0 = 0; t0 < nq; t0 += tq) {
-          int m = nq - t0 < tq ? nq - t0 : tq;
-          size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
-          lh_attn_tile(&kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale, o + at, H * d, d, scratch);
-        }
-    double *ref = malloc((size_t)nq * H * d * sizeof *ref), *p = malloc((size_t)T * sizeof *p);
-    for (int i = 0; i < nq; i++)
-      for (int h = 0; h < H; h++) {
-        int g = h / rep, last = P + i;
-        double mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= last; j++) {
-          double s = 0;
-          for (int e = 0; e < d; e++) s += (double)q[((size_t)i * H + h) * d + e] * K[((size_t)j * nkv + g) * d + e];
-          p[j] = s / sqrt((double)d);
-          mx = p[j] > mx ? p[j] : mx;
-        }
-        for (int j = 0; j <= last; j++) sum += (p[j] = exp(p[j] - mx));
-        for (int e = 0; e < d; e++) {
-          double acc = 0;
-          for (int j = 0; j <= last; j++) acc += p[j] / sum * V[((size_t)j * nkv + g) * d + e];
-          ref[((size_t)i * H + h) * d + e] = acc;
-        }
+    for (int way = 0; way < 4; way++) {
+      o[way] = malloc((size_t)T * H * d * sizeof(float));
+      for (int g = 0; g < nkv; g++) {
+        int nh = way == 2 ? 1 : rep;
+        for (int h0 = 0; h0 < rep; h0 += nh)
+          for (int t0 = 0, step = 1; t0 < T; t0 += step) {
+            /* the backend's tiles; uneven ones; one head at a time; one query at a time */
+            if (way == 0) step = LH_ATTN_ROWS / rep;
+            else if (way == 1) step = (step * 7 + 3) % (LH_ATTN_ROWS / nh) + 1;
+            else step = way == 2 ? LH_ATTN_ROWS : 1;
+            int m = T - t0 < step ? T - t0 : step;
+            size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
+            lh_attn_tile(&kv, g, nh, t0, m, q + at, H * d, d, scale, o[way] + at, H * d, d, scratch);
+          }
       }
-    char what[96];
-    snprintf(what, sizeof what, "attention nkv=%d rep=%d d=%d pages of %d, %d + %d", nkv, rep, d, PT, P, nq);
-    CLOSE(what, o, ref, (size_t)nq * H * d);
-    for (int pg = 0; pg < npages; pg++) free(pages[pg]);
-    free(pages), free(K), free(V), free(q), free(o), free(scratch), free(ref), free(p);
+    }
+    for (int way = 1; way < 4; way++)
+      CHECK_MSG(!memcmp(o[0], o[way], (size_t)T * H * d * sizeof(float)),
+                "attention rep=%d d=%d pages of %d, %d queries: tiling %d differs in some bit from the backend's", rep,
+                d, PT, T, way);
+    for (int p = 0; p < npages; p++) free(pages[p]);
+    for (int way = 0; way < 4; way++) free(o[way]);
+    free(pages), free(q), free(scratch);
   }
 }
 
@@ -443,6 +502,7 @@ int main(void) {
   test_rope(pool);
   test_lightning();
   test_attention();
+  test_attention_tiling();
   test_moe(pool);
   test_argmax();
   test_pool_determinism();
