@@ -37,7 +37,9 @@
  * 64K tokens. v4 kept S untransposed and wrote it to shared memory as hi and lo every block for Q S
  * to read back (four warps read each element): bound by shared-memory traffic and MIO stalls, not
  * DRAM or instructions. v5 (this form) keeps S^T in registers as Q S's B operand, which removes
- * about a third of the shared-memory bytes per block.
+ * about a quarter of the shared-memory bytes per block (and 34 KB of shared memory) and did not
+ * change the time: the kernel is latency-bound, SiLU the largest piece on its path (bench/NOTES.md,
+ * session 6: removing each piece in turn, and ncu).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
