@@ -179,15 +179,20 @@ static __global__ void __launch_bounds__(D * 4, 1)
   const int ra = 16 * (w & 3), ca = WA * (w >> 2);
   const int rs = 16 * (w % RT), upper = w / RT, cs = (D / 2) * upper;
   const int mine0 = upper ? 1 : 0, mine1 = upper ? 2 : 3; /* the O row tiles this warp finishes */
-  __syncthreads();                                        /* dec */
+  /* X slot of this warp pair written by the lower (0) or upper (1) warp: 4 float4 per lane */
+  auto xslot = [&](int writer) { return X + ((w % RT) * 2 + writer) * 4 * 32 + lane; };
+  __syncthreads(); /* dec */
 
-  /* acc_s[nt][e] = S^T[j][i] = S[i][j], j = rs + g + 8 (e >> 1), i = cs + 8 nt + 2 t4 + (e & 1). */
+  /* acc_s[nt][e] = S^T[j][i] = S[i][j], j = rs + g + 8 (e >> 1), i = cs + 8 nt + 2 t4 + (e & 1):
+   * its place in the [i][j] state, for the load here and the store at the end. */
+  auto state_at = [&](int nt, int e) -> int64_t {
+    return (int64_t)(cs + 8 * nt + 2 * t4 + (e & 1)) * D + rs + g + 8 * (e >> 1);
+  };
   float acc_s[NC][4];
 #pragma unroll
   for (int nt = 0; nt < NC; nt++)
 #pragma unroll
-    for (int e = 0; e < 4; e++)
-      acc_s[nt][e] = state[(int64_t)(cs + 8 * nt + 2 * t4 + (e & 1)) * D + rs + g + 8 * (e >> 1)];
+    for (int e = 0; e < 4; e++) acc_s[nt][e] = state[state_at(nt, e)];
   if (split && part == 0) {
     __syncthreads(); /* every thread holds its share of the entering state */
     if (tid == 0) {
@@ -309,7 +314,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
     {
       float gv[2][2][4] = {};
       inter(gv, upper ? 0 : 1, upper ? 3 : 2);
-      float4 *xo = X + ((w % RT) * 2 + upper) * 4 * 32 + lane;
+      float4 *xo = xslot(upper);
 #pragma unroll
       for (int m = 0; m < 2; m++)
 #pragma unroll
@@ -326,7 +331,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
     __syncthreads(); /* Ps and X complete */
     {
       /* The lower half's partial first, then the upper's, then the query rows' decay. */
-      const float4 *xi = X + ((w % RT) * 2 + (1 - upper)) * 4 * 32 + lane;
+      const float4 *xi = xslot(1 - upper);
 #pragma unroll
       for (int m = 0; m < 2; m++) {
         const int tt = m ? mine1 : mine0;
@@ -387,7 +392,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
   for (int nt = 0; nt < NC; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++)
-      state[(int64_t)(cs + 8 * nt + 2 * t4 + (e & 1)) * D + rs + g + 8 * (e >> 1)] = acc_s[nt][e];
+      state[state_at(nt, e)] = acc_s[nt][e];
 }
 
 /* Token-recurrent kernel: one CTA per (head, segment); thread (rg, j) owns column j of S for the
