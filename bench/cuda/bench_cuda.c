@@ -239,7 +239,7 @@ static void bench_lightning(cudaStream_t st, int quick) {
       if (!isnan(peer(s3key))) row("  vs torch SiLU of 3 contiguous q, k, v, fla", ms, "SiLU x3 + fla", peer(s3key), "", NAN);
       if (cut && !quick) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
-        for (int q = 544; q <= 672; q += 64) {
+        for (int q = 544; q <= 800; q += 64) {
           l.split_q = q;
           double mq = time_ms(st, 10, run_light, &l);
           snprintf(what, sizeof what, "  cut at %d/1024 of the rows", q);

@@ -70,10 +70,12 @@ typedef struct lh_cuda_lseg {
  * (intra-block masked product with decay, inter-block from the state, state update) on tensor cores
  * for d in {32, 64, 128}, token-recurrent otherwise. segs: device array of nseg. When the grid
  * would leave SMs idle, a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two at
- * about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q), the second part first advancing
+ * about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q, or LH_CUDA_LIGHTNING_WS_SPLIT_Q
+ * for d = 128, whose advance costs less against a full block), the second part first advancing
  * the state to the cut. sync: nseg * H ints, zero before the call and zero after it (NULL: never
  * cut). Outputs and states are the same bits whether a segment is cut or not. */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
+#define LH_CUDA_LIGHTNING_WS_SPLIT_Q 736
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
 cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs, int nseg,
                               int H, int d, const float *slope, void *o, int64_t o_stride, int *sync, int split_q);

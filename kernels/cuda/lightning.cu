@@ -9,21 +9,26 @@
  * The function of the tokens is the same whatever the block boundaries, so a chunk can start at any
  * position: the kernel blocks each segment from its own first row.
  *
- * Blocked kernel (d = 32, 64, 128): one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
+ * Two blocked kernels: lightning_ws for d = 128 (the real model's heads; described at it: the
+ * same blocks and cut, with the work split between producer and state warps) and
+ * lightning_blocked for d = 32 and 64 (and 128 with LW_WS 0), described here.
+ *
+ * lightning_blocked: one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
  * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers,
  * transposed (S^T: v dims as rows). That layout is the B-fragment layout of S itself, so Q S takes
  * S straight from the registers, as two bf16 halves (hi + lo, made there) so that the product keeps
  * about 16 bits of the fp32 state rather than bf16's 8; S never goes through shared memory. Each
  * warp holds half of the k dims for 16 v dims, so Q S is computed as two partial sums that a warp
- * pair adds through shared memory. The next block's q/k/v are fetched into registers while the
- * current one finishes, then put through SiLU. P = (Q K^T) * D and kd * V are rounded to bf16 for
- * the tensor cores, as an all-bf16 model would.
+ * pair adds through shared memory. The next block's raw q/k/v are copied into shared memory with
+ * cp.async at the start of a block, a whole block ahead of their SiLU, which is placed among the
+ * state update's MMAs. P = (Q K^T) * D and kd * V are rounded to bf16 for the tensor cores, as an
+ * all-bf16 model would.
  *
  * With one CTA per head, 64 heads would leave half of an H200's 132 SMs idle, so where the grid
  * would be short of SMs a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two
- * parts at row x (a multiple of 64, about 0.62 n): part 0 runs rows [0, x) from the entering
- * state; part 1 first advances the state over [0, x) with the state update alone (SiLU of k and v
- * and K^T (kd V)), then runs rows [x, n) and writes the final state. Part 1's state at x comes
+ * parts at row x (a multiple of 64, about 0.62 n; 0.72 n in lightning_ws): part 0 runs rows
+ * [0, x) from the entering state; part 1 first advances the state over [0, x) with the state
+ * update alone (SiLU of k and v and K^T (kd V)), then runs rows [x, n) and writes the final state. Part 1's state at x comes
  * from the same instructions in the same order as part 0's would, so the output is the same bits
  * whether or not a segment is cut (gpu_parity checks it). Part 0 reads the entering state that
  * part 1 overwrites at the end: part 0 counts sync[seg * H + h] up once it has read it, part 1
@@ -39,12 +44,21 @@
  * DRAM or instructions. v5 (this form) keeps S^T in registers as Q S's B operand, which removes
  * about a quarter of the shared-memory bytes per block (and 34 KB of shared memory) and did not
  * change the time: the kernel is latency-bound, SiLU the largest piece on its path (bench/NOTES.md,
- * session 6: removing each piece in turn, and ncu).
+ * session 6: removing each piece in turn, and ncu). Session 7: the cp.async stage and SiLU among
+ * the MMAs, 3% faster; then lightning_ws for d = 128, 1.23x faster than this kernel at 64K tokens
+ * (from 4.25 to 3.46 ms, 64 heads; 1.32x when not cut).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
 #define LT 64 /* tokens per block */
+/* Switches for comparisons (bench/NOTES.md, session 7), not for production: */
+#ifndef LW_WS
+#define LW_WS 1 /* d = 128 through lightning_ws (0: through lightning_blocked<128>) */
+#endif
+#ifndef LW_QS_LO
+#define LW_QS_LO 0 /* lightning_ws: Q S with S as hi + lo bf16 halves, as lightning_blocked (0: S rounded) */
+#endif
 
 /* Shared memory of the blocked kernel, in bf16 elements: q, k, v, kd*v (LT x (D+8)), P (LT x
  * (LT+8)); then the fp32 exchange of the two column halves' partial Q S products (X, D/16 warp
@@ -55,7 +69,8 @@ struct lsmem {
   static constexpr int q = 0, k = q + LT * LD, v = k + LT * LD, vd = v + LT * LD, p = vd + LT * LD;
   static constexpr int x = p + LT * PLD;                  /* bf16 offset of X (a multiple of 8) */
   static constexpr int xfloats = (D / 16) * 2 * 16 * 32;  /* X's floats */
-  static constexpr int total = x + 2 * xfloats;           /* in bf16 elements */
+  static constexpr int raw = x + 2 * xfloats;             /* the raw q, k, v stage: 3 x LT x D */
+  static constexpr int total = raw + 3 * LT * D;          /* in bf16 elements */
 };
 
 /* SiLU as x * rcp(1 + 2^(-x log2 e)) with the approximate, denormal-flushing ex2 and rcp: 5
@@ -130,30 +145,36 @@ static __global__ void __launch_bounds__(D * 4, 1)
   const bf16 *base = qkv + (int64_t)h * 3 * D;
   if (tid <= LT) dec[tid] = expf(-s * (float)tid);
 
-  /* Raw q/k/v of one block in registers (C chunks of 16 bytes each per thread), fetched while the
-   * previous block computes. */
+  /* Raw q/k/v of the next block: each thread copies C chunks of 16 bytes each of q, k and v into
+   * its own slots of the raw stage with cp.async at the start of a block (rows past the block's
+   * end are zero-filled), and reads back only those slots, so no barrier guards the stage. */
   constexpr int C = LT * D / 8 / NT; /* = 2 */
+  uint4 *raw = reinterpret_cast<uint4 *>(sm + L::raw);
+  auto rslot = [&](int which, int c) { return raw + (which * C + c) * NT + tid; };
   uint4 qr[C], kr[C], vr[C];
   auto fetch = [&](int64_t r0, int cb, bool with_q) {
 #pragma unroll
     for (int c = 0; c < C; c++) {
       int idx = tid + c * NT, row = idx / (D / 8), col = (idx % (D / 8)) * 8;
-      const bf16 *p = base + (seg.row0 + r0 + row) * qkv_stride + col;
       const bool ok = row < cb;
-      if (with_q) qr[c] = ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
-      kr[c] = ok ? *reinterpret_cast<const uint4 *>(p + D) : make_uint4(0, 0, 0, 0);
-      vr[c] = ok ? *reinterpret_cast<const uint4 *>(p + 2 * D) : make_uint4(0, 0, 0, 0);
+      const bf16 *p = base + (seg.row0 + r0 + (ok ? row : 0)) * qkv_stride + col;
+      if (with_q) lh_cp_async16(rslot(0, c), p, ok);
+      lh_cp_async16(rslot(1, c), p + D, ok);
+      lh_cp_async16(rslot(2, c), p + 2 * D, ok);
     }
+    lh_cp_async_commit();
   };
-  /* SiLU in place in the registers; placed among the previous block's tensor-core work so the MUFU
-   * ops overlap it (rows past the block's end are zero, and SiLU(0) = 0). */
+  /* Wait for this thread's copies, then SiLU into the registers (SiLU(0) = 0 for the zero rows). */
+  auto act_piece = [&](int i, bool with_q) { /* piece i of 3 C: tensor i / C (q, k, v), chunk i % C */
+    const int which = i / C, c = i % C;
+    if (which == 0 && with_q) qr[c] = lw_silu8(*rslot(0, c));
+    if (which == 1) kr[c] = lw_silu8(*rslot(1, c));
+    if (which == 2) vr[c] = lw_silu8(*rslot(2, c));
+  };
   auto activate = [&](bool with_q) {
+    lh_cp_async_wait<0>();
 #pragma unroll
-    for (int c = 0; c < C; c++) {
-      if (with_q) qr[c] = lw_silu8(qr[c]);
-      kr[c] = lw_silu8(kr[c]);
-      vr[c] = lw_silu8(vr[c]);
-    }
+    for (int i = 0; i < 3 * C; i++) act_piece(i, with_q);
   };
   auto stash = [&](int cb, bool with_q) {
 #pragma unroll
@@ -200,9 +221,11 @@ static __global__ void __launch_bounds__(D * 4, 1)
       atomicAdd(sync + blockIdx.z * H + h, 1);
     }
   }
-  /* S^T = exp(-s cb) S^T + (kd V)^T K, from Vds and Ks. */
-  auto update_state = [&](int cbk) {
+  /* S^T = exp(-s cb) S^T + (kd V)^T K, from Vds and Ks. act (1: k and v, 2: q, k and v) also
+   * activates the next block's raw rows, its pieces placed among the MMAs. */
+  auto update_state = [&](int cbk, int act) {
     const float bd = dec[cbk];
+    if (act) lh_cp_async_wait<0>();
 #pragma unroll
     for (int nt = 0; nt < NC; nt++)
 #pragma unroll
@@ -212,6 +235,11 @@ static __global__ void __launch_bounds__(D * 4, 1)
       uint32_t a[4];
       lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Vds, L::LD, rs, 16 * ks));
       mma_strip<NC / 2>(acc_s, a, Ks, L::LD, 16 * ks, cs);
+      if (act) {
+#pragma unroll
+        for (int i = 0; i < 3 * C; i++)
+          if (i * (LT / 16) / (3 * C) == ks) act_piece(i, act == 2);
+      }
     }
   };
 
@@ -227,8 +255,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
       const bool more = blk + 1 < nadv;
       if (more) fetch((int64_t)(blk + 1) * LT, LT, false);
       else fetch(x, (int)(n - x < LT ? n - x : LT), true); /* the first block part 1 runs in full */
-      update_state(LT);
-      activate(!more);
+      update_state(LT, more ? 1 : 2);
       __syncthreads(); /* Ks and Vds are read */
     }
     r_begin = x, r_end = n;
@@ -245,6 +272,10 @@ static __global__ void __launch_bounds__(D * 4, 1)
     stash(cbk, true);
     __syncthreads();
     const bool more = blk + 1 < nblocks;
+    if (more) { /* the next block's raw rows, a whole block ahead of their SiLU */
+      int64_t r1 = r0 + LT;
+      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
+    }
 
     /* A: P = (Q K^T) * D -> Ps; 16-column tiles entirely above the diagonal are zero. */
     {
@@ -322,12 +353,6 @@ static __global__ void __launch_bounds__(D * 4, 1)
     }
     float fo[2][2][4] = {}; /* this warp's tiles mine0, mine1 */
     inter(fo, mine0, mine1);
-    /* The next block's raw q, k, v, fetched only now (the registers they need are the ones A and B
-     * just freed); P V, the state update and the SiLU below cover the load's latency. */
-    if (more) {
-      int64_t r1 = r0 + LT;
-      fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
-    }
     __syncthreads(); /* Ps and X complete */
     {
       /* The lower half's partial first, then the upper's, then the query rows' decay. */
@@ -375,8 +400,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
 
     /* C: the state for the next block (not needed after part 0's last block). */
     const bool last = blk + 1 == nblocks;
-    if (!last || writes_state) update_state(cbk);
-    activate(true); /* the next block's q, k, v (after the last block: unused) */
+    if (!last || writes_state) update_state(cbk, more ? 2 : 0); /* and the next block's q, k, v */
     __syncthreads(); /* every read of Q, K, V, Vd, P and X in this block is done */
   }
 
@@ -393,6 +417,264 @@ static __global__ void __launch_bounds__(D * 4, 1)
 #pragma unroll
     for (int e = 0; e < 4; e++)
       state[state_at(nt, e)] = acc_s[nt][e];
+}
+
+/* Warp-specialised blocked kernel for d = 128 (bench/NOTES.md, session 7). The same math, blocks
+ * and cut as lightning_blocked, with the work of a block split between two roles that run a block
+ * apart, so that the one true recurrence (the state) does not wait for the work that does not
+ * depend on it:
+ *   - warps 8-15, the producers, take block b + 1: its raw q/k/v (loaded into registers a block
+ *     ahead), SiLU, Q, K, V and kd V into stage (b + 1) % 2, and P = (Q K^T) * D;
+ *   - warps 0-7 hold the state, S^T for 16 v dims each over all 128 k dims (64 registers), and
+ *     for block b compute their 16 columns of O = qd * (Q S) + P V, store them, and update S from
+ *     K and kd V.
+ * Two stages; named barriers: FULL[s] (producers arrive, state warps wait) and EMPTY[s] (the
+ * reverse), PROD among the producers, STATE among the state warps. The state update is the same
+ * instructions on the same operands in the same order whether a segment is cut or not, so the
+ * cut keeps its bit-for-bit equality. 154 KB of shared memory.
+ * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked, 12% slower),
+ * as fla's chunk kernels and an all-bf16 model do; the state itself stays fp32. Against the CPU
+ * reference that moved gpu_parity's 64-head output error from 1.797e-3 to 1.821e-3 (rel L2). */
+namespace lws {
+constexpr int D = 128, LD = D + 8, PLD = LT + 8;
+constexpr int MAT = LT * LD * 2; /* bytes of one of Q, K, V, kd V */
+constexpr int Q = 0, K = Q + MAT, V = K + MAT, VD = V + MAT, P = VD + MAT;
+constexpr int STAGE = P + LT * PLD * 2;
+constexpr int DEC = 2 * STAGE;
+constexpr int TOTAL = DEC + (LT + 1) * 4;
+enum { FULL = 1, EMPTY = 3, PROD = 5, STATE = 6 }; /* FULL + s, EMPTY + s; 0 is __syncthreads */
+}  // namespace lws
+
+static __device__ __forceinline__ void lw_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void lw_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+static __global__ void __launch_bounds__(512, 1)
+    lightning_ws(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
+                 const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync, int64_t split_min,
+                 int split_q) {
+  using namespace lws;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float *dec = reinterpret_cast<float *>(smem_raw + DEC); /* dec[k] = exp(-s k), k = 0..LT */
+  auto mat = [&](int s, int which) { return reinterpret_cast<bf16 *>(smem_raw + s * STAGE + which); };
+
+  const int part = blockIdx.x, h = blockIdx.y;
+  const lh_cuda_lseg seg = segs[blockIdx.z];
+  const int64_t n = seg.nrows;
+  if (n <= 0) return;
+  const bool split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
+  if (part == 1 && !split) return;
+  const int64_t x = split ? (n * split_q / 1024) / LT * LT : n; /* part 0: [0, x); part 1: [x, n) */
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const float sl = slope[h];
+  float *state = seg.state + (int64_t)h * D * D;
+  const bf16 *base = qkv + (int64_t)h * 3 * D;
+  if (tid <= LT) dec[tid] = expf(-sl * (float)tid);
+  __syncthreads(); /* dec */
+
+  /* Block i of this CTA's walk: the first nadv only advance the state (part 1's rows [0, x)),
+   * the rest run rows [r_begin, r_end) in full. */
+  const int nadv = part == 1 ? (int)(x / LT) : 0;
+  const int64_t r_begin = part == 1 ? x : 0, r_end = part == 1 ? n : x;
+  const int nb = nadv + (int)((r_end - r_begin + LT - 1) / LT);
+  auto row0 = [&](int i) -> int64_t { return i < nadv ? (int64_t)i * LT : r_begin + (int64_t)(i - nadv) * LT; };
+  auto rows = [&](int i) -> int {
+    if (i < nadv) return LT;
+    const int64_t left = r_end - row0(i);
+    return left < LT ? (int)left : LT;
+  };
+  const bool writes_state = !split || part == 1;
+
+  if (w >= 8) { /* ---- producers ---- */
+    const int pt = tid - 256, pw = w - 8;
+    uint4 raw[3][4]; /* q, k, v: chunk c is row (pt + 256 c) / 16, cols 8 ((pt + 256 c) % 16) */
+    auto fetch = [&](int i) {
+      const int64_t r0 = row0(i);
+      const int cb = rows(i);
+      const bool wq = i >= nadv;
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int idx = pt + 256 * c, row = idx >> 4, col = (idx & 15) * 8;
+        const bool ok = row < cb;
+        const bf16 *p = base + (seg.row0 + r0 + (ok ? row : 0)) * qkv_stride + col;
+        raw[0][c] = ok && wq ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0, 0, 0, 0);
+        raw[1][c] = ok ? *reinterpret_cast<const uint4 *>(p + D) : make_uint4(0, 0, 0, 0);
+        raw[2][c] = ok ? *reinterpret_cast<const uint4 *>(p + 2 * D) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    fetch(0);
+    for (int i = 0; i < nb; i++) {
+      const int s = i & 1, cb = rows(i);
+      const bool run = i >= nadv;
+      bf16 *Qs = mat(s, Q), *Ks = mat(s, K), *Vs = mat(s, V), *Vds = mat(s, VD), *Ps = mat(s, P);
+      if (i >= 2) lw_bar_sync(EMPTY + s, 512); /* the state warps are done with block i - 2 */
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int idx = pt + 256 * c, row = idx >> 4, col = (idx & 15) * 8;
+        const float kd = row < cb ? dec[cb - 1 - row] : 0.0f;
+        const uint4 vv = lw_silu8(raw[2][c]);
+        *reinterpret_cast<uint4 *>(Ks + row * LD + col) = lw_silu8(raw[1][c]);
+        *reinterpret_cast<uint4 *>(Vds + row * LD + col) = lw_scale8(vv, kd);
+        if (run) {
+          *reinterpret_cast<uint4 *>(Qs + row * LD + col) = lw_silu8(raw[0][c]);
+          *reinterpret_cast<uint4 *>(Vs + row * LD + col) = vv;
+        }
+      }
+      if (i + 1 < nb) fetch(i + 1); /* in flight during P below */
+      if (run) {
+        lw_bar_sync(PROD, 256); /* Q, K, V of block i */
+        { /* P = (Q K^T) * D: rows ra..ra+16, cols ca..ca+32; tiles above the diagonal are zero */
+          const int ra = 16 * (pw & 3), ca = 32 * (pw >> 2);
+          float acc[4][4] = {};
+          if (ca <= ra) {
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) {
+              uint32_t a[4];
+              lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, LD, ra, 16 * ks));
+#pragma unroll
+              for (int np = 0; np < 2; np++) {
+                if (ca + 16 * np > ra) break;
+                uint32_t b0, b1, b2, b3;
+                lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, LD, ca + 16 * np, 16 * ks));
+                lh_mma(acc[2 * np], a, b0, b1);
+                lh_mma(acc[2 * np + 1], a, b2, b3);
+              }
+            }
+          }
+#pragma unroll
+          for (int nt = 0; nt < 4; nt++) {
+            float *f = acc[nt];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              const int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
+              f[e] = dij >= 0 ? f[e] * dec[dij] : 0.0f;
+            }
+            const int col = ca + 8 * nt + 2 * t4;
+            *reinterpret_cast<uint32_t *>(Ps + (ra + g) * PLD + col) = lh_pack_bf16(f[0], f[1]);
+            *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * PLD + col) = lh_pack_bf16(f[2], f[3]);
+          }
+        }
+      }
+      lw_bar_arrive(FULL + s, 512);
+    }
+    return;
+  }
+
+  /* ---- state warps: S^T[j][i] for j in [js, js + 16), all i ---- */
+  const int js = 16 * w;
+  /* acc_s[nt][e] = S^T[j][i] = S[i][j], j = js + g + 8 (e >> 1), i = 8 nt + 2 t4 + (e & 1) */
+  auto state_at = [&](int nt, int e) -> int64_t {
+    return (int64_t)(8 * nt + 2 * t4 + (e & 1)) * D + js + g + 8 * (e >> 1);
+  };
+  float acc_s[D / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc_s[nt][e] = state[state_at(nt, e)];
+  if (split && part == 0) {
+    lw_bar_sync(STATE, 256); /* every state thread holds its share of the entering state */
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(sync + blockIdx.z * H + h, 1);
+    }
+  }
+  for (int i = 0; i < nb; i++) {
+    const int s = i & 1, cb = rows(i);
+    const bf16 *Qs = mat(s, Q), *Ks = mat(s, K), *Vds = mat(s, VD);
+    lw_bar_sync(FULL + s, 512);
+    if (i >= nadv) {
+      /* O[:, js..js+16) = qd * (Q S) + P V. Q S over all four 16-row tiles at once, S's B fragments
+       * made from the registers once per 16 k dims (rounded to bf16; with LW_QS_LO as hi + lo). */
+      const bf16 *Ps = mat(s, P), *Vs = mat(s, V);
+      const int64_t r0 = row0(i);
+      {
+        float acc[LT / 16][2][4] = {}; /* [row tile][jt] */
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+          uint32_t bh[2][2], bl[2][2]; /* [jt][b0/b1] */
+#pragma unroll
+          for (int jt = 0; jt < 2; jt++)
+#pragma unroll
+            for (int bb = 0; bb < 2; bb++) {
+              const float x0 = acc_s[2 * kk + bb][2 * jt], x1 = acc_s[2 * kk + bb][2 * jt + 1];
+              const uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
+              if (LW_QS_LO) {
+                bh[jt][bb] = __byte_perm(u0, u1, 0x7632);
+                bl[jt][bb] = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
+              } else {
+                bh[jt][bb] = lh_pack_bf16(x0, x1);
+              }
+            }
+#pragma unroll
+          for (int m2 = 0; m2 < LT / 16; m2++) {
+            uint32_t a[4];
+            lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, LD, 16 * m2, 16 * kk));
+#pragma unroll
+            for (int jt = 0; jt < 2; jt++) {
+              lh_mma(acc[m2][jt], a, bh[jt][0], bh[jt][1]);
+              if (LW_QS_LO) lh_mma(acc[m2][jt], a, bl[jt][0], bl[jt][1]);
+            }
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < LT / 16; m++) { /* O = qd * (Q S) + P V, as lightning_blocked adds them */
+          const int i0 = 16 * m + g, i1 = i0 + 8;
+          const float qa = dec[i0 + 1], qb = dec[i1 + 1];
+#pragma unroll
+          for (int jt = 0; jt < 2; jt++) {
+            float *f = acc[m][jt];
+            f[0] *= qa, f[1] *= qa, f[2] *= qb, f[3] *= qb;
+          }
+#pragma unroll
+          for (int ks = 0; ks < LT / 16; ks++) { /* P's rows 16 m .. 16 m + 15 are zero past column 16 m + 15 */
+            if (ks > m) break;
+            uint32_t a[4];
+            lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Ps, PLD, 16 * m, 16 * ks));
+            mma_strip<1>(acc[m], a, Vs, LD, 16 * ks, js);
+          }
+#pragma unroll
+          for (int jt = 0; jt < 2; jt++) {
+            const float *f = acc[m][jt];
+            const int col = h * D + js + 8 * jt + 2 * t4;
+            if (i0 < cb)
+              *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i0) * o_stride + col) = lh_pack_bf16(f[0], f[1]);
+            if (i1 < cb)
+              *reinterpret_cast<uint32_t *>(o + (seg.row0 + r0 + i1) * o_stride + col) = lh_pack_bf16(f[2], f[3]);
+          }
+        }
+      }
+    }
+    if (i + 1 < nb || writes_state) { /* S^T = exp(-s cb) S^T + (kd V)^T K */
+      const float bd = dec[cb];
+#pragma unroll
+      for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc_s[nt][e] *= bd;
+#pragma unroll
+      for (int ks = 0; ks < LT / 16; ks++) {
+        uint32_t a[4];
+        lh_ldsm_x4_t(a[0], a[1], a[2], a[3], lh_frag_at_addr(Vds, LD, js, 16 * ks));
+        mma_strip<D / 16>(acc_s, a, Ks, LD, 16 * ks, 0);
+      }
+    }
+    if (i + 2 < nb) lw_bar_arrive(EMPTY + s, 512);
+  }
+
+  if (!writes_state) return;
+  if (split) {
+    if (tid == 0) {
+      while (atomicAdd(sync + blockIdx.z * H + h, 0) == 0) __nanosleep(200);
+      atomicExch(sync + blockIdx.z * H + h, 0);
+    }
+    lw_bar_sync(STATE, 256); /* part 0 has read the entering state */
+  }
+#pragma unroll
+  for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) state[state_at(nt, e)] = acc_s[nt][e];
 }
 
 /* Token-recurrent kernel: one CTA per (head, segment); thread (rg, j) owns column j of S for the
@@ -445,7 +727,8 @@ template <int D>
 static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
                                   int nseg, int H, const float *slope, void *o, int64_t o_stride, int *sync,
                                   int split_q) {
-  if (split_q <= 0 || split_q >= 1024) split_q = LH_CUDA_LIGHTNING_SPLIT_Q;
+  const bool ws = D == 128 && LW_WS;
+  if (split_q <= 0 || split_q >= 1024) split_q = ws ? LH_CUDA_LIGHTNING_WS_SPLIT_Q : LH_CUDA_LIGHTNING_SPLIT_Q;
   static int sms = 0;
   if (!sms) {
     int dev = 0;
@@ -454,12 +737,12 @@ static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_
   }
   /* Cut segments in two only where the CTAs of whole segments would leave SMs idle. */
   const int parts = sync && (int64_t)nseg * H < sms ? 2 : 1;
-  size_t smem = (size_t)lsmem<D>::total * sizeof(bf16) + (LT + 1) * sizeof(float);
-  cudaError_t e = cudaFuncSetAttribute(lightning_blocked<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  auto kern = ws ? lightning_ws : lightning_blocked<D>;
+  size_t smem = ws ? (size_t)lws::TOTAL : (size_t)lsmem<D>::total * sizeof(bf16) + (LT + 1) * sizeof(float);
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return e;
-  lightning_blocked<D><<<dim3(parts, H, nseg), D * 4, smem, st>>>((const bf16 *)qkv, qkv_stride, segs, H, slope,
-                                                                  (bf16 *)o, o_stride, sync, LH_CUDA_LIGHTNING_SPLIT_MIN,
-                                                                  split_q);
+  kern<<<dim3(parts, H, nseg), ws ? 512 : D * 4, smem, st>>>((const bf16 *)qkv, qkv_stride, segs, H, slope, (bf16 *)o,
+                                                             o_stride, sync, LH_CUDA_LIGHTNING_SPLIT_MIN, split_q);
   return cudaGetLastError();
 }
 
