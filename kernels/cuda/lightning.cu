@@ -119,6 +119,24 @@ static __device__ __forceinline__ void mma_strip(float (*acc)[4], const uint32_t
   }
 }
 
+/* Where a CTA of the blocked kernels walks: its segment and, when the segment is cut (see the top
+ * of the file), the cut row x: part 0 (blockIdx.x) runs [0, x); part 1 advances over [0, x) and
+ * runs [x, n). run is false for a CTA with nothing to do. */
+struct lw_cut {
+  lh_cuda_lseg seg;
+  bool run, split;
+  int64_t x;
+};
+static __device__ __forceinline__ lw_cut lw_cut_of(const lh_cuda_lseg *segs, int64_t split_min, int split_q) {
+  lw_cut c;
+  c.seg = segs[blockIdx.z];
+  const int64_t n = c.seg.nrows;
+  c.split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
+  c.run = n > 0 && (blockIdx.x == 0 || c.split);
+  c.x = c.split ? (n * split_q / 1024) / LT * LT : n;
+  return c;
+}
+
 template <int D>
 static __global__ void __launch_bounds__(D * 4, 1)
     lightning_blocked(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
@@ -132,13 +150,12 @@ static __global__ void __launch_bounds__(D * 4, 1)
   float4 *X = reinterpret_cast<float4 *>(sm + L::x);
   float *dec = reinterpret_cast<float *>(sm + L::total); /* dec[k] = exp(-s k), k = 0..LT */
 
+  const lw_cut cut = lw_cut_of(segs, split_min, split_q);
+  if (!cut.run) return;
   const int part = blockIdx.x, h = blockIdx.y;
-  const lh_cuda_lseg seg = segs[blockIdx.z];
-  const int64_t n = seg.nrows;
-  if (n <= 0) return;
-  const bool split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
-  if (part == 1 && !split) return;
-  const int64_t x = split ? (n * split_q / 1024) / LT * LT : n; /* part 0: [0, x); part 1: [x, n) */
+  const lh_cuda_lseg seg = cut.seg;
+  const int64_t n = seg.nrows, x = cut.x; /* part 0: [0, x); part 1: [x, n) */
+  const bool split = cut.split;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const float s = slope[h];
   float *state = seg.state + (int64_t)h * D * D;
@@ -461,13 +478,12 @@ static __global__ void __launch_bounds__(512, 1)
   float *dec = reinterpret_cast<float *>(smem_raw + DEC); /* dec[k] = exp(-s k), k = 0..LT */
   auto mat = [&](int s, int which) { return reinterpret_cast<bf16 *>(smem_raw + s * STAGE + which); };
 
+  const lw_cut cut = lw_cut_of(segs, split_min, split_q);
+  if (!cut.run) return;
   const int part = blockIdx.x, h = blockIdx.y;
-  const lh_cuda_lseg seg = segs[blockIdx.z];
-  const int64_t n = seg.nrows;
-  if (n <= 0) return;
-  const bool split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
-  if (part == 1 && !split) return;
-  const int64_t x = split ? (n * split_q / 1024) / LT * LT : n; /* part 0: [0, x); part 1: [x, n) */
+  const lh_cuda_lseg seg = cut.seg;
+  const int64_t n = seg.nrows, x = cut.x; /* part 0: [0, x); part 1: [x, n) */
+  const bool split = cut.split;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const float sl = slope[h];
   float *state = seg.state + (int64_t)h * D * D;
