@@ -28,9 +28,9 @@
  * would be short of SMs a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two
  * parts at row x (a multiple of 64, about 0.62 n; 0.72 n in lightning_ws): part 0 runs rows
  * [0, x) from the entering state; part 1 first advances the state over [0, x) with the state
- * update alone (SiLU of k and v and K^T (kd V)), then runs rows [x, n) and writes the final state. Part 1's state at x comes
- * from the same instructions in the same order as part 0's would, so the output is the same bits
- * whether or not a segment is cut (gpu_parity checks it). Part 0 reads the entering state that
+ * update alone (SiLU of k and v and K^T (kd V)), then runs rows [x, n) and writes the final state.
+ * Part 1's state at x comes from the same instructions in the same order as part 0's would, so
+ * the output is the same bits whether or not a segment is cut (gpu_parity checks it). Part 0 reads the entering state that
  * part 1 overwrites at the end: part 0 counts sync[seg * H + h] up once it has read it, part 1
  * waits for that before writing and sets it back to 0. That wait relies on part 0 (the lower
  * block index) having been started, as CUB's decoupled look-back does. Those flags are the only
@@ -45,8 +45,8 @@
  * about a quarter of the shared-memory bytes per block (and 34 KB of shared memory) and did not
  * change the time: the kernel is latency-bound, SiLU the largest piece on its path (bench/NOTES.md,
  * session 6: removing each piece in turn, and ncu). Session 7: the cp.async stage and SiLU among
- * the MMAs, 3% faster; then lightning_ws for d = 128, 1.23x faster than this kernel at 64K tokens
- * (from 4.25 to 3.46 ms, 64 heads; 1.32x when not cut).
+ * the MMAs, 3% faster; then lightning_ws for d = 128, 1.41x faster than this kernel at 64K tokens
+ * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -449,8 +449,8 @@ static __global__ void __launch_bounds__(D * 4, 1)
  * reverse), PROD among the producers, STATE among the state warps. The state update is the same
  * instructions on the same operands in the same order whether a segment is cut or not, so the
  * cut keeps its bit-for-bit equality. 154 KB of shared memory.
- * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked, 12% slower),
- * as fla's chunk kernels and an all-bf16 model do; the state itself stays fp32. Against the CPU
+ * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked; 12% slower
+ * in an earlier form, and it spills), as fla's chunk kernels and an all-bf16 model do; the state itself stays fp32. Against the CPU
  * reference that moved gpu_parity's 64-head output error from 1.797e-3 to 1.821e-3 (rel L2). */
 namespace lws {
 constexpr int D = 128, LD = D + 8, PLD = LT + 8;
