@@ -30,9 +30,9 @@
  * [0, x) from the entering state; part 1 first advances the state over [0, x) with the state
  * update alone (SiLU of k and v and K^T (kd V)), then runs rows [x, n) and writes the final state.
  * Part 1's state at x comes from the same instructions in the same order as part 0's would, so
- * the output is the same bits whether or not a segment is cut (gpu_parity checks it). Part 0 reads the entering state that
- * part 1 overwrites at the end: part 0 counts sync[seg * H + h] up once it has read it, part 1
- * waits for that before writing and sets it back to 0. That wait relies on part 0 (the lower
+ * the output is the same bits whether or not a segment is cut (gpu_parity checks it). Part 0
+ * reads the entering state that part 1 overwrites at the end: part 0 counts sync[seg * H + h] up
+ * once it has read it, part 1 waits for that before writing and sets it back to 0. That wait relies on part 0 (the lower
  * block index) having been started, as CUB's decoupled look-back does. Those flags are the only
  * atomics: every output and state element is written by one thread in a fixed order, so results
  * are bitwise reproducible.
@@ -450,8 +450,9 @@ static __global__ void __launch_bounds__(D * 4, 1)
  * instructions on the same operands in the same order whether a segment is cut or not, so the
  * cut keeps its bit-for-bit equality. 154 KB of shared memory.
  * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked; 12% slower
- * in an earlier form, and it spills), as fla's chunk kernels and an all-bf16 model do; the state itself stays fp32. Against the CPU
- * reference that moved gpu_parity's 64-head output error from 1.797e-3 to 1.821e-3 (rel L2). */
+ * in an earlier form, and it spills), as fla's chunk kernels and an all-bf16 model do; the state
+ * itself stays fp32. Against the CPU reference that moved gpu_parity's 64-head output error from
+ * 1.797e-3 to 1.821e-3 (rel L2). */
 namespace lws {
 constexpr int D = 128, LD = D + 8, PLD = LT + 8;
 constexpr int MAT = LT * LD * 2; /* bytes of one of Q, K, V, kd V */
