@@ -32,10 +32,10 @@
  * Part 1's state at x comes from the same instructions in the same order as part 0's would, so
  * the output is the same bits whether or not a segment is cut (gpu_parity checks it). Part 0
  * reads the entering state that part 1 overwrites at the end: part 0 counts sync[seg * H + h] up
- * once it has read it, part 1 waits for that before writing and sets it back to 0. That wait relies on part 0 (the lower
- * block index) having been started, as CUB's decoupled look-back does. Those flags are the only
- * atomics: every output and state element is written by one thread in a fixed order, so results
- * are bitwise reproducible.
+ * once it has read it, part 1 waits for that before writing and sets it back to 0. That wait
+ * relies on part 0 (the lower block index) having been started, as CUB's decoupled look-back does.
+ * Those flags are the only atomics: every output and state element is written by one thread in a
+ * fixed order, so results are bitwise reproducible.
  *
  * History (bench/NOTES.md v4, v5): an earlier form gave each of two 8-warp CTAs half of a head's v
  * dims; both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at
