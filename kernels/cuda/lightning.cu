@@ -119,6 +119,14 @@ static __device__ __forceinline__ void mma_strip(float (*acc)[4], const uint32_t
   }
 }
 
+/* Two elements of the fp32 state as bf16 halves for Q S: hi is S truncated to bf16 (a byte
+ * permute, no conversion op), lo = S - hi exactly, then rounded; hi + lo keeps about 16 bits. */
+static __device__ __forceinline__ void lw_hi_lo(float x0, float x1, uint32_t &hi, uint32_t &lo) {
+  const uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
+  hi = __byte_perm(u0, u1, 0x7632);
+  lo = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
+}
+
 /* Where a CTA of the blocked kernels walks: its segment and, when the segment is cut (see the top
  * of the file), the cut row x: part 0 (blockIdx.x) runs [0, x); part 1 advances over [0, x) and
  * runs [x, n). run is false for a CTA with nothing to do. */
@@ -342,10 +350,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
         for (int jt = 0; jt < 2; jt++)
 #pragma unroll
           for (int bb = 0; bb < 2; bb++) {
-            float x0 = acc_s[2 * kk + bb][2 * jt], x1 = acc_s[2 * kk + bb][2 * jt + 1];
-            uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
-            bh[jt][bb] = __byte_perm(u0, u1, 0x7632);
-            bl[jt][bb] = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
+            lw_hi_lo(acc_s[2 * kk + bb][2 * jt], acc_s[2 * kk + bb][2 * jt + 1], bh[jt][bb], bl[jt][bb]);
           }
 #pragma unroll
         for (int m = 0; m < 2; m++) {
@@ -617,13 +622,8 @@ static __global__ void __launch_bounds__(512, 1)
 #pragma unroll
             for (int bb = 0; bb < 2; bb++) {
               const float x0 = acc_s[2 * kk + bb][2 * jt], x1 = acc_s[2 * kk + bb][2 * jt + 1];
-              const uint32_t u0 = __float_as_uint(x0), u1 = __float_as_uint(x1);
-              if (LW_QS_LO) {
-                bh[jt][bb] = __byte_perm(u0, u1, 0x7632);
-                bl[jt][bb] = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
-              } else {
-                bh[jt][bb] = lh_pack_bf16(x0, x1);
-              }
+              if (LW_QS_LO) lw_hi_lo(x0, x1, bh[jt][bb], bl[jt][bb]);
+              else bh[jt][bb] = lh_pack_bf16(x0, x1);
             }
 #pragma unroll
           for (int m2 = 0; m2 < LT / 16; m2++) {
