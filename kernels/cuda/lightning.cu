@@ -127,6 +127,42 @@ static __device__ __forceinline__ void lw_hi_lo(float x0, float x1, uint32_t &hi
   lo = lh_pack_bf16(x0 - __uint_as_float(u0 & 0xffff0000u), x1 - __uint_as_float(u1 & 0xffff0000u));
 }
 
+/* One warp's tile of P = (Q K^T) * D: rows [ra, ra + 16), columns [ca, ca + 8 NA) of the block,
+ * Q and K bf16 in shared memory with row stride ld, dec[k] = exp(-s k); written to Ps (row stride
+ * pld) as bf16. 16-column tiles entirely above the diagonal are zero and cost no MMA. */
+template <int D, int NA>
+static __device__ __forceinline__ void lw_scores(const bf16 *Qs, const bf16 *Ks, int ld, const float *dec, int ra,
+                                                 int ca, int g, int t4, bf16 *Ps, int pld) {
+  float acc[NA][4] = {};
+  if (ca <= ra) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      uint32_t a[4];
+      lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, ld, ra, 16 * ks));
+#pragma unroll
+      for (int np = 0; np < NA / 2; np++) {
+        if (ca + 16 * np > ra) break;
+        uint32_t b0, b1, b2, b3;
+        lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, ld, ca + 16 * np, 16 * ks));
+        lh_mma(acc[2 * np], a, b0, b1);
+        lh_mma(acc[2 * np + 1], a, b2, b3);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NA; nt++) {
+    float *f = acc[nt];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
+      f[e] = dij >= 0 ? f[e] * dec[dij] : 0.0f;
+    }
+    const int col = ca + 8 * nt + 2 * t4;
+    *reinterpret_cast<uint32_t *>(Ps + (ra + g) * pld + col) = lh_pack_bf16(f[0], f[1]);
+    *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * pld + col) = lh_pack_bf16(f[2], f[3]);
+  }
+}
+
 /* Where a CTA of the blocked kernels walks: its segment and, when the segment is cut (see the top
  * of the file), the cut row x: part 0 (blockIdx.x) runs [0, x); part 1 advances over [0, x) and
  * runs [x, n). run is false for a CTA with nothing to do. */
@@ -302,38 +338,8 @@ static __global__ void __launch_bounds__(D * 4, 1)
       fetch(r1, (int)(r_end - r1 < LT ? r_end - r1 : LT), true);
     }
 
-    /* A: P = (Q K^T) * D -> Ps; 16-column tiles entirely above the diagonal are zero. */
-    {
-      float acc[NA][4] = {};
-      if (ca <= ra) {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-          uint32_t a[4];
-          lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, L::LD, ra, 16 * ks));
-#pragma unroll
-          for (int np = 0; np < NA / 2; np++) {
-            if (ca + 16 * np > ra) break;
-            uint32_t b0, b1, b2, b3;
-            lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, L::LD, ca + 16 * np, 16 * ks));
-            lh_mma(acc[2 * np], a, b0, b1);
-            lh_mma(acc[2 * np + 1], a, b2, b3);
-          }
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NA; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
-          acc[nt][e] = dij >= 0 ? acc[nt][e] * dec[dij] : 0.0f;
-        }
-#pragma unroll
-      for (int nt = 0; nt < NA; nt++) {
-        int col = ca + 8 * nt + 2 * t4;
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g) * L::PLD + col) = lh_pack_bf16(acc[nt][0], acc[nt][1]);
-        *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * L::PLD + col) = lh_pack_bf16(acc[nt][2], acc[nt][3]);
-      }
-    }
+    /* A: P = (Q K^T) * D -> Ps. */
+    lw_scores<D, NA>(Qs, Ks, L::LD, dec, ra, ca, g, t4, Ps, L::PLD);
 
     /* B: the partial O[:, rs..rs+16) = Q[:, cs..cs+D/2) S[cs..cs+D/2, rs..rs+16) on two 16-row
      * tiles ta and tb of O, with S as hi + lo bf16 halves made in the registers: hi is S truncated
@@ -548,37 +554,8 @@ static __global__ void __launch_bounds__(512, 1)
       if (i + 1 < nb) fetch(i + 1); /* in flight during P below */
       if (run) {
         lw_bar_sync(PROD, 256); /* Q, K, V of block i */
-        { /* P = (Q K^T) * D: rows ra..ra+16, cols ca..ca+32; tiles above the diagonal are zero */
-          const int ra = 16 * (pw & 3), ca = 32 * (pw >> 2);
-          float acc[4][4] = {};
-          if (ca <= ra) {
-#pragma unroll
-            for (int ks = 0; ks < D / 16; ks++) {
-              uint32_t a[4];
-              lh_ldsm_x4(a[0], a[1], a[2], a[3], lh_frag_a_addr(Qs, LD, ra, 16 * ks));
-#pragma unroll
-              for (int np = 0; np < 2; np++) {
-                if (ca + 16 * np > ra) break;
-                uint32_t b0, b1, b2, b3;
-                lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(Ks, LD, ca + 16 * np, 16 * ks));
-                lh_mma(acc[2 * np], a, b0, b1);
-                lh_mma(acc[2 * np + 1], a, b2, b3);
-              }
-            }
-          }
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            float *f = acc[nt];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              const int dij = ra + g + 8 * (e >> 1) - (ca + 8 * nt + 2 * t4 + (e & 1));
-              f[e] = dij >= 0 ? f[e] * dec[dij] : 0.0f;
-            }
-            const int col = ca + 8 * nt + 2 * t4;
-            *reinterpret_cast<uint32_t *>(Ps + (ra + g) * PLD + col) = lh_pack_bf16(f[0], f[1]);
-            *reinterpret_cast<uint32_t *>(Ps + (ra + g + 8) * PLD + col) = lh_pack_bf16(f[2], f[3]);
-          }
-        }
+        /* P = (Q K^T) * D: rows 16 (pw % 4) .. +16, columns 32 (pw / 4) .. +32 */
+        lw_scores<D, 4>(Qs, Ks, LD, dec, 16 * (pw & 3), 32 * (pw >> 2), g, t4, Ps, PLD);
       }
       lw_bar_arrive(FULL + s, 512);
     }
