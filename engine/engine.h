@@ -76,6 +76,21 @@ typedef struct lh_config {
   int n_lightning, n_softmax;  /* counts of each kind */
 } lh_config;
 
+/* How the CPU backend computes softmax attention's two products (Q K^T and P V). */
+typedef enum lh_cpu_attention {
+  LH_CPU_ATTN_FP32 = 0, /* fp32 throughout (kernels/cpu/attention.c): the reference the tests and
+                           the GPU are judged against */
+  LH_CPU_ATTN_BF16,     /* bf16 products on Intel AMX tiles, fp32 softmax and sums
+                           (kernels/cpu/attention_amx.c), as the GPU computes them: about 3
+                           significant digits instead of 7, 2.5x faster on haul-tiny's softmax
+                           layers; opening fails on a CPU without AMX-BF16 or where head_dim is
+                           not a multiple of 32 */
+  LH_CPU_ATTN_AUTO,     /* BF16 where it can run, else FP32; lh_model_cpu_attention tells which */
+} lh_cpu_attention;
+/* "fp32", "bf16", "auto" -> the value; -1 for anything else. */
+int lh_cpu_attention_parse(const char *s);
+const char *lh_cpu_attention_name(int mode);
+
 typedef struct lh_model_params {
   const char *backend;   /* "cpu" (default) or "cuda" */
   int threads;           /* CPU threads; 0 = all online cores */
@@ -89,6 +104,7 @@ typedef struct lh_model_params {
                             multi-GPU run all-reduces: it checks the partitioning against one rank.
                             Heads, kv heads and experts must divide by it. Other backends refuse > 1
                             (the CUDA backend splits over processes: comm). */
+  int cpu_attention;     /* lh_cpu_attention (default FP32); the CPU backend only, others ignore it */
   lh_comm *comm;         /* the world of ranks (engine/comm.h) this model spans, one share per rank; NULL or
                             a world of one rank: this process alone. Defaults to lh_comm_world(), so a
                             binary started by mpirun spreads every model it opens over its ranks. The
@@ -106,6 +122,9 @@ void lh_model_close(lh_model *m); /* accepts NULL */
 const lh_config *lh_model_config(const lh_model *m);
 const char *lh_model_dir(const lh_model *m);
 const char *lh_model_backend(const lh_model *m);
+/* The CPU backend's attention products as opened (LH_CPU_ATTN_FP32 or _BF16; AUTO resolved);
+ * LH_CPU_ATTN_FP32 for other backends. */
+int lh_model_cpu_attention(const lh_model *m);
 /* 64 hex chars: SHA-256 over the normalised config and the tensor index (names, dtypes, shapes,
  * and a digest of the bytes). Two folders with the same weights have the same id. */
 const char *lh_model_id(const lh_model *m);

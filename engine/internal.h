@@ -64,7 +64,7 @@ typedef struct lh_rank_cmd {
 typedef struct lh_rank_open {
   char dir[4096];
   char backend[16];
-  int32_t threads, device, max_chunk, verbose, tp_ranks;
+  int32_t threads, device, max_chunk, verbose, tp_ranks, cpu_attention;
 } lh_rank_open;
 
 /* 1 when m spans several ranks; rank 0 is the one that tells. */

@@ -29,6 +29,7 @@
 #include "engine/internal.h"
 #include "engine/safetensors.h"
 #include "engine/weights.h"
+#include "kernels/cpu/ops.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/hash.h"
@@ -182,7 +183,7 @@ lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model
   }
   if (lh_comm_rank(p.comm) == 0) {
     lh_rank_open o = {.threads = p.threads, .device = p.device, .max_chunk = p.max_chunk, .verbose = p.verbose,
-                      .tp_ranks = p.tp_ranks};
+                      .tp_ranks = p.tp_ranks, .cpu_attention = p.cpu_attention};
     if (!dir || snprintf(o.dir, sizeof o.dir, "%s", dir) >= (int)sizeof o.dir ||
         snprintf(o.backend, sizeof o.backend, "%s", bname) >= (int)sizeof o.backend)
       return lh_error_set(err, LH_EINVAL, "model folder or backend name missing or too long");
@@ -212,6 +213,8 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
   if (p.threads < 0) return lh_error_set(err, LH_EINVAL, "threads must be >= 0 (0 = all cores), got %d", p.threads);
   if (p.max_chunk < 1) return lh_error_set(err, LH_EINVAL, "max_chunk must be >= 1, got %d", p.max_chunk);
+  if (p.cpu_attention < LH_CPU_ATTN_FP32 || p.cpu_attention > LH_CPU_ATTN_AUTO)
+    return lh_error_set(err, LH_EINVAL, "cpu_attention must be fp32, bf16 or auto (got %d)", p.cpu_attention);
   if (p.comm && p.tp_ranks > 1)
     return lh_error_set(err, LH_EINVAL, "tp_ranks %d in one process and %d processes at once: choose one",
                         p.tp_ranks, lh_comm_size(p.comm));
@@ -271,6 +274,20 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
       st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not implemented in this build yet", bname);
       goto fail;
     }
+    /* the CPU backend's attention products: AUTO resolved here, so lh_model_cpu_attention tells */
+    int amx_fits = lh_attn_amx() && m->cfg.head_dim % 32 == 0;
+    if (strcmp(bname, "cpu")) m->params.cpu_attention = LH_CPU_ATTN_FP32;
+    else if (m->params.cpu_attention == LH_CPU_ATTN_AUTO)
+      m->params.cpu_attention = amx_fits ? LH_CPU_ATTN_BF16 : LH_CPU_ATTN_FP32;
+    else if (m->params.cpu_attention == LH_CPU_ATTN_BF16 && !amx_fits) {
+      st = lh_error_set(err, LH_EUNSUPPORTED,
+                        !lh_attn_amx() ? "cpu attention bf16 needs a CPU with AMX-BF16 and AVX512-BF16 (and a kernel "
+                                         "that grants the tile state); this one has not: use fp32 or auto"
+                                       : "cpu attention bf16 needs head_dim a multiple of 32 (this model's is %d): use "
+                                         "fp32 or auto",
+                        m->cfg.head_dim);
+      goto fail;
+    }
     if ((st = m->ops->open(&m->cfg, &m->w, &m->params, m->max_rows, &m->be, err))) {
       m->be = NULL;
       goto fail;
@@ -288,6 +305,19 @@ fail:
 const lh_config *lh_model_config(const lh_model *m) { return &m->cfg; }
 const char *lh_model_dir(const lh_model *m) { return m->dir; }
 const char *lh_model_backend(const lh_model *m) { return m->backend_name; }
+int lh_model_cpu_attention(const lh_model *m) { return m->params.cpu_attention; }
+
+int lh_cpu_attention_parse(const char *s) {
+  if (!s) return -1;
+  if (!strcmp(s, "fp32")) return LH_CPU_ATTN_FP32;
+  if (!strcmp(s, "bf16")) return LH_CPU_ATTN_BF16;
+  if (!strcmp(s, "auto")) return LH_CPU_ATTN_AUTO;
+  return -1;
+}
+
+const char *lh_cpu_attention_name(int mode) {
+  return mode == LH_CPU_ATTN_BF16 ? "bf16" : mode == LH_CPU_ATTN_AUTO ? "auto" : mode == LH_CPU_ATTN_FP32 ? "fp32" : "?";
+}
 const char *lh_model_id(const lh_model *m) { return m->id; }
 
 void lh_model_get_stats(const lh_model *m, lh_model_stats *st) {

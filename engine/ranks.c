@@ -143,6 +143,7 @@ static int serve_one(server *sv, const lh_rank_cmd *cmd) {
       p.backend = o.backend;
       p.threads = o.threads, p.device = o.device, p.max_chunk = o.max_chunk, p.verbose = o.verbose;
       p.tp_ranks = o.tp_ranks;
+      p.cpu_attention = o.cpu_attention;
       p.comm = sv->c;
       if (lh_model_open(o.dir, &p, &sv->m, &err)) sv->m = NULL;
       break;

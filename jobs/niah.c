@@ -701,6 +701,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_model_params mp = lh_model_default_params();
   mp.backend = p->device ? p->device : "cpu";
   mp.threads = p->threads;
+  mp.cpu_attention = p->cpu_attention;
   if (p->chunk > mp.max_chunk) mp.max_chunk = p->chunk;
   if ((st = lh_model_open(p->model_dir, &mp, &S.model, err))) goto done;
   S.cfg = lh_model_config(S.model);

@@ -47,6 +47,7 @@ typedef struct lh_niah_params {
   const char *db_path;    /* NULL: OUT/niah.db */
   const char *device;     /* "cpu" or "cuda" */
   int threads;
+  int cpu_attention;      /* lh_cpu_attention (default fp32) */
   int64_t lengths[LH_NIAH_MAX_CELLS];
   int n_lengths;
   double depths[LH_NIAH_MAX_CELLS];

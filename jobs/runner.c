@@ -842,12 +842,17 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   lh_model_params mp = lh_model_default_params();
   mp.backend = p->device ? p->device : "cpu";
   mp.threads = p->threads;
+  mp.cpu_attention = p->cpu_attention;
   if (p->chunk > mp.max_chunk) mp.max_chunk = p->chunk;
   if ((st = lh_model_open(p->model_dir, &mp, &R.model, err)) != LH_OK) {
     lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
     goto done;
   }
   R.cfg = lh_model_config(R.model);
+  if (!strcmp(lh_model_backend(R.model), "cpu"))
+    lh_progress_note(R.prog, "%s: softmax attention in %s on the CPU%s", p->model_dir,
+                     lh_cpu_attention_name(lh_model_cpu_attention(R.model)),
+                     lh_model_cpu_attention(R.model) == LH_CPU_ATTN_BF16 ? " (bf16 products on AMX tiles)" : "");
   if (mp.comm && lh_comm_size(mp.comm) > 1)
     lh_progress_note(R.prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
                      p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));

@@ -37,6 +37,7 @@ typedef struct lh_runner_params {
   const char *device;        /* "cpu" (default) or "cuda" */
   const char *chat_template; /* NULL (from tokenizer_config.json), "minimax" or "raw" */
   int threads;               /* 0 = all cores */
+  int cpu_attention;         /* lh_cpu_attention: the CPU backend's attention products (default fp32) */
   int chunk;                 /* tokens per prefill chunk (default 4096) */
   int checkpoint_every;      /* checkpoint after every N chunks (default 1; 0 = never) */
   int max_tokens_default;    /* when a request gives no max_tokens (default 256) */

@@ -36,11 +36,14 @@ static void run_usage(FILE *f) {
           "  --out DIR              output folder\n"
           "  --db FILE              checkpoint store (default OUT/longhaul.db)\n"
           "  --defaults FILE        JSON with any of: model, out, db, chunk, checkpoint_every, device,\n"
-          "                         threads, max_tokens, chat_template (flags override it)\n"
+          "                         threads, cpu_attention, max_tokens, chat_template (flags override it)\n"
           "  --chunk N              tokens per prefill chunk (default 4096)\n"
           "  --checkpoint-every N   checkpoint after every N chunks (default 1; 0 = never)\n"
           "  --device cpu|cuda      compute backend (default cpu)\n"
           "  --threads N            CPU threads (default: all cores)\n"
+          "  --cpu-attention fp32|bf16|auto   the CPU's softmax attention products: fp32 (default,\n"
+          "                         the reference), bf16 on AMX tiles as a GPU does them (faster at long\n"
+          "                         context, ~3 digits; needs AMX-BF16), auto: bf16 where the CPU has it\n"
           "  --max-tokens N         for requests without max_tokens (default 256)\n"
           "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
           "  --force                rerun jobs that are already done or failed\n"
@@ -77,6 +80,8 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     else if (cJSON_IsNumber(it) && !strcmp(k, "chunk")) p->chunk = (int)it->valuedouble;
     else if (cJSON_IsNumber(it) && !strcmp(k, "checkpoint_every")) p->checkpoint_every = (int)it->valuedouble;
     else if (cJSON_IsNumber(it) && !strcmp(k, "threads")) p->threads = (int)it->valuedouble;
+    else if (cJSON_IsString(it) && !strcmp(k, "cpu_attention") && lh_cpu_attention_parse(it->valuestring) >= 0)
+      p->cpu_attention = lh_cpu_attention_parse(it->valuestring);
     else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
@@ -147,6 +152,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},     {"out", required_argument, 0, 'o'},
       {"db", required_argument, 0, 'd'},        {"chunk", required_argument, 0, 'c'},
       {"device", required_argument, 0, 'D'},    {"threads", required_argument, 0, 't'},
+      {"cpu-attention", required_argument, 0, 'A'},
       {"max-tokens", required_argument, 0, 'M'}, {"chat-template", required_argument, 0, 'T'},
       {"force", no_argument, 0, 'f'},           {"shard", required_argument, 0, 's'},
       {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
@@ -165,6 +171,12 @@ int lh_cmd_run(int argc, char **argv) {
     case 'F': break;
     case 'c': if (parse_int("--chunk", optarg, 1, &p.chunk)) return LH_EXIT_USAGE; break;
     case 't': if (parse_int("--threads", optarg, 0, &p.threads)) return LH_EXIT_USAGE; break;
+    case 'A':
+      if ((p.cpu_attention = lh_cpu_attention_parse(optarg)) < 0) {
+        fprintf(stderr, "longhaul run: --cpu-attention %s: expected fp32, bf16 or auto\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      break;
     case 'M': if (parse_int("--max-tokens", optarg, 1, &p.max_tokens_default)) return LH_EXIT_USAGE; break;
     case 'k': if (parse_int("--checkpoint-every", optarg, 0, &p.checkpoint_every)) return LH_EXIT_USAGE; break;
     case 's':

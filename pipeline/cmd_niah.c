@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "jobs/niah.h"
 #include "jobs/niah_plot.h"
 #include "pipeline/commands.h"
@@ -46,6 +47,7 @@ static void usage(FILE *f) {
           "  --chunk N              tokens per prefill chunk and checkpoint (default 4096)\n"
           "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
           "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
+          "  --cpu-attention fp32|bf16|auto   as in `longhaul run` (default fp32)\n"
           "  --force                discard earlier results in OUT\n"
           "  --progress auto|tty|plain|json|none\n"
           "\n"
@@ -83,6 +85,7 @@ int lh_cmd_niah(int argc, char **argv) {
       {"answer", required_argument, 0, 'A'},  {"seed", required_argument, 0, 's'},
       {"chunk", required_argument, 0, 'k'},   {"max-tokens", required_argument, 0, 'M'},
       {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 'T'},
+      {"cpu-attention", required_argument, 0, 'X'},
       {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
       {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -100,6 +103,12 @@ int lh_cmd_niah(int argc, char **argv) {
     case 'Q': p.question = optarg; break;
     case 'A': p.answer = optarg; break;
     case 'd': p.device = optarg; break;
+    case 'X':
+      if ((p.cpu_attention = lh_cpu_attention_parse(optarg)) < 0) {
+        fprintf(stderr, "longhaul niah: --cpu-attention %s: expected fp32, bf16 or auto\n", optarg);
+        return LH_EXIT_USAGE;
+      }
+      break;
     case 'b': p.db_path = optarg; break;
     case 'f': p.force = 1; break;
     case 'V': {

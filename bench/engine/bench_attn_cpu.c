@@ -13,12 +13,16 @@
  *   - peer: lh_attn_tile_blas, the previous implementation (two cblas_sgemm per page and an exp
  *     pass), and the ratio;
  *   - limit: the FMA peak of --threads threads measured here (12 independent vfmadd chains per
- *     thread) and OpenBLAS sgemm 2048^3 with the same threads, and ours as a share of the peak.
+ *     thread) and OpenBLAS sgemm 2048^3 with the same threads, and ours as a share of the peak;
+ *   - where the CPU has AMX (attention_amx.c): lh_attn_tile_amx, the bf16 path, its speed-up over
+ *     ours and its share of the AMX peak (6 independent TDPBF16PS per thread, measured here), and
+ *     its largest difference from ours (bf16 products: ~1e-2 of max |out| expected).
  * GFLOP/s count 4 d FLOPs per (query, key, head) with key <= query: what the function needs.
  * Also printed: the largest difference between the two paths' outputs, relative to max |out|.
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,42 @@ __attribute__((target("avx2,fma"))) static void fma_loop(int64_t n, float *out) 
   _mm256_storeu_ps(out, a0);
 }
 static int have_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
+#define HAVE_AMX_LOOP 1
+/* n rounds of 6 independent TDPBF16PS (16 x 16 x 32 each, 16384 FLOPs): the AMX peak of a thread */
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_loop(int64_t n, float *out) {
+  struct {
+    uint8_t palette, start, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg = {0};
+  static uint16_t A[16 * 32] __attribute__((aligned(64)));
+  float C[256] __attribute__((aligned(64)));
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  for (int i = 0; i < 16 * 32; i++) A[i] = 0x3f80; /* 1.0 */
+  _tile_loadconfig(&cfg);
+  _tile_loadd(0, A, 64);
+  _tile_loadd(1, A, 64);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  for (int64_t k = 0; k < n; k++) {
+    _tile_dpbf16ps(2, 0, 1);
+    _tile_dpbf16ps(3, 0, 1);
+    _tile_dpbf16ps(4, 0, 1);
+    _tile_dpbf16ps(5, 0, 1);
+    _tile_dpbf16ps(6, 0, 1);
+    _tile_dpbf16ps(7, 0, 1);
+  }
+  _tile_stored(7, C, 64);
+  _tile_release();
+  out[0] = C[0];
+}
+#endif
 #else
 static void fma_loop(int64_t n, float *out) { (void)n, (void)out; }
 static int have_fma(void) { return 0; }
@@ -59,6 +99,33 @@ static void fma_task(void *ctx, int64_t t, int worker) {
   float out[8];
   fma_loop(FMA_ITERS, out);
   ((float *)ctx)[t] = out[0];
+}
+
+enum { AMX_ITERS = 2000000 };
+static void amx_task(void *ctx, int64_t t, int worker) {
+#ifdef HAVE_AMX_LOOP
+  float out[1];
+  amx_loop(AMX_ITERS, out);
+  ((float *)ctx)[t] = out[0];
+#else
+  (void)ctx, (void)t;
+#endif
+  (void)worker;
+}
+
+/* AMX bf16 peak of the pool's threads (0 where the AMX path cannot run) */
+static double amx_peak(lh_pool *pool, int threads) {
+  if (!lh_attn_amx()) return 0;
+  float sink[64];
+  double best = 0;
+  for (int r = 0; r < 3; r++) {
+    double t = lh_now();
+    lh_pool_run(pool, threads, amx_task, sink);
+    t = lh_now() - t;
+    double gf = threads * (double)AMX_ITERS * 6 * 16384 / t / 1e9;
+    if (gf > best) best = gf;
+  }
+  return best;
 }
 
 /* FMA peak of the pool's threads: one FMA_ITERS loop per thread, 12 x 8 x 2 FLOPs an iteration */
@@ -99,7 +166,7 @@ typedef struct job {
   float *o;
   int64_t qpos, nq, tq; /* queries [qpos, qpos + nq), tq per tile */
   float scale;
-  int blas;
+  int path; /* 0 lh_attn_tile, 1 the BLAS path, 2 the AMX bf16 path */
   float *scratch;
   size_t scratch_floats;
 } job;
@@ -110,12 +177,12 @@ static void tile_task(void *ctx, int64_t t, int worker) {
   int64_t r = t / NKV * j->tq, n = j->nq - r < j->tq ? j->nq - r : j->tq;
   const float *q = j->q + r * H * d + (int64_t)g * REP * d;
   float *o = j->o + r * H * d + (int64_t)g * REP * d, *s = j->scratch + (size_t)worker * j->scratch_floats;
-  (j->blas ? lh_attn_tile_blas : lh_attn_tile)(&j->kv, g, REP, j->qpos + r, (int)n, q, H * d, d, j->scale, o, H * d,
-                                               d, s);
+  (j->path == 1 ? lh_attn_tile_blas : j->path == 2 ? lh_attn_tile_amx : lh_attn_tile)(
+      &j->kv, g, REP, j->qpos + r, (int)n, q, H * d, d, j->scale, o, H * d, d, s);
 }
 
-static double run(lh_pool *pool, job *j, int blas, int reps) {
-  j->blas = blas;
+static double run(lh_pool *pool, job *j, int path, int reps) {
+  j->path = path;
   int64_t tasks = (j->nq + j->tq - 1) / j->tq * NKV;
   double t = lh_now();
   for (int i = 0; i < reps; i++) lh_pool_run(pool, tasks, tile_task, j);
@@ -161,17 +228,21 @@ int main(int argc, char **argv) {
   if (rounds < 1 || rounds > 64 || chunk < 1 || threads < 1) return 2;
   lh_pool *pool = lh_pool_new(threads);
   if (!pool) return 1;
-  double peak = fma_peak(pool, threads), sgemm = sgemm_peak(threads);
+  double peak = fma_peak(pool, threads), sgemm = sgemm_peak(threads), apeak = amx_peak(pool, threads);
   printf("bench_attn_cpu: %d query heads over %d kv heads, pages of %d keys, chunk %d queries, %d threads, "
-         "medians of %d rounds; fused path %s\n",
-         H, NKV, PT, chunk, threads, rounds, lh_attn_fused() ? "on (AVX2+FMA)" : "off (this CPU: BLAS path only)");
-  printf("limits: FMA peak %.1f GFLOP/s (%d threads), OpenBLAS sgemm 2048^3 %.1f GFLOP/s\n\n", peak, threads, sgemm);
-  printf("| %-3s | %-6s | %-14s | %10s | %10s | %6s | %8s | %9s |\n", "d", "keys", "what", "ours", "BLAS path",
-         "ratio", "% peak", "max diff");
-  printf("|-----|--------|----------------|------------|------------|--------|----------|-----------|\n");
+         "medians of %d rounds; fused path %s; AMX bf16 path %s\n",
+         H, NKV, PT, chunk, threads, rounds, lh_attn_fused() ? "on (AVX2+FMA)" : "off (this CPU: BLAS path only)",
+         lh_attn_amx() ? "on" : "off (no AMX-BF16 here)");
+  printf("limits: FMA peak %.1f GFLOP/s (%d threads), OpenBLAS sgemm 2048^3 %.1f GFLOP/s, AMX TDPBF16PS peak %.0f "
+         "GFLOP/s\n\n",
+         peak, threads, sgemm, apeak);
+  printf("| %-3s | %-6s | %-14s | %10s | %10s | %6s | %8s | %9s | %10s | %8s | %8s | %9s |\n", "d", "keys", "what",
+         "ours fp32", "BLAS path", "ratio", "% FMA", "max diff", "AMX bf16", "AMX/fp32", "% AMX", "AMX diff");
+  printf("|-----|--------|----------------|------------|------------|--------|----------|-----------|------------|------"
+         "----|----------|-----------|\n");
   for (int di = 0; di < nd; di++)
     for (int li = 0; li < nlen; li++) {
-      int d = dims[di];
+      int d = dims[di], amx = lh_attn_amx() && d % 32 == 0;
       int64_t N = lens[li], nq = chunk < N ? chunk : N, npages = (N + PT - 1) / PT;
       void **pages = malloc(sizeof(void *) * npages);
       for (int64_t p = 0; p < npages; p++) {
@@ -179,47 +250,58 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < 2 * NKV * PT * d; i++) pg[i] = urand();
         pages[p] = pg;
       }
-      float *q = malloc(sizeof(float) * nq * H * d), *o1 = malloc(sizeof(float) * nq * H * d),
-            *o2 = malloc(sizeof(float) * nq * H * d);
+      float *q = malloc(sizeof(float) * nq * H * d), *o[3];
+      for (int k = 0; k < 3; k++) o[k] = malloc(sizeof(float) * nq * H * d);
       for (int64_t i = 0; i < nq * H * d; i++) q[i] = 2 * urand();
       size_t sf = (lh_attn_scratch(d, PT) + 15) / 16 * 16;
       float *scratch = malloc(sizeof(float) * sf * threads);
       job j = {{pages, NKV, d, PT}, q, NULL, N - nq, nq, LH_ATTN_ROWS / REP, 1.0f / sqrtf((float)d), 0, scratch, sf};
       double keys = (double)nq * (N - nq) + (double)nq * (nq + 1) / 2, flops = 4.0 * d * H * keys;
-      /* prefill chunk */
-      double tf[64], tb[64], rf[64];
-      j.o = o1, run(pool, &j, 0, 1); /* warm-up (pages into cache, pool threads) */
-      j.o = o2, run(pool, &j, 1, 1);
+      /* prefill chunk: the paths alternate within each round */
+      double t[3][64], rb[64], ra[64];
+      for (int k = 0; k < 2 + amx; k++) j.o = o[k], run(pool, &j, k, 1); /* warm-up (pages into cache, threads) */
       for (int r = 0; r < rounds; r++) {
-        j.o = o1, tf[r] = run(pool, &j, 0, 1);
-        j.o = o2, tb[r] = run(pool, &j, 1, 1);
-        rf[r] = tb[r] / tf[r];
+        for (int k = 0; k < 2 + amx; k++) j.o = o[k], t[k][r] = run(pool, &j, k, 1);
+        rb[r] = t[1][r] / t[0][r];
+        ra[r] = amx ? t[0][r] / t[2][r] : 0;
       }
-      double mx = 0, md = 0;
+      double mx = 0, md = 0, ma = 0;
       for (int64_t i = 0; i < nq * H * d; i++) {
-        if (fabsf(o2[i]) > mx) mx = fabsf(o2[i]);
-        if (fabsf(o1[i] - o2[i]) > md) md = fabsf(o1[i] - o2[i]);
+        if (fabsf(o[1][i]) > mx) mx = fabsf(o[1][i]);
+        if (fabsf(o[0][i] - o[1][i]) > md) md = fabsf(o[0][i] - o[1][i]);
+        if (amx && fabsf(o[0][i] - o[2][i]) > ma) ma = fabsf(o[0][i] - o[2][i]);
       }
-      double gf = flops / median(tf, rounds) / 1e9, gb = flops / median(tb, rounds) / 1e9;
-      printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9.1e |\n", d, (long long)(N / 1024),
-             "chunk GFLOP/s", gf, gb, median(rf, rounds), peak > 0 ? 100 * gf / peak : 0.0, mx > 0 ? md / mx : md);
+      if (mx == 0) mx = 1;
+      double gf = flops / median(t[0], rounds) / 1e9, gb = flops / median(t[1], rounds) / 1e9;
+      double ga = amx ? flops / median(t[2], rounds) / 1e9 : 0;
+      printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9.1e |", d, (long long)(N / 1024),
+             "chunk GFLOP/s", gf, gb, median(rb, rounds), peak > 0 ? 100 * gf / peak : 0.0, md / mx);
+      if (amx)
+        printf(" %10.1f | %7.2fx | %7.0f%% | %9.1e |\n", ga, median(ra, rounds), apeak > 0 ? 100 * ga / apeak : 0.0,
+               ma / mx);
+      else
+        printf(" %10s | %8s | %8s | %9s |\n", "-", "-", "-", "-");
       /* decode: one query of every head at N - 1; enough steps for ~0.1 s */
       job dj = j;
-      dj.qpos = N - 1, dj.nq = 1, dj.q = q, dj.o = o1;
+      dj.qpos = N - 1, dj.nq = 1, dj.q = q, dj.o = o[0];
       int steps = (int)(2e7 / ((double)N * d) + 1);
       run(pool, &dj, 0, 1);
+      if (amx) run(pool, &dj, 2, 1);
       for (int r = 0; r < rounds; r++) {
-        tf[r] = run(pool, &dj, 0, steps);
-        tb[r] = run(pool, &dj, 1, steps);
-        rf[r] = tb[r] / tf[r];
+        for (int k = 0; k < 2 + amx; k++) t[k][r] = run(pool, &dj, k, steps);
+        rb[r] = t[1][r] / t[0][r];
+        ra[r] = amx ? t[0][r] / t[2][r] : 0;
       }
       double df = 4.0 * d * H * N;
-      printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9s |\n", d, (long long)(N / 1024),
-             "decode us/step", median(tf, rounds) * 1e6, median(tb, rounds) * 1e6, median(rf, rounds),
-             peak > 0 ? 100 * df / median(tf, rounds) / 1e9 / peak : 0.0, "-");
+      printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9s |", d, (long long)(N / 1024),
+             "decode us/step", median(t[0], rounds) * 1e6, median(t[1], rounds) * 1e6, median(rb, rounds),
+             peak > 0 ? 100 * df / median(t[0], rounds) / 1e9 / peak : 0.0, "-");
+      if (amx) printf(" %10.1f | %7.2fx | %8s | %9s |\n", median(t[2], rounds) * 1e6, median(ra, rounds), "-", "-");
+      else printf(" %10s | %8s | %8s | %9s |\n", "-", "-", "-", "-");
       fflush(stdout);
       for (int64_t p = 0; p < npages; p++) free(pages[p]);
-      free(pages), free(q), free(o1), free(o2), free(scratch);
+      for (int k = 0; k < 3; k++) free(o[k]);
+      free(pages), free(q), free(scratch);
     }
   lh_pool_free(pool);
   return 0;

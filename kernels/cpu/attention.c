@@ -120,12 +120,14 @@ static inline float row_sum(const float *s, int64_t n) {
   return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
-/* The larger of the two paths' needs: the BLAS path's score block, accumulator and packed Q; the
- * fused path's Q^T and O^T of every row block, one S^T block and 32-byte alignment. */
+/* The largest of the paths' needs: the BLAS path's score block, accumulator and packed Q; the
+ * fused path's Q^T and O^T of every row block, one S^T block and 32-byte alignment; the AMX
+ * path's (attention_amx.c). */
 size_t lh_attn_scratch(int d, int page_tokens) {
   size_t blas = (size_t)LH_ATTN_ROWS * page_tokens + 2 * (size_t)LH_ATTN_ROWS * d + 2 * LH_ATTN_ROWS;
-  size_t fused = 2 * (size_t)MAX_BLOCKS * RB * d + (size_t)KB * RB + 8;
-  return blas > fused ? blas : fused;
+  size_t fused = 2 * (size_t)MAX_BLOCKS * RB * d + (size_t)KB * RB + 8, amx = lh_attn_amx_scratch(d);
+  size_t most = blas > fused ? blas : fused;
+  return most > amx ? most : amx;
 }
 
 LH_SIMD_CLONES void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q,

@@ -146,6 +146,18 @@ int lh_attn_fused(void);
 void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
                        int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
 
+/* The bf16 path (attention_amx.c): the same function with Q K^T and P V on Intel AMX tiles, Q, K,
+ * V and P rounded to bf16 for the products (fp32 accumulation, softmax in fp32), as the GPU does
+ * them: about 3 significant digits, against ~7 above. lh_attn_amx() is 1 where it runs (a CPU with
+ * AMX-BF16 and AVX512-BF16 and a kernel that grants the tile state, asked once per process);
+ * lh_attn_tile_amx takes lh_attn_tile's arguments and scratch, and falls back to it where the
+ * path cannot run (no AMX, or head_dim not a multiple of 32). A query's bits do not depend on the
+ * tile it is in. */
+int lh_attn_amx(void);
+void lh_attn_tile_amx(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
+                      int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
+size_t lh_attn_amx_scratch(int d); /* included in lh_attn_scratch */
+
 /* ---- mixture of experts ------------------------------------------------------------------- */
 
 /* Router: for each row of logits[n x E], p = softmax(logits) (fp32 result), choose the top_k

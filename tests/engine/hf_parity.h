@@ -63,10 +63,11 @@ static int run_plan(lh_model *m, const lh_i32vec *ids, const int *plan, int npla
   return ok;
 }
 
-/* The bound over nrows rows of V values: row r of ref against row pos[r] of got (row r when pos is
- * NULL). Prints the numbers when it fails or LH_TEST_VERBOSE is set. */
-static inline int meets_bound_rows(const char *what, const float *got, const float *ref, const int32_t *pos,
-                                   size_t nrows, int64_t V) {
+/* A bound over nrows rows of V values: row r of ref against row pos[r] of got (row r when pos is
+ * NULL): relative L2 <= rel_bound and max abs <= abs_frac x max |ref|. Prints the numbers when it
+ * fails or LH_TEST_VERBOSE is set. */
+static inline int meets_rows(const char *what, const float *got, const float *ref, const int32_t *pos, size_t nrows,
+                             int64_t V, double rel_bound, double abs_frac) {
   double num = 0, den = 0, maxref = 0, maxerr = 0;
   for (size_t r = 0; r < nrows; r++)
     for (int64_t j = 0; j < V; j++) {
@@ -76,11 +77,17 @@ static inline int meets_bound_rows(const char *what, const float *got, const flo
       if (!(fabs(e) <= maxerr)) maxerr = e == e ? fabs(e) : INFINITY;
     }
   double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  int ok = rel <= 1e-4 && maxerr <= 1e-3 * maxref;
+  int ok = rel <= rel_bound && maxerr <= abs_frac * maxref;
   if (!ok || getenv("LH_TEST_VERBOSE"))
-    fprintf(stderr, "  %s: rel L2 %.3g (bound 1e-4), max abs %.3g (bound %.3g)%s\n", what, rel, maxerr, 1e-3 * maxref,
-            ok ? "" : "  FAIL");
+    fprintf(stderr, "  %s: rel L2 %.3g (bound %.1g), max abs %.3g (bound %.3g)%s\n", what, rel, rel_bound, maxerr,
+            abs_frac * maxref, ok ? "" : "  FAIL");
   return ok;
+}
+
+/* The engine-core bound: relative L2 <= 1e-4, max abs <= 1e-3 x max |ref|. */
+static inline int meets_bound_rows(const char *what, const float *got, const float *ref, const int32_t *pos,
+                                   size_t nrows, int64_t V) {
+  return meets_rows(what, got, ref, pos, nrows, V, 1e-4, 1e-3);
 }
 
 #endif

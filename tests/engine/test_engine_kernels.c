@@ -44,6 +44,15 @@ static int close_enough(const char *what, const float *got, const double *ref, s
 }
 #define CLOSE(what, got, ref, n) CHECK_MSG(close_enough(what, got, ref, n, 1e-5, 1e-4), "%s", what)
 
+/* x rounded to bf16 (nearest, ties to even), as a float */
+static float bf16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 static void test_gemm(lh_pool *pool) {
   int shapes[][3] = {{1, 1, 1}, {1, 300, 64}, {7, 13, 5}, {64, 128, 64}, {130, 700, 33}, {1500, 520, 40}, {3, 2000, 16}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -271,7 +280,9 @@ static void test_attention(void) {
                     {4, 2, 32, 256, 1000, 130, 2}, {1, 2, 6, 256, 70, 200, 2}, {1, 2, 32, 256, 700, 90, 12},
                     {1, 1, 20, 48, 150, 25, 12}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-    for (int blas = 0; blas < 2; blas++) {
+    for (int path = 0; path < 3; path++) { /* lh_attn_tile, the BLAS path, the AMX path */
+      int amx = path == 2 && lh_attn_amx() && cases[c][2] % 32 == 0, blas = path == 1;
+      if (path == 2 && !amx) continue; /* lh_attn_tile_amx would be lh_attn_tile: path 0 */
       int nkv = cases[c][0], rep = cases[c][1], d = cases[c][2], PT = cases[c][3], P = cases[c][4], nq = cases[c][5];
       int H = nkv * rep, T = P + nq, npages = (T + PT - 1) / PT;
       rng = 12345 + c;
@@ -292,32 +303,54 @@ static void test_attention(void) {
           for (int t0 = 0; t0 < nq; t0 += tq) {
             int m = nq - t0 < tq ? nq - t0 : tq;
             size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
-            (blas ? lh_attn_tile_blas : lh_attn_tile)(&kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale,
-                                                      o + at, H * d, d, scratch);
+            (blas ? lh_attn_tile_blas : amx ? lh_attn_tile_amx : lh_attn_tile)(
+                &kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale, o + at, H * d, d, scratch);
           }
       double *ref = malloc((size_t)nq * H * d * sizeof *ref), *p = malloc((size_t)T * sizeof *p);
-      for (int i = 0; i < nq; i++)
-        for (int h = 0; h < H; h++) {
-          int g = h / rep, last = P + i;
-          double mx = -INFINITY, sum = 0;
-          for (int j = 0; j <= last; j++) {
-            double s = 0;
-            for (int e = 0; e < d; e++) s += (double)q[((size_t)i * H + h) * d + e] * K[((size_t)j * nkv + g) * d + e];
-            p[j] = s / sqrt((double)d);
-            mx = p[j] > mx ? p[j] : mx;
+      double *ref16 = malloc((size_t)nq * H * d * sizeof *ref16);
+      /* ref: the exact function; ref16: the same of q, K and V rounded to bf16 as the AMX path's
+       * products take them, so that what remains is its own error (P in bf16, the fp32 sums) */
+      for (int r16 = 0; r16 < 1 + amx; r16++)
+        for (int i = 0; i < nq; i++)
+          for (int h = 0; h < H; h++) {
+            int g = h / rep, last = P + i;
+            double mx = -INFINITY, sum = 0, *out = r16 ? ref16 : ref;
+            for (int j = 0; j <= last; j++) {
+              double s = 0;
+              for (int e = 0; e < d; e++) {
+                float a = q[((size_t)i * H + h) * d + e], b = K[((size_t)j * nkv + g) * d + e];
+                s += r16 ? (double)bf16_round(a) * bf16_round(b) : (double)a * b;
+              }
+              p[j] = s / sqrt((double)d);
+              mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int j = 0; j <= last; j++) sum += (p[j] = exp(p[j] - mx));
+            for (int e = 0; e < d; e++) {
+              double acc = 0;
+              for (int j = 0; j <= last; j++) {
+                float v = V[((size_t)j * nkv + g) * d + e];
+                acc += p[j] / sum * (r16 ? bf16_round(v) : v);
+              }
+              out[((size_t)i * H + h) * d + e] = acc;
+            }
           }
-          for (int j = 0; j <= last; j++) sum += (p[j] = exp(p[j] - mx));
-          for (int e = 0; e < d; e++) {
-            double acc = 0;
-            for (int j = 0; j <= last; j++) acc += p[j] / sum * V[((size_t)j * nkv + g) * d + e];
-            ref[((size_t)i * H + h) * d + e] = acc;
-          }
-        }
       char what[128];
       snprintf(what, sizeof what, "attention (%s) nkv=%d rep=%d d=%d pages of %d, %d + %d, q x %d",
-               blas ? "BLAS path" : lh_attn_fused() ? "fused path" : "BLAS path via lh_attn_tile", nkv, rep, d, PT, P,
-               nq, cases[c][6]);
-      CLOSE(what, o, ref, (size_t)nq * H * d);
+               blas  ? "BLAS path"
+               : amx ? "AMX bf16 path"
+               : lh_attn_fused() ? "fused path"
+                                 : "BLAS path via lh_attn_tile",
+               nkv, rep, d, PT, P, nq, cases[c][6]);
+      if (amx) {
+        /* P rounded to bf16 (relative 2^-9 each) averages out over the keys: measured 0.6-1.5e-3
+         * in rel L2 against ref16. Against the exact function the inputs' rounding adds more:
+         * 2-5e-3 measured, the most at q x 12, where scores are large. */
+        CHECK_MSG(close_enough(what, o, ref16, (size_t)nq * H * d, 3e-3, 1e-2), "%s against bf16 inputs", what);
+        CHECK_MSG(close_enough(what, o, ref, (size_t)nq * H * d, 1e-2, 3e-2), "%s against the exact function", what);
+      } else {
+        CLOSE(what, o, ref, (size_t)nq * H * d);
+      }
+      free(ref16);
       for (int pg = 0; pg < npages; pg++) free(pages[pg]);
       free(pages), free(K), free(V), free(q), free(o), free(scratch), free(ref), free(p);
     }
@@ -327,12 +360,22 @@ static void test_attention(void) {
  * queries in the backend's tiles, in tiles of uneven lengths, one head at a time and one query at
  * a time (decode) give the same bits. The BLAS path does not promise it (its products change
  * bits with their shapes), so on CPUs without AVX2+FMA this is skipped, loudly. */
+static void attention_tiling(int amx);
 static void test_attention_tiling(void) {
-  if (!lh_attn_fused()) {
+  if (!lh_attn_fused())
     fprintf(stderr, "  SKIP attention tiling invariance: lh_attn_tile takes the BLAS path here (a CPU without "
                     "AVX2+FMA, or a build without the fused path)\n");
-    return;
-  }
+  else
+    attention_tiling(0);
+  if (!lh_attn_amx())
+    fprintf(stderr, "  SKIP AMX attention tiling invariance and accuracy: no AMX-BF16 here (or the kernel "
+                    "refused the tile state)\n");
+  else
+    attention_tiling(1);
+}
+
+/* The same for the fused path (amx 0) or the AMX path (amx 1). */
+static void attention_tiling(int amx) {
   int shapes[][4] = {{2, 32, 256, 700}, {2, 64, 256, 300}, {4, 20, 48, 260}, {1, 8, 16, 90}}; /* rep, d, PT, T */
   for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
     int rep = shapes[c][0], d = shapes[c][1], PT = shapes[c][2], T = shapes[c][3], nkv = 2, H = nkv * rep;
@@ -355,14 +398,15 @@ static void test_attention_tiling(void) {
             else step = way == 2 ? LH_ATTN_ROWS : 1;
             int m = T - t0 < step ? T - t0 : step;
             size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
-            lh_attn_tile(&kv, g, nh, t0, m, q + at, H * d, d, scale, o[way] + at, H * d, d, scratch);
+            (amx ? lh_attn_tile_amx : lh_attn_tile)(&kv, g, nh, t0, m, q + at, H * d, d, scale, o[way] + at, H * d, d,
+                                                    scratch);
           }
       }
     }
     for (int way = 1; way < 4; way++)
       CHECK_MSG(!memcmp(o[0], o[way], (size_t)T * H * d * sizeof(float)),
-                "attention rep=%d d=%d pages of %d, %d queries: tiling %d differs in some bit from the backend's", rep,
-                d, PT, T, way);
+                "attention (%s) rep=%d d=%d pages of %d, %d queries: tiling %d differs in some bit from the backend's",
+                amx ? "AMX path" : "fused path", rep, d, PT, T, way);
     for (int p = 0; p < npages; p++) free(pages[p]);
     for (int way = 0; way < 4; way++) free(o[way]);
     free(pages), free(q), free(scratch);
