@@ -113,34 +113,27 @@ static void amx_task(void *ctx, int64_t t, int worker) {
   (void)worker;
 }
 
-/* AMX bf16 peak of the pool's threads (0 where the AMX path cannot run) */
-static double amx_peak(lh_pool *pool, int threads) {
-  if (!lh_attn_amx()) return 0;
+/* The best of 3 runs of task on every thread of the pool, each doing flops_per_thread: GFLOP/s */
+static double peak_of(lh_pool *pool, int threads, void (*task)(void *, int64_t, int), double flops_per_thread) {
   float sink[64];
   double best = 0;
   for (int r = 0; r < 3; r++) {
     double t = lh_now();
-    lh_pool_run(pool, threads, amx_task, sink);
+    lh_pool_run(pool, threads, task, sink);
     t = lh_now() - t;
-    double gf = threads * (double)AMX_ITERS * 6 * 16384 / t / 1e9;
-    if (gf > best) best = gf;
+    if (threads * flops_per_thread / t / 1e9 > best) best = threads * flops_per_thread / t / 1e9;
   }
   return best;
 }
 
+/* AMX bf16 peak of the pool's threads (0 where the AMX path cannot run): 6 x 16384 FLOPs a round */
+static double amx_peak(lh_pool *pool, int threads) {
+  return lh_attn_amx() ? peak_of(pool, threads, amx_task, (double)AMX_ITERS * 6 * 16384) : 0;
+}
+
 /* FMA peak of the pool's threads: one FMA_ITERS loop per thread, 12 x 8 x 2 FLOPs an iteration */
 static double fma_peak(lh_pool *pool, int threads) {
-  if (!have_fma()) return 0;
-  float sink[64];
-  double best = 0;
-  for (int r = 0; r < 3; r++) {
-    double t = lh_now();
-    lh_pool_run(pool, threads, fma_task, sink);
-    t = lh_now() - t;
-    double gf = threads * (double)FMA_ITERS * 12 * 16 / t / 1e9;
-    if (gf > best) best = gf;
-  }
-  return best;
+  return have_fma() ? peak_of(pool, threads, fma_task, (double)FMA_ITERS * 12 * 16) : 0;
 }
 
 static double sgemm_peak(int threads) {
