@@ -181,49 +181,45 @@ typedef struct amx_block {
   float m[AR], l[AR];
 } amx_block;
 
+/* S[:, 16 j .. 16 (j + n)) = Q Kt for n = 2 or 4 16-key tiles (accumulators tiles 4 .. 3 + n),
+ * with Q in tile 0 already when d = 32. */
+AMX_INLINE void score_tiles(const uint16_t *Q, const uint32_t *Kt, int d, int j, int n, float *S) {
+  const int nd = d / 32;
+  _tile_zero(4);
+  _tile_zero(5);
+  if (n > 2) {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
+  for (int c = 0; c < nd; c++) {
+    const uint32_t *B = Kt + (size_t)16 * c * AK + 16 * j;
+    if (nd > 1) _tile_loadd(0, Q + 32 * c, 2 * d);
+    _tile_loadd(1, B, 4 * AK);
+    _tile_dpbf16ps(4, 0, 1);
+    _tile_loadd(2, B + 16, 4 * AK);
+    _tile_dpbf16ps(5, 0, 2);
+    if (n > 2) {
+      _tile_loadd(3, B + 32, 4 * AK);
+      _tile_dpbf16ps(6, 0, 3);
+      _tile_loadd(1, B + 48, 4 * AK);
+      _tile_dpbf16ps(7, 0, 1);
+    }
+  }
+  _tile_stored(4, S + 16 * j, 4 * AK);
+  _tile_stored(5, S + 16 * (j + 1), 4 * AK);
+  if (n > 2) {
+    _tile_stored(6, S + 16 * (j + 2), 4 * AK);
+    _tile_stored(7, S + 16 * (j + 3), 4 * AK);
+  }
+}
+
 /* Steps 1-3 of the header for one row block over the key block [first, first + nk) (padded kp). */
 AMX_INLINE void amx_block_step(amx_block *rb, const uint32_t *Kt, const uint32_t *Vv, int d, int nk, int kp,
                                int64_t first, float qs, float *S, uint16_t *P, float *Ob) {
   const int nd = d / 32, nt = kp / 16;
   /* 1. S = Q Kt */
   if (nd == 1) _tile_loadd(0, rb->Q, 2 * d);
-  int j = 0;
-  for (; j + 4 <= nt; j += 4) {
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
-    for (int c = 0; c < nd; c++) {
-      const uint32_t *B = Kt + (size_t)16 * c * AK + 16 * j;
-      if (nd > 1) _tile_loadd(0, rb->Q + 32 * c, 2 * d);
-      _tile_loadd(1, B, 4 * AK);
-      _tile_dpbf16ps(4, 0, 1);
-      _tile_loadd(2, B + 16, 4 * AK);
-      _tile_dpbf16ps(5, 0, 2);
-      _tile_loadd(3, B + 32, 4 * AK);
-      _tile_dpbf16ps(6, 0, 3);
-      _tile_loadd(1, B + 48, 4 * AK);
-      _tile_dpbf16ps(7, 0, 1);
-    }
-    _tile_stored(4, S + 16 * j, 4 * AK);
-    _tile_stored(5, S + 16 * (j + 1), 4 * AK);
-    _tile_stored(6, S + 16 * (j + 2), 4 * AK);
-    _tile_stored(7, S + 16 * (j + 3), 4 * AK);
-  }
-  if (j < nt) { /* two tiles left: kp is a multiple of 32 */
-    _tile_zero(4);
-    _tile_zero(5);
-    for (int c = 0; c < nd; c++) {
-      const uint32_t *B = Kt + (size_t)16 * c * AK + 16 * j;
-      if (nd > 1) _tile_loadd(0, rb->Q + 32 * c, 2 * d);
-      _tile_loadd(1, B, 4 * AK);
-      _tile_dpbf16ps(4, 0, 1);
-      _tile_loadd(2, B + 16, 4 * AK);
-      _tile_dpbf16ps(5, 0, 2);
-    }
-    _tile_stored(4, S + 16 * j, 4 * AK);
-    _tile_stored(5, S + 16 * (j + 1), 4 * AK);
-  }
+  for (int j = 0; j < nt; j += 4) score_tiles(rb->Q, Kt, d, j, nt - j >= 4 ? 4 : 2, S); /* nt is even */
   /* 2. the softmax, row by row */
   float corr[AR];
   const __m512 qv = _mm512_set1_ps(qs);
