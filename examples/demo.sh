@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${DEMO_OUT:-demo-out}
 model=models/haul-tiny
-echo "== longhaul demo: 2 questions over examples/demo-repo.tar.gz (CPython's concurrent package"
-echo "   with two planted facts), answered by the embedded model $model (see $model/TRAINING.md)"
+echo "== longhaul demo: 2 questions over examples/demo-repo.tar.gz (CPython's concurrent and asyncio"
+echo "   packages and part of email, about 204K tokens, with two planted facts), answered by the"
+echo "   embedded model $model (see $model/TRAINING.md); about 2 minutes on 2 cores"
 rm -f "$out/output.jsonl"
 # --cpu-attention auto: the softmax products in bf16 on AMX tiles where the CPU has them (2x the
 # demo on Sapphire Rapids), the fp32 reference path elsewhere; the first progress line says which.

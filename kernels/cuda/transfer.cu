@@ -310,7 +310,7 @@ lh_status lh_cu_commit(lh_cuda_backend *b, const void *host, void *dev, size_t b
 }
 
 lh_status lh_cu_upload(lh_cuda_backend *b, const void *src, size_t bytes, void **dev, lh_error *err) {
-  void *h;
+  void *h = NULL;
   LH_TRY(lh_cu_reserve(b, bytes, &h, dev, err));
   if (bytes) memcpy(h, src, bytes);
   return lh_cu_commit(b, h, *dev, bytes, err);

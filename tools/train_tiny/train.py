@@ -173,11 +173,41 @@ def load_state(model, opt, state_dir):
 
 
 def init_from_model(model, model_dir):
+    """Copy a model folder's weights into `model`. Where a layer's attention type differs (the
+    folder's layer was softmax, this model's is lightning: M.ARCH's history), the lightning
+    attention is taken from the nearest lower layer that is lightning in both, with out_proj zeroed
+    so the converted layer starts as its norm and MoE alone and grows its attention from there."""
     ref = M.load_hf(model_dir)
+    sd = ref.state_dict()
+    new_types = model.config.layer_types
+    old_types = ref.config.layer_types
+    if len(new_types) != len(old_types):
+        raise SystemExit(f"--init-from {model_dir}: {len(old_types)} layers, this model has {len(new_types)}")
+    donor = {}
+    for i, (a, b) in enumerate(zip(old_types, new_types)):
+        if a == b:
+            continue
+        if not (a == "full_attention" and b == "linear_attention"):
+            raise SystemExit(f"--init-from {model_dir}: layer {i} is {a} there and {b} here; only "
+                             "softmax -> lightning is converted")
+        d = max((j for j in range(i) if old_types[j] == new_types[j] == "linear_attention"), default=None)
+        if d is None:
+            raise SystemExit(f"--init-from {model_dir}: no lightning layer below layer {i} to take its attention from")
+        donor[i] = d
+        log(f"init: layer {i} softmax -> lightning, attention from layer {d}, out_proj zeroed")
     with torch.no_grad():
-        sd = ref.state_dict()
         for n, p in model.named_parameters():
-            p.copy_(sd[n].to(p.device, p.dtype))
+            if n in sd:
+                p.copy_(sd[n].to(p.device, p.dtype))
+                continue
+            parts = n.split(".")  # model.layers.I.self_attn.X.weight
+            i = int(parts[2])
+            if parts[:2] != ["model", "layers"] or parts[3] != "self_attn" or i not in donor:
+                raise SystemExit(f"--init-from {model_dir}: no tensor for {n}")
+            if parts[4] == "out_proj":
+                p.zero_()
+            else:
+                p.copy_(sd[".".join(parts[:2] + [str(donor[i])] + parts[3:])].to(p.device, p.dtype))
 
 
 # ---- the step -----------------------------------------------------------------------------
