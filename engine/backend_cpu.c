@@ -46,7 +46,7 @@ typedef struct cpu_backend {
   int64_t max_rows;
   lh_pool *pool;
   int threads;
-  int attn_bf16; /* softmax attention through lh_attn_tile_amx (lh_model_params.cpu_attention) */
+  int attn_bf16; /* softmax attention through lh_attn_tile_bf16 (lh_model_params.cpu_attention) */
   cpu_layer *layers;
   const float **experts;                     /* storage behind every layer's w1/w3/w2 */
   const float *lm_head;
@@ -474,7 +474,7 @@ static void softmax_task(void *ctx, int64_t t, int worker) {
   int nq = (int)(end - r < tq ? end - r : tq);
   lh_kv_pages kv = {s->seq->kv_pages[j->si], j->be->st_g, d, LH_KV_PAGE_TOKENS};
   const float *q = j->q + r * HD + (int64_t)g * rep * d;
-  (j->be->attn_bf16 ? lh_attn_tile_amx : lh_attn_tile)(&kv, g - j->be->st_g0, rep, s->pos + (r - s->row0), nq, q, HD, d, j->scale, j->o + r * HD + (int64_t)g * rep * d, HD,
+  (j->be->attn_bf16 ? lh_attn_tile_bf16 : lh_attn_tile)(&kv, g - j->be->st_g0, rep, s->pos + (r - s->row0), nq, q, HD, d, j->scale, j->o + r * HD + (int64_t)g * rep * d, HD,
                d, j->be->scratch + (size_t)worker * j->be->scratch_floats);
 }
 

@@ -80,11 +80,11 @@ typedef struct lh_config {
 typedef enum lh_cpu_attention {
   LH_CPU_ATTN_FP32 = 0, /* fp32 throughout (kernels/cpu/attention.c): the reference the tests and
                            the GPU are judged against */
-  LH_CPU_ATTN_BF16,     /* bf16 products on Intel AMX tiles, fp32 softmax and sums
-                           (kernels/cpu/attention_amx.c), as the GPU computes them: about 3
-                           significant digits instead of 7, 2.5x faster on haul-tiny's softmax
-                           layers; opening fails on a CPU without AMX-BF16 or where head_dim is
-                           not a multiple of 32 */
+  LH_CPU_ATTN_BF16,     /* bf16 products, fp32 softmax and sums (kernels/cpu/attention_bf16.c), as
+                           the GPU computes them: about 3 significant digits instead of 7; on Intel
+                           AMX tiles (2.5-3x fp32 on haul-tiny's softmax layers) or else AVX512-BF16
+                           (1.8-2x); opening fails on a CPU with neither or where head_dim is not a
+                           multiple of 32 up to 256 */
   LH_CPU_ATTN_AUTO,     /* BF16 where it can run, else FP32; lh_model_cpu_attention tells which */
 } lh_cpu_attention;
 /* "fp32", "bf16", "auto" -> the value; -1 for anything else. */
@@ -125,6 +125,9 @@ const char *lh_model_backend(const lh_model *m);
 /* The CPU backend's attention products as opened (LH_CPU_ATTN_FP32 or _BF16; AUTO resolved);
  * LH_CPU_ATTN_FP32 for other backends. */
 int lh_model_cpu_attention(const lh_model *m);
+/* What computes those products, for a progress line: "AMX tiles", "AVX512-BF16" or "none (fp32)"
+ * (a static string). */
+const char *lh_model_cpu_attention_unit(const lh_model *m);
 /* 64 hex chars: SHA-256 over the normalised config and the tensor index (names, dtypes, shapes,
  * and a digest of the bytes). Two folders with the same weights have the same id. */
 const char *lh_model_id(const lh_model *m);

@@ -274,17 +274,19 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
       st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not implemented in this build yet", bname);
       goto fail;
     }
-    /* the CPU backend's attention products: AUTO resolved here, so lh_model_cpu_attention tells */
-    int amx_fits = lh_attn_amx() && m->cfg.head_dim % 32 == 0;
+    /* the CPU backend's attention products: AUTO resolved here, so lh_model_cpu_attention tells;
+     * bf16 runs on AMX tiles or else AVX512-BF16 (kernels/cpu/attention_bf16.c picks) */
+    int bf16_fits = lh_attn_bf16_kind(m->cfg.head_dim) != LH_ATTN_BF16_NONE;
     if (strcmp(bname, "cpu")) m->params.cpu_attention = LH_CPU_ATTN_FP32;
     else if (m->params.cpu_attention == LH_CPU_ATTN_AUTO)
-      m->params.cpu_attention = amx_fits ? LH_CPU_ATTN_BF16 : LH_CPU_ATTN_FP32;
-    else if (m->params.cpu_attention == LH_CPU_ATTN_BF16 && !amx_fits) {
+      m->params.cpu_attention = bf16_fits ? LH_CPU_ATTN_BF16 : LH_CPU_ATTN_FP32;
+    else if (m->params.cpu_attention == LH_CPU_ATTN_BF16 && !bf16_fits) {
       st = lh_error_set(err, LH_EUNSUPPORTED,
-                        !lh_attn_amx() ? "cpu attention bf16 needs a CPU with AMX-BF16 and AVX512-BF16 (and a kernel "
-                                         "that grants the tile state); this one has not: use fp32 or auto"
-                                       : "cpu attention bf16 needs head_dim a multiple of 32 (this model's is %d): use "
-                                         "fp32 or auto",
+                        lh_attn_bf16_kind(32) == LH_ATTN_BF16_NONE
+                            ? "cpu attention bf16 needs a CPU with AMX-BF16 (and a kernel that grants the tile state) "
+                              "or AVX512-BF16; this one has neither: use fp32 or auto"
+                            : "cpu attention bf16 needs head_dim a multiple of 32 up to 256 (this model's is %d): use "
+                              "fp32 or auto",
                         m->cfg.head_dim);
       goto fail;
     }
@@ -306,6 +308,11 @@ const lh_config *lh_model_config(const lh_model *m) { return &m->cfg; }
 const char *lh_model_dir(const lh_model *m) { return m->dir; }
 const char *lh_model_backend(const lh_model *m) { return m->backend_name; }
 int lh_model_cpu_attention(const lh_model *m) { return m->params.cpu_attention; }
+
+const char *lh_model_cpu_attention_unit(const lh_model *m) {
+  return lh_attn_bf16_unit(m->params.cpu_attention == LH_CPU_ATTN_BF16 ? lh_attn_bf16_kind(m->cfg.head_dim)
+                                                                        : LH_ATTN_BF16_NONE);
+}
 
 int lh_cpu_attention_parse(const char *s) {
   if (!s) return -1;

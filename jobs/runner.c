@@ -849,10 +849,12 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     goto done;
   }
   R.cfg = lh_model_config(R.model);
-  if (!strcmp(lh_model_backend(R.model), "cpu"))
-    lh_progress_note(R.prog, "%s: softmax attention in %s on the CPU%s", p->model_dir,
-                     lh_cpu_attention_name(lh_model_cpu_attention(R.model)),
-                     lh_model_cpu_attention(R.model) == LH_CPU_ATTN_BF16 ? " (bf16 products on AMX tiles)" : "");
+  if (!strcmp(lh_model_backend(R.model), "cpu")) {
+    const int bf16 = lh_model_cpu_attention(R.model) == LH_CPU_ATTN_BF16;
+    lh_progress_note(R.prog, "%s: softmax attention in %s on the CPU%s%s%s", p->model_dir,
+                     lh_cpu_attention_name(lh_model_cpu_attention(R.model)), bf16 ? " (bf16 products on " : "",
+                     bf16 ? lh_model_cpu_attention_unit(R.model) : "", bf16 ? ")" : "");
+  }
   if (mp.comm && lh_comm_size(mp.comm) > 1)
     lh_progress_note(R.prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
                      p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));

@@ -4,6 +4,8 @@
 # lacks (shared/gpu/carry-libs.sh), the peers script and the optional flash-linear-attention wheel.
 # Usage: bench/cuda/make_payload.sh [BUILD_DIR] [WHEEL_DIR]
 # (gpu_model_parity is built only where engine/forward.c exists; it is carried when present.)
+# Configure BUILD_DIR with -DLH_CAIRO=OFF: the GPU box has no fontconfig, so a longhaul linked with
+# cairo does not start there (seen 2026-12-03).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}

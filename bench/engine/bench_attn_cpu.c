@@ -14,9 +14,11 @@
  *     pass), and the ratio;
  *   - limit: the FMA peak of --threads threads measured here (12 independent vfmadd chains per
  *     thread) and OpenBLAS sgemm 2048^3 with the same threads, and ours as a share of the peak;
- *   - where the CPU has AMX (attention_amx.c): lh_attn_tile_amx, the bf16 path, its speed-up over
- *     ours and its share of the AMX peak (6 independent TDPBF16PS per thread, measured here), and
- *     its largest difference from ours (bf16 products: ~1e-2 of max |out| expected).
+ *   - for each unit of the bf16 mode the CPU has (attention_bf16.c): AMX tiles (lh_attn_tile_amx)
+ *     and AVX512-BF16 (lh_attn_tile_avx512bf16), its GFLOP/s, its speed-up over ours, its share of
+ *     its unit's peak measured here (6 independent TDPBF16PS per thread; 12 independent zmm
+ *     VDPBF16PS per thread) and its largest difference from ours (bf16 products: ~1e-2 of max |out|
+ *     expected).
  * GFLOP/s count 4 d FLOPs per (query, key, head) with key <= query: what the function needs.
  * Also printed: the largest difference between the two paths' outputs, relative to max |out|.
  */
@@ -33,25 +35,31 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-/* 12 independent chains (FMA latency 4 x 2 pipes needs 8), written out so that -O2 keeps them
- * in registers */
-__attribute__((target("avx2,fma"))) static void fma_loop(int64_t n, float *out) {
-  __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-  __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3);
-  __m256 a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7);
-  __m256 a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
-  for (int64_t k = 0; k < n; k++) {
-    a0 = _mm256_fmadd_ps(a0, b, c), a1 = _mm256_fmadd_ps(a1, b, c), a2 = _mm256_fmadd_ps(a2, b, c);
-    a3 = _mm256_fmadd_ps(a3, b, c), a4 = _mm256_fmadd_ps(a4, b, c), a5 = _mm256_fmadd_ps(a5, b, c);
-    a6 = _mm256_fmadd_ps(a6, b, c), a7 = _mm256_fmadd_ps(a7, b, c), a8 = _mm256_fmadd_ps(a8, b, c);
-    a9 = _mm256_fmadd_ps(a9, b, c), a10 = _mm256_fmadd_ps(a10, b, c), a11 = _mm256_fmadd_ps(a11, b, c);
+/* A peak loop: n rounds of 12 independent chains a = OP(a) of one instruction (FMA: latency 4 x 2
+ * pipes needs 8; VDPBF16PS on Zen 4: latency ~6 x 1 a cycle needs 6), written out so that -O2
+ * keeps them in registers; their sum goes to out (STORE) so that none is optimised away. */
+#define PEAK_LOOP(name, isa, V, SET1, OP, ADD, STORE)                                                            \
+  __attribute__((target(isa))) static void name(int64_t n, float *out) {                                         \
+    V a0 = SET1(0), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4), a5 = SET1(5), a6 = SET1(6);           \
+    V a7 = SET1(7), a8 = SET1(8), a9 = SET1(9), a10 = SET1(10), a11 = SET1(11);                                   \
+    for (int64_t k = 0; k < n; k++) {                                                                            \
+      a0 = OP(a0), a1 = OP(a1), a2 = OP(a2), a3 = OP(a3), a4 = OP(a4), a5 = OP(a5), a6 = OP(a6);                  \
+      a7 = OP(a7), a8 = OP(a8), a9 = OP(a9), a10 = OP(a10), a11 = OP(a11);                                        \
+    }                                                                                                            \
+    STORE(out, ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))),                            \
+                   ADD(ADD(a8, a9), ADD(a10, a11))));                                                            \
   }
-  a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                     _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-  a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-  _mm256_storeu_ps(out, a0);
-}
+#define FMA_OP(a) _mm256_fmadd_ps(a, _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-3f))
+PEAK_LOOP(fma_loop, "avx2,fma", __m256, _mm256_set1_ps, FMA_OP, _mm256_add_ps, _mm256_storeu_ps)
 static int have_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10)
+#define HAVE_DPBF16_LOOP 1
+/* 12 zmm VDPBF16PS a round (16 lanes x 2 pairs, 64 FLOPs each): the VDPBF16PS peak of a thread */
+#define DPBF16_OP(a) \
+  _mm512_dpbf16_ps(a, (__m512bh)_mm512_set1_epi32(0x3f803f80), (__m512bh)_mm512_set1_epi32(0x3a833a83))
+#define STORE_SUM(out, v) ((out)[0] = _mm512_reduce_add_ps(v))
+PEAK_LOOP(dpbf16_loop, "avx512f,avx512bf16", __m512, _mm512_set1_ps, DPBF16_OP, _mm512_add_ps, STORE_SUM)
+#endif
 #if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
 #define HAVE_AMX_LOOP 1
 /* n rounds of 6 independent TDPBF16PS (16 x 16 x 32 each, 16384 FLOPs): the AMX peak of a thread */
@@ -95,45 +103,52 @@ static int have_fma(void) { return 0; }
 
 enum { NKV = 4, REP = 2, H = NKV * REP, PT = LH_KV_PAGE_TOKENS, FMA_ITERS = 50000000 };
 
-static void fma_task(void *ctx, int64_t t, int worker) {
-  float out[8];
-  fma_loop(FMA_ITERS, out);
-  ((float *)ctx)[t] = out[0];
-}
+enum { AMX_ITERS = 2000000, DPBF16_ITERS = 25000000 };
 
-enum { AMX_ITERS = 2000000 };
-static void amx_task(void *ctx, int64_t t, int worker) {
-#ifdef HAVE_AMX_LOOP
-  float out[1];
-  amx_loop(AMX_ITERS, out);
-  ((float *)ctx)[t] = out[0];
-#else
-  (void)ctx, (void)t;
-#endif
+/* One peak loop on every thread of a pool: loop(iters, a slot of sink) on task t */
+typedef struct peak_job {
+  void (*loop)(int64_t, float *);
+  int64_t iters;
+  float sink[8 * 64];
+} peak_job;
+
+static void peak_task(void *ctx, int64_t t, int worker) {
+  peak_job *p = ctx;
+  p->loop(p->iters, p->sink + 8 * (t % 64));
   (void)worker;
 }
 
-/* The best of 3 runs of task on every thread of the pool, each doing flops_per_thread: GFLOP/s */
-static double peak_of(lh_pool *pool, int threads, void (*task)(void *, int64_t, int), double flops_per_thread) {
-  float sink[64];
-  double best = 0;
+/* The best of 3 runs of loop on every thread of the pool, each doing iters rounds of flops_per_iter:
+ * GFLOP/s */
+static double peak_of(lh_pool *pool, int threads, void (*loop)(int64_t, float *), int64_t iters,
+                      double flops_per_iter) {
+  peak_job job = {loop, iters, {0}};
+  double best = 0, flops = (double)threads * iters * flops_per_iter;
   for (int r = 0; r < 3; r++) {
     double t = lh_now();
-    lh_pool_run(pool, threads, task, sink);
+    lh_pool_run(pool, threads, peak_task, &job);
     t = lh_now() - t;
-    if (threads * flops_per_thread / t / 1e9 > best) best = threads * flops_per_thread / t / 1e9;
+    if (flops / t / 1e9 > best) best = flops / t / 1e9;
   }
   return best;
 }
 
-/* AMX bf16 peak of the pool's threads (0 where the AMX path cannot run): 6 x 16384 FLOPs a round */
-static double amx_peak(lh_pool *pool, int threads) {
-  return lh_attn_amx() ? peak_of(pool, threads, amx_task, (double)AMX_ITERS * 6 * 16384) : 0;
+/* The peak of a bf16 unit over the pool's threads (0 where it cannot run): AMX, 6 x 16384 FLOPs a
+ * round; VDPBF16PS, 12 x 64 */
+static double bf16_peak(lh_pool *pool, int threads, int kind) {
+#ifdef HAVE_AMX_LOOP
+  if (kind == LH_ATTN_BF16_AMX && lh_attn_amx()) return peak_of(pool, threads, amx_loop, AMX_ITERS, 6 * 16384);
+#endif
+#ifdef HAVE_DPBF16_LOOP
+  if (kind == LH_ATTN_BF16_AVX512 && lh_attn_avx512bf16())
+    return peak_of(pool, threads, dpbf16_loop, DPBF16_ITERS, 12 * 64);
+#endif
+  return 0;
 }
 
 /* FMA peak of the pool's threads: one FMA_ITERS loop per thread, 12 x 8 x 2 FLOPs an iteration */
 static double fma_peak(lh_pool *pool, int threads) {
-  return have_fma() ? peak_of(pool, threads, fma_task, (double)FMA_ITERS * 12 * 16) : 0;
+  return have_fma() ? peak_of(pool, threads, fma_loop, FMA_ITERS, 12 * 16) : 0;
 }
 
 static double sgemm_peak(int threads) {
@@ -159,7 +174,7 @@ typedef struct job {
   float *o;
   int64_t qpos, nq, tq; /* queries [qpos, qpos + nq), tq per tile */
   float scale;
-  int path; /* 0 lh_attn_tile, 1 the BLAS path, 2 the AMX bf16 path */
+  int path; /* 0 lh_attn_tile, 1 the BLAS path, 2 the AMX bf16 unit, 3 the AVX512-BF16 one */
   float *scratch;
   size_t scratch_floats;
 } job;
@@ -170,7 +185,10 @@ static void tile_task(void *ctx, int64_t t, int worker) {
   int64_t r = t / NKV * j->tq, n = j->nq - r < j->tq ? j->nq - r : j->tq;
   const float *q = j->q + r * H * d + (int64_t)g * REP * d;
   float *o = j->o + r * H * d + (int64_t)g * REP * d, *s = j->scratch + (size_t)worker * j->scratch_floats;
-  (j->path == 1 ? lh_attn_tile_blas : j->path == 2 ? lh_attn_tile_amx : lh_attn_tile)(
+  (j->path == 1   ? lh_attn_tile_blas
+   : j->path == 2 ? lh_attn_tile_amx
+   : j->path == 3 ? lh_attn_tile_avx512bf16
+                  : lh_attn_tile)(
       &j->kv, g, REP, j->qpos + r, (int)n, q, H * d, d, j->scale, o, H * d, d, s);
 }
 
@@ -221,21 +239,29 @@ int main(int argc, char **argv) {
   if (rounds < 1 || rounds > 64 || chunk < 1 || threads < 1) return 2;
   lh_pool *pool = lh_pool_new(threads);
   if (!pool) return 1;
-  double peak = fma_peak(pool, threads), sgemm = sgemm_peak(threads), apeak = amx_peak(pool, threads);
+  /* the paths this CPU runs: 0 ours, 1 BLAS, then the bf16 units it has (2 AMX, 3 AVX512-BF16) */
+  int paths[4] = {0, 1}, np = 2;
+  if (lh_attn_amx()) paths[np++] = 2;
+  if (lh_attn_avx512bf16()) paths[np++] = 3;
+  static const char *const unit[4] = {"", "", "AMX", "VDPBF16PS"};
+  double peak = fma_peak(pool, threads), sgemm = sgemm_peak(threads), upeak[4] = {0};
+  for (int k = 2; k < np; k++)
+    upeak[paths[k]] = bf16_peak(pool, threads, paths[k] == 2 ? LH_ATTN_BF16_AMX : LH_ATTN_BF16_AVX512);
   printf("bench_attn_cpu: %d query heads over %d kv heads, pages of %d keys, chunk %d queries, %d threads, "
-         "medians of %d rounds; fused path %s; AMX bf16 path %s\n",
+         "medians of %d rounds; fused path %s; bf16 units: AMX %s, AVX512-BF16 %s (the mode uses %s)\n",
          H, NKV, PT, chunk, threads, rounds, lh_attn_fused() ? "on (AVX2+FMA)" : "off (this CPU: BLAS path only)",
-         lh_attn_amx() ? "on" : "off (no AMX-BF16 here)");
-  printf("limits: FMA peak %.1f GFLOP/s (%d threads), OpenBLAS sgemm 2048^3 %.1f GFLOP/s, AMX TDPBF16PS peak %.0f "
-         "GFLOP/s\n\n",
-         peak, threads, sgemm, apeak);
-  printf("| %-3s | %-6s | %-14s | %10s | %10s | %6s | %8s | %9s | %10s | %8s | %8s | %9s |\n", "d", "keys", "what",
-         "ours fp32", "BLAS path", "ratio", "% FMA", "max diff", "AMX bf16", "AMX/fp32", "% AMX", "AMX diff");
-  printf("|-----|--------|----------------|------------|------------|--------|----------|-----------|------------|------"
-         "----|----------|-----------|\n");
+         lh_attn_amx() ? "on" : "off", lh_attn_avx512bf16() ? "on" : "off", lh_attn_bf16_unit(lh_attn_bf16_kind(32)));
+  printf("limits: FMA peak %.1f GFLOP/s (%d threads), OpenBLAS sgemm 2048^3 %.1f GFLOP/s", peak, threads, sgemm);
+  for (int k = 2; k < np; k++) printf(", %s peak %.0f GFLOP/s", unit[paths[k]], upeak[paths[k]]);
+  printf("\n\n| %-3s | %-6s | %-14s | %10s | %10s | %6s | %8s | %9s |", "d", "keys", "what", "ours fp32", "BLAS path",
+         "ratio", "% FMA", "max diff");
+  for (int k = 2; k < np; k++) printf(" %9s bf16 | %8s | %8s | %9s |", unit[paths[k]], "/fp32", "% peak", "diff");
+  printf("\n|-----|--------|----------------|------------|------------|--------|----------|-----------|");
+  for (int k = 2; k < np; k++) printf("----------------|----------|----------|-----------|");
+  printf("\n");
   for (int di = 0; di < nd; di++)
     for (int li = 0; li < nlen; li++) {
-      int d = dims[di], amx = lh_attn_amx() && d % 32 == 0;
+      int d = dims[di], npd = d % 32 == 0 ? np : 2; /* the bf16 units need d a multiple of 32 */
       int64_t N = lens[li], nq = chunk < N ? chunk : N, npages = (N + PT - 1) / PT;
       void **pages = malloc(sizeof(void *) * npages);
       for (int64_t p = 0; p < npages; p++) {
@@ -243,57 +269,61 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < 2 * NKV * PT * d; i++) pg[i] = urand();
         pages[p] = pg;
       }
-      float *q = malloc(sizeof(float) * nq * H * d), *o[3];
-      for (int k = 0; k < 3; k++) o[k] = malloc(sizeof(float) * nq * H * d);
+      float *q = malloc(sizeof(float) * nq * H * d), *o[4];
+      for (int k = 0; k < 4; k++) o[k] = malloc(sizeof(float) * nq * H * d);
       for (int64_t i = 0; i < nq * H * d; i++) q[i] = 2 * urand();
       size_t sf = (lh_attn_scratch(d, PT) + 15) / 16 * 16;
       float *scratch = malloc(sizeof(float) * sf * threads);
       job j = {{pages, NKV, d, PT}, q, NULL, N - nq, nq, LH_ATTN_ROWS / REP, 1.0f / sqrtf((float)d), 0, scratch, sf};
       double keys = (double)nq * (N - nq) + (double)nq * (nq + 1) / 2, flops = 4.0 * d * H * keys;
-      /* prefill chunk: the paths alternate within each round */
-      double t[3][64], rb[64], ra[64];
-      for (int k = 0; k < 2 + amx; k++) j.o = o[k], run(pool, &j, k, 1); /* warm-up (pages into cache, threads) */
+      /* prefill chunk: the paths alternate within each round; ratio[k][r] = t(path k) / t(ours) */
+      double t[4][64], ratio[4][64];
+      for (int k = 0; k < npd; k++) j.o = o[k], run(pool, &j, paths[k], 1); /* warm-up (pages into cache, threads) */
       for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < 2 + amx; k++) j.o = o[k], t[k][r] = run(pool, &j, k, 1);
-        rb[r] = t[1][r] / t[0][r];
-        ra[r] = amx ? t[0][r] / t[2][r] : 0;
+        for (int k = 0; k < npd; k++) j.o = o[k], t[k][r] = run(pool, &j, paths[k], 1);
+        for (int k = 1; k < npd; k++) ratio[k][r] = k == 1 ? t[1][r] / t[0][r] : t[0][r] / t[k][r];
       }
-      double mx = 0, md = 0, ma = 0;
+      double mx = 0, md[4] = {0};
       for (int64_t i = 0; i < nq * H * d; i++) {
         if (fabsf(o[1][i]) > mx) mx = fabsf(o[1][i]);
-        if (fabsf(o[0][i] - o[1][i]) > md) md = fabsf(o[0][i] - o[1][i]);
-        if (amx && fabsf(o[0][i] - o[2][i]) > ma) ma = fabsf(o[0][i] - o[2][i]);
+        for (int k = 1; k < npd; k++)
+          if (fabsf(o[0][i] - o[k][i]) > md[k]) md[k] = fabsf(o[0][i] - o[k][i]);
       }
       if (mx == 0) mx = 1;
       double gf = flops / median(t[0], rounds) / 1e9, gb = flops / median(t[1], rounds) / 1e9;
-      double ga = amx ? flops / median(t[2], rounds) / 1e9 : 0;
       printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9.1e |", d, (long long)(N / 1024),
-             "chunk GFLOP/s", gf, gb, median(rb, rounds), peak > 0 ? 100 * gf / peak : 0.0, md / mx);
-      if (amx)
-        printf(" %10.1f | %7.2fx | %7.0f%% | %9.1e |\n", ga, median(ra, rounds), apeak > 0 ? 100 * ga / apeak : 0.0,
-               ma / mx);
-      else
-        printf(" %10s | %8s | %8s | %9s |\n", "-", "-", "-", "-");
+             "chunk GFLOP/s", gf, gb, median(ratio[1], rounds), peak > 0 ? 100 * gf / peak : 0.0, md[1] / mx);
+      for (int k = 2; k < np; k++) {
+        double gu = k < npd ? flops / median(t[k], rounds) / 1e9 : 0, up = upeak[paths[k]];
+        if (k < npd)
+          printf(" %14.1f | %7.2fx | %7.0f%% | %9.1e |", gu, median(ratio[k], rounds), up > 0 ? 100 * gu / up : 0.0,
+                 md[k] / mx);
+        else
+          printf(" %14s | %8s | %8s | %9s |", "-", "-", "-", "-");
+      }
+      printf("\n");
       /* decode: one query of every head at N - 1; enough steps for ~0.1 s */
       job dj = j;
       dj.qpos = N - 1, dj.nq = 1, dj.q = q, dj.o = o[0];
       int steps = (int)(2e7 / ((double)N * d) + 1);
-      run(pool, &dj, 0, 1);
-      if (amx) run(pool, &dj, 2, 1);
+      for (int k = 0; k < npd; k++) run(pool, &dj, paths[k], 1);
       for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < 2 + amx; k++) t[k][r] = run(pool, &dj, k, steps);
-        rb[r] = t[1][r] / t[0][r];
-        ra[r] = amx ? t[0][r] / t[2][r] : 0;
+        for (int k = 0; k < npd; k++) t[k][r] = run(pool, &dj, paths[k], steps);
+        for (int k = 1; k < npd; k++) ratio[k][r] = k == 1 ? t[1][r] / t[0][r] : t[0][r] / t[k][r];
       }
       double df = 4.0 * d * H * N;
       printf("| %-3d | %5lldK | %-14s | %10.1f | %10.1f | %5.2fx | %7.0f%% | %9s |", d, (long long)(N / 1024),
-             "decode us/step", median(t[0], rounds) * 1e6, median(t[1], rounds) * 1e6, median(rb, rounds),
+             "decode us/step", median(t[0], rounds) * 1e6, median(t[1], rounds) * 1e6, median(ratio[1], rounds),
              peak > 0 ? 100 * df / median(t[0], rounds) / 1e9 / peak : 0.0, "-");
-      if (amx) printf(" %10.1f | %7.2fx | %8s | %9s |\n", median(t[2], rounds) * 1e6, median(ra, rounds), "-", "-");
-      else printf(" %10s | %8s | %8s | %9s |\n", "-", "-", "-", "-");
+      for (int k = 2; k < np; k++) {
+        if (k < npd)
+          printf(" %14.1f | %7.2fx | %8s | %9s |", median(t[k], rounds) * 1e6, median(ratio[k], rounds), "-", "-");
+        else printf(" %14s | %8s | %8s | %9s |", "-", "-", "-", "-");
+      }
+      printf("\n");
       fflush(stdout);
       for (int64_t p = 0; p < npages; p++) free(pages[p]);
-      for (int k = 0; k < 3; k++) free(o[k]);
+      for (int k = 0; k < 4; k++) free(o[k]);
       free(pages), free(q), free(scratch);
     }
   lh_pool_free(pool);

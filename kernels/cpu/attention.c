@@ -58,6 +58,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/fastmath.h"
 #include "kernels/cpu/ops.h"
 
@@ -121,13 +122,13 @@ static inline float row_sum(const float *s, int64_t n) {
 }
 
 /* The largest of the paths' needs: the BLAS path's score block, accumulator and packed Q; the
- * fused path's Q^T and O^T of every row block, one S^T block and 32-byte alignment; the AMX
- * path's (attention_amx.c). */
+ * fused path's Q^T and O^T of every row block, one S^T block and 32-byte alignment; the bf16
+ * mode's (attention_bf16.c). */
 size_t lh_attn_scratch(int d, int page_tokens) {
   size_t blas = (size_t)LH_ATTN_ROWS * page_tokens + 2 * (size_t)LH_ATTN_ROWS * d + 2 * LH_ATTN_ROWS;
-  size_t fused = 2 * (size_t)MAX_BLOCKS * RB * d + (size_t)KB * RB + 8, amx = lh_attn_amx_scratch(d);
+  size_t fused = 2 * (size_t)MAX_BLOCKS * RB * d + (size_t)KB * RB + 8, bf16 = lh_attn_bf16_scratch(d);
   size_t most = blas > fused ? blas : fused;
-  return most > amx ? most : amx;
+  return most > bf16 ? most : bf16;
 }
 
 LH_SIMD_CLONES void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q,
@@ -177,6 +178,18 @@ LH_SIMD_CLONES void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int6
       float li = l[hh * nq + i], *oi = o + i * ldo + hh * ohs;
       for (int c = 0; c < d; c++) oi[c] = a[c] / li;
     }
+}
+
+/* The key block from position first (at most kb keys, not past its page): K and V of kv head g
+ * at its first key; returns the position after its last key. The fused path and the bf16 mode's
+ * tile loop (attention_bf16.c) cut their key blocks with it. */
+int64_t lh_attn_key_block(const lh_kv_pages *kv, int g, int64_t first, int kb, const float **K, const float **V) {
+  const int PT = kv->page_tokens, d = kv->d;
+  int64_t k0 = first / PT * PT;
+  const float *page = kv->pages[first / PT];
+  *K = page + ((int64_t)g * PT + (first - k0)) * d;
+  *V = page + ((int64_t)(kv->n_kv + g) * PT + (first - k0)) * d;
+  return k0 + PT < first + kb ? k0 + PT : first + kb;
 }
 
 /* ---- the fused AVX2/FMA path -------------------------------------------------------------- */
@@ -359,17 +372,6 @@ AVX2_FMA static void block_step3(row_block *rb, const float *K, const float *V, 
   block_step(rb, K, V, d, nk, first, kb, ST, 3);
 }
 
-/* The key block from position first (at most kb keys, not past its page): K and V of kv head g
- * at its first key; returns the position after its last key. */
-static int64_t key_block(const lh_kv_pages *kv, int g, int64_t first, int kb, const float **K, const float **V) {
-  const int PT = kv->page_tokens, d = kv->d;
-  int64_t k0 = first / PT * PT;
-  const float *page = kv->pages[first / PT];
-  *K = page + ((int64_t)g * PT + (first - k0)) * d;
-  *V = page + ((int64_t)(kv->n_kv + g) * PT + (first - k0)) * d;
-  return k0 + PT < first + kb ? k0 + PT : first + kb;
-}
-
 /* Key blocks outside, row blocks inside: a block's K and V (32 KB each at d = 32) are read from
  * memory once per tile and stay in L2 while every row block that sees them goes over them. */
 static void attn_tile_fused(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
@@ -402,8 +404,8 @@ static void attn_tile_fused(const lh_kv_pages *kv, int g, int nh, int64_t qpos, 
   int b_lo = 0; /* blocks before b_lo have seen all their keys: pmax grows with b */
   for (int64_t first = 0; first < qpos + nq;) {
     const float *K, *V, *Kn = NULL, *Vn = NULL;
-    int64_t end = key_block(kv, g, first, kb, &K, &V), next_end = 0; /* this key block: [first, end) */
-    if (end < qpos + nq) next_end = key_block(kv, g, end, kb, &Kn, &Vn);
+    int64_t end = lh_attn_key_block(kv, g, first, kb, &K, &V), next_end = 0; /* this key block: [first, end) */
+    if (end < qpos + nq) next_end = lh_attn_key_block(kv, g, end, kb, &Kn, &Vn);
     if (next_end > qpos + nq) next_end = qpos + nq;
     /* the next block's K and V into L2 meanwhile, a slice before each row block (not in one
      * burst): at long context they come from memory, not from L3 */

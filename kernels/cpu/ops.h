@@ -146,17 +146,31 @@ int lh_attn_fused(void);
 void lh_attn_tile_blas(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
                        int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
 
-/* The bf16 path (attention_amx.c): the same function with Q K^T and P V on Intel AMX tiles, Q, K,
- * V and P rounded to bf16 for the products (fp32 accumulation, softmax in fp32), as the GPU does
- * them: about 3 significant digits, against ~7 above. lh_attn_amx() is 1 where it runs (a CPU with
- * AMX-BF16 and AVX512-BF16 and a kernel that grants the tile state, asked once per process);
- * lh_attn_tile_amx takes lh_attn_tile's arguments and scratch, and falls back to it where the
- * path cannot run (no AMX, or head_dim not a multiple of 32). A query's bits do not depend on the
- * tile it is in. */
+/* The bf16 mode (attention_bf16.c): the same function with Q K^T and P V in bf16, Q, K, V and P
+ * rounded to bf16 for the products (fp32 accumulation, softmax in fp32), as the GPU does them:
+ * about 3 significant digits, against ~7 above. A query's bits do not depend on the tile it is in.
+ * Two units can do its products; lh_attn_bf16_kind(d) says which one lh_attn_tile_bf16 uses for
+ * head dim d on this CPU (LH_ATTN_BF16_NONE: there it is lh_attn_tile, fp32):
+ *   LH_ATTN_BF16_AMX     Intel AMX tiles (attention_amx.c), where lh_attn_amx() is 1: a CPU with
+ *                        AMX-BF16 and AVX512-BF16 and a kernel that grants the tile state;
+ *   LH_ATTN_BF16_AVX512  else AVX512-BF16's VDPBF16PS (attention_avx512bf16.c), where
+ *                        lh_attn_avx512bf16() is 1: AVX512 F/BW/VL/DQ and AVX512_BF16;
+ * and only for d a multiple of 32 up to 256. The two units sum their products in different orders,
+ * so their bits differ (each is deterministic). Each takes lh_attn_tile's arguments and scratch. */
+enum { LH_ATTN_BF16_NONE = 0, LH_ATTN_BF16_AMX = 1, LH_ATTN_BF16_AVX512 = 2 };
+int lh_attn_bf16_kind(int d);
+const char *lh_attn_bf16_unit(int kind); /* "AMX tiles", "AVX512-BF16", "none (fp32)" */
+void lh_attn_tile_bf16(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
+                       int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
+/* Each unit by itself (tests and benchmarks run both where both run); lh_attn_tile where it cannot
+ * run (head_dim not a multiple of 32 up to 256, or the CPU lacks it). */
 int lh_attn_amx(void);
+int lh_attn_avx512bf16(void);
 void lh_attn_tile_amx(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q, int64_t ldq,
                       int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
-size_t lh_attn_amx_scratch(int d); /* included in lh_attn_scratch */
+void lh_attn_tile_avx512bf16(const lh_kv_pages *kv, int g, int nh, int64_t qpos, int nq, const float *q,
+                             int64_t ldq, int64_t qhs, float scale, float *o, int64_t ldo, int64_t ohs, float *scratch);
+size_t lh_attn_bf16_scratch(int d); /* included in lh_attn_scratch */
 
 /* ---- mixture of experts ------------------------------------------------------------------- */
 

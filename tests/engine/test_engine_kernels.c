@@ -266,11 +266,21 @@ static void test_lightning(void) {
       }
 }
 
-/* Both paths of lh_attn_tile against a double softmax, in the backend's tiles (all heads of a
- * group) and in one head at a time; cases cover head dims that are not multiples of 4 or 8, pages
- * smaller and larger than the fused path's 64-key blocks and not multiples of them, contexts of
- * several pages, tiles whose rows are not a multiple of 8 or 24, and (q scale 12) scores far
- * apart, where most probabilities underflow and the running max moves. */
+/* Both paths of lh_attn_tile and both units of the bf16 mode (where this CPU has them) against a
+ * double softmax, in the backend's tiles (all heads of a group) and in one head at a time; cases
+ * cover head dims that are not multiples of 4 or 8, pages smaller and larger than the fused path's
+ * 64-key blocks and not multiples of them, contexts of several pages, tiles whose rows are not a
+ * multiple of 4, 8 or 24, and (q scale 12) scores far apart, where most probabilities underflow and
+ * the running max moves; for the bf16 units, head dims 32 to 256 and pages of fewer than 256 keys
+ * (key blocks not a multiple of 32 or 64). */
+typedef void (*attn_fn)(const lh_kv_pages *, int, int, int64_t, int, const float *, int64_t, int64_t, float, float *,
+                        int64_t, int64_t, float *);
+static const char *const bf16_names[] = {"", "AMX bf16 path", "AVX512-BF16 path"};
+
+/* Whether the bf16 unit kind runs here, and its entry. */
+static int bf16_runs(int kind) { return kind == LH_ATTN_BF16_AMX ? lh_attn_amx() : lh_attn_avx512bf16(); }
+static attn_fn bf16_entry(int kind) { return kind == LH_ATTN_BF16_AMX ? lh_attn_tile_amx : lh_attn_tile_avx512bf16; }
+
 static void test_attention(void) {
   /* n_kv, rep (heads per kv head), d, page_tokens, context before the queries, queries, q scale */
   int cases[][7] = {{1, 1, 8, 16, 0, 1, 2},      {2, 2, 16, 16, 0, 40, 2},   {2, 4, 16, 16, 37, 64, 2},
@@ -278,11 +288,12 @@ static void test_attention(void) {
                     {2, 1, 16, 8, 500, 3, 2},    {1, 8, 16, 16, 20, 70, 2},  {2, 2, 8, 16, 0, 300, 2},
                     {1, 2, 36, 100, 333, 50, 2}, {2, 3, 12, 64, 130, 45, 2}, {1, 1, 128, 256, 600, 30, 2},
                     {4, 2, 32, 256, 1000, 130, 2}, {1, 2, 6, 256, 70, 200, 2}, {1, 2, 32, 256, 700, 90, 12},
-                    {1, 1, 20, 48, 150, 25, 12}};
+                    {1, 1, 20, 48, 150, 25, 12}, {2, 2, 32, 48, 100, 70, 2}, {1, 4, 96, 64, 90, 40, 2},
+                    {1, 1, 256, 256, 300, 20, 2}, {2, 3, 32, 100, 250, 61, 12}};
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-    for (int path = 0; path < 3; path++) { /* lh_attn_tile, the BLAS path, the AMX path */
-      int amx = path == 2 && lh_attn_amx() && cases[c][2] % 32 == 0, blas = path == 1;
-      if (path == 2 && !amx) continue; /* lh_attn_tile_amx would be lh_attn_tile: path 0 */
+    for (int path = 0; path < 4; path++) { /* lh_attn_tile, the BLAS path, the bf16 units AMX and AVX512 */
+      int bf16 = path >= 2 && bf16_runs(path - 1) && cases[c][2] % 32 == 0, blas = path == 1;
+      if (path >= 2 && !bf16) continue; /* the unit would be lh_attn_tile: path 0 */
       int nkv = cases[c][0], rep = cases[c][1], d = cases[c][2], PT = cases[c][3], P = cases[c][4], nq = cases[c][5];
       int H = nkv * rep, T = P + nq, npages = (T + PT - 1) / PT;
       rng = 12345 + c;
@@ -303,14 +314,14 @@ static void test_attention(void) {
           for (int t0 = 0; t0 < nq; t0 += tq) {
             int m = nq - t0 < tq ? nq - t0 : tq;
             size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
-            (blas ? lh_attn_tile_blas : amx ? lh_attn_tile_amx : lh_attn_tile)(
+            (blas ? lh_attn_tile_blas : bf16 ? bf16_entry(path - 1) : lh_attn_tile)(
                 &kv, g, per_head ? 1 : rep, P + t0, m, q + at, H * d, d, scale, o + at, H * d, d, scratch);
           }
       double *ref = malloc((size_t)nq * H * d * sizeof *ref), *p = malloc((size_t)T * sizeof *p);
       double *ref16 = malloc((size_t)nq * H * d * sizeof *ref16);
-      /* ref: the exact function; ref16: the same of q, K and V rounded to bf16 as the AMX path's
-       * products take them, so that what remains is its own error (P in bf16, the fp32 sums) */
-      for (int r16 = 0; r16 < 1 + amx; r16++)
+      /* ref: the exact function; ref16: the same of q, K and V rounded to bf16 as the bf16 units'
+       * products take them, so that what remains is their own error (P in bf16, the fp32 sums) */
+      for (int r16 = 0; r16 < 1 + bf16; r16++)
         for (int i = 0; i < nq; i++)
           for (int h = 0; h < H; h++) {
             int g = h / rep, last = P + i;
@@ -336,15 +347,16 @@ static void test_attention(void) {
           }
       char what[128];
       snprintf(what, sizeof what, "attention (%s) nkv=%d rep=%d d=%d pages of %d, %d + %d, q x %d",
-               blas  ? "BLAS path"
-               : amx ? "AMX bf16 path"
+               blas   ? "BLAS path"
+               : bf16 ? bf16_names[path - 1]
                : lh_attn_fused() ? "fused path"
                                  : "BLAS path via lh_attn_tile",
                nkv, rep, d, PT, P, nq, cases[c][6]);
-      if (amx) {
+      if (bf16) {
         /* P rounded to bf16 (relative 2^-9 each) averages out over the keys: measured 0.6-1.5e-3
-         * in rel L2 against ref16. Against the exact function the inputs' rounding adds more:
-         * 2-5e-3 measured, the most at q x 12, where scores are large. */
+         * in rel L2 against ref16 on AMX, 0.5-1.6e-3 on AVX512-BF16. Against the exact function
+         * the inputs' rounding adds more: 2-5e-3 measured (both units), the most at q x 12, where
+         * scores are large. */
         CHECK_MSG(close_enough(what, o, ref16, (size_t)nq * H * d, 3e-3, 1e-2), "%s against bf16 inputs", what);
         CHECK_MSG(close_enough(what, o, ref, (size_t)nq * H * d, 1e-2, 3e-2), "%s against the exact function", what);
       } else {
@@ -359,24 +371,36 @@ static void test_attention(void) {
 /* The fused path's promise: a query's output does not depend on the tile it is in. The same
  * queries in the backend's tiles, in tiles of uneven lengths, one head at a time and one query at
  * a time (decode) give the same bits. The BLAS path does not promise it (its products change
- * bits with their shapes), so on CPUs without AVX2+FMA this is skipped, loudly. */
-static void attention_tiling(int amx);
+ * bits with their shapes), so on CPUs without AVX2+FMA this is skipped, loudly. The bf16 units
+ * promise it too, each for itself; lh_attn_tile_bf16 must take the unit lh_attn_bf16_kind names. */
+static void attention_tiling(attn_fn tile, const char *what);
 static void test_attention_tiling(void) {
   if (!lh_attn_fused())
     fprintf(stderr, "  SKIP attention tiling invariance: lh_attn_tile takes the BLAS path here (a CPU without "
                     "AVX2+FMA, or a build without the fused path)\n");
   else
-    attention_tiling(0);
-  if (!lh_attn_amx())
-    fprintf(stderr, "  SKIP AMX attention tiling invariance and accuracy: no AMX-BF16 here (or the kernel "
-                    "refused the tile state)\n");
-  else
-    attention_tiling(1);
+    attention_tiling(lh_attn_tile, "fused path");
+  for (int kind = LH_ATTN_BF16_AMX; kind <= LH_ATTN_BF16_AVX512; kind++)
+    if (!bf16_runs(kind))
+      fprintf(stderr, "  SKIP %s tiling invariance: %s\n", bf16_names[kind],
+              kind == LH_ATTN_BF16_AMX ? "no AMX-BF16 here (or the kernel refused the tile state)"
+                                       : "no AVX512-BF16 here");
+    else
+      attention_tiling(bf16_entry(kind), bf16_names[kind]);
+  const int want = lh_attn_amx() ? LH_ATTN_BF16_AMX : lh_attn_avx512bf16() ? LH_ATTN_BF16_AVX512 : LH_ATTN_BF16_NONE;
+  CHECK_MSG(lh_attn_bf16_kind(32) == want && lh_attn_bf16_kind(256) == want, "lh_attn_bf16_kind: %d, want %d",
+            lh_attn_bf16_kind(32), want);
+  CHECK(lh_attn_bf16_kind(48) == LH_ATTN_BF16_NONE && lh_attn_bf16_kind(288) == LH_ATTN_BF16_NONE);
+  if (want != LH_ATTN_BF16_NONE) /* the mode's entry is that unit, bit for bit */
+    attention_tiling(lh_attn_tile_bf16, want == LH_ATTN_BF16_AMX ? "lh_attn_tile_bf16 (AMX)"
+                                                                 : "lh_attn_tile_bf16 (AVX512-BF16)");
 }
 
-/* The same for the fused path (amx 0) or the AMX path (amx 1). */
-static void attention_tiling(int amx) {
-  int shapes[][4] = {{2, 32, 256, 700}, {2, 64, 256, 300}, {4, 20, 48, 260}, {1, 8, 16, 90}}; /* rep, d, PT, T */
+/* The tiling check for one path; with tile = lh_attn_tile_bf16 each way is also compared with the
+ * unit lh_attn_bf16_kind names. */
+static void attention_tiling(attn_fn tile, const char *what) {
+  int shapes[][4] = {{2, 32, 256, 700}, {2, 64, 256, 300}, {4, 20, 48, 260}, {1, 8, 16, 90}, /* rep, d, PT, T */
+                     {3, 32, 96, 400},  {2, 96, 64, 150}};
   for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
     int rep = shapes[c][0], d = shapes[c][1], PT = shapes[c][2], T = shapes[c][3], nkv = 2, H = nkv * rep;
     int npages = (T + PT - 1) / PT;
@@ -384,31 +408,33 @@ static void attention_tiling(int amx) {
     for (int p = 0; p < npages; p++) pages[p] = frand((size_t)2 * nkv * PT * d, 1);
     lh_kv_pages kv = {pages, nkv, d, PT};
     float *q = frand((size_t)T * H * d, 3), *scratch = malloc(lh_attn_scratch(d, PT) * sizeof *scratch);
-    float *o[4];
+    float *o[5];
     float scale = 1.0f / sqrtf((float)d);
-    for (int way = 0; way < 4; way++) {
+    const int kind = lh_attn_bf16_kind(d), ways = tile == lh_attn_tile_bf16 && kind ? 5 : 4;
+    for (int way = 0; way < ways; way++) {
       o[way] = malloc((size_t)T * H * d * sizeof(float));
       for (int g = 0; g < nkv; g++) {
         int nh = way == 2 ? 1 : rep;
         for (int h0 = 0; h0 < rep; h0 += nh)
           for (int t0 = 0, step = 1; t0 < T; t0 += step) {
-            /* the backend's tiles; uneven ones; one head at a time; one query at a time */
-            if (way == 0) step = LH_ATTN_ROWS / rep;
+            /* the backend's tiles; uneven ones; one head at a time; one query at a time; the
+             * backend's tiles through the unit itself */
+            if (way == 0 || way == 4) step = LH_ATTN_ROWS / rep;
             else if (way == 1) step = (step * 7 + 3) % (LH_ATTN_ROWS / nh) + 1;
             else step = way == 2 ? LH_ATTN_ROWS : 1;
             int m = T - t0 < step ? T - t0 : step;
             size_t at = (size_t)t0 * H * d + (size_t)(g * rep + h0) * d;
-            (amx ? lh_attn_tile_amx : lh_attn_tile)(&kv, g, nh, t0, m, q + at, H * d, d, scale, o[way] + at, H * d, d,
-                                                    scratch);
+            (way == 4 ? bf16_entry(kind) : tile)(&kv, g, nh, t0, m, q + at, H * d, d, scale, o[way] + at, H * d, d,
+                                                 scratch);
           }
       }
     }
-    for (int way = 1; way < 4; way++)
+    for (int way = 1; way < ways; way++)
       CHECK_MSG(!memcmp(o[0], o[way], (size_t)T * H * d * sizeof(float)),
                 "attention (%s) rep=%d d=%d pages of %d, %d queries: tiling %d differs in some bit from the backend's",
-                amx ? "AMX path" : "fused path", rep, d, PT, T, way);
+                what, rep, d, PT, T, way);
     for (int p = 0; p < npages; p++) free(pages[p]);
-    for (int way = 0; way < 4; way++) free(o[way]);
+    for (int way = 0; way < ways; way++) free(o[way]);
     free(pages), free(q), free(scratch);
   }
 }

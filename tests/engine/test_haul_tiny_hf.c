@@ -127,10 +127,10 @@ int main(void) {
     }
     lh_model_close(mt);
   }
-  /* The CPU's bf16 attention (lh_model_params.cpu_attention, kernels/cpu/attention_amx.c): Q K^T
-   * and P V with bf16 inputs, the rest fp32, so a looser bound against HF's fp32 forward, and the
-   * same greedy tokens. Where the CPU has no AMX-BF16, asking for it must fail clearly and auto
-   * must fall back to fp32. */
+  /* The CPU's bf16 attention (lh_model_params.cpu_attention, kernels/cpu/attention_bf16.c, on AMX
+   * tiles or AVX512-BF16, whichever the CPU has): Q K^T and P V with bf16 inputs, the rest fp32, so
+   * a looser bound against HF's fp32 forward, and the same greedy tokens. Where the CPU has
+   * neither unit, asking for it must fail clearly and auto must fall back to fp32. */
   {
     lh_model_params pb = p;
     pb.cpu_attention = LH_CPU_ATTN_AUTO;
@@ -138,17 +138,18 @@ int main(void) {
     CHECK_MSG(!lh_model_open(mdir, &pb, &mb, &err), "cpu_attention auto: %s", err.msg);
     const int bf16 = mb && lh_model_cpu_attention(mb) == LH_CPU_ATTN_BF16;
     if (!bf16) {
-      fprintf(stderr, "  SKIP bf16 attention against HF: auto chose %s here (no AMX-BF16)\n",
+      fprintf(stderr, "  SKIP bf16 attention against HF: auto chose %s here (no AMX-BF16 nor AVX512-BF16)\n",
               mb ? lh_cpu_attention_name(lh_model_cpu_attention(mb)) : "nothing");
       CHECK(!mb || lh_model_cpu_attention(mb) == LH_CPU_ATTN_FP32);
       lh_model *mx = NULL;
       pb.cpu_attention = LH_CPU_ATTN_BF16;
-      CHECK_MSG(lh_model_open(mdir, &pb, &mx, &err) == LH_EUNSUPPORTED && !mx && strstr(err.msg, "AMX"),
-                "cpu_attention bf16 without AMX must be refused, naming AMX");
+      CHECK_MSG(lh_model_open(mdir, &pb, &mx, &err) == LH_EUNSUPPORTED && !mx && strstr(err.msg, "AMX") &&
+                    strstr(err.msg, "AVX512-BF16"),
+                "cpu_attention bf16 without AMX or AVX512-BF16 must be refused, naming both");
       lh_model_close(mx);
     } else {
       CHECK(run_plan(mb, &ids, p1, 3, got));
-      /* measured 1.8e-4 rel L2 here (the fp32 path: 1.5e-6); 2e-3 leaves room */
+      /* measured 1.8e-4 rel L2 on AMX and on AVX512-BF16 (the fp32 path: 1.5e-6); 2e-3 leaves room */
       CHECK_MSG(meets_rows("bf16 attention, chunks 255/256/257", got, ref, pos.data, pos.len, V, 2e-3, 1e-2),
                 "bf16 attention vs HF");
       lh_state *sb = NULL;
