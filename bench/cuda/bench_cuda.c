@@ -196,7 +196,7 @@ typedef struct light_ctx {
 } light_ctx;
 static void run_light(void *p) {
   light_ctx *l = p;
-  ck(lh_cuda_lightning(l->st, l->qkv, 3 * H * D, l->seg, 1, H, D, l->slope, l->o, H * D, l->sync, l->split_q),
+  ck(lh_cuda_lightning(l->st, l->qkv, 3 * H * D, l->n, l->seg, 1, H, D, l->slope, l->o, H * D, l->sync, l->split_q),
      "lightning");
   if (l->norm_w)
     ck(lh_cuda_norm_gate(l->st, l->o, H * D, l->qkv, 3 * H * D, l->n, H * D, l->norm_w, 1e-6f, l->o, H * D), "norm");
@@ -237,6 +237,12 @@ static void bench_lightning(cudaStream_t st, int quick) {
       if (!isnan(peer(fkey))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(fkey), "", NAN);
       if (!isnan(peer(skey))) row("  vs torch SiLU of fused q/k/v rows, then fla", ms, "SiLU + fla", peer(skey), "", NAN);
       if (!isnan(peer(s3key))) row("  vs torch SiLU of 3 contiguous q, k, v, fla", ms, "SiLU x3 + fla", peer(s3key), "", NAN);
+      { /* the mma.sync kernel it replaced on sm_90 (lightning_ws), same inputs, as the peer */
+        lh_cuda_lightning_kernel(0);
+        double mws = time_ms(st, quick ? 3 : 10, run_light, &l);
+        lh_cuda_lightning_kernel(-1);
+        row("  vs lightning_ws (mma.sync, before wgmma)", ms, "lightning_ws", mws, "", NAN);
+      }
       if (cut && !quick) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
         for (int q = 544; q <= 800; q += 64) {
@@ -378,7 +384,7 @@ static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const 
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
   c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D};
   double ms = time_ms(st, 3, run_cudnn, &c);
-  char name[96], rate[160];
+  char name[160], rate[160];
   snprintf(name, sizeof name, "cuDNN SDPA (paged), %s", what);
   if (c.failed) {
     printf("| %-44s | refused: %s\n", name, c.msg);

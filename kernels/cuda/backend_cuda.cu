@@ -165,7 +165,7 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
   else {
     if (!b->tune.lightning_whole)
       CU(grow_buffer(b, (void **)&b->light_sync, &b->light_sync_bytes, (size_t)bt->nseg * H * sizeof(int), true));
-    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, (const lh_cuda_lseg *)dsegs, bt->nseg, H, c.head_dim, L.slope,
+    CU(lh_cuda_lightning(b->stream, b->proj, 4 * Hd, n, (const lh_cuda_lseg *)dsegs, bt->nseg, H, c.head_dim, L.slope,
                          b->attn_o, Hd, b->tune.lightning_whole ? NULL : b->light_sync, 0));
   }
   if (b->tp == 1) {

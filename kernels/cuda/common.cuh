@@ -112,12 +112,12 @@ static __device__ __forceinline__ const bf16 *lh_frag_at_addr(const bf16 *base, 
 /* 16-byte asynchronous global -> shared copy; when !valid the destination is zero-filled. */
 static __device__ __forceinline__ void lh_cp_async16(void *smem, const void *gmem, bool valid) {
   int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(lh_smem_addr(smem)), "l"(gmem), "r"(n));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(lh_smem_addr(smem)), "l"(gmem), "r"(n) : "memory");
 }
-static __device__ __forceinline__ void lh_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ __forceinline__ void lh_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 static __device__ __forceinline__ void lh_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 #endif

@@ -70,15 +70,23 @@ typedef struct lh_cuda_lseg {
  * (intra-block masked product with decay, inter-block from the state, state update) on tensor cores
  * for d in {32, 64, 128}, token-recurrent otherwise. segs: device array of nseg. When the grid
  * would leave SMs idle, a segment of at least LH_CUDA_LIGHTNING_SPLIT_MIN rows is cut in two at
- * about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q, or LH_CUDA_LIGHTNING_WS_SPLIT_Q
- * for d = 128, whose advance costs less against a full block), the second part first advancing
- * the state to the cut. sync: nseg * H ints, zero before the call and zero after it (NULL: never
- * cut). Outputs and states are the same bits whether a segment is cut or not. */
+ * about split_q/1024 of its rows (0: LH_CUDA_LIGHTNING_SPLIT_Q, or for d = 128, whose advance costs
+ * less against a full block, LH_CUDA_LIGHTNING_WG_SPLIT_Q on sm_90 and LH_CUDA_LIGHTNING_WS_SPLIT_Q
+ * elsewhere), the second part first advancing the state to the cut. sync: nseg * H ints, zero
+ * before the call and zero after it (NULL: never cut). Outputs and states are the same bits whether
+ * a segment is cut or not. rows: the rows of qkv (every segment lies within them; the TMA loads of
+ * lightning_wg are bounded by it). */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
 #define LH_CUDA_LIGHTNING_WS_SPLIT_Q 736
+#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 608 /* lightning_wg (sm_90), bench/NOTES.md session 10 */
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
-cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs, int nseg,
-                              int H, int d, const float *slope, void *o, int64_t o_stride, int *sync, int split_q);
+cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
+                              const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope, void *o,
+                              int64_t o_stride, int *sync, int split_q);
+/* Which kernel runs d = 128 (for measurements): 1 lightning_wg (wgmma; sm_90 only, the default
+ * there), 0 lightning_ws (mma.sync; the default elsewhere, or with LH_CUDA_LIGHTNING=ws), -1 back
+ * to the default. */
+void lh_cuda_lightning_kernel(int which);
 /* The token-recurrent form (S = e^-s S + k^T v; o = q S) for any d <= 256: the decode path (one
  * row per segment) and the reference-shaped fallback. */
 cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,

@@ -9,9 +9,10 @@
  * The function of the tokens is the same whatever the block boundaries, so a chunk can start at any
  * position: the kernel blocks each segment from its own first row.
  *
- * Two blocked kernels: lightning_ws for d = 128 (the real model's heads; described at it: the
- * same blocks and cut, with the work split between producer and state warps) and
- * lightning_blocked for d = 32 and 64 (and 128 with LW_WS 0), described here.
+ * Three blocked kernels, each described at its definition: for d = 128 (the real model's heads)
+ * lightning_wg on sm_90 (warpgroup MMA and TMA; session 10) and lightning_ws elsewhere (mma.sync,
+ * the work split between producer and state warps); lightning_blocked for d = 32 and 64 (and 128
+ * with LW_WS 0), described here. All three use the same blocks and the same cut.
  *
  * lightning_blocked: one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
  * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers,
@@ -46,10 +47,20 @@
  * change the time: the kernel is latency-bound, SiLU the largest piece on its path (bench/NOTES.md,
  * session 6: removing each piece in turn, and ncu). Session 7: the cp.async stage and SiLU among
  * the MMAs, 3% faster; then lightning_ws for d = 128, 1.41x faster than this kernel at 64K tokens
- * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut).
+ * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut). Session 10:
+ * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/wgmma.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #define LT 64 /* tokens per block */
 /* Switches for comparisons (bench/NOTES.md, session 7), not for production: */
@@ -179,6 +190,54 @@ static __device__ __forceinline__ lw_cut lw_cut_of(const lh_cuda_lseg *segs, int
   c.run = n > 0 && (blockIdx.x == 0 || c.split);
   c.x = c.split ? (n * split_q / 1024) / LT * LT : n;
   return c;
+}
+
+/* The blocks a CTA of lightning_ws or lightning_wg walks, [0, nb): the first nadv (part 1's rows
+ * [0, x)) only advance the state, the rest run rows [r_begin, r_end) in full. */
+struct lw_walk {
+  int nadv, nb;
+  int64_t r_begin, r_end;
+  bool writes_state; /* not part 0 of a cut segment */
+  __device__ __forceinline__ lw_walk(const lw_cut &c, int part) {
+    nadv = part == 1 ? (int)(c.x / LT) : 0;
+    r_begin = part == 1 ? c.x : 0;
+    r_end = part == 1 ? c.seg.nrows : c.x;
+    nb = nadv + (int)((r_end - r_begin + LT - 1) / LT);
+    writes_state = !c.split || part == 1;
+  }
+  __device__ __forceinline__ int64_t row0(int i) const {
+    return i < nadv ? (int64_t)i * LT : r_begin + (int64_t)(i - nadv) * LT;
+  }
+  __device__ __forceinline__ int rows(int i) const {
+    if (i < nadv) return LT;
+    const int64_t left = r_end - row0(i);
+    return left < LT ? (int)left : LT;
+  }
+};
+
+/* A cut segment's two parts share the entering state in global memory: part 0 calls
+ * lw_cut_read_done once all its state threads (bar: their named barrier, 256 threads) hold it;
+ * part 1 calls lw_cut_wait_read before it overwrites it, which also sets the flag back to 0. */
+/* Named barriers (bar.sync waits, bar.arrive does not) over n threads; 0 is __syncthreads'. */
+static __device__ __forceinline__ void lw_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void lw_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void lw_cut_read_done(int *flag, int bar, int tid) {
+  lw_bar_sync(bar, 256);
+  if (tid == 0) {
+    __threadfence();
+    atomicAdd(flag, 1);
+  }
+}
+static __device__ __forceinline__ void lw_cut_wait_read(int *flag, int bar, int tid) {
+  if (tid == 0) {
+    while (atomicAdd(flag, 0) == 0) __nanosleep(200);
+    atomicExch(flag, 0);
+  }
+  lw_bar_sync(bar, 256);
 }
 
 template <int D>
@@ -474,13 +533,6 @@ constexpr int TOTAL = DEC + (LT + 1) * 4;
 enum { FULL = 1, EMPTY = 3, PROD = 5, STATE = 6 }; /* FULL + s, EMPTY + s; 0 is __syncthreads */
 }  // namespace lws
 
-static __device__ __forceinline__ void lw_bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-static __device__ __forceinline__ void lw_bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-
 static __global__ void __launch_bounds__(512, 1)
     lightning_ws(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_lseg *__restrict__ segs, int H,
                  const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync, int64_t split_min,
@@ -494,7 +546,6 @@ static __global__ void __launch_bounds__(512, 1)
   if (!cut.run) return;
   const int part = blockIdx.x, h = blockIdx.y;
   const lh_cuda_lseg seg = cut.seg;
-  const int64_t n = seg.nrows, x = cut.x; /* part 0: [0, x); part 1: [x, n) */
   const bool split = cut.split;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const float sl = slope[h];
@@ -503,18 +554,11 @@ static __global__ void __launch_bounds__(512, 1)
   if (tid <= LT) dec[tid] = expf(-sl * (float)tid);
   __syncthreads(); /* dec */
 
-  /* Block i of this CTA's walk: the first nadv only advance the state (part 1's rows [0, x)),
-   * the rest run rows [r_begin, r_end) in full. */
-  const int nadv = part == 1 ? (int)(x / LT) : 0;
-  const int64_t r_begin = part == 1 ? x : 0, r_end = part == 1 ? n : x;
-  const int nb = nadv + (int)((r_end - r_begin + LT - 1) / LT);
-  auto row0 = [&](int i) -> int64_t { return i < nadv ? (int64_t)i * LT : r_begin + (int64_t)(i - nadv) * LT; };
-  auto rows = [&](int i) -> int {
-    if (i < nadv) return LT;
-    const int64_t left = r_end - row0(i);
-    return left < LT ? (int)left : LT;
-  };
-  const bool writes_state = !split || part == 1;
+  const lw_walk wk(cut, part);
+  const int nadv = wk.nadv, nb = wk.nb;
+  auto row0 = [&](int i) { return wk.row0(i); };
+  auto rows = [&](int i) { return wk.rows(i); };
+  const bool writes_state = wk.writes_state;
 
   if (w >= 8) { /* ---- producers ---- */
     const int pt = tid - 256, pw = w - 8;
@@ -573,13 +617,7 @@ static __global__ void __launch_bounds__(512, 1)
   for (int nt = 0; nt < D / 8; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++) acc_s[nt][e] = state[state_at(nt, e)];
-  if (split && part == 0) {
-    lw_bar_sync(STATE, 256); /* every state thread holds its share of the entering state */
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(sync + blockIdx.z * H + h, 1);
-    }
-  }
+  if (split && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
   for (int i = 0; i < nb; i++) {
     const int s = i & 1, cb = rows(i);
     const bf16 *Qs = mat(s, Q), *Ks = mat(s, K), *Vds = mat(s, VD);
@@ -658,17 +696,260 @@ static __global__ void __launch_bounds__(512, 1)
   }
 
   if (!writes_state) return;
-  if (split) {
-    if (tid == 0) {
-      while (atomicAdd(sync + blockIdx.z * H + h, 0) == 0) __nanosleep(200);
-      atomicExch(sync + blockIdx.z * H + h, 0);
-    }
-    lw_bar_sync(STATE, 256); /* part 0 has read the entering state */
-  }
+  if (split) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
 #pragma unroll
   for (int nt = 0; nt < D / 8; nt++)
 #pragma unroll
     for (int e = 0; e < 4; e++) state[state_at(nt, e)] = acc_s[nt][e];
+}
+
+/* Warpgroup-MMA kernel for d = 128 on sm_90a (bench/NOTES.md, session 10): lightning_ws's blocks
+ * and cut, with every product on wgmma (one instruction per 64 x N x 16 step, operands read from
+ * shared memory by the tensor cores) instead of mma.sync fed by ldmatrix, and the raw q/k/v brought
+ * in by TMA two blocks ahead. Block b lives in stage b % 3; four warpgroups:
+ *   - producers (warpgroups 2, 3), a block ahead of the state: wait for the stage's raw q, k, v,
+ *     turn them in place into Q = SiLU(q), KD = kd * SiLU(k) (kd_j = exp(-s (cb - 1 - j))) and
+ *     V = SiLU(v), then P' = exp(s cb) (Q KD^T) masked to j <= i, each group 32 of its 64 columns
+ *     (m64n32, 8 steps). P'_ij = q_i . k_j exp(-s (i - j)) / qd_i with qd_i = exp(-s (i + 1)): the
+ *     query rows' decay is taken out of the intra-block term and applied at the end;
+ *   - state warpgroups 0 and 1 hold S^T for v dims [64 w, 64 w + 64) over all 128 k dims (m64n128
+ *     accumulators, 64 fp32 registers a thread) and for block b compute
+ *         O[:, v half] = qd * (Q S + P' V)     (m64n64: 8 steps on Q and S, 4 on P' and V)
+ *         S^T = exp(-s cb) S^T + V^T KD        (m64n128: 4 steps)
+ *     with a single wait, so that no register of a wgmma in flight is touched (ptxas serialises
+ *     those); then thread 0 sends the stage's TMA for block b + 3. Q S reads S as bf16 from shared
+ *     memory (SB, written from the accumulators after each update; the state itself stays fp32,
+ *     as in lightning_ws).
+ * The factors exp(s cb) and exp(-s (cb - 1 - j)) need exp(64 s) well inside fp32 and bf16: s <= 1.2
+ * (every slope formula gives <= 1).
+ * Shared memory: per stage Q, KD, V [64 x 128], each two TMA boxes of 64 columns x 64 rows in the
+ * 128-byte swizzled layout (wgmma.cuh), and P' [64 x 64] tiled by rows (no swizzle); SB [128 v x
+ * 128 k] tiled by rows; 201 KB in all. Each producer thread owns the 16-byte chunks idx = pt + 256 c
+ * at byte 16 idx of each matrix (row (idx / 8) % 64: the swizzle only permutes chunks within a
+ * row): linear, free of bank conflicts. The transposed uses
+ * (V as K-by-N and M-by-K, KD as K-by-N) read the same storage MN-major. The state update is the
+ * same instructions in the same order whether a segment is cut or not, so the cut keeps its
+ * bit-for-bit equality.
+ * How the loads came to be this way (bench/NOTES.md, session 10, 64 heads x 64K tokens, cut):
+ * q/k/v loaded into registers a block ahead, as lightning_ws does, ran 4.4 ms, against 1.9 with
+ * the loads taken out: at 208 KB of shared memory the L1 left is too small for a block's loads in
+ * flight. cp.async into a staging buffer: 4.0-4.5 ms. TMA boxes of 8 columns (the unswizzled
+ * layout) into one staging buffer: 4.0; into the stages, three of them: 3.0 ms, and 2.65 ms not
+ * cut with all the compute taken out (16-byte box rows are slow for TMA). 64-column 128B-swizzled
+ * boxes: 1.44 ms with the compute taken out, 3.0 with it (2.59 at the 608/1024 cut). An L2
+ * prefetch 2-8 blocks ahead of the loads changed nothing. What bounds it now is the compute: SiLU
+ * (two MUFU ops an element: 3,072 cycles a block of the SM's MUFU pipe) in two producer warps a
+ * scheduler, beside the state warps' chain. */
+namespace lwg {
+constexpr int D = 128, NS = 3;
+constexpr int MAT = LT * D * 2; /* bytes of one of Q, KD, V */
+constexpr int Q = 0, KD = Q + MAT, V = KD + MAT, P = V + MAT;
+constexpr int STAGE = P + LT * LT * 2;
+constexpr int BOX = LT * 64 * 2; /* one TMA box: 64 rows x 64 columns, 8 KB */
+static_assert(2 * BOX == MAT && STAGE % 1024 == 0, "the swizzled boxes stay 1024-byte aligned");
+constexpr int SB = NS * STAGE;    /* S^T as bf16, [128 v][128 k] tiled by rows */
+constexpr int DEC = SB + D * D * 2; /* dec[k] = exp(-s k), k = 0..LT */
+constexpr int BAR = DEC + (LT + 1) * 4 + 4; /* NS barriers (8-byte aligned): stage s's TMA */
+constexpr int TOTAL = BAR + 8 * NS + 1024; /* + the alignment of the base to 1024 bytes */
+enum { FULL = 1, PROD = 1 + NS, STATE = 2 + NS, SBW = 3 + NS }; /* FULL + s, SBW + w */
+}  // namespace lwg
+
+static __global__ void __launch_bounds__(512, 1)
+    lightning_wg(const __grid_constant__ CUtensorMap tmap, const lh_cuda_lseg *__restrict__ segs, int H,
+                 const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync, int64_t split_min,
+                 int split_q) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace lwg;
+  extern __shared__ __align__(16) unsigned char smem_dyn[];
+  /* the swizzled boxes need 1024-byte alignment */
+  unsigned char *smem_raw = smem_dyn + ((1024 - (lh_smem_addr(smem_dyn) & 1023)) & 1023);
+  float *dec = reinterpret_cast<float *>(smem_raw + DEC);
+  const uint32_t sbase = lh_smem_addr(smem_raw);
+  auto mat = [&](int s, int which) { return smem_raw + s * STAGE + which; };
+  auto mat_a = [&](int s, int which) { return sbase + (uint32_t)(s * STAGE + which); };
+  auto bar = [&](int s) { return sbase + (uint32_t)(BAR + 8 * s); };
+
+  const lw_cut cut = lw_cut_of(segs, split_min, split_q);
+  if (!cut.run) return;
+  const int part = blockIdx.x, h = blockIdx.y;
+  const lh_cuda_lseg seg = cut.seg;
+  const bool split = cut.split;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  /* warpgroup and warp within it; the shuffle tells the compiler that wg is the same across a
+   * warp, so that it does not serialise the wgmma in code that depends on it (ptxas C7518) */
+  const int wg = __shfl_sync(0xffffffffu, w >> 2, 0), wi = w & 3;
+  const float sl = slope[h];
+  float *state = seg.state + (int64_t)h * D * D;
+
+  const lw_walk wk(cut, part);
+  const int nadv = wk.nadv, nb = wk.nb;
+  auto row0 = [&](int i) { return wk.row0(i); };
+  auto rows = [&](int i) { return wk.rows(i); };
+  const bool writes_state = wk.writes_state;
+  /* Block i's raw q (only when it runs), k, v into its stage, one TMA box per 64 columns: the box's
+   * rows past the block are the batch's next rows (or zeros past its end); the producers zero them. */
+  auto fetch = [&](int i) {
+    const int s = i % NS, y = (int)(seg.row0 + row0(i)), x0 = h * 3 * D;
+    const bool wq = i >= nadv;
+    lh_mbar_expect(bar(s), (wq ? 3 : 2) * MAT);
+    for (int m = wq ? 0 : 1; m < 3; m++) /* q -> Q, k -> KD, v -> V */
+      for (int b = 0; b < D / 64; b++) lh_tma_load2(mat_a(s, m * MAT) + b * BOX, &tmap, x0 + m * D + 64 * b, y, bar(s));
+  };
+  if (tid <= LT) dec[tid] = expf(-sl * (float)tid);
+  if (tid == 0) {
+    for (int s = 0; s < NS; s++) lh_mbar_init(bar(s), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    for (int i = 0; i < NS && i < nb; i++) fetch(i);
+  }
+  __syncthreads(); /* dec, the barriers */
+
+  if (wg >= 2) { /* ---- producers ---- */
+    const int pt = tid - 256, pg = wg - 2;
+    /* Block i; RUN: it runs in full (else part 1 only advances the state over it). Two loops, so
+     * that no wgmma sits under a branch (ptxas serialises those). */
+    auto block = [&](int i, auto RUN) {
+      constexpr bool run = decltype(RUN)::value;
+      const int s = i % NS, cb = rows(i);
+      unsigned char *Qs = mat(s, Q), *Ks = mat(s, KD), *Vs = mat(s, V);
+      lh_mbar_wait(bar(s), (i / NS) & 1); /* block i's raw q, k, v */
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int idx = pt + 256 * c, row = (idx >> 3) & (LT - 1);
+        const bool ok = row < cb;
+        const uint4 z4 = make_uint4(0, 0, 0, 0);
+        uint4 *pk = reinterpret_cast<uint4 *>(Ks + 16 * idx), *pv = reinterpret_cast<uint4 *>(Vs + 16 * idx);
+        *pk = ok ? lw_scale8(lw_silu8(*pk), dec[cb - 1 - row]) : z4;
+        *pv = ok ? lw_silu8(*pv) : z4;
+        if (run) {
+          uint4 *pq = reinterpret_cast<uint4 *>(Qs + 16 * idx);
+          *pq = ok ? lw_silu8(*pq) : z4;
+        }
+      }
+      lh_fence_proxy_async();
+      if constexpr (run) {
+        lw_bar_sync(PROD, 256); /* Q and KD of block i */
+        /* P'[:, 32 pg .. 32 pg + 32) = exp(s cb) (Q KD^T), j <= i */
+        float acc[16];
+        lh_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+          lh_wgmma_m64n32<0, 0>(acc, lh_wgmma_desc_k_sw128(mat_a(s, Q), BOX, 0, 16 * kk),
+                                lh_wgmma_desc_k_sw128(mat_a(s, KD), BOX, 32 * pg, 16 * kk), kk);
+        lh_wgmma_commit();
+        lh_wgmma_wait<0>();
+        lh_wgmma_hold(acc);
+        const float eb = expf(sl * (float)cb);
+        unsigned char *Ps = mat(s, P);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int hf = 0; hf < 2; hf++) {
+            const int ii = 16 * wi + g + 8 * hf, jj = 32 * pg + 8 * j + 2 * t4;
+            const float p0 = jj <= ii ? acc[4 * j + 2 * hf] * eb : 0.0f;
+            const float p1 = jj + 1 <= ii ? acc[4 * j + 2 * hf + 1] * eb : 0.0f;
+            const int off = (((ii >> 3) * (LT / 8) + (jj >> 3)) * 64 + (ii & 7) * 8 + (jj & 7)) * 2;
+            *reinterpret_cast<uint32_t *>(Ps + off) = lh_pack_bf16(p0, p1);
+          }
+        lh_fence_proxy_async();
+      }
+      lw_bar_arrive(FULL + s, 512);
+    };
+    for (int i = 0; i < nadv; i++) block(i, std::false_type{});
+    for (int i = nadv; i < nb; i++) block(i, std::true_type{});
+    return;
+  }
+
+  /* ---- state warpgroups: S^T[v][k] for v in [64 wg, 64 wg + 64), all k ---- */
+  const int v0 = 64 * wg;
+  /* acc_s[4 j + e] = S^T[v][k] = S[k][v]: v = v0 + 16 wi + g + 8 (e >> 1), k = 8 j + 2 t4 + (e & 1) */
+  auto state_at = [&](int j, int e) -> int64_t {
+    return (int64_t)(8 * j + 2 * t4 + (e & 1)) * D + v0 + 16 * wi + g + 8 * (e >> 1);
+  };
+  float acc_s[64];
+#pragma unroll
+  for (int j = 0; j < 16; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc_s[4 * j + e] = state[state_at(j, e)];
+  if (split && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
+  unsigned char *SBh = smem_raw + SB + wg * 64 * D * 2; /* this group's 64 rows of S^T, [64][128] tiled */
+  const uint32_t sb_a = sbase + SB + wg * 64 * D * 2;
+  /* S^T rounded to bf16 into SB, for the next block's Q S. */
+  auto write_sb = [&]() {
+    lw_bar_sync(SBW + wg, 128); /* every warp of the group is past the wgmma that read SB */
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        const int vr = 16 * wi + g + 8 * hf; /* row within the group's 64 */
+        const int off = (((vr >> 3) * (D / 8) + j) * 64 + (vr & 7) * 8 + 2 * t4) * 2;
+        *reinterpret_cast<uint32_t *>(SBh + off) = lh_pack_bf16(acc_s[4 * j + 2 * hf], acc_s[4 * j + 2 * hf + 1]);
+      }
+    lh_fence_proxy_async();
+    lw_bar_sync(SBW + wg, 128);
+  };
+  /* Block i, as the producers': RUN runs it in full, else it only advances the state. The update
+   * runs after every block, also part 0's last, whose state is then dropped. */
+  auto block = [&](int i, auto RUN) {
+    constexpr bool run = decltype(RUN)::value;
+    const int s = i % NS, cb = rows(i);
+    lw_bar_sync(FULL + s, 512);
+    const float bd = dec[cb];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc_s[e] *= bd; /* before the wgmma: none of its registers may change while one is in flight */
+    lh_wgmma_fence();
+    float acc_o[32];
+    if constexpr (run) { /* O / qd = Q S + P' V, with S as bf16 from SB */
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        lh_wgmma_m64n64<0, 0>(acc_o, lh_wgmma_desc_k_sw128(mat_a(s, Q), BOX, 0, 16 * kk),
+                              lh_wgmma_desc_k(sb_a, D, 0, 16 * kk), kk);
+#pragma unroll
+      for (int ks = 0; ks < LT / 16; ks++)
+        lh_wgmma_m64n64<0, 1>(acc_o, lh_wgmma_desc_k(mat_a(s, P), LT, 0, 16 * ks),
+                              lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0), 1);
+    }
+#pragma unroll
+    for (int ks = 0; ks < LT / 16; ks++) /* S^T = exp(-s cb) S^T + V^T KD */
+      lh_wgmma_m64n128<1, 1>(acc_s, lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0),
+                             lh_wgmma_desc_mn_sw128(mat_a(s, KD), BOX, 16 * ks, 0), 1);
+    lh_wgmma_commit();
+    lh_wgmma_wait<0>();
+    lh_wgmma_hold(acc_s);
+    if (i + NS < nb) { /* the stage is free: block i + NS's raw q, k, v into it */
+      lw_bar_sync(STATE, 256);
+      if (tid == 0) fetch(i + NS);
+    }
+    if constexpr (run) {
+      lh_wgmma_hold(acc_o);
+      const int64_t r0 = row0(i);
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        const int ii = 16 * wi + g + 8 * hf;
+        const float qd = dec[ii + 1];
+        if (ii < cb) {
+          bf16 *orow = o + (seg.row0 + r0 + ii) * o_stride + h * D + v0 + 2 * t4;
+#pragma unroll
+          for (int j = 0; j < 8; j++)
+            *reinterpret_cast<uint32_t *>(orow + 8 * j) =
+                lh_pack_bf16(acc_o[4 * j + 2 * hf] * qd, acc_o[4 * j + 2 * hf + 1] * qd);
+        }
+      }
+    }
+    if (i + 1 < nb && i + 1 >= nadv) write_sb(); /* the next block runs Q S */
+  };
+  if (nadv == 0) write_sb();
+  for (int i = 0; i < nadv; i++) block(i, std::false_type{});
+  for (int i = nadv; i < nb; i++) block(i, std::true_type{});
+
+  if (!writes_state) return;
+  if (split) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
+#pragma unroll
+  for (int j = 0; j < 16; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) state[state_at(j, e)] = acc_s[4 * j + e];
+#else
+  __trap(); /* launched only on sm_90 (lh_cuda_lightning) */
+#endif
 }
 
 /* Token-recurrent kernel: one CTA per (head, segment); thread (rg, j) owns column j of S for the
@@ -717,12 +998,58 @@ static __global__ void lightning_recurrent(const bf16 *__restrict__ qkv, int64_t
   for (int i = tid; i < D * D; i += blockDim.x) state[i] = S[i];
 }
 
+/* Which d = 128 kernel runs: lightning_wg where the device is sm_90 (it is compiled for sm_90a
+ * only), else lightning_ws; lh_cuda_lightning_kernel or LH_CUDA_LIGHTNING=ws|wg choose (for
+ * measurements). */
+static int lw_kernel = -1; /* -1: the default (LH_CUDA_LIGHTNING, else wg); 0: ws; 1: wg */
+extern "C" void lh_cuda_lightning_kernel(int which) { lw_kernel = which; }
+static bool lw_use_wg() {
+  static int sm90 = -1;
+  if (sm90 < 0) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    }
+    sm90 = major == 9 && minor == 0;
+  }
+  int k = lw_kernel;
+  if (k < 0) {
+    const char *e = getenv("LH_CUDA_LIGHTNING");
+    k = e && !strcmp(e, "ws") ? 0 : 1;
+  }
+  return sm90 && k == 1;
+}
+
+/* The TMA map of the q/k/v rows for lightning_wg: a 2-D tensor of rows x qkv_stride bf16, boxes of
+ * 64 columns x 64 rows, 128-byte swizzled (rows past the last read as zeros). The encoder is the driver's, reached
+ * through the runtime so that nothing links libcuda. */
+static cudaError_t lw_tensor_map(CUtensorMap *m, const void *qkv, int64_t qkv_stride, int64_t rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+  if (!encode) {
+    cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess) return e;
+    if (q != cudaDriverEntryPointSuccess || !fn) return cudaErrorSymbolNotFound;
+    encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+  }
+  const cuuint64_t dim[2] = {(cuuint64_t)qkv_stride, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)qkv_stride * 2};
+  const cuuint32_t box[2] = {64, LT}, estride[2] = {1, 1};
+  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(qkv), dim, stride, box, estride,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 template <int D>
-static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                  int nseg, int H, const float *slope, void *o, int64_t o_stride, int *sync,
-                                  int split_q) {
+static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
+                                  const lh_cuda_lseg *segs, int nseg, int H, const float *slope, void *o,
+                                  int64_t o_stride, int *sync, int split_q) {
   const bool ws = D == 128 && LW_WS;
-  if (split_q <= 0 || split_q >= 1024) split_q = ws ? LH_CUDA_LIGHTNING_WS_SPLIT_Q : LH_CUDA_LIGHTNING_SPLIT_Q;
+  const bool given = split_q > 0 && split_q < 1024;
+  if (!given) split_q = ws ? LH_CUDA_LIGHTNING_WS_SPLIT_Q : LH_CUDA_LIGHTNING_SPLIT_Q;
+  const int wg_split_q = given ? split_q : LH_CUDA_LIGHTNING_WG_SPLIT_Q;
   static int sms = 0;
   if (!sms) {
     int dev = 0;
@@ -731,6 +1058,14 @@ static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_
   }
   /* Cut segments in two only where the CTAs of whole segments would leave SMs idle. */
   const int parts = sync && (int64_t)nseg * H < sms ? 2 : 1;
+  CUtensorMap tmap; /* where the map cannot be made (a stride or address TMA refuses), lightning_ws runs */
+  if (ws && rows > 0 && lw_use_wg() && lw_tensor_map(&tmap, qkv, qkv_stride, rows) == cudaSuccess) {
+    cudaError_t e = cudaFuncSetAttribute(lightning_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, lwg::TOTAL);
+    if (e != cudaSuccess) return e;
+    lightning_wg<<<dim3(parts, H, nseg), 512, lwg::TOTAL, st>>>(tmap, segs, H, slope, (bf16 *)o, o_stride, sync,
+                                                                LH_CUDA_LIGHTNING_SPLIT_MIN, wg_split_q);
+    return cudaGetLastError();
+  }
   auto kern = ws ? lightning_ws : lightning_blocked<D>;
   size_t smem = ws ? (size_t)lws::TOTAL : (size_t)lsmem<D>::total * sizeof(bf16) + (LT + 1) * sizeof(float);
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -757,14 +1092,14 @@ extern "C" cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *
   return cudaGetLastError();
 }
 
-extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,
-                                         int nseg, int H, int d, const float *slope, void *o, int64_t o_stride, int *sync,
-                                         int split_q) {
+extern "C" cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
+                                         const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope, void *o,
+                                         int64_t o_stride, int *sync, int split_q) {
   if (nseg <= 0) return cudaSuccess;
   switch (d) {
-    case 128: return launch_blocked<128>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
-    case 64: return launch_blocked<64>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
-    case 32: return launch_blocked<32>(st, qkv, qkv_stride, segs, nseg, H, slope, o, o_stride, sync, split_q);
+    case 128: return launch_blocked<128>(st, qkv, qkv_stride, rows, segs, nseg, H, slope, o, o_stride, sync, split_q);
+    case 64: return launch_blocked<64>(st, qkv, qkv_stride, rows, segs, nseg, H, slope, o, o_stride, sync, split_q);
+    case 32: return launch_blocked<32>(st, qkv, qkv_stride, rows, segs, nseg, H, slope, o, o_stride, sync, split_q);
     default: return lh_cuda_lightning_recurrent(st, qkv, qkv_stride, segs, nseg, H, d, slope, o, o_stride);
   }
 }

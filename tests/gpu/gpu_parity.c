@@ -1009,7 +1009,7 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
   int *dsync = dmalloc((size_t)H * sizeof(int));
   check_cuda(cudaMemset(dsync, 0, (size_t)H * sizeof(int)), "memset");
-  check_cuda(lh_cuda_lightning(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, dsync, 0), "lh_cuda_lightning");
+  check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, 1, H, d, dsl, dout, Hd, dsync, 0), "lh_cuda_lightning");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
   check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -1028,7 +1028,7 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
     check_cuda(cudaMemcpy(a, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(dst, st0, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
-    check_cuda(lh_cuda_lightning(0, dq, stride, dseg, 1, H, d, dsl, dout, Hd, NULL, 0), "lh_cuda_lightning");
+    check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, 1, H, d, dsl, dout, Hd, NULL, 0), "lh_cuda_lightning");
     check_cuda(cudaDeviceSynchronize(), "sync");
     check_cuda(cudaMemcpy(b2, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(gst2, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");

@@ -21,7 +21,9 @@ runs timed with CUDA events after a warm-up, on random data (never zeros).
   moe_dense_torch        torch.matmul of the MoE layer's FLOPs as two dense GEMMs
                          ([32K x 6144] @ [6144 x 18432], [32K x 9216] @ [9216 x 6144])
 
-Usage: peers.py OUT_FILE [--quick]
+Usage: peers.py OUT_FILE [--quick] [--lightning]
+  --quick      16K tokens only, and no 1M-key SDPA
+  --lightning  the GEMM and the lightning peers only (16K and 64K unless --quick)
 """
 import math
 import statistics
@@ -48,6 +50,7 @@ def timed(fn, reps=10, warm=2):
 def main():
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
+    only_lightning = "--lightning" in sys.argv
     dev = torch.device("cuda")
     torch.manual_seed(0)
     results = []
@@ -125,6 +128,9 @@ def main():
             del raws, h0
     except Exception as e:  # the wheel is optional
         print(f"fla not timed: {type(e).__name__}: {e}", flush=True)
+    if only_lightning:
+        write(out_path, results)
+        return
 
     F = torch.nn.functional
     for T in ([16384] if quick else [16384, 65536]):
@@ -173,6 +179,10 @@ def main():
     flops = 2.0 * rows * 6144 * 18432 + 2.0 * rows * 9216 * 6144
     put("moe_dense_torch", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
 
+    write(out_path, results)
+
+
+def write(out_path, results):
     with open(out_path, "w") as f:
         for k, ms in results:
             if not math.isnan(ms):
