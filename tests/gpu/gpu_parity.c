@@ -1040,6 +1040,61 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref), free(gst);
 }
 
+/* Several segments in one call, each its own sequence and state, at lengths that make the blocked
+ * kernels' loads run past a segment's end: a segment shorter than a block whose last rows are the
+ * next segment's, and one that ends past the last row of the batch (lightning_wg's TMA boxes read
+ * those rows and must zero them). Against the reference per segment; then not cut, bit for bit. */
+static void kernel_lightning_segments(int H, int d) {
+  enum { NS = 3 };
+  const int64_t len[NS] = {1500, 37, 1100}, stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
+  int64_t n = 0, row0[NS];
+  for (int i = 0; i < NS; i++) row0[i] = n, n += len[i];
+  uint16_t *qkv = rand_bf16(n * stride, 2.0f);
+  float *qf = malloc((size_t)n * stride * 4), *st = rand_f(NS * sb, 0.05f, 0.0f), *slope = malloc(H * 4);
+  float *st0 = malloc((size_t)NS * sb * 4);
+  memcpy(st0, st, (size_t)NS * sb * 4);
+  ref_bf16_to_f32(qkv, qf, n * stride);
+  for (int h = 0; h < H; h++) slope[h] = (float)pow(1.0 / pow(2.0, 8.0 / H), h + 1);
+  void *dq = dmalloc((size_t)n * stride * 2), *dout = dmalloc((size_t)n * Hd * 2);
+  float *dst = dmalloc((size_t)NS * sb * 4), *dsl = dmalloc(H * 4);
+  lh_cuda_lseg seg[NS], *dseg = dmalloc(sizeof seg);
+  for (int i = 0; i < NS; i++) seg[i] = (lh_cuda_lseg){row0[i], len[i], dst + i * sb};
+  check_cuda(cudaMemcpy(dq, qkv, (size_t)n * stride * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dst, st, (size_t)NS * sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dsl, slope, H * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(dseg, seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
+  int *dsync = dmalloc((size_t)NS * H * sizeof(int));
+  check_cuda(cudaMemset(dsync, 0, (size_t)NS * H * sizeof(int)), "memset");
+  uint16_t *bits[2];
+  float *gst[2];
+  for (int cut = 1; cut >= 0; cut--) {
+    check_cuda(cudaMemcpy(dst, st0, (size_t)NS * sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
+    check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, NS, H, d, dsl, dout, Hd, cut ? dsync : NULL, 0),
+               "lh_cuda_lightning");
+    check_cuda(cudaDeviceSynchronize(), "sync");
+    bits[cut] = malloc((size_t)n * Hd * 2), gst[cut] = malloc((size_t)NS * sb * 4);
+    check_cuda(cudaMemcpy(bits[cut], dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    check_cuda(cudaMemcpy(gst[cut], dst, (size_t)NS * sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  }
+  float *got = malloc((size_t)n * Hd * 4), *ref = malloc((size_t)n * Hd * 4);
+  for (int64_t i = 0; i < n * Hd; i++) got[i] = lh_bf16_to_f32(bits[1][i]);
+  char what[96];
+  for (int i = 0; i < NS; i++) {
+    ref_lightning_core(qf + row0[i] * stride, stride, len[i], H, d, slope, st + i * sb, ref + row0[i] * Hd);
+    snprintf(what, sizeof what, "kernel lightning segment %d of %d: %lld rows at %lld, %dx%d", i + 1, NS,
+             (long long)len[i], (long long)row0[i], H, d);
+    report("real", what, got + row0[i] * Hd, ref + row0[i] * Hd, len[i] * Hd, TOL_BF16);
+    snprintf(what, sizeof what, "kernel lightning segment %d of %d: state out", i + 1, NS);
+    report("real", what, gst[1] + i * sb, st + i * sb, sb, TOL_BF16);
+  }
+  report_bits("real", "kernel lightning segments: cut == not cut, output", bits[1], bits[0], (size_t)n * Hd * 2);
+  report_bits("real", "kernel lightning segments: cut == not cut, states", gst[1], gst[0], (size_t)NS * sb * 4);
+  cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg), cudaFree(dsync);
+  free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref);
+  for (int c = 0; c < 2; c++) free(bits[c]), free(gst[c]);
+}
+
 /* Attention kernels over pages filled with random K/V: a prefill chunk at [pos, pos+n) and a decode
  * batch of three sequences of different lengths. */
 static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos, int H, int Hkv, int d) {
@@ -1177,6 +1232,7 @@ int main(int argc, char **argv) {
     kernel_lightning_long(8191, 8, 128);
     kernel_lightning_long(3000, 16, 64);
     kernel_lightning_long(3001, 16, 32);
+    kernel_lightning_segments(16, 128);
     int64_t dp[3] = {3000, 1023, 2047};
     kernel_attention_long(900, 300, dp, 64, 8, 128);
     print_digest("real-kernels");
