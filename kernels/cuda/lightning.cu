@@ -70,6 +70,10 @@
 #ifndef LW_QS_LO
 #define LW_QS_LO 0 /* lightning_ws: Q S with S as hi + lo bf16 halves, as lightning_blocked (0: S rounded) */
 #endif
+#ifndef LW_SILU_NEWTON
+#define LW_SILU_NEWTON 0 /* lightning_wg: SiLU's reciprocal by Newton steps for v (1), k and v (2), all (3);
+                            0: the MUFU rcp everywhere. Not yet measured (bench/NOTES.md, session 10) */
+#endif
 
 /* Shared memory of the blocked kernel, in bf16 elements: q, k, v, kd*v (LT x (D+8)), P (LT x
  * (LT+8)); then the fp32 exchange of the two column halves' partial Q S products (X, D/16 warp
@@ -95,6 +99,21 @@ static __device__ __forceinline__ float lw_silu(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
   return x * r;
 }
+/* SiLU with the reciprocal on the FMA pipe instead of the MUFU one: the integer first guess
+ * 0x7EF311C7 - bits(y) and three Newton steps r = r (2 - y r), 8 instructions in place of one MUFU
+ * op. Past y = 1e30 (x below about -69, where SiLU is under 1e-28) the guess would be wrong, and the
+ * result is 0 * x (-0; NaN stays NaN). Over all 65,280 finite bf16 inputs the bf16 result differs
+ * from the exact one on 58: 2 by one ulp with |x| <= 60, 56 below x = -69 by under 1e-28
+ * (lw_silu: 17, all below x = -60, by under 2e-37; bench/NOTES.md, session 10). */
+[[maybe_unused]] static __device__ __forceinline__ float lw_silu_newton(float x) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
+  const float y = 1.0f + e;
+  float r = __uint_as_float(0x7EF311C7u - __float_as_uint(fminf(y, 1e30f)));
+#pragma unroll
+  for (int k = 0; k < 3; k++) r = r * __fmaf_rn(-y, r, 2.0f);
+  return y < 1e30f ? x * r : 0.0f * x;
+}
 /* 8 bf16 (one 16-byte chunk) through SiLU, rounded back to bf16. */
 static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
   const uint32_t *w = &u.x;
@@ -104,6 +123,22 @@ static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
   for (int i = 0; i < 4; i++)
     rp[i] = lh_pack_bf16(lw_silu(__uint_as_float(w[i] << 16)), lw_silu(__uint_as_float(w[i] & 0xffff0000u)));
   return r;
+}
+/* The same with lw_silu_newton where NEWTON. */
+template <bool NEWTON>
+static __device__ __forceinline__ uint4 lw_silu8_as(uint4 u) {
+  if constexpr (!NEWTON) {
+    return lw_silu8(u);
+  } else {
+    const uint32_t *w = &u.x;
+    uint4 r;
+    uint32_t *rp = &r.x;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      rp[i] = lh_pack_bf16(lw_silu_newton(__uint_as_float(w[i] << 16)),
+                           lw_silu_newton(__uint_as_float(w[i] & 0xffff0000u)));
+    return r;
+  }
 }
 /* 8 bf16 times a scale, rounded to bf16. */
 static __device__ __forceinline__ uint4 lw_scale8(uint4 u, float f) {
@@ -818,11 +853,11 @@ static __global__ void __launch_bounds__(512, 1)
         const bool ok = row < cb;
         const uint4 z4 = make_uint4(0, 0, 0, 0);
         uint4 *pk = reinterpret_cast<uint4 *>(Ks + 16 * idx), *pv = reinterpret_cast<uint4 *>(Vs + 16 * idx);
-        *pk = ok ? lw_scale8(lw_silu8(*pk), dec[cb - 1 - row]) : z4;
-        *pv = ok ? lw_silu8(*pv) : z4;
+        *pk = ok ? lw_scale8(lw_silu8_as<(LW_SILU_NEWTON >= 2)>(*pk), dec[cb - 1 - row]) : z4;
+        *pv = ok ? lw_silu8_as<(LW_SILU_NEWTON >= 1)>(*pv) : z4;
         if (run) {
           uint4 *pq = reinterpret_cast<uint4 *>(Qs + 16 * idx);
-          *pq = ok ? lw_silu8(*pq) : z4;
+          *pq = ok ? lw_silu8_as<(LW_SILU_NEWTON >= 3)>(*pq) : z4;
         }
       }
       lh_fence_proxy_async();
