@@ -250,9 +250,6 @@ struct lw_walk {
   }
 };
 
-/* A cut segment's two parts share the entering state in global memory: part 0 calls
- * lw_cut_read_done once all its state threads (bar: their named barrier, 256 threads) hold it;
- * part 1 calls lw_cut_wait_read before it overwrites it, which also sets the flag back to 0. */
 /* Named barriers (bar.sync waits, bar.arrive does not) over n threads; 0 is __syncthreads'. */
 static __device__ __forceinline__ void lw_bar_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
@@ -260,6 +257,9 @@ static __device__ __forceinline__ void lw_bar_sync(int id, int n) {
 static __device__ __forceinline__ void lw_bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+/* A cut segment's two parts share the entering state in global memory: part 0 calls
+ * lw_cut_read_done once all its state threads (bar: their named barrier, 256 threads) hold it;
+ * part 1 calls lw_cut_wait_read before it overwrites it, which also sets the flag back to 0. */
 static __device__ __forceinline__ void lw_cut_read_done(int *flag, int bar, int tid) {
   lw_bar_sync(bar, 256);
   if (tid == 0) {
@@ -761,8 +761,8 @@ static __global__ void __launch_bounds__(512, 1)
  * 128-byte swizzled layout (wgmma.cuh), and P' [64 x 64] tiled by rows (no swizzle); SB [128 v x
  * 128 k] tiled by rows; 201 KB in all. Each producer thread owns the 16-byte chunks idx = pt + 256 c
  * at byte 16 idx of each matrix (row (idx / 8) % 64: the swizzle only permutes chunks within a
- * row): linear, free of bank conflicts. The transposed uses
- * (V as K-by-N and M-by-K, KD as K-by-N) read the same storage MN-major. The state update is the
+ * row): linear, free of bank conflicts. The transposed uses (V as K-by-N and M-by-K, KD as
+ * K-by-N) read the same storage MN-major. The state update is the
  * same instructions in the same order whether a segment is cut or not, so the cut keeps its
  * bit-for-bit equality.
  * How the loads came to be this way (bench/NOTES.md, session 10, 64 heads x 64K tokens, cut):
