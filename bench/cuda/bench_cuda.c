@@ -245,7 +245,7 @@ static void bench_lightning(cudaStream_t st, int quick) {
       }
       if (cut && !quick) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
-        for (int q = 544; q <= 800; q += 64) {
+        for (int q = 480; q <= 736; q += 64) {
           l.split_q = q;
           double mq = time_ms(st, 10, run_light, &l);
           snprintf(what, sizeof what, "  cut at %d/1024 of the rows", q);

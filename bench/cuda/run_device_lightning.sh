@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_device_lightning.sh — the lightning core's checks and timings in one device call: gpu_parity,
-# the lightning peers (peers.py --lightning, fla when its wheels are carried), then
+# gpu_model_parity, the lightning peers (peers.py --lightning, fla when its wheels are carried), then
 # bench_cuda --only lightning for bin/bench_cuda and for every variant build bin/bench_cuda_*
 # (for example one built with -DCMAKE_CUDA_FLAGS=-DLW_SILU_NEWTON=3; bench/NOTES.md, session 10).
 # Payload: bench/cuda/make_payload.sh BUILD [WHEELS], then copy variant binaries into .dev/cuda/bin.
@@ -20,6 +20,10 @@ step "gpu_parity"
 timeout 150 bin/gpu_parity > "$OUT/parity1.log" 2>&1
 echo "rc=$? passes: $(grep -c '^PASS' "$OUT/parity1.log")"
 grep -E "^FAIL|kernel lightning|failures" "$OUT/parity1.log" | cut -c1-160
+
+step "gpu_model_parity"
+LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 60 bin/gpu_model_parity > "$OUT/model.log" 2>&1
+echo "rc=$? $(tail -1 "$OUT/model.log")"
 
 step "peers (lightning only)"
 if ls whl/*.whl >/dev/null 2>&1; then

@@ -48,7 +48,9 @@
  * session 6: removing each piece in turn, and ncu). Session 7: the cp.async stage and SiLU among
  * the MMAs, 3% faster; then lightning_ws for d = 128, 1.41x faster than this kernel at 64K tokens
  * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut). Session 10:
- * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736).
+ * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736). Session 11:
+ * its producers' SiLU without branches and on one MUFU op (tanh), and the state warps' SB write
+ * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -70,9 +72,8 @@
 #ifndef LW_QS_LO
 #define LW_QS_LO 0 /* lightning_ws: Q S with S as hi + lo bf16 halves, as lightning_blocked (0: S rounded) */
 #endif
-#ifndef LW_SILU_NEWTON
-#define LW_SILU_NEWTON 0 /* lightning_wg: SiLU's reciprocal by Newton steps for v (1), k and v (2), all (3);
-                            0: the MUFU rcp everywhere. Not yet measured (bench/NOTES.md, session 10) */
+#ifndef LW_WG_TANH
+#define LW_WG_TANH 1 /* lightning_wg's SiLU: 1, h + h tanh(h) with h = x / 2 (one MUFU op); 0, lw_silu (two) */
 #endif
 
 /* Shared memory of the blocked kernel, in bf16 elements: q, k, v, kd*v (LT x (D+8)), P (LT x
@@ -99,21 +100,6 @@ static __device__ __forceinline__ float lw_silu(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
   return x * r;
 }
-/* SiLU with the reciprocal on the FMA pipe instead of the MUFU one: the integer first guess
- * 0x7EF311C7 - bits(y) and three Newton steps r = r (2 - y r), 8 instructions in place of one MUFU
- * op. Past y = 1e30 (x below about -69, where SiLU is under 1e-28) the guess would be wrong, and the
- * result is 0 * x (-0; NaN stays NaN). Over all 65,280 finite bf16 inputs the bf16 result differs
- * from the exact one on 58: 2 by one ulp with |x| <= 60, 56 below x = -69 by under 1e-28
- * (lw_silu: 17, all below x = -60, by under 2e-37; bench/NOTES.md, session 10). */
-[[maybe_unused]] static __device__ __forceinline__ float lw_silu_newton(float x) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
-  const float y = 1.0f + e;
-  float r = __uint_as_float(0x7EF311C7u - __float_as_uint(fminf(y, 1e30f)));
-#pragma unroll
-  for (int k = 0; k < 3; k++) r = r * __fmaf_rn(-y, r, 2.0f);
-  return y < 1e30f ? x * r : 0.0f * x;
-}
 /* 8 bf16 (one 16-byte chunk) through SiLU, rounded back to bf16. */
 static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
   const uint32_t *w = &u.x;
@@ -124,21 +110,39 @@ static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
     rp[i] = lh_pack_bf16(lw_silu(__uint_as_float(w[i] << 16)), lw_silu(__uint_as_float(w[i] & 0xffff0000u)));
   return r;
 }
-/* The same with lw_silu_newton where NEWTON. */
-template <bool NEWTON>
-static __device__ __forceinline__ uint4 lw_silu8_as(uint4 u) {
-  if constexpr (!NEWTON) {
-    return lw_silu8(u);
-  } else {
-    const uint32_t *w = &u.x;
-    uint4 r;
-    uint32_t *rp = &r.x;
+/* lightning_wg's SiLU (LW_WG_TANH): h + h tanh(h) with h = x / 2, one MUFU op where lw_silu takes
+ * two (ex2 and rcp); measured 1.34x the whole kernel (bench/NOTES.md, session 11). tanh.approx has a
+ * relative error of about 2^-11, so the result is within about |x| 2^-12 of SiLU(x): under a bf16
+ * ulp where x > -2, and for x < -3, where SiLU(x) is near 0, off by several of its own (small) ulps,
+ * an absolute error below that of rounding an O(1) value to bf16. Large |x| give x and -0; a NaN
+ * stays a NaN. */
+[[maybe_unused]] static __device__ __forceinline__ float lw_silu_wg(float x) {
+#if LW_WG_TANH
+  float t;
+  const float h = 0.5f * x;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+  return __fmaf_rn(h, t, h);
+#else
+  return lw_silu(x);
+#endif
+}
+/* 8 bf16 through lw_silu_wg, times f where SCALE, rounded once to bf16. */
+template <bool SCALE>
+[[maybe_unused]] static __device__ __forceinline__ uint4 lw_silu8_wg(uint4 u, float f) {
+  const uint32_t *w = &u.x;
+  uint4 r;
+  uint32_t *rp = &r.x;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
-      rp[i] = lh_pack_bf16(lw_silu_newton(__uint_as_float(w[i] << 16)),
-                           lw_silu_newton(__uint_as_float(w[i] & 0xffff0000u)));
-    return r;
+  for (int i = 0; i < 4; i++) {
+    float a = lw_silu_wg(__uint_as_float(w[i] << 16)), b = lw_silu_wg(__uint_as_float(w[i] & 0xffff0000u));
+    if (SCALE) a *= f, b *= f;
+    rp[i] = lh_pack_bf16(a, b);
   }
+  return r;
+}
+/* u where ok, else zeros, without a branch. */
+[[maybe_unused]] static __device__ __forceinline__ uint4 lw_sel4(bool ok, uint4 u) {
+  return make_uint4(ok ? u.x : 0u, ok ? u.y : 0u, ok ? u.z : 0u, ok ? u.w : 0u);
 }
 /* 8 bf16 times a scale, rounded to bf16. */
 static __device__ __forceinline__ uint4 lw_scale8(uint4 u, float f) {
@@ -743,10 +747,11 @@ static __global__ void __launch_bounds__(512, 1)
  * shared memory by the tensor cores) instead of mma.sync fed by ldmatrix, and the raw q/k/v brought
  * in by TMA two blocks ahead. Block b lives in stage b % 3; four warpgroups:
  *   - producers (warpgroups 2, 3), a block ahead of the state: wait for the stage's raw q, k, v,
- *     turn them in place into Q = SiLU(q), KD = kd * SiLU(k) (kd_j = exp(-s (cb - 1 - j))) and
- *     V = SiLU(v), then P' = exp(s cb) (Q KD^T) masked to j <= i, each group 32 of its 64 columns
- *     (m64n32, 8 steps). P'_ij = q_i . k_j exp(-s (i - j)) / qd_i with qd_i = exp(-s (i + 1)): the
- *     query rows' decay is taken out of the intra-block term and applied at the end;
+ *     turn them in place into Q = SiLU(q), KD = kd * SiLU(k) (kd_j = exp(-s (cb - 1 - j)); rounded
+ *     to bf16 once) and V = SiLU(v), SiLU being lw_silu_wg, then P' = exp(s cb) (Q KD^T) masked to
+ *     j <= i, each group 32 of its 64 columns (m64n32, 8 steps). P'_ij = q_i . k_j exp(-s (i - j)) /
+ *     qd_i with qd_i = exp(-s (i + 1)): the query rows' decay is taken out of the intra-block term
+ *     and applied at the end;
  *   - state warpgroups 0 and 1 hold S^T for v dims [64 w, 64 w + 64) over all 128 k dims (m64n128
  *     accumulators, 64 fp32 registers a thread) and for block b compute
  *         O[:, v half] = qd * (Q S + P' V)     (m64n64: 8 steps on Q and S, 4 on P' and V)
@@ -772,9 +777,17 @@ static __global__ void __launch_bounds__(512, 1)
  * layout) into one staging buffer: 4.0; into the stages, three of them: 3.0 ms, and 2.65 ms not
  * cut with all the compute taken out (16-byte box rows are slow for TMA). 64-column 128B-swizzled
  * boxes: 1.44 ms with the compute taken out, 3.0 with it (2.59 at the 608/1024 cut). An L2
- * prefetch 2-8 blocks ahead of the loads changed nothing. What bounds it now is the compute: SiLU
- * (two MUFU ops an element: 3,072 cycles a block of the SM's MUFU pipe) in two producer warps a
- * scheduler, beside the state warps' chain. */
+ * prefetch 2-8 blocks ahead of the loads changed nothing.
+ * Session 11 (bench/NOTES.md; ncu with stall samples per SASS line, bench/cuda/ncu_lightning.sh):
+ * the producers bounded it, their SiLU chains a chunk at a time behind a branch (1.06x without),
+ * then the MUFU pipe (tanh: 1.34x); then the state warps' chain, whose fence after SB
+ * (MEMBAR.ALL.CTA) waited for the O stores issued before it (SB first: 1.07x). 1.69-1.73 ms at 64K cut at 608.
+ * Measured and dropped there: V's SiLU by the state warps under their wgmma (1.15x slower), V's
+ * SiLU by the producers under the P' wgmma (1.04x slower), O stored under the next block's wgmma
+ * (1.12x slower: the stores then sit before SB's fence), SB by stmatrix (no gain), the stage's
+ * next TMA sent after FULL instead of a barrier of its own (1.03x slower), and the Newton
+ * reciprocal (1.40x slower). No pipe is saturated now (ncu: shared-memory wavefronts about 50% of
+ * peak, tensor 27%, MUFU 20%): what is left is the hand-over latency between the two roles. */
 namespace lwg {
 constexpr int D = 128, NS = 3;
 constexpr int MAT = LT * D * 2; /* bytes of one of Q, KD, V */
@@ -847,19 +860,38 @@ static __global__ void __launch_bounds__(512, 1)
       const int s = i % NS, cb = rows(i);
       unsigned char *Qs = mat(s, Q), *Ks = mat(s, KD), *Vs = mat(s, V);
       lh_mbar_wait(bar(s), (i / NS) & 1); /* block i's raw q, k, v */
+      /* Every chunk read first and computed without a branch (a branch per chunk left only 8 SiLU
+       * chains in flight: 1.06x); the rows past a short block are zeroed by selects, in a second
+       * copy of the loop so that whole blocks do not pay for them. */
+      auto silu = [&](auto WHOLE) {
+        constexpr bool whole = decltype(WHOLE)::value;
+        uint4 rk[4], rv[4], rq[4];
 #pragma unroll
-      for (int c = 0; c < 4; c++) {
-        const int idx = pt + 256 * c, row = (idx >> 3) & (LT - 1);
-        const bool ok = row < cb;
-        const uint4 z4 = make_uint4(0, 0, 0, 0);
-        uint4 *pk = reinterpret_cast<uint4 *>(Ks + 16 * idx), *pv = reinterpret_cast<uint4 *>(Vs + 16 * idx);
-        *pk = ok ? lw_scale8(lw_silu8_as<(LW_SILU_NEWTON >= 2)>(*pk), dec[cb - 1 - row]) : z4;
-        *pv = ok ? lw_silu8_as<(LW_SILU_NEWTON >= 1)>(*pv) : z4;
-        if (run) {
-          uint4 *pq = reinterpret_cast<uint4 *>(Qs + 16 * idx);
-          *pq = ok ? lw_silu8_as<(LW_SILU_NEWTON >= 3)>(*pq) : z4;
+        for (int c = 0; c < 4; c++) {
+          const int idx = pt + 256 * c;
+          rk[c] = reinterpret_cast<const uint4 *>(Ks)[idx];
+          rv[c] = reinterpret_cast<const uint4 *>(Vs)[idx];
+          if (run) rq[c] = reinterpret_cast<const uint4 *>(Qs)[idx];
         }
-      }
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const int idx = pt + 256 * c, row = (idx >> 3) & (LT - 1);
+          const bool ok = whole || row < cb;
+          uint4 k8 = lw_silu8_wg<true>(rk[c], dec[ok ? cb - 1 - row : 0]), v8 = lw_silu8_wg<false>(rv[c], 1.0f);
+          if (!whole) k8 = lw_sel4(ok, k8), v8 = lw_sel4(ok, v8);
+          reinterpret_cast<uint4 *>(Ks)[idx] = k8;
+          reinterpret_cast<uint4 *>(Vs)[idx] = v8;
+          if (run) {
+            uint4 q8 = lw_silu8_wg<false>(rq[c], 1.0f);
+            if (!whole) q8 = lw_sel4(ok, q8);
+            reinterpret_cast<uint4 *>(Qs)[idx] = q8;
+          }
+        }
+      };
+      if (cb == LT)
+        silu(std::true_type{});
+      else
+        silu(std::false_type{});
       lh_fence_proxy_async();
       if constexpr (run) {
         lw_bar_sync(PROD, 256); /* Q and KD of block i */
@@ -906,11 +938,11 @@ static __global__ void __launch_bounds__(512, 1)
 #pragma unroll
     for (int e = 0; e < 4; e++) acc_s[4 * j + e] = state[state_at(j, e)];
   if (split && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
-  unsigned char *SBh = smem_raw + SB + wg * 64 * D * 2; /* this group's 64 rows of S^T, [64][128] tiled */
   const uint32_t sb_a = sbase + SB + wg * 64 * D * 2;
   /* S^T rounded to bf16 into SB, for the next block's Q S. */
   auto write_sb = [&]() {
     lw_bar_sync(SBW + wg, 128); /* every warp of the group is past the wgmma that read SB */
+    unsigned char *SBh = smem_raw + SB + wg * 64 * D * 2; /* this group's 64 rows of S^T, [64][128] tiled */
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -919,8 +951,12 @@ static __global__ void __launch_bounds__(512, 1)
         const int off = (((vr >> 3) * (D / 8) + j) * 64 + (vr & 7) * 8 + 2 * t4) * 2;
         *reinterpret_cast<uint32_t *>(SBh + off) = lh_pack_bf16(acc_s[4 * j + 2 * hf], acc_s[4 * j + 2 * hf + 1]);
       }
-    lh_fence_proxy_async();
-    lw_bar_sync(SBW + wg, 128);
+    lh_fence_proxy_async(); /* no barrier after: FULL, before the next wgmma, is one */
+  };
+  auto decay = [&](int i) { /* S^T *= exp(-s cb) for block i */
+    const float bd = dec[rows(i)];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc_s[e] *= bd;
   };
   /* Block i, as the producers': RUN runs it in full, else it only advances the state. The update
    * runs after every block, also part 0's last, whose state is then dropped. */
@@ -928,9 +964,6 @@ static __global__ void __launch_bounds__(512, 1)
     constexpr bool run = decltype(RUN)::value;
     const int s = i % NS, cb = rows(i);
     lw_bar_sync(FULL + s, 512);
-    const float bd = dec[cb];
-#pragma unroll
-    for (int e = 0; e < 64; e++) acc_s[e] *= bd; /* before the wgmma: none of its registers may change while one is in flight */
     lh_wgmma_fence();
     float acc_o[32];
     if constexpr (run) { /* O / qd = Q S + P' V, with S as bf16 from SB */
@@ -954,6 +987,9 @@ static __global__ void __launch_bounds__(512, 1)
       lw_bar_sync(STATE, 256);
       if (tid == 0) fetch(i + NS);
     }
+    /* SB first: its fence (MEMBAR.ALL.CTA) waits for every store the thread has in flight, and
+     * after the O stores it waited for them to reach L2 (9.5% of the state warps' samples) */
+    if (i + 1 < nb && i + 1 >= nadv) write_sb(); /* the next block runs Q S */
     if constexpr (run) {
       lh_wgmma_hold(acc_o);
       const int64_t r0 = row0(i);
@@ -970,9 +1006,10 @@ static __global__ void __launch_bounds__(512, 1)
         }
       }
     }
-    if (i + 1 < nb && i + 1 >= nadv) write_sb(); /* the next block runs Q S */
+    if (i + 1 < nb) decay(i + 1); /* here rather than after FULL: off the wait for the producers */
   };
   if (nadv == 0) write_sb();
+  if (nb > 0) decay(0);
   for (int i = 0; i < nadv; i++) block(i, std::false_type{});
   for (int i = nadv; i < nb; i++) block(i, std::true_type{});
 
