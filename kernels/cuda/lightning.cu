@@ -72,6 +72,12 @@
 #ifndef LW_QS_LO
 #define LW_QS_LO 0 /* lightning_ws: Q S with S as hi + lo bf16 halves, as lightning_blocked (0: S rounded) */
 #endif
+#ifndef LW_WG_SREG
+#define LW_WG_SREG 0 /* lightning_wg: Q S as O^T = S^T Q^T with S^T as wgmma's register operand (no SB, no
+                        fence on the state warps' chain), O through a per-warp stmatrix staging and 16-byte
+                        stores (o 16-byte aligned, o_stride a multiple of 8), setmaxnreg 160 / 96.
+                        Compiled, NOT YET RUN on a GPU (bench/NOTES.md, session 11) */
+#endif
 #ifndef LW_WG_TANH
 #define LW_WG_TANH 1 /* lightning_wg's SiLU: 1, h + h tanh(h) with h = x / 2 (one MUFU op); 0, lw_silu (two) */
 #endif
@@ -852,6 +858,9 @@ static __global__ void __launch_bounds__(512, 1)
   __syncthreads(); /* dec, the barriers */
 
   if (wg >= 2) { /* ---- producers ---- */
+#if LW_WG_SREG
+    lh_setmaxnreg_dec<96>();
+#endif
     const int pt = tid - 256, pg = wg - 2;
     /* Block i; RUN: it runs in full (else part 1 only advances the state over it). Two loops, so
      * that no wgmma sits under a branch (ptxas serialises those). */
@@ -927,6 +936,9 @@ static __global__ void __launch_bounds__(512, 1)
   }
 
   /* ---- state warpgroups: S^T[v][k] for v in [64 wg, 64 wg + 64), all k ---- */
+#if LW_WG_SREG
+  lh_setmaxnreg_inc<160>();
+#endif
   const int v0 = 64 * wg;
   /* acc_s[4 j + e] = S^T[v][k] = S[k][v]: v = v0 + 16 wi + g + 8 (e >> 1), k = 8 j + 2 t4 + (e & 1) */
   auto state_at = [&](int j, int e) -> int64_t {
@@ -938,6 +950,99 @@ static __global__ void __launch_bounds__(512, 1)
 #pragma unroll
     for (int e = 0; e < 4; e++) acc_s[4 * j + e] = state[state_at(j, e)];
   if (split && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
+  auto decay = [&](int i) { /* S^T *= exp(-s cb) for block i */
+    const float bd = dec[rows(i)];
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc_s[e] *= bd;
+  };
+#if LW_WG_SREG
+  /* S^T as bf16 A fragments of O^T = S^T Q^T, k slice kk: the accumulator's columns 16 kk .. + 16 */
+  uint32_t sa[8][4];
+  auto to_sa = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) sa[kk][r] = lh_pack_bf16(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
+  };
+  /* O of a block: acc_o holds O^T / qd (v rows 16 wi + g (+ 8), tokens 8 j + 2 t4 (+ 1)); stmatrix
+   * .trans puts it in this warp's staging (in SB's place) as [64 tokens][16 v], 32 bytes a token,
+   * its two 16-byte halves swapped on tokens 4..7 of each 8 against bank conflicts; 16-byte stores
+   * take it out after the next block's wgmma has been issued. */
+  const uint32_t stg = sbase + SB + w * 2048;
+  int pend_cb = 0;
+  int64_t pend_r0 = 0;
+  auto stage_o = [&](const float(&ao)[32], int64_t r0, int cb) {
+    const int m = lane >> 3;
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      const int t = 8 * (j + (m >> 1)) + (lane & 7), c = (m & 1) ^ ((t >> 2) & 1);
+      uint32_t r[4];
+#pragma unroll
+      for (int q = 0; q < 4; q++) { /* matrix q: tokens 8 (j + q / 2) .., v half q % 2 */
+        const int jj = j + (q >> 1), e = 2 * (q & 1);
+        r[q] = lh_pack_bf16(ao[4 * jj + e] * dec[8 * jj + 2 * t4 + 1], ao[4 * jj + e + 1] * dec[8 * jj + 2 * t4 + 2]);
+      }
+      lh_stsm_x4_trans(stg + t * 32 + c * 16, r[0], r[1], r[2], r[3]);
+    }
+    pend_r0 = r0, pend_cb = cb;
+  };
+  auto store_o = [&]() {
+    if (!pend_cb) return;
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int ci = lane + 32 * q, t = ci >> 1, c = ci & 1;
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(stg + t * 32 + ((c ^ ((t >> 2) & 1)) * 16)));
+      if (t < pend_cb)
+        *reinterpret_cast<uint4 *>(o + (seg.row0 + pend_r0 + t) * o_stride + h * D + v0 + 16 * wi + 8 * c) = v;
+    }
+    __syncwarp();
+    pend_cb = 0;
+  };
+  /* Block i, as the producers': RUN runs it in full, else it only advances the state. */
+  auto block = [&](int i, auto RUN) {
+    constexpr bool run = decltype(RUN)::value;
+    const int s = i % NS, cb = rows(i);
+    lw_bar_sync(FULL + s, 512);
+    lh_wgmma_fence();
+    float acc_o[32];
+    if constexpr (run) { /* O^T / qd = S^T Q^T + V^T P'^T */
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        lh_wgmma_m64n64_rs<0>(acc_o, sa[kk], lh_wgmma_desc_k_sw128(mat_a(s, Q), BOX, 0, 16 * kk), kk);
+#pragma unroll
+      for (int ks = 0; ks < LT / 16; ks++)
+        lh_wgmma_m64n64<1, 0>(acc_o, lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0),
+                              lh_wgmma_desc_k(mat_a(s, P), LT, 0, 16 * ks), 1);
+    }
+#pragma unroll
+    for (int ks = 0; ks < LT / 16; ks++) /* S^T = exp(-s cb) S^T + V^T KD */
+      lh_wgmma_m64n128<1, 1>(acc_s, lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0),
+                             lh_wgmma_desc_mn_sw128(mat_a(s, KD), BOX, 16 * ks, 0), 1);
+    lh_wgmma_commit();
+    store_o(); /* the previous block's O, under this block's wgmma */
+    lh_wgmma_wait<0>();
+    lh_wgmma_hold(acc_s);
+    if (i + NS < nb) { /* the stage is free: block i + NS's raw q, k, v into it */
+      lw_bar_sync(STATE, 256);
+      if (tid == 0) fetch(i + NS);
+    }
+    if (i + 1 < nb && i + 1 >= nadv) to_sa(); /* the next block's Q S, from S before its decay */
+    if constexpr (run) {
+      lh_wgmma_hold(acc_o);
+      stage_o(acc_o, row0(i), cb);
+    }
+    if (i + 1 < nb) decay(i + 1);
+  };
+  if (nadv == 0) to_sa();
+  if (nb > 0) decay(0);
+  for (int i = 0; i < nadv; i++) block(i, std::false_type{});
+  for (int i = nadv; i < nb; i++) block(i, std::true_type{});
+  store_o();
+#else
   const uint32_t sb_a = sbase + SB + wg * 64 * D * 2;
   /* S^T rounded to bf16 into SB, for the next block's Q S. */
   auto write_sb = [&]() {
@@ -952,11 +1057,6 @@ static __global__ void __launch_bounds__(512, 1)
         *reinterpret_cast<uint32_t *>(SBh + off) = lh_pack_bf16(acc_s[4 * j + 2 * hf], acc_s[4 * j + 2 * hf + 1]);
       }
     lh_fence_proxy_async(); /* no barrier after: FULL, before the next wgmma, is one */
-  };
-  auto decay = [&](int i) { /* S^T *= exp(-s cb) for block i */
-    const float bd = dec[rows(i)];
-#pragma unroll
-    for (int e = 0; e < 64; e++) acc_s[e] *= bd;
   };
   /* Block i, as the producers': RUN runs it in full, else it only advances the state. The update
    * runs after every block, also part 0's last, whose state is then dropped. */
@@ -1012,6 +1112,7 @@ static __global__ void __launch_bounds__(512, 1)
   if (nb > 0) decay(0);
   for (int i = 0; i < nadv; i++) block(i, std::false_type{});
   for (int i = nadv; i < nb; i++) block(i, std::true_type{});
+#endif
 
   if (!writes_state) return;
   if (split) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */

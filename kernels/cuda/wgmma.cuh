@@ -82,6 +82,45 @@ static __device__ __forceinline__ void lh_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* d (m64n64, fp32) = A B + (scale_d ? d : 0) with A from registers: a[4] is this thread's bf16 pairs
+ * of a 64 x 16 A in the accumulator layout (a wgmma accumulator's 16 columns packed: rows g and
+ * g + 8 of the warp's 16, columns 2 t4 and 8 + 2 t4); B bf16 in shared memory by descriptor, tb as
+ * in lh_wgmma_m64n64. a must not change until the wgmma has completed. */
+template <int TB>
+static __device__ __forceinline__ void lh_wgmma_m64n64_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                          int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 "
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
+}
+/* stmatrix .trans: four 8 x 8 bf16 matrices to shared memory, transposed; register i holds, in lane
+ * l, the pair at row l / 4, columns 2 (l % 4) and + 1 of matrix i (an accumulator's 8-column group,
+ * packed), and lane l gives the address of stored row l % 8 of matrix l / 8, which is column l % 8
+ * of the matrix as held (16 contiguous bytes). */
+static __device__ __forceinline__ void lh_stsm_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                        uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+/* setmaxnreg: this warpgroup's registers a thread, raised (the state warps) or lowered (producers). */
+template <int N>
+static __device__ __forceinline__ void lh_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+static __device__ __forceinline__ void lh_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /* Keeps the compiler from moving reads or writes of d across a wgmma that is in flight. */
 template <int NA>
 static __device__ __forceinline__ void lh_wgmma_hold(float (&d)[NA]) {
