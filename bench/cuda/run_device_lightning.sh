@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# run_device_lightning.sh — the lightning core's checks and timings in one device call: gpu_parity,
-# gpu_model_parity, the lightning peers (peers.py --lightning, fla when its wheels are carried), then
-# bench_cuda --only lightning for bin/bench_cuda and for every variant build bin/bench_cuda_*
-# (for example one built with -DCMAKE_CUDA_FLAGS=-DLW_SILU_NEWTON=3; bench/NOTES.md, session 10).
+# run_device_lightning.sh — the lightning core's checks and timings in one device call: gpu_parity
+# (and every variant build's bin/gpu_parity_*), gpu_model_parity, the lightning peers (peers.py
+# --lightning, fla when its wheels are carried), then bench_cuda --only lightning for bin/bench_cuda
+# and for every variant build bin/bench_cuda_* (for example gpu_parity and bench_cuda built with
+# -DCMAKE_CUDA_FLAGS=-DLW_WG_SREG=1, copied in as bin/gpu_parity_sreg and bin/bench_cuda_sreg;
+# bench/NOTES.md, session 11).
 # Payload: bench/cuda/make_payload.sh BUILD [WHEELS], then copy variant binaries into .dev/cuda/bin.
 # Usage: run_device_lightning.sh DIR OUT
 set -u
@@ -20,6 +22,14 @@ step "gpu_parity"
 timeout 150 bin/gpu_parity > "$OUT/parity1.log" 2>&1
 echo "rc=$? passes: $(grep -c '^PASS' "$OUT/parity1.log")"
 grep -E "^FAIL|kernel lightning|failures" "$OUT/parity1.log" | cut -c1-160
+
+for p in bin/gpu_parity_*; do # variant builds (bench/NOTES.md, session 11: LW_WG_SREG)
+  [ -x "$p" ] || continue
+  step "$p"
+  timeout 150 "$p" > "$OUT/$(basename "$p").log" 2>&1
+  echo "rc=$? passes: $(grep -c '^PASS' "$OUT/$(basename "$p").log")"
+  grep -E "^FAIL|failures" "$OUT/$(basename "$p").log" | cut -c1-160
+done
 
 step "gpu_model_parity"
 LH_SOURCE_DIR=$(cd ../.. && pwd) timeout 60 bin/gpu_model_parity > "$OUT/model.log" 2>&1
