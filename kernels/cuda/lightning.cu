@@ -968,7 +968,8 @@ static __global__ void __launch_bounds__(512, 1)
    * .trans puts it in this warp's staging (in SB's place) as [64 tokens][16 v], 32 bytes a token,
    * its two 16-byte halves swapped on tokens 4..7 of each 8 against bank conflicts; 16-byte stores
    * take it out after the next block's wgmma has been issued. */
-  const uint32_t stg = sbase + SB + w * 2048;
+  const uint32_t stg = sbase + SB + w * 2048;          /* for stmatrix */
+  const unsigned char *stg_p = smem_raw + SB + w * 2048; /* the same bytes, for the loads */
   int pend_cb = 0;
   int64_t pend_r0 = 0;
   auto stage_o = [&](const float(&ao)[32], int64_t r0, int cb) {
@@ -992,10 +993,7 @@ static __global__ void __launch_bounds__(512, 1)
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const int ci = lane + 32 * q, t = ci >> 1, c = ci & 1;
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(stg + t * 32 + ((c ^ ((t >> 2) & 1)) * 16)));
+      const uint4 v = *reinterpret_cast<const uint4 *>(stg_p + t * 32 + ((c ^ ((t >> 2) & 1)) * 16));
       if (t < pend_cb)
         *reinterpret_cast<uint4 *>(o + (seg.row0 + pend_r0 + t) * o_stride + h * D + v0 + 16 * wi + 8 * c) = v;
     }
