@@ -50,7 +50,8 @@
  * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut). Session 10:
  * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736). Session 11:
  * its producers' SiLU without branches and on one MUFU op (tanh), and the state warps' SB write
- * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla.
+ * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla. Session 12: Q S with S^T
+ * as wgmma's register operand (no SB) and O through TMA stores.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -71,12 +72,6 @@
 #endif
 #ifndef LW_QS_LO
 #define LW_QS_LO 0 /* lightning_ws: Q S with S as hi + lo bf16 halves, as lightning_blocked (0: S rounded) */
-#endif
-#ifndef LW_WG_SREG
-#define LW_WG_SREG 0 /* lightning_wg: Q S as O^T = S^T Q^T with S^T as wgmma's register operand (no SB, no
-                        fence on the state warps' chain), O through a per-warp stmatrix staging and 16-byte
-                        stores (o 16-byte aligned, o_stride a multiple of 8), setmaxnreg 160 / 96.
-                        Compiled, NOT YET RUN on a GPU (bench/NOTES.md, session 11) */
 #endif
 #ifndef LW_WG_TANH
 #define LW_WG_TANH 1 /* lightning_wg's SiLU: 1, h + h tanh(h) with h = x / 2 (one MUFU op); 0, lw_silu (two) */
@@ -760,17 +755,18 @@ static __global__ void __launch_bounds__(512, 1)
  *     and applied at the end;
  *   - state warpgroups 0 and 1 hold S^T for v dims [64 w, 64 w + 64) over all 128 k dims (m64n128
  *     accumulators, 64 fp32 registers a thread) and for block b compute
- *         O[:, v half] = qd * (Q S + P' V)     (m64n64: 8 steps on Q and S, 4 on P' and V)
- *         S^T = exp(-s cb) S^T + V^T KD        (m64n128: 4 steps)
+ *         O^T[v half, :] = qd * (S^T Q^T + V^T P'^T)  (m64n64: 8 steps on S^T and Q, 4 on V and P')
+ *         S^T = exp(-s cb) S^T + V^T KD                (m64n128: 4 steps)
  *     with a single wait, so that no register of a wgmma in flight is touched (ptxas serialises
- *     those); then thread 0 sends the stage's TMA for block b + 3. Q S reads S as bf16 from shared
- *     memory (SB, written from the accumulators after each update; the state itself stays fp32,
- *     as in lightning_ws).
+ *     those); then thread 0 sends the stage's TMA for block b + 3. S^T Q^T takes S^T from
+ *     registers as wgmma's A operand, rounded to bf16 (sa, packed after each update; the state
+ *     itself stays fp32, as in lightning_ws), and O leaves through a per-warp staging and a TMA
+ *     store (put_o). setmaxnreg gives the state warps 160 registers and the producers 96.
  * The factors exp(s cb) and exp(-s (cb - 1 - j)) need exp(64 s) well inside fp32 and bf16: s <= 1.2
  * (every slope formula gives <= 1).
  * Shared memory: per stage Q, KD, V [64 x 128], each two TMA boxes of 64 columns x 64 rows in the
- * 128-byte swizzled layout (wgmma.cuh), and P' [64 x 64] tiled by rows (no swizzle); SB [128 v x
- * 128 k] tiled by rows; 201 KB in all. Each producer thread owns the 16-byte chunks idx = pt + 256 c
+ * 128-byte swizzled layout (wgmma.cuh), and P' [64 x 64] tiled by rows (no swizzle); the state
+ * warps' O staging, 2 KB a warp; 185 KB in all. Each producer thread owns the 16-byte chunks idx = pt + 256 c
  * at byte 16 idx of each matrix (row (idx / 8) % 64: the swizzle only permutes chunks within a
  * row): linear, free of bank conflicts. The transposed uses (V as K-by-N and M-by-K, KD as
  * K-by-N) read the same storage MN-major. The state update is the
@@ -792,8 +788,11 @@ static __global__ void __launch_bounds__(512, 1)
  * SiLU by the producers under the P' wgmma (1.04x slower), O stored under the next block's wgmma
  * (1.12x slower: the stores then sit before SB's fence), SB by stmatrix (no gain), the stage's
  * next TMA sent after FULL instead of a barrier of its own (1.03x slower), and the Newton
- * reciprocal (1.40x slower). No pipe is saturated now (ncu: shared-memory wavefronts about 50% of
- * peak, tensor 27%, MUFU 20%): what is left is the hand-over latency between the two roles. */
+ * reciprocal (1.40x slower). No pipe was saturated then (ncu: shared-memory wavefronts about 50% of
+ * peak, tensor 27%, MUFU 20%): what was left was the hand-over latency between the two roles.
+ * Session 12: S^T as the register operand took SB, its write and its fence off the state warps'
+ * chain (1.03-1.05x); ncu then showed their O stores (16-byte loads from the staging and stores to
+ * global, serialised on one register quad) at a fifth of their samples, and TMA stores replaced them. */
 namespace lwg {
 constexpr int D = 128, NS = 3;
 constexpr int MAT = LT * D * 2; /* bytes of one of Q, KD, V */
@@ -801,15 +800,16 @@ constexpr int Q = 0, KD = Q + MAT, V = KD + MAT, P = V + MAT;
 constexpr int STAGE = P + LT * LT * 2;
 constexpr int BOX = LT * 64 * 2; /* one TMA box: 64 rows x 64 columns, 8 KB */
 static_assert(2 * BOX == MAT && STAGE % 1024 == 0, "the swizzled boxes stay 1024-byte aligned");
-constexpr int SB = NS * STAGE;    /* S^T as bf16, [128 v][128 k] tiled by rows */
-constexpr int DEC = SB + D * D * 2; /* dec[k] = exp(-s k), k = 0..LT */
+constexpr int STG = NS * STAGE;   /* per state warp, its O of a block: [64 tokens][16 v], 2 KB */
+constexpr int DEC = STG + 8 * 2048; /* dec[k] = exp(-s k), k = 0..LT */
 constexpr int BAR = DEC + (LT + 1) * 4 + 4; /* NS barriers (8-byte aligned): stage s's TMA */
 constexpr int TOTAL = BAR + 8 * NS + 1024; /* + the alignment of the base to 1024 bytes */
-enum { FULL = 1, PROD = 1 + NS, STATE = 2 + NS, SBW = 3 + NS }; /* FULL + s, SBW + w */
+enum { FULL = 1, PROD = 1 + NS, STATE = 2 + NS }; /* FULL + s */
 }  // namespace lwg
 
 static __global__ void __launch_bounds__(512, 1)
-    lightning_wg(const __grid_constant__ CUtensorMap tmap, const lh_cuda_lseg *__restrict__ segs, int H,
+    lightning_wg(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_o,
+                 const lh_cuda_lseg *__restrict__ segs, int H,
                  const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync, int64_t split_min,
                  int split_q) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -858,9 +858,7 @@ static __global__ void __launch_bounds__(512, 1)
   __syncthreads(); /* dec, the barriers */
 
   if (wg >= 2) { /* ---- producers ---- */
-#if LW_WG_SREG
     lh_setmaxnreg_dec<96>();
-#endif
     const int pt = tid - 256, pg = wg - 2;
     /* Block i; RUN: it runs in full (else part 1 only advances the state over it). Two loops, so
      * that no wgmma sits under a branch (ptxas serialises those). */
@@ -936,9 +934,7 @@ static __global__ void __launch_bounds__(512, 1)
   }
 
   /* ---- state warpgroups: S^T[v][k] for v in [64 wg, 64 wg + 64), all k ---- */
-#if LW_WG_SREG
   lh_setmaxnreg_inc<160>();
-#endif
   const int v0 = 64 * wg;
   /* acc_s[4 j + e] = S^T[v][k] = S[k][v]: v = v0 + 16 wi + g + 8 (e >> 1), k = 8 j + 2 t4 + (e & 1) */
   auto state_at = [&](int j, int e) -> int64_t {
@@ -955,7 +951,6 @@ static __global__ void __launch_bounds__(512, 1)
 #pragma unroll
     for (int e = 0; e < 64; e++) acc_s[e] *= bd;
   };
-#if LW_WG_SREG
   /* S^T as bf16 A fragments of O^T = S^T Q^T, k slice kk: the accumulator's columns 16 kk .. + 16 */
   uint32_t sa[8][4];
   auto to_sa = [&]() {
@@ -965,14 +960,16 @@ static __global__ void __launch_bounds__(512, 1)
       for (int r = 0; r < 4; r++) sa[kk][r] = lh_pack_bf16(acc_s[8 * kk + 2 * r], acc_s[8 * kk + 2 * r + 1]);
   };
   /* O of a block: acc_o holds O^T / qd (v rows 16 wi + g (+ 8), tokens 8 j + 2 t4 (+ 1)); stmatrix
-   * .trans puts it in this warp's staging (in SB's place) as [64 tokens][16 v], 32 bytes a token,
-   * its two 16-byte halves swapped on tokens 4..7 of each 8 against bank conflicts; 16-byte stores
-   * take it out after the next block's wgmma has been issued. */
-  const uint32_t stg = sbase + SB + w * 2048;          /* for stmatrix */
-  const unsigned char *stg_p = smem_raw + SB + w * 2048; /* the same bytes, for the loads */
-  int pend_cb = 0;
-  int64_t pend_r0 = 0;
-  auto stage_o = [&](const float(&ao)[32], int64_t r0, int cb) {
+   * .trans puts O in this warp's staging as [64 tokens][16 v], 32 bytes a token, in the layout of
+   * TMA's 32-byte swizzle (the two 16-byte halves swapped on tokens 4..7 of each 8, which also keeps
+   * stmatrix free of bank conflicts). A whole block leaves by one TMA store of the warp's 16 x 64
+   * box, issued by lane 0 and waited for (its reads of the staging) before the next block's
+   * stmatrix; a short block (a segment's last) by 16-byte stores of its rows. */
+  const uint32_t stg = sbase + STG + w * 2048;           /* for stmatrix and TMA */
+  const unsigned char *stg_p = smem_raw + STG + w * 2048; /* the same bytes, for the loads */
+  auto put_o = [&](const float(&ao)[32], int64_t r0, int cb) {
+    if (lane == 0) lh_tma_store_wait_read();
+    __syncwarp();
     const int m = lane >> 3;
 #pragma unroll
     for (int j = 0; j < 8; j += 2) {
@@ -985,20 +982,21 @@ static __global__ void __launch_bounds__(512, 1)
       }
       lh_stsm_x4_trans(stg + t * 32 + c * 16, r[0], r[1], r[2], r[3]);
     }
-    pend_r0 = r0, pend_cb = cb;
-  };
-  auto store_o = [&]() {
-    if (!pend_cb) return;
+    const int col = h * D + v0 + 16 * wi;
+    if (cb == LT) {
+      lh_fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) lh_tma_store2(&tmap_o, col, (int)(seg.row0 + r0), stg);
+      return;
+    }
     __syncwarp();
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const int ci = lane + 32 * q, t = ci >> 1, c = ci & 1;
       const uint4 v = *reinterpret_cast<const uint4 *>(stg_p + t * 32 + ((c ^ ((t >> 2) & 1)) * 16));
-      if (t < pend_cb)
-        *reinterpret_cast<uint4 *>(o + (seg.row0 + pend_r0 + t) * o_stride + h * D + v0 + 16 * wi + 8 * c) = v;
+      if (t < cb) *reinterpret_cast<uint4 *>(o + (seg.row0 + r0 + t) * o_stride + col + 8 * c) = v;
     }
-    __syncwarp();
-    pend_cb = 0;
+    __syncwarp(); /* the loads are done before the next block's stmatrix */
   };
   /* Block i, as the producers': RUN runs it in full, else it only advances the state. */
   auto block = [&](int i, auto RUN) {
@@ -1021,7 +1019,6 @@ static __global__ void __launch_bounds__(512, 1)
       lh_wgmma_m64n128<1, 1>(acc_s, lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0),
                              lh_wgmma_desc_mn_sw128(mat_a(s, KD), BOX, 16 * ks, 0), 1);
     lh_wgmma_commit();
-    store_o(); /* the previous block's O, under this block's wgmma */
     lh_wgmma_wait<0>();
     lh_wgmma_hold(acc_s);
     if (i + NS < nb) { /* the stage is free: block i + NS's raw q, k, v into it */
@@ -1031,7 +1028,7 @@ static __global__ void __launch_bounds__(512, 1)
     if (i + 1 < nb && i + 1 >= nadv) to_sa(); /* the next block's Q S, from S before its decay */
     if constexpr (run) {
       lh_wgmma_hold(acc_o);
-      stage_o(acc_o, row0(i), cb);
+      put_o(acc_o, row0(i), cb);
     }
     if (i + 1 < nb) decay(i + 1);
   };
@@ -1039,78 +1036,7 @@ static __global__ void __launch_bounds__(512, 1)
   if (nb > 0) decay(0);
   for (int i = 0; i < nadv; i++) block(i, std::false_type{});
   for (int i = nadv; i < nb; i++) block(i, std::true_type{});
-  store_o();
-#else
-  const uint32_t sb_a = sbase + SB + wg * 64 * D * 2;
-  /* S^T rounded to bf16 into SB, for the next block's Q S. */
-  auto write_sb = [&]() {
-    lw_bar_sync(SBW + wg, 128); /* every warp of the group is past the wgmma that read SB */
-    unsigned char *SBh = smem_raw + SB + wg * 64 * D * 2; /* this group's 64 rows of S^T, [64][128] tiled */
-#pragma unroll
-    for (int j = 0; j < 16; j++)
-#pragma unroll
-      for (int hf = 0; hf < 2; hf++) {
-        const int vr = 16 * wi + g + 8 * hf; /* row within the group's 64 */
-        const int off = (((vr >> 3) * (D / 8) + j) * 64 + (vr & 7) * 8 + 2 * t4) * 2;
-        *reinterpret_cast<uint32_t *>(SBh + off) = lh_pack_bf16(acc_s[4 * j + 2 * hf], acc_s[4 * j + 2 * hf + 1]);
-      }
-    lh_fence_proxy_async(); /* no barrier after: FULL, before the next wgmma, is one */
-  };
-  /* Block i, as the producers': RUN runs it in full, else it only advances the state. The update
-   * runs after every block, also part 0's last, whose state is then dropped. */
-  auto block = [&](int i, auto RUN) {
-    constexpr bool run = decltype(RUN)::value;
-    const int s = i % NS, cb = rows(i);
-    lw_bar_sync(FULL + s, 512);
-    lh_wgmma_fence();
-    float acc_o[32];
-    if constexpr (run) { /* O / qd = Q S + P' V, with S as bf16 from SB */
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        lh_wgmma_m64n64<0, 0>(acc_o, lh_wgmma_desc_k_sw128(mat_a(s, Q), BOX, 0, 16 * kk),
-                              lh_wgmma_desc_k(sb_a, D, 0, 16 * kk), kk);
-#pragma unroll
-      for (int ks = 0; ks < LT / 16; ks++)
-        lh_wgmma_m64n64<0, 1>(acc_o, lh_wgmma_desc_k(mat_a(s, P), LT, 0, 16 * ks),
-                              lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0), 1);
-    }
-#pragma unroll
-    for (int ks = 0; ks < LT / 16; ks++) /* S^T = exp(-s cb) S^T + V^T KD */
-      lh_wgmma_m64n128<1, 1>(acc_s, lh_wgmma_desc_mn_sw128(mat_a(s, V), BOX, 16 * ks, v0),
-                             lh_wgmma_desc_mn_sw128(mat_a(s, KD), BOX, 16 * ks, 0), 1);
-    lh_wgmma_commit();
-    lh_wgmma_wait<0>();
-    lh_wgmma_hold(acc_s);
-    if (i + NS < nb) { /* the stage is free: block i + NS's raw q, k, v into it */
-      lw_bar_sync(STATE, 256);
-      if (tid == 0) fetch(i + NS);
-    }
-    /* SB first: its fence (MEMBAR.ALL.CTA) waits for every store the thread has in flight, and
-     * after the O stores it waited for them to reach L2 (9.5% of the state warps' samples) */
-    if (i + 1 < nb && i + 1 >= nadv) write_sb(); /* the next block runs Q S */
-    if constexpr (run) {
-      lh_wgmma_hold(acc_o);
-      const int64_t r0 = row0(i);
-#pragma unroll
-      for (int hf = 0; hf < 2; hf++) {
-        const int ii = 16 * wi + g + 8 * hf;
-        const float qd = dec[ii + 1];
-        if (ii < cb) {
-          bf16 *orow = o + (seg.row0 + r0 + ii) * o_stride + h * D + v0 + 2 * t4;
-#pragma unroll
-          for (int j = 0; j < 8; j++)
-            *reinterpret_cast<uint32_t *>(orow + 8 * j) =
-                lh_pack_bf16(acc_o[4 * j + 2 * hf] * qd, acc_o[4 * j + 2 * hf + 1] * qd);
-        }
-      }
-    }
-    if (i + 1 < nb) decay(i + 1); /* here rather than after FULL: off the wait for the producers */
-  };
-  if (nadv == 0) write_sb();
-  if (nb > 0) decay(0);
-  for (int i = 0; i < nadv; i++) block(i, std::false_type{});
-  for (int i = nadv; i < nb; i++) block(i, std::true_type{});
-#endif
+  if (lane == 0) lh_tma_store_wait(); /* the O stores are made before the CTA ends */
 
   if (!writes_state) return;
   if (split) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
@@ -1192,10 +1118,11 @@ static bool lw_use_wg() {
   return sm90 && k == 1;
 }
 
-/* The TMA map of the q/k/v rows for lightning_wg: a 2-D tensor of rows x qkv_stride bf16, boxes of
- * 64 columns x 64 rows, 128-byte swizzled (rows past the last read as zeros). The encoder is the driver's, reached
+/* A TMA map for lightning_wg: a 2-D tensor of rows x stride bf16 at p, boxes of `cols` columns x 64
+ * rows. The q/k/v rows: 64 columns, 128-byte swizzled (rows past the last read as zeros); O: 16
+ * columns, 32-byte swizzled (rows past the last not written). The encoder is the driver's, reached
  * through the runtime so that nothing links libcuda. */
-static cudaError_t lw_tensor_map(CUtensorMap *m, const void *qkv, int64_t qkv_stride, int64_t rows) {
+static cudaError_t lw_tensor_map(CUtensorMap *m, const void *p, int64_t stride, int64_t rows, int cols) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
   if (!encode) {
     cudaDriverEntryPointQueryResult q;
@@ -1205,11 +1132,11 @@ static cudaError_t lw_tensor_map(CUtensorMap *m, const void *qkv, int64_t qkv_st
     if (q != cudaDriverEntryPointSuccess || !fn) return cudaErrorSymbolNotFound;
     encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
   }
-  const cuuint64_t dim[2] = {(cuuint64_t)qkv_stride, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)qkv_stride * 2};
-  const cuuint32_t box[2] = {64, LT}, estride[2] = {1, 1};
-  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(qkv), dim, stride, box, estride,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint64_t dim[2] = {(cuuint64_t)stride, (cuuint64_t)rows}, bstride[1] = {(cuuint64_t)stride * 2};
+  const cuuint32_t box[2] = {(cuuint32_t)cols, LT}, estride[2] = {1, 1};
+  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dim, bstride, box, estride,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE, cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -1229,11 +1156,12 @@ static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_
   }
   /* Cut segments in two only where the CTAs of whole segments would leave SMs idle. */
   const int parts = sync && (int64_t)nseg * H < sms ? 2 : 1;
-  CUtensorMap tmap; /* where the map cannot be made (a stride or address TMA refuses), lightning_ws runs */
-  if (ws && rows > 0 && lw_use_wg() && lw_tensor_map(&tmap, qkv, qkv_stride, rows) == cudaSuccess) {
+  CUtensorMap tmap, tmap_o; /* where a map cannot be made (a stride or address TMA refuses), lightning_ws runs */
+  if (ws && rows > 0 && lw_use_wg() && lw_tensor_map(&tmap, qkv, qkv_stride, rows, 64) == cudaSuccess &&
+      lw_tensor_map(&tmap_o, o, o_stride, rows, 16) == cudaSuccess) {
     cudaError_t e = cudaFuncSetAttribute(lightning_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, lwg::TOTAL);
     if (e != cudaSuccess) return e;
-    lightning_wg<<<dim3(parts, H, nseg), 512, lwg::TOTAL, st>>>(tmap, segs, H, slope, (bf16 *)o, o_stride, sync,
+    lightning_wg<<<dim3(parts, H, nseg), 512, lwg::TOTAL, st>>>(tmap, tmap_o, segs, H, slope, (bf16 *)o, o_stride, sync,
                                                                 LH_CUDA_LIGHTNING_SPLIT_MIN, wg_split_q);
     return cudaGetLastError();
   }

@@ -208,5 +208,20 @@ static __device__ __forceinline__ void lh_tma_load2(uint32_t dst, const void *tm
                "l"(tmap), "r"(x), "r"(y), "r"(bar)
                : "memory");
 }
+/* A 2-D box from shared memory at src to a tensor map's global tensor (coordinates as in
+ * lh_tma_load2; the part of the box outside the tensor is not written), as one bulk async-group of
+ * the issuing thread. The writing threads fence (lh_fence_proxy_async) and meet before it is issued. */
+static __device__ __forceinline__ void lh_tma_store2(const void *tmap, int x, int y, uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(tmap),
+               "r"(x), "r"(y), "r"(src)
+               : "memory");
+}
+/* Waits until the issuing thread's bulk stores have read their shared memory (it may be rewritten). */
+static __device__ __forceinline__ void lh_tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* Waits until the issuing thread's bulk stores are complete (their writes made). */
+static __device__ __forceinline__ void lh_tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 #endif
