@@ -3,7 +3,7 @@
  * Sections (all in one process, one GPU):
  *   ceilings   bf16 GEMM 8192^3 through cuBLAS and a device-to-device copy, measured here: the
  *              rates every other line is judged against
- *   lightning  the lightning core (kernels/cuda/lightning.cu) at 64 heads x 128, 16K and 64K tokens,
+ *   lightning  the lightning core (kernels/cuda/lightning.cu) at 64 heads x 128, 16K, 64K, 256K and 1M tokens,
  *              fp32 state in and out; limit = Q/K/V/O bytes over the copy rate
  *   attention  causal GQA prefill over paged KV (64 q / 8 kv heads, d 128) at 16K and 64K tokens, and
  *              decode over long KV; limit = FLOPs over the GEMM rate (prefill), bytes over copy (decode)
@@ -74,7 +74,14 @@ static void lk(lh_status s, const lh_error *err, const char *what) {
 
 static void *dmalloc(size_t b) {
   void *p;
-  ck(cudaMalloc(&p, b), "cudaMalloc");
+  cudaError_t e = cudaMalloc(&p, b);
+  if (e != cudaSuccess) {
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    fprintf(stderr, "bench_cuda: cudaMalloc of %.2f GiB: %s (%.2f of %.2f GiB free)\n", b / 1073741824.0,
+            cudaGetErrorString(e), fr / 1073741824.0, tot / 1073741824.0);
+    exit(1);
+  }
   return p;
 }
 
@@ -206,9 +213,11 @@ static void run_light(void *p) {
  * over two or four CTAs: 5.69 ms at 64K against 4.23 for this one.) */
 static void bench_lightning(cudaStream_t st, int quick) {
   header("lightning attention core, 64 heads x 128, fp32 state in/out");
-  int64_t sizes[2] = {16384, 65536};
-  for (int si = 0; si < 2; si++) {
+  /* 256K and 1M (issue 8's range reaches 1M tokens): the main rows only, not in --quick */
+  int64_t sizes[4] = {16384, 65536, 1 << 18, 1 << 20};
+  for (int si = 0; si < (quick ? 2 : 4); si++) {
     int64_t n = sizes[si];
+    const int long_n = n > 65536;
     light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, NULL, 0, NULL, n};
     int *sync = dmalloc(H * sizeof(int));
     ck(cudaMemset(sync, 0, H * sizeof(int)), "memset");
@@ -237,15 +246,15 @@ static void bench_lightning(cudaStream_t st, int quick) {
       if (!isnan(peer(fkey))) row("  vs flash-linear-attention chunk_simple_gla", ms, "fla chunk_simple_gla", peer(fkey), "", NAN);
       if (!isnan(peer(skey))) row("  vs torch SiLU of fused q/k/v rows, then fla", ms, "SiLU + fla", peer(skey), "", NAN);
       if (!isnan(peer(s3key))) row("  vs torch SiLU of 3 contiguous q, k, v, fla", ms, "SiLU x3 + fla", peer(s3key), "", NAN);
-      { /* the mma.sync kernel it replaced on sm_90 (lightning_ws), same inputs, as the peer */
+      if (!long_n) { /* the mma.sync kernel it replaced on sm_90 (lightning_ws), same inputs, as the peer */
         lh_cuda_lightning_kernel(0);
         double mws = time_ms(st, quick ? 3 : 10, run_light, &l);
         lh_cuda_lightning_kernel(-1);
         row("  vs lightning_ws (mma.sync, before wgmma)", ms, "lightning_ws", mws, "", NAN);
       }
-      if (cut && !quick) {
+      if (cut && !quick && !long_n) {
         /* where to cut: part 1's advance costs less than a full block, so the best cut is past n/2 */
-        for (int q = 480; q <= 736; q += 64) {
+        for (int q = 512; q <= 736; q += 32) {
           l.split_q = q;
           double mq = time_ms(st, 10, run_light, &l);
           snprintf(what, sizeof what, "  cut at %d/1024 of the rows", q);
@@ -1263,6 +1272,22 @@ int main(int argc, char **argv) {
   printf("# bench_cuda on %s (%d SMs, %.0f GB)\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1e9);
 
   slice s = {0};
+  /* The slice's random weights (91 GB) are made only for the sections that run it: without them the
+   * lightning section has the memory for 1M tokens (64 GB of q/k/v and o). */
+  const int with_slice = ranks > 1 || check || resumable || strstr(only, "moe") || strstr(only, "slice");
+  cublasHandle_t blas = NULL;
+  if (!with_slice) {
+    ck(cudaStreamCreate(&s.st), "stream");
+    cb(cublasCreate(&blas), "cublasCreate");
+    cb(cublasSetStream(blas, s.st), "cublasSetStream");
+    bench_ceilings(s.st, blas);
+    if (strstr(only, "lightning")) bench_lightning(s.st, quick);
+    if (strstr(only, "attention")) bench_attention(s.st, quick);
+    cublasDestroy(blas);
+    cudaStreamDestroy(s.st);
+    lh_comm_finish(world);
+    return g_logits_rc;
+  }
   s.ops = &lh_backend_cuda;
   s.cfg = lh_cuda_slice_config(4096);
   lk(lh_cuda_open_random_ranks(&s.cfg, 42, chunk, 0, world, &s.be, &s.err), &s.err, "open the slice");

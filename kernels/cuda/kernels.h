@@ -75,10 +75,10 @@ typedef struct lh_cuda_lseg {
  * elsewhere), the second part first advancing the state to the cut. sync: nseg * H ints, zero
  * before the call and zero after it (NULL: never cut). Outputs and states are the same bits whether
  * a segment is cut or not. rows: the rows of qkv (every segment lies within them; the TMA loads of
- * lightning_wg are bounded by it). */
+ * lightning_wg are bounded by it); o's rows are numbered as qkv's. */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
 #define LH_CUDA_LIGHTNING_WS_SPLIT_Q 736
-#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 608 /* lightning_wg (sm_90), bench/NOTES.md session 10 */
+#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 672 /* lightning_wg (sm_90), bench/NOTES.md session 12 (608 until then) */
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
 cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
                               const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope, void *o,

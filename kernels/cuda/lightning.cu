@@ -51,7 +51,8 @@
  * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736). Session 11:
  * its producers' SiLU without branches and on one MUFU op (tanh), and the state warps' SB write
  * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla. Session 12: Q S with S^T
- * as wgmma's register operand (no SB) and O through TMA stores.
+ * as wgmma's register operand (no SB), O through TMA stores, the cut at 672: 1.45 ms (2.35x fla, 70%
+ * of the copy rate measured first); 1M tokens 26.2 ms sustained (1.98x fla, 61%).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -127,7 +128,9 @@ static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
   return lw_silu(x);
 #endif
 }
-/* 8 bf16 through lw_silu_wg, times f where SCALE, rounded once to bf16. */
+/* 8 bf16 through lw_silu_wg, times f where SCALE, rounded once to bf16. With the tanh form, h = x / 2
+ * is taken of both bf16 halves of a word by one mul.bf16x2 (exact: a power of two), which saves one
+ * of the two FMULs a pair took (session 12); the results are the same bits. */
 template <bool SCALE>
 [[maybe_unused]] static __device__ __forceinline__ uint4 lw_silu8_wg(uint4 u, float f) {
   const uint32_t *w = &u.x;
@@ -135,7 +138,17 @@ template <bool SCALE>
   uint32_t *rp = &r.x;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
+#if LW_WG_TANH && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    uint32_t hw;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(hw) : "r"(w[i]), "r"(0x3f003f00u)); /* (x1 / 2, x0 / 2) */
+    const float h0 = __uint_as_float(hw << 16), h1 = __uint_as_float(hw & 0xffff0000u);
+    float t0, t1;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t0) : "f"(h0));
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t1) : "f"(h1));
+    float a = __fmaf_rn(h0, t0, h0), b = __fmaf_rn(h1, t1, h1);
+#else
     float a = lw_silu_wg(__uint_as_float(w[i] << 16)), b = lw_silu_wg(__uint_as_float(w[i] & 0xffff0000u));
+#endif
     if (SCALE) a *= f, b *= f;
     rp[i] = lh_pack_bf16(a, b);
   }
@@ -791,8 +804,12 @@ static __global__ void __launch_bounds__(512, 1)
  * reciprocal (1.40x slower). No pipe was saturated then (ncu: shared-memory wavefronts about 50% of
  * peak, tensor 27%, MUFU 20%): what was left was the hand-over latency between the two roles.
  * Session 12: S^T as the register operand took SB, its write and its fence off the state warps'
- * chain (1.03-1.05x); ncu then showed their O stores (16-byte loads from the staging and stores to
- * global, serialised on one register quad) at a fifth of their samples, and TMA stores replaced them. */
+ * chain (1.05x); ncu then showed their O stores (16-byte loads from the staging and stores to
+ * global, serialised on one register quad) at a fifth of their samples, and TMA stores replaced them
+ * (1.04x). The producers bound again after that (the state warps wait at FULL 13% of their time).
+ * Dropped there: V's SiLU under the P' wgmma (again: no gain), and V's SiLU of advance-only blocks by
+ * the state warps (1.10x slower: those blocks are bound by their loads, the cut's first phase being
+ * at the DRAM limit; bench/NOTES.md session 12). */
 namespace lwg {
 constexpr int D = 128, NS = 3;
 constexpr int MAT = LT * D * 2; /* bytes of one of Q, KD, V */
