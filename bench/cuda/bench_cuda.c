@@ -17,7 +17,7 @@
  * cuBLAS GEMM). Times are medians of repeated runs timed with CUDA events after a warm-up.
  *
  * Usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] [--checkpoint DB]
- *                   [--resumable DB] [--resume-check DB]
+ *                   [--resumable DB] [--resume-check DB] [--lightning-cut Q] [--lightning-handover M]
  * (--checkpoint DB: one more slice run that checkpoints every chunk into the SQLite store DB)
  * (--resumable DB: instead of every section but the ceilings, one prefill that checkpoints every
  * chunk into DB and resumes from DB's last checkpoint: a prefill longer than one device call,
@@ -26,6 +26,8 @@
  * one resumed from its own checkpoint halfway must give the same logits, bit for bit)
  * (--only: a comma list of lightning,attention,moe,slice (the ceilings always run); --quick: one
  * slice run, fewer repetitions)
+ * (--lightning-cut Q, --lightning-handover M: the lightning rows' cut and lightning_wg's hand-over
+ * in 1/1024, instead of the defaults (kernels/cuda/kernels.h), for A/B runs of them)
  * Over several GPUs (issue 10's scaling table): `mpirun -np R bench_cuda --only slice --tokens N`
  * runs the slice split over R ranks (tensor-parallel heads, expert-parallel MoE, NCCL sums; each
  * rank draws its own share of the random weights) and prints the same rows with MFU against R x
@@ -209,6 +211,8 @@ static void run_light(void *p) {
     ck(lh_cuda_norm_gate(l->st, l->o, H * D, l->qkv, 3 * H * D, l->n, H * D, l->norm_w, 1e-6f, l->o, H * D), "norm");
 }
 
+static int g_light_cut = 0;  /* --lightning-cut Q: the lightning rows' cut, 1/1024 of the rows (0: default) */
+static int g_light_hand = -1;  /* --lightning-handover M: lightning_wg's hand-over (-1: default, 0: none) */
 /* (Until v4 of bench/NOTES.md this section also timed the earlier kernel that split a head's v dims
  * over two or four CTAs: 5.69 ms at 64K against 4.23 for this one.) */
 static void bench_lightning(cudaStream_t st, int quick) {
@@ -219,6 +223,8 @@ static void bench_lightning(cudaStream_t st, int quick) {
     int64_t n = sizes[si];
     const int long_n = n > 65536;
     light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, NULL, 0, NULL, n};
+    l.split_q = g_light_cut;
+    lh_cuda_lightning_handover(g_light_hand);
     int *sync = dmalloc(H * sizeof(int));
     ck(cudaMemset(sync, 0, H * sizeof(int)), "memset");
     float *state = dmalloc((size_t)H * D * D * 4);
@@ -261,7 +267,18 @@ static void bench_lightning(cudaStream_t st, int quick) {
           snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (mq * 1e-3) / 1e9);
           row(what, mq, "fla chunk_simple_gla", peer(fkey), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
         }
-        l.split_q = 0;
+        /* the hand-over (lh_cuda_lightning_handover): part 1 advances over [m, x) only */
+        for (int q = 576; q <= 672; q += 32)
+          for (int m = 256; m <= 384; m += 64) {
+            l.split_q = q;
+            lh_cuda_lightning_handover(m);
+            double mq = time_ms(st, 10, run_light, &l);
+            snprintf(what, sizeof what, "  cut at %d/1024, hand-over at %d/1024 of it", q, m);
+            snprintf(rate, sizeof rate, "%.0f GB/s of Q/K/V/O", bytes / (mq * 1e-3) / 1e9);
+            row(what, mq, "fla chunk_simple_gla", peer(fkey), rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+          }
+        lh_cuda_lightning_handover(g_light_hand);
+        l.split_q = g_light_cut;
       }
     }
     l.sync = sync;
@@ -1242,6 +1259,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--attn-n") && i + 1 < argc) g_attn_n = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--lightning-cut") && i + 1 < argc) g_light_cut = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--lightning-handover") && i + 1 < argc) g_light_hand = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) g_ckpt_db = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) chunk = atoll(argv[++i]);
@@ -1250,7 +1269,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--logits") && i + 1 < argc) g_logits = argv[++i];
     else {
       fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] "
-                      "[--checkpoint DB] [--resumable DB] [--resume-check DB] [--logits FILE]\n");
+                      "[--checkpoint DB] [--resumable DB] [--resume-check DB] [--logits FILE] [--lightning-cut Q] "
+                      "[--lightning-handover M]\n");
       return 2;
     }
   }

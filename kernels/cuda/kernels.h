@@ -74,11 +74,14 @@ typedef struct lh_cuda_lseg {
  * less against a full block, LH_CUDA_LIGHTNING_WG_SPLIT_Q on sm_90 and LH_CUDA_LIGHTNING_WS_SPLIT_Q
  * elsewhere), the second part first advancing the state to the cut. sync: nseg * H ints, zero
  * before the call and zero after it (NULL: never cut). Outputs and states are the same bits whether
- * a segment is cut or not. rows: the rows of qkv (every segment lies within them; the TMA loads of
- * lightning_wg are bounded by it); o's rows are numbered as qkv's. */
+ * a segment is cut or not, except with lightning_wg's hand-over (the default on sm_90:
+ * lh_cuda_lightning_handover), where they match to the rounding of the fp32 state. rows: the rows
+ * of qkv (every segment lies within them; the TMA loads of lightning_wg are bounded by it); o's
+ * rows are numbered as qkv's. */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
 #define LH_CUDA_LIGHTNING_WS_SPLIT_Q 736
-#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 672 /* lightning_wg (sm_90), bench/NOTES.md session 12 (608 until then) */
+#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 608 /* lightning_wg (sm_90) with its hand-over, bench/NOTES.md session 12 */
+#define LH_CUDA_LIGHTNING_WG_SPLIT_M 320 /* lightning_wg's hand-over row (lh_cuda_lightning_handover), session 12 */
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
 cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
                               const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope, void *o,
@@ -87,6 +90,12 @@ cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stri
  * there), 0 lightning_ws (mma.sync; the default elsewhere, or with LH_CUDA_LIGHTNING=ws), -1 back
  * to the default. */
 void lh_cuda_lightning_kernel(int which);
+/* lightning_wg's hand-over row for a cut segment, in 1/1024 of the cut row x (for measurements):
+ * part 0 publishes its state at m = about split_m/1024 x, and part 1 advances over [m, x) only
+ * instead of [0, x), which saves a second read of k and v over [0, m); outputs and states then
+ * match the uncut ones to the rounding of fp32 sums, not bit for bit. 0: no hand-over (bit for
+ * bit); -1: back to LH_CUDA_LIGHTNING_WG_SPLIT_M. */
+void lh_cuda_lightning_handover(int split_m);
 /* The token-recurrent form (S = e^-s S + k^T v; o = q S) for any d <= 256: the decode path (one
  * row per segment) and the reference-shaped fallback. */
 cudaError_t lh_cuda_lightning_recurrent(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_lseg *segs,

@@ -37,6 +37,14 @@
  * relies on part 0 (the lower block index) having been started, as CUB's decoupled look-back does.
  * Those flags are the only atomics: every output and state element is written by one thread in a
  * fixed order, so results are bitwise reproducible.
+ * lightning_wg's hand-over (session 12; its default on sm_90, lh_cuda_lightning_handover): part 1's
+ * advance over [0, x) reads k and v a second time, and while it runs the two parts together ask
+ * the DRAM for more than it gives. Instead part 0 publishes its state S_m at a row m (about 0.31 x)
+ * in the state's place, and part 1 advances from a zero state over [m, x) only, then waits for S_m
+ * and adds exp(-s (x - m)) S_m. The cut then sits earlier (about 0.59 n) and the run is 1.09-1.11x
+ * faster (bench/NOTES.md, session 12). The sum is reassociated: a cut segment then matches the uncut
+ * one to the rounding of the fp32 state (gpu_parity: rel L2 5e-6 on the output, 1e-8 on the state),
+ * not bit for bit; the same segments and the same GPU still give the same bits every run.
  *
  * History (bench/NOTES.md v4, v5): an earlier form gave each of two 8-warp CTAs half of a head's v
  * dims; both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at
@@ -51,8 +59,8 @@
  * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736). Session 11:
  * its producers' SiLU without branches and on one MUFU op (tanh), and the state warps' SB write
  * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla. Session 12: Q S with S^T
- * as wgmma's register operand (no SB), O through TMA stores, the cut at 672: 1.45 ms (2.35x fla, 70%
- * of the copy rate measured first); 1M tokens 26.2 ms sustained (1.98x fla, 61%).
+ * as wgmma's register operand (no SB), O through TMA stores, the cut's hand-over: 64K 1.39 ms (2.35x
+ * fla, 73% of the copy rate); 1M tokens 25.5-25.7 ms sustained (1.93x fla, 63%).
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -229,37 +237,43 @@ static __device__ __forceinline__ void lw_scores(const bf16 *Qs, const bf16 *Ks,
 
 /* Where a CTA of the blocked kernels walks: its segment and, when the segment is cut (see the top
  * of the file), the cut row x: part 0 (blockIdx.x) runs [0, x); part 1 advances over [0, x) and
- * runs [x, n). run is false for a CTA with nothing to do. */
+ * runs [x, n). With a hand-over row m (lightning_wg, split_m > 0; 0 < m < x), part 1 advances
+ * from a zero state over [m, x) only, and adds exp(-s (x - m)) S_m, the state part 0 publishes
+ * when it has run [0, m). run is false for a CTA with nothing to do. */
 struct lw_cut {
   lh_cuda_lseg seg;
   bool run, split;
-  int64_t x;
+  int64_t x, m;
 };
-static __device__ __forceinline__ lw_cut lw_cut_of(const lh_cuda_lseg *segs, int64_t split_min, int split_q) {
+static __device__ __forceinline__ lw_cut lw_cut_of(const lh_cuda_lseg *segs, int64_t split_min, int split_q,
+                                                   int split_m = 0) {
   lw_cut c;
   c.seg = segs[blockIdx.z];
   const int64_t n = c.seg.nrows;
   c.split = gridDim.x > 1 && n >= split_min && n >= 2 * LT;
   c.run = n > 0 && (blockIdx.x == 0 || c.split);
   c.x = c.split ? (n * split_q / 1024) / LT * LT : n;
+  c.m = c.split && split_m > 0 ? (c.x * split_m / 1024) / LT * LT : 0;
+  if (c.m >= c.x) c.m = 0;
   return c;
 }
 
 /* The blocks a CTA of lightning_ws or lightning_wg walks, [0, nb): the first nadv (part 1's rows
- * [0, x)) only advance the state, the rest run rows [r_begin, r_end) in full. */
+ * [m, x)) only advance the state, the rest run rows [r_begin, r_end) in full. */
 struct lw_walk {
   int nadv, nb;
-  int64_t r_begin, r_end;
+  int64_t adv0, r_begin, r_end;
   bool writes_state; /* not part 0 of a cut segment */
   __device__ __forceinline__ lw_walk(const lw_cut &c, int part) {
-    nadv = part == 1 ? (int)(c.x / LT) : 0;
+    adv0 = part == 1 ? c.m : 0;
+    nadv = part == 1 ? (int)((c.x - c.m) / LT) : 0;
     r_begin = part == 1 ? c.x : 0;
     r_end = part == 1 ? c.seg.nrows : c.x;
     nb = nadv + (int)((r_end - r_begin + LT - 1) / LT);
     writes_state = !c.split || part == 1;
   }
   __device__ __forceinline__ int64_t row0(int i) const {
-    return i < nadv ? (int64_t)i * LT : r_begin + (int64_t)(i - nadv) * LT;
+    return i < nadv ? adv0 + (int64_t)i * LT : r_begin + (int64_t)(i - nadv) * LT;
   }
   __device__ __forceinline__ int rows(int i) const {
     if (i < nadv) return LT;
@@ -821,14 +835,14 @@ constexpr int STG = NS * STAGE;   /* per state warp, its O of a block: [64 token
 constexpr int DEC = STG + 8 * 2048; /* dec[k] = exp(-s k), k = 0..LT */
 constexpr int BAR = DEC + (LT + 1) * 4 + 4; /* NS barriers (8-byte aligned): stage s's TMA */
 constexpr int TOTAL = BAR + 8 * NS + 1024; /* + the alignment of the base to 1024 bytes */
-enum { FULL = 1, PROD = 1 + NS, STATE = 2 + NS }; /* FULL + s */
+enum { FULL = 1, PROD = 1 + NS, STATE = 2 + NS, HAND = 3 + NS }; /* FULL + s */
 }  // namespace lwg
 
 static __global__ void __launch_bounds__(512, 1)
     lightning_wg(const __grid_constant__ CUtensorMap tmap, const __grid_constant__ CUtensorMap tmap_o,
                  const lh_cuda_lseg *__restrict__ segs, int H,
                  const float *__restrict__ slope, bf16 *__restrict__ o, int64_t o_stride, int *sync, int64_t split_min,
-                 int split_q) {
+                 int split_q, int split_m) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace lwg;
   extern __shared__ __align__(16) unsigned char smem_dyn[];
@@ -840,7 +854,7 @@ static __global__ void __launch_bounds__(512, 1)
   auto mat_a = [&](int s, int which) { return sbase + (uint32_t)(s * STAGE + which); };
   auto bar = [&](int s) { return sbase + (uint32_t)(BAR + 8 * s); };
 
-  const lw_cut cut = lw_cut_of(segs, split_min, split_q);
+  const lw_cut cut = lw_cut_of(segs, split_min, split_q, split_m);
   if (!cut.run) return;
   const int part = blockIdx.x, h = blockIdx.y;
   const lh_cuda_lseg seg = cut.seg;
@@ -957,12 +971,50 @@ static __global__ void __launch_bounds__(512, 1)
   auto state_at = [&](int j, int e) -> int64_t {
     return (int64_t)(8 * j + 2 * t4 + (e & 1)) * D + v0 + 16 * wi + g + 8 * (e >> 1);
   };
+  /* The cut's hand-over (lw_cut): part 0 publishes S_m in the state's place (only it reads the
+   * entering state, at its start), after its block hand_i; part 1 starts from zero and, after its
+   * last advance block, waits for S_m and adds it decayed over [m, x). The sum then differs from
+   * the unbroken recurrence in rounding: a cut segment's outputs match the uncut ones to fp32
+   * rounding of the state, not bit for bit (without a hand-over, split_m = 0, they do). */
+  const bool hand = split && cut.m > 0;
+  const int hand_i = hand && part == 0 ? (int)(cut.m / LT) - 1 : -1; /* part 0's block before m */
+  const int last_i = hand && part == 1 ? nadv - 1 : -1;                /* part 1's last advance */
   float acc_s[64];
 #pragma unroll
   for (int j = 0; j < 16; j++)
 #pragma unroll
-    for (int e = 0; e < 4; e++) acc_s[4 * j + e] = state[state_at(j, e)];
-  if (split && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
+    for (int e = 0; e < 4; e++) acc_s[4 * j + e] = hand && part == 1 ? 0.0f : state[state_at(j, e)];
+  if (split && !hand && part == 0) lw_cut_read_done(sync + blockIdx.z * H + h, STATE, tid);
+  auto publish = [&]() { /* part 0: S_m out, then the flag */
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) state[state_at(j, e)] = acc_s[4 * j + e];
+    __threadfence();
+    lw_bar_sync(HAND, 256);
+    if (tid == 0) atomicExch(sync + blockIdx.z * H + h, 1);
+  };
+  /* part 1, after its advance (its last block leaves S undecayed and sa alone for this): wait for
+   * S_m (the flag back to 0 for the next call), add it decayed from m to x */
+  auto combine = [&]() {
+    if (tid == 0) {
+      int *flag = sync + blockIdx.z * H + h;
+      while (atomicAdd(flag, 0) == 0) __nanosleep(100);
+      __threadfence();
+      atomicExch(flag, 0);
+    }
+    lw_bar_sync(HAND, 256);
+    const float dm = expf(-sl * (float)(cut.x - cut.m));
+#pragma unroll
+    for (int j = 0; j < 16; j += 4) {
+      float t[16];
+#pragma unroll
+      for (int q = 0; q < 16; q++) t[q] = __ldcg(state + state_at(j + q / 4, q % 4));
+#pragma unroll
+      for (int q = 0; q < 16; q++) acc_s[4 * j + q] += dm * t[q];
+      asm volatile("" ::: "memory"); /* 16 loads in flight at a time: the registers are all but spent */
+    }
+  };
   auto decay = [&](int i) { /* S^T *= exp(-s cb) for block i */
     const float bd = dec[rows(i)];
 #pragma unroll
@@ -1038,25 +1090,33 @@ static __global__ void __launch_bounds__(512, 1)
     lh_wgmma_commit();
     lh_wgmma_wait<0>();
     lh_wgmma_hold(acc_s);
+    if constexpr (run)
+      if (i == hand_i) publish();
     if (i + NS < nb) { /* the stage is free: block i + NS's raw q, k, v into it */
       lw_bar_sync(STATE, 256);
       if (tid == 0) fetch(i + NS);
     }
-    if (i + 1 < nb && i + 1 >= nadv) to_sa(); /* the next block's Q S, from S before its decay */
+    const bool last_adv = !run && i == last_i; /* combine comes first */
+    if (i + 1 < nb && i + 1 >= nadv && !last_adv) to_sa(); /* the next block's Q S, from S before its decay */
     if constexpr (run) {
       lh_wgmma_hold(acc_o);
       put_o(acc_o, row0(i), cb);
     }
-    if (i + 1 < nb) decay(i + 1);
+    if (i + 1 < nb && !last_adv) decay(i + 1);
   };
   if (nadv == 0) to_sa();
   if (nb > 0) decay(0);
   for (int i = 0; i < nadv; i++) block(i, std::false_type{});
+  if (hand && part == 1) { /* nadv < nb: part 1 runs rows past the cut */
+    combine();
+    to_sa();
+    decay(nadv);
+  }
   for (int i = nadv; i < nb; i++) block(i, std::true_type{});
   if (lane == 0) lh_tma_store_wait(); /* the O stores are made before the CTA ends */
 
   if (!writes_state) return;
-  if (split) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
+  if (split && !hand) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
 #pragma unroll
   for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -1117,6 +1177,8 @@ static __global__ void lightning_recurrent(const bf16 *__restrict__ qkv, int64_t
  * measurements). */
 static int lw_kernel = -1; /* -1: the default (LH_CUDA_LIGHTNING, else wg); 0: ws; 1: wg */
 extern "C" void lh_cuda_lightning_kernel(int which) { lw_kernel = which; }
+static int lw_split_m = -1; /* lightning_wg's hand-over row: -1, LH_CUDA_LIGHTNING_WG_SPLIT_M */
+extern "C" void lh_cuda_lightning_handover(int split_m) { lw_split_m = split_m; }
 static bool lw_use_wg() {
   static int sm90 = -1;
   if (sm90 < 0) {
@@ -1178,8 +1240,9 @@ static cudaError_t launch_blocked(cudaStream_t st, const void *qkv, int64_t qkv_
       lw_tensor_map(&tmap_o, o, o_stride, rows, 16) == cudaSuccess) {
     cudaError_t e = cudaFuncSetAttribute(lightning_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, lwg::TOTAL);
     if (e != cudaSuccess) return e;
-    lightning_wg<<<dim3(parts, H, nseg), 512, lwg::TOTAL, st>>>(tmap, tmap_o, segs, H, slope, (bf16 *)o, o_stride, sync,
-                                                                LH_CUDA_LIGHTNING_SPLIT_MIN, wg_split_q);
+    lightning_wg<<<dim3(parts, H, nseg), 512, lwg::TOTAL, st>>>(
+        tmap, tmap_o, segs, H, slope, (bf16 *)o, o_stride, sync, LH_CUDA_LIGHTNING_SPLIT_MIN, wg_split_q,
+        lw_split_m >= 0 ? lw_split_m : LH_CUDA_LIGHTNING_WG_SPLIT_M);
     return cudaGetLastError();
   }
   auto kern = ws ? lightning_ws : lightning_blocked<D>;

@@ -989,8 +989,21 @@ static float *dl_bf16(const void *d, int64_t n) {
 }
 
 
-/* The blocked kernel over n rows with the segment cut in two (H < the SMs), against the reference;
- * then the same not cut must give the same bits. */
+/* bf16 bits as floats (a fresh array). */
+static float *bf16_floats(const uint16_t *b, int64_t n) {
+  float *f = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(b[i]);
+  return f;
+}
+/* How close a cut with lightning_wg's hand-over (lh_cuda_lightning_handover) comes to the same
+ * segments not cut: the sums differ in fp32 rounding only, so far inside TOL_BF16. */
+#define TOL_HANDOVER_OUT 2e-3
+#define TOL_HANDOVER_STATE 1e-5
+#define HANDOVER_M 320 /* the tests' hand-over row, in 1/1024 of the cut row, whatever the default */
+
+/* The blocked kernel over n rows with the segment cut in two (H < the SMs) and lightning_wg's
+ * hand-over on, against the reference; then cut without the hand-over, which must give the bits of
+ * the same segment not cut, and the hand-over's results close to those. */
 static void kernel_lightning_long(int64_t n, int H, int d) {
   const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
   uint16_t *qkv = rand_bf16(n * stride, 2.0f);
@@ -1009,32 +1022,43 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
   int *dsync = dmalloc((size_t)H * sizeof(int));
   check_cuda(cudaMemset(dsync, 0, (size_t)H * sizeof(int)), "memset");
+  lh_cuda_lightning_handover(HANDOVER_M);
   check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, 1, H, d, dsl, dout, Hd, dsync, 0), "lh_cuda_lightning");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
   check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
   char what[96];
-  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d (cut), state in", (long long)n, H, d);
+  snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d (cut, hand-over), state in", (long long)n, H, d);
   report("real", what, got, ref, n * Hd, TOL_BF16);
   report("real", "kernel lightning state out", gst, st, sb, TOL_BF16);
   {
-    /* The flags are back to zero, and the same segment not cut gives the same bits. */
+    /* The flags are back to zero; cut without the hand-over and not cut, the same bits; the
+     * hand-over close to them. */
     int *hs = malloc((size_t)H * sizeof(int)), *zero = calloc((size_t)H, sizeof(int));
     check_cuda(cudaMemcpy(hs, dsync, (size_t)H * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
     report_bits("real", "kernel lightning: sync flags zero after", hs, zero, (size_t)H * sizeof(int));
-    uint16_t *a = malloc((size_t)n * Hd * 2), *b2 = malloc((size_t)n * Hd * 2);
-    float *gst2 = malloc((size_t)sb * 4);
-    check_cuda(cudaMemcpy(a, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    check_cuda(cudaMemcpy(dst, st0, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
-    check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, 1, H, d, dsl, dout, Hd, NULL, 0), "lh_cuda_lightning");
-    check_cuda(cudaDeviceSynchronize(), "sync");
-    check_cuda(cudaMemcpy(b2, dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    check_cuda(cudaMemcpy(gst2, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    report_bits("real", "kernel lightning: cut == not cut, output", a, b2, (size_t)n * Hd * 2);
-    report_bits("real", "kernel lightning: cut == not cut, state", gst, gst2, (size_t)sb * 4);
-    free(hs), free(zero), free(a), free(b2), free(gst2);
+    uint16_t *b[2];
+    float *gs[2];
+    for (int cut = 1; cut >= 0; cut--) {
+      lh_cuda_lightning_handover(0);
+      check_cuda(cudaMemcpy(dst, st0, (size_t)sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+      check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
+      check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, 1, H, d, dsl, dout, Hd, cut ? dsync : NULL, 0),
+                 "lh_cuda_lightning");
+      check_cuda(cudaDeviceSynchronize(), "sync");
+      b[cut] = malloc((size_t)n * Hd * 2), gs[cut] = malloc((size_t)sb * 4);
+      check_cuda(cudaMemcpy(b[cut], dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      check_cuda(cudaMemcpy(gs[cut], dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    }
+    lh_cuda_lightning_handover(-1);
+    report_bits("real", "kernel lightning: cut == not cut, output", b[1], b[0], (size_t)n * Hd * 2);
+    report_bits("real", "kernel lightning: cut == not cut, state", gs[1], gs[0], (size_t)sb * 4);
+    float *nc = bf16_floats(b[0], n * Hd);
+    report("real", "kernel lightning: hand-over ~ not cut, output", got, nc, n * Hd, TOL_HANDOVER_OUT);
+    report("real", "kernel lightning: hand-over ~ not cut, state", gst, gs[0], sb, TOL_HANDOVER_STATE);
+    free(hs), free(zero), free(nc);
+    for (int c = 0; c < 2; c++) free(b[c]), free(gs[c]);
   }
   cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg), cudaFree(dsync);
   free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref), free(gst);
@@ -1043,7 +1067,8 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
 /* Several segments in one call, each its own sequence and state, at lengths that make the blocked
  * kernels' loads run past a segment's end: a segment shorter than a block whose last rows are the
  * next segment's, and one that ends past the last row of the batch (lightning_wg's TMA boxes read
- * those rows and must zero them). Against the reference per segment; then not cut, bit for bit. */
+ * those rows and must zero them). Cut with lightning_wg's hand-over against the reference per
+ * segment; cut without it and not cut, bit for bit; the hand-over close to them. */
 static void kernel_lightning_segments(int H, int d) {
   enum { NS = 3 };
   const int64_t len[NS] = {1500, 37, 1100}, stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
@@ -1065,9 +1090,10 @@ static void kernel_lightning_segments(int H, int d) {
   check_cuda(cudaMemcpy(dseg, seg, sizeof seg, cudaMemcpyHostToDevice), "cudaMemcpy");
   int *dsync = dmalloc((size_t)NS * H * sizeof(int));
   check_cuda(cudaMemset(dsync, 0, (size_t)NS * H * sizeof(int)), "memset");
-  uint16_t *bits[2];
-  float *gst[2];
-  for (int cut = 1; cut >= 0; cut--) {
+  uint16_t *bits[3]; /* not cut; cut; cut with the hand-over */
+  float *gst[3];
+  for (int cut = 2; cut >= 0; cut--) {
+    lh_cuda_lightning_handover(cut == 2 ? HANDOVER_M : 0);
     check_cuda(cudaMemcpy(dst, st0, (size_t)NS * sb * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     check_cuda(lh_cuda_fill_bf16(0, dout, n * Hd, NAN_BF16), "poison");
     check_cuda(lh_cuda_lightning(0, dq, stride, n, dseg, NS, H, d, dsl, dout, Hd, cut ? dsync : NULL, 0),
@@ -1077,8 +1103,8 @@ static void kernel_lightning_segments(int H, int d) {
     check_cuda(cudaMemcpy(bits[cut], dout, (size_t)n * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(gst[cut], dst, (size_t)NS * sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   }
-  float *got = malloc((size_t)n * Hd * 4), *ref = malloc((size_t)n * Hd * 4);
-  for (int64_t i = 0; i < n * Hd; i++) got[i] = lh_bf16_to_f32(bits[1][i]);
+  lh_cuda_lightning_handover(-1);
+  float *got = bf16_floats(bits[2], n * Hd), *ref = malloc((size_t)n * Hd * 4);
   char what[96];
   for (int i = 0; i < NS; i++) {
     ref_lightning_core(qf + row0[i] * stride, stride, len[i], H, d, slope, st + i * sb, ref + row0[i] * Hd);
@@ -1086,13 +1112,16 @@ static void kernel_lightning_segments(int H, int d) {
              (long long)len[i], (long long)row0[i], H, d);
     report("real", what, got + row0[i] * Hd, ref + row0[i] * Hd, len[i] * Hd, TOL_BF16);
     snprintf(what, sizeof what, "kernel lightning segment %d of %d: state out", i + 1, NS);
-    report("real", what, gst[1] + i * sb, st + i * sb, sb, TOL_BF16);
+    report("real", what, gst[2] + i * sb, st + i * sb, sb, TOL_BF16);
   }
   report_bits("real", "kernel lightning segments: cut == not cut, output", bits[1], bits[0], (size_t)n * Hd * 2);
   report_bits("real", "kernel lightning segments: cut == not cut, states", gst[1], gst[0], (size_t)NS * sb * 4);
+  float *nc = bf16_floats(bits[0], n * Hd);
+  report("real", "kernel lightning segments: hand-over ~ not cut, output", got, nc, n * Hd, TOL_HANDOVER_OUT);
+  report("real", "kernel lightning segments: hand-over ~ not cut, states", gst[2], gst[0], NS * sb, TOL_HANDOVER_STATE);
   cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg), cudaFree(dsync);
-  free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref);
-  for (int c = 0; c < 2; c++) free(bits[c]), free(gst[c]);
+  free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref), free(nc);
+  for (int c = 0; c < 3; c++) free(bits[c]), free(gst[c]);
 }
 
 /* Attention kernels over pages filled with random K/V: a prefill chunk at [pos, pos+n) and a decode
