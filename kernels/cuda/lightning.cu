@@ -1214,7 +1214,8 @@ static cudaError_t lw_tensor_map(CUtensorMap *m, const void *p, int64_t stride, 
   const cuuint64_t dim[2] = {(cuuint64_t)stride, (cuuint64_t)rows}, bstride[1] = {(cuuint64_t)stride * 2};
   const cuuint32_t box[2] = {(cuuint32_t)cols, LT}, estride[2] = {1, 1};
   CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dim, bstride, box, estride,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
+                      CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      cols == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_32B,
                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }

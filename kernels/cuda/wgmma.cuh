@@ -222,6 +222,8 @@ static __device__ __forceinline__ void lh_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 /* Waits until the issuing thread's bulk stores are complete (their writes made). */
-static __device__ __forceinline__ void lh_tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+static __device__ __forceinline__ void lh_tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
 
 #endif

@@ -10,7 +10,9 @@
  * At the real shapes the kernels are also driven directly over long inputs (2K-token lightning,
  * attention over 1.2K-3K keys with several decode splits).
  *
- * Exit 77 when no GPU is present (CI builds this but has no GPU). `--quick` skips the real shapes.
+ * Exit 77 when no GPU is present (CI builds this but has no GPU). `--quick` skips the real shapes;
+ * `--lightning` runs only three of the direct lightning kernel checks (small enough for
+ * compute-sanitizer: bench/cuda/sanitize_lightning.sh).
  * After each suite a DIGEST line gives the SHA-256 of every GPU output in it, so two runs (or a full and
  * a --quick run) can be compared bit for bit.
  */
@@ -1118,7 +1120,8 @@ static void kernel_lightning_segments(int H, int d) {
   report_bits("real", "kernel lightning segments: cut == not cut, states", gst[1], gst[0], (size_t)NS * sb * 4);
   float *nc = bf16_floats(bits[0], n * Hd);
   report("real", "kernel lightning segments: hand-over ~ not cut, output", got, nc, n * Hd, TOL_HANDOVER_OUT);
-  report("real", "kernel lightning segments: hand-over ~ not cut, states", gst[2], gst[0], NS * sb, TOL_HANDOVER_STATE);
+  report("real", "kernel lightning segments: hand-over ~ not cut, states", gst[2], gst[0], NS * sb,
+         TOL_HANDOVER_STATE);
   cudaFree(dq), cudaFree(dout), cudaFree(dst), cudaFree(dsl), cudaFree(dseg), cudaFree(dsync);
   free(qkv), free(qf), free(st), free(st0), free(slope), free(got), free(ref), free(nc);
   for (int c = 0; c < 3; c++) free(bits[c]), free(gst[c]);
@@ -1244,7 +1247,17 @@ int main(int argc, char **argv) {
   char why[256];
   if (!lh_cuda_available(why, sizeof why)) LH_TEST_SKIP("%s", why);
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  /* --lightning: only the lightning kernel checks below (for compute-sanitizer, which is slow) */
+  int light = argc > 1 && !strcmp(argv[1], "--lightning");
   double t0 = now_s();
+  if (light) {
+    kernel_lightning_long(2048, 64, 128);
+    kernel_lightning_long(3001, 16, 32);
+    kernel_lightning_segments(16, 128);
+    printf("gpu_parity --lightning: %d failures, %.1f s\n", g_fail, now_s() - t0);
+    CHECK(g_fail == 0);
+    return lh_test_end();
+  }
   /* tiny; the embedded model's shape (6x32, 2 kv heads, rotary 8); d=64 with full RoPE; an odd
    * head size (d=40) that takes the recurrent and per-row fallbacks. */
   run_suite("tiny", make_cfg(64, 2, 1, 32, 4, 96, 2, 97, "LSLS", 16), 130, 67, 1100, 100, 1);
