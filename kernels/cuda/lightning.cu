@@ -1116,7 +1116,8 @@ static __global__ void __launch_bounds__(512, 1)
   if (lane == 0) lh_tma_store_wait(); /* the O stores are made before the CTA ends */
 
   if (!writes_state) return;
-  if (split && !hand) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid); /* part 0 has read the entering state */
+  /* without the hand-over, part 0 has read the entering state that this overwrites */
+  if (split && !hand) lw_cut_wait_read(sync + blockIdx.z * H + h, STATE, tid);
 #pragma unroll
   for (int j = 0; j < 16; j++)
 #pragma unroll
