@@ -379,7 +379,7 @@ static void cudnn_gather_row(cudaStream_t st, void *const *dpages, void *q, cons
   ck(cudaMemset(v, 0, (size_t)HKV * bucket * D * 2), "memset");
   /* positional (the macros H and D would replace designated field names): the fields in order are
    * mode, q, o, kv_base, n_blocks, page_ids, k, v, seq_q, seq_kv, nrows, pos, nkv, unmasked, lse, H, Hkv, d */
-  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D}, 0, ""};
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D, 0}, 0, ""};
   g_gather_pages = dpages, g_gather_n = need, g_gather_stride = bucket;
   double ms = time_ms(st, 3, run_cudnn, &c);
   g_gather_pages = NULL;
@@ -408,7 +408,7 @@ static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const 
   void *o = dmalloc((size_t)nq * H * D * 2);
   ck(cudaMemcpy(dids, ids, tl * 4, cudaMemcpyHostToDevice), "copy");
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
-  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D};
+  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D, 0};
   double ms = time_ms(st, 3, run_cudnn, &c);
   char name[160], rate[160];
   snprintf(name, sizeof name, "cuDNN SDPA (paged), %s", what);
@@ -439,7 +439,7 @@ static void cudnn_contig(cudaStream_t st, int64_t N) {
   ck(lh_cuda_fill_uniform_bf16(st, v, N * HKV * D, 33, 2.0f), "fill");
   int32_t lens[8] = {(int32_t)N, 0, 0, 0, (int32_t)N, 0, 0, 0};
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
-  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, N, 0, 0, 0, NULL, H, HKV, D}, 0, ""};
+  cudnn_ctx c = {st, {1, q, o, NULL, 0, NULL, k, v, dlens, dlens + 4, N, 0, 0, 0, NULL, H, HKV, D, 0}, 0, ""};
   double ms = time_ms(st, 3, run_cudnn, &c);
   char name[96], rate[64];
   snprintf(name, sizeof name, "cuDNN SDPA (contiguous K/V), %lldK", (long long)N / 1024);
@@ -450,6 +450,104 @@ static void cudnn_contig(cudaStream_t st, int64_t N) {
     row(name, ms, "", NAN, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }
   cudaFree(q), cudaFree(o), cudaFree(k), cudaFree(v), cudaFree(dlens);
+}
+
+/* The cuDNN graph's forms side by side (attn_cudnn.h, lh_cudnn_attn_set_form): padded (sequence
+ * lengths and a padding mask, the form for any key count), exact (no padding, the causal diagonal a
+ * constant: torch's graph for dense tensors), and exact with q, then q and o, heads first
+ * ([H][rows][d], torch's usual layout, against the backend's [rows][H][d]). Autotuning over the
+ * heuristics' engine configs was measured once (2026-12-04: the first config was the fastest, the
+ * other 2x slower) and is not repeated here. Contiguous K/V (no gather), rounds alternating the forms
+ * so that the board's power state falls on each alike; each form's output is compared with the
+ * padded one's (the layouts' outputs after reordering them back). */
+static void bench_sdpa_forms(cudaStream_t st) {
+  header("softmax attention through cuDNN: the graph's forms, alternating (contiguous K/V, 64 q / 8 kv heads, d 128)");
+  enum { NF = 4 };
+  static const char *name[NF] = {"padded", "exact", "exact, q heads first", "exact, q and o heads first"};
+  static const int layout[NF] = {0, 0, 1, 3};
+  lh_cudnn_attn *f[NF];
+  for (int i = 0; i < NF; i++) {
+    char msg[256];
+    f[i] = lh_cudnn_attn_open(msg, sizeof msg);
+    if (!f[i]) {
+      printf("|   cuDNN: not used: %s\n", msg);
+      for (int j = 0; j < i; j++) lh_cudnn_attn_close(f[j]);
+      return;
+    }
+    lh_cudnn_attn_set_form(f[i], i > 0, 0);
+  }
+  const int64_t shapes[3][2] = {{16384, 0}, {65536, 0}, {16384, 49152}}; /* queries, first position */
+  for (int si = 0; si < 3; si++) {
+    const int64_t nq = shapes[si][0], pos = shapes[si][1], nkv = nq + pos;
+    void *q = dmalloc((size_t)nq * H * D * 2), *qh = dmalloc((size_t)nq * H * D * 2), *o[NF];
+    void *k = dmalloc((size_t)nkv * HKV * D * 2), *v = dmalloc((size_t)nkv * HKV * D * 2);
+    for (int i = 0; i < NF; i++) o[i] = dmalloc((size_t)nq * H * D * 2);
+    int32_t *dlens = dmalloc(32);
+    ck(lh_cuda_fill_uniform_bf16(st, q, nq * H * D, 41, 2.0f), "fill");
+    /* qh: q heads first, the same values: [nq][H][D] -> [H][nq][D] by a 2-D copy per head */
+    for (int h = 0; h < H; h++)
+      ck(cudaMemcpy2DAsync((char *)qh + (size_t)h * nq * D * 2, D * 2, (char *)q + (size_t)h * D * 2, (size_t)H * D * 2,
+                           D * 2, nq, cudaMemcpyDeviceToDevice, st),
+         "copy");
+    ck(lh_cuda_fill_uniform_bf16(st, k, nkv * HKV * D, 42, 2.0f), "fill");
+    ck(lh_cuda_fill_uniform_bf16(st, v, nkv * HKV * D, 43, 2.0f), "fill");
+    int32_t lens[8] = {(int32_t)nq, 0, 0, 0, (int32_t)nkv, 0, 0, 0};
+    ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
+    const double flops = 4.0 * D * H * ((double)nq * pos + (double)nq * (nq + 1) / 2);
+    double t[NF][3]; /* [form][round], each a median of its repetitions */
+    int failed = 0;
+    for (int round = 0; round < 3 && !failed; round++)
+      for (int i = 0; i < NF && !failed; i++) {
+        lh_cudnn_attn *keep = g_cudnn;
+        g_cudnn = f[i];
+        cudnn_ctx c = {st, {1, layout[i] & 1 ? qh : q, o[i], NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H,
+                            HKV, D, layout[i]}, 0, ""};
+        double ms = time_ms(st, nq == nkv && nq <= 16384 ? 10 : 3, run_cudnn, &c);
+        g_cudnn = keep;
+        if (c.failed) {
+          printf("| %-44s | refused: %s\n", name[i], c.msg);
+          failed = 1;
+        }
+        t[i][round] = ms;
+      }
+    if (!failed) {
+      char what[96], rate[200], key[64];
+      if (pos) snprintf(key, sizeof key, "sdpa_chunk_%lld", (long long)nkv);
+      else snprintf(key, sizeof key, "sdpa_%lld", (long long)nq);
+      for (int i = 0; i < NF; i++) {
+        double rel = 0, maxd = 0;
+        if (layout[i] & 2) { /* back to [nq][H][D] into qh (free once the rounds are done) */
+          for (int h = 0; h < H; h++)
+            ck(cudaMemcpy2DAsync((char *)qh + (size_t)h * D * 2, (size_t)H * D * 2, (char *)o[i] + (size_t)h * nq * D * 2,
+                                 D * 2, D * 2, nq, cudaMemcpyDeviceToDevice, st),
+               "copy");
+          ck(cudaStreamSynchronize(st), "sync");
+          compare_bf16(qh, o[0], nq * H * D, &rel, &maxd);
+        } else if (i) {
+          compare_bf16(o[i], o[0], nq * H * D, &rel, &maxd);
+        }
+        qsort(t[i], 3, sizeof(double), cmp_d);
+        const double med = t[i][1];
+        snprintf(what, sizeof what, "%s, %lldK q over %lldK keys", name[i], (long long)nq / 1024, (long long)nkv / 1024);
+        snprintf(rate, sizeof rate, "%.0f TFLOP/s (median of 3 rounds; rounds %.3f-%.3f ms)", flops / (med * 1e-3) / 1e12,
+                 t[i][0], t[i][2]);
+        if (i) {
+          size_t n = strlen(rate);
+          snprintf(rate + n, sizeof rate - n, "; vs padded rel L2 %.1e", rel);
+        }
+        row(what, med, pos ? "torch SDPA lower-right" : "torch SDPA causal enable_gqa", peer(key), rate,
+            flops / (g_gemm_tflops * 1e12) * 1e3);
+      }
+    }
+    for (int i = 0; i < NF; i++) cudaFree(o[i]);
+    cudaFree(q), cudaFree(qh), cudaFree(k), cudaFree(v), cudaFree(dlens);
+  }
+  for (int i = 0; i < NF; i++) {
+    char buf[2048];
+    lh_cudnn_attn_describe(f[i], buf, sizeof buf);
+    printf("|   %s plans: %s\n", name[i], buf);
+    lh_cudnn_attn_close(f[i]);
+  }
 }
 
 static int64_t g_attn_n = 16384; /* --attn-n: the first prefill size */
@@ -664,7 +762,7 @@ static void bench_moe(slice *s, int64_t n) {
   snprintf(what, sizeof what, "cuBLAS dense GEMMs, same FLOPs (%lldK rows)", (long long)rows / 1024);
   row(what, dense, "torch.matmul same shapes", peer("moe_dense_torch"), rate, dense_flops / (g_gemm_tflops * 1e12) * 1e3);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, 0, 0};
+    lh_cuda_tuning t = {grouped, 0, 0, 0};
     lh_cuda_set_tuning(s->be, &t);
     double ms = time_ms(s->st, 10, run_moe, &m);
     int gst = 0;
@@ -675,7 +773,7 @@ static void bench_moe(slice *s, int64_t n) {
     snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
     row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }
-  lh_cuda_tuning t = {0, 0, 0};
+  lh_cuda_tuning t = {0, 0, 0, 0};
   lh_cuda_set_tuning(s->be, &t);
   printf("  (the slice below runs with per-expert GEMMs)\n");
   cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
@@ -1302,6 +1400,7 @@ int main(int argc, char **argv) {
     cb(cublasSetStream(blas, s.st), "cublasSetStream");
     bench_ceilings(s.st, blas);
     if (strstr(only, "lightning")) bench_lightning(s.st, quick);
+    if (strstr(only, "sdpa")) bench_sdpa_forms(s.st);
     if (strstr(only, "attention")) bench_attention(s.st, quick);
     cublasDestroy(blas);
     cudaStreamDestroy(s.st);

@@ -21,7 +21,8 @@ if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for r
 cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" \
   "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" \
   "$here/bench/cuda/run_device_ranks.sh" "$here/bench/cuda/run_device_lightning.sh" \
-  "$here/bench/cuda/ncu_lightning.sh" "$here/bench/cuda/sanitize_lightning.sh" "$dest/"
+  "$here/bench/cuda/ncu_lightning.sh" "$here/bench/cuda/sanitize_lightning.sh" \
+  "$here/bench/cuda/run_device_sdpa.sh" "$dest/"
 if [ -n "$whl" ]; then cp "$whl"/*.whl "$dest/whl/"; fi
 # carry-libs.sh exits non-zero when a binary needs nothing from its list (its grep finds nothing).
 mkdir -p "$dest/libs"

@@ -32,6 +32,12 @@ int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn
   snprintf(msg, cap, "this build has no cuDNN");
   return -1;
 }
+void lh_cudnn_attn_set_form(lh_cudnn_attn *a, int exact, int autotune) { (void)a, (void)exact, (void)autotune; }
+int lh_cudnn_attn_describe(const lh_cudnn_attn *a, char *buf, size_t cap) {
+  (void)a;
+  if (cap) buf[0] = 0;
+  return 0;
+}
 void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {
   (void)a;
   *plans = 0, *build_s = 0;
@@ -41,6 +47,7 @@ void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -48,7 +55,7 @@ void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {
 
 namespace {
 
-enum : int64_t { U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_LSE, U_VIRT = 100 };
+enum : int64_t { U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_LSE, U_DIAG, U_VIRT = 100 };
 
 int64_t pow2_at_least(int64_t x, int64_t lo) {
   int64_t p = lo;
@@ -60,7 +67,16 @@ struct Plan {
   std::vector<cudnnBackendDescriptor_t> keep; /* every descriptor the plan was built from */
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
+  /* With autotuning: every engine config that finalized, timed on first use; then only the fastest
+   * stays (plan). engine[] is cuDNN's global engine index of each, ms[] its time (-1: not timed). */
+  std::vector<cudnnBackendDescriptor_t> cand;
+  std::vector<int64_t> cand_ws, engine;
+  std::vector<float> ms;
+  int chosen = 0;
+  std::string tuned; /* after autotuning: each candidate's engine and time */
   ~Plan() {
+    for (auto c : cand)
+      if (c != plan) cudnnBackendDestroyDescriptor(c);
     if (plan) cudnnBackendDestroyDescriptor(plan);
     for (auto it = keep.rbegin(); it != keep.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
   }
@@ -196,19 +212,34 @@ struct Builder {
   std::vector<cudnnBackendDescriptor_t> ops;
 };
 
-/* mode, H, Hkv, d, sq, skv, blocks, causal, with the log-sum-exp output */
-typedef std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int, int> Key;
+/* mode, H, Hkv, d, sq, skv, blocks, causal, with the log-sum-exp output, exact (no padding: the real
+ * key count is skv; see build_plan), layout (lh_cudnn_attn_args) */
+typedef std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int, int, int, int> Key;
 
 }  // namespace
 
 struct lh_cudnn_attn {
   cudnnHandle_t handle = nullptr;
+  int exact = 1;    /* lh_cudnn_attn_set_form */
+  int autotune = 0;
   std::map<Key, Plan *> plans;
   std::map<Key, std::string> refused; /* buckets cuDNN said no to: not retried */
   void *ws = nullptr;
   size_t ws_bytes = 0;
   double build_s = 0;
 };
+
+/* cuDNN's global index of the engine an engine config uses (-1 when it does not say). */
+static int64_t engine_index(cudnnBackendDescriptor_t cfg) {
+  cudnnBackendDescriptor_t eng;
+  int64_t n = 0, idx = -1;
+  if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return -1;
+  if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) ==
+      CUDNN_STATUS_SUCCESS)
+    cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx);
+  cudnnBackendDestroyDescriptor(eng);
+  return idx;
+}
 
 static double now_s(void) {
   struct timespec t;
@@ -217,23 +248,33 @@ static double now_s(void) {
 }
 
 /* The whole graph for one bucket, then the first engine config cuDNN's heuristics offer that
- * finalizes into a plan. */
+ * finalizes into a plan (with autotuning: every one that finalizes, timed on first use).
+ *
+ * The exact form (key element 9) is for calls whose real key count is the bucket (skv) itself: no
+ * sequence-length overrides and no padding mask, and the causal diagonal as a constant (row >= col
+ * when square, else row + (skv - sq) >= col from a by-value scalar): the graph torch's cuDNN SDPA
+ * builds for dense tensors. Otherwise the padded form: the real lengths in the seq-len tensors. */
 static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
   const int mode = std::get<0>(k);
   const int64_t H = std::get<1>(k), Hkv = std::get<2>(k), d = std::get<3>(k), sq = std::get<4>(k),
                 skv = std::get<5>(k), nblocks = std::get<6>(k);
-  const bool causal = std::get<7>(k), with_lse = std::get<8>(k);
+  const bool causal = std::get<7>(k), with_lse = std::get<8>(k), exact = std::get<9>(k);
+  const int layout = std::get<10>(k);
   const int64_t P = 256, pages = skv / P;
   Plan *p = new Plan;
   Builder g(p, msg, cap);
   const cudnnDataType_t BF = CUDNN_DATA_BFLOAT16, F = CUDNN_DATA_FLOAT, I = CUDNN_DATA_INT32, B = CUDNN_DATA_BOOLEAN;
 
-  const int64_t qd[4] = {1, H, sq, d}, qs[4] = {sq * H * d, d, H * d, 1};
-  auto q = g.tensor(U_Q, BF, qd, qs, false);
-  auto o = g.tensor(U_O, BF, qd, qs, false);
+  /* [rows][H][d], or heads first [H][rows][d] (layout bits 0 and 1) */
+  const int64_t qd[4] = {1, H, sq, d}, rows_first[4] = {sq * H * d, d, H * d, 1}, heads_first[4] = {H * sq * d, sq * d, d, 1};
+  auto q = g.tensor(U_Q, BF, qd, layout & 1 ? heads_first : rows_first, false);
+  auto o = g.tensor(U_O, BF, qd, layout & 2 ? heads_first : rows_first, false);
   const int64_t one[4] = {1, 1, 1, 1};
-  auto seq_q = g.tensor(U_SEQ_Q, I, one, one, false);
-  auto seq_kv = g.tensor(U_SEQ_KV, I, one, one, false);
+  cudnnBackendDescriptor_t seq_q = nullptr, seq_kv = nullptr;
+  if (!exact) {
+    seq_q = g.tensor(U_SEQ_Q, I, one, one, false);
+    seq_kv = g.tensor(U_SEQ_KV, I, one, one, false);
+  }
 
   cudnnBackendDescriptor_t kt, v;
   if (mode == 0) {
@@ -264,19 +305,25 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
   auto s = g.virt(F, H, sq, skv);
   g.matmul(q, kt, s, seq_q, seq_kv, nullptr, true);
   s = g.pointwise(CUDNN_POINTWISE_MUL, F, s, scale, nullptr, g.virt(F, H, sq, skv));
-  /* padding: row < n_q and col < n_kv */
-  auto prow = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s, nullptr, nullptr, g.virt(I, H, sq, skv), 2);
-  auto pcol = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s, nullptr, nullptr, g.virt(I, H, sq, skv), 3);
-  auto rin = g.pointwise(CUDNN_POINTWISE_CMP_LT, B, prow, seq_q, nullptr, g.virt(B, H, sq, skv));
-  auto cin = g.pointwise(CUDNN_POINTWISE_CMP_LT, B, pcol, seq_kv, nullptr, g.virt(B, H, sq, skv));
-  auto inside = g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, B, rin, cin, nullptr, g.virt(B, H, sq, skv));
-  s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, inside, g.virt(F, H, sq, skv));
+  if (!exact) {
+    /* padding: row < n_q and col < n_kv */
+    auto prow = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s, nullptr, nullptr, g.virt(I, H, sq, skv), 2);
+    auto pcol = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, I, s, nullptr, nullptr, g.virt(I, H, sq, skv), 3);
+    auto rin = g.pointwise(CUDNN_POINTWISE_CMP_LT, B, prow, seq_q, nullptr, g.virt(B, H, sq, skv));
+    auto cin = g.pointwise(CUDNN_POINTWISE_CMP_LT, B, pcol, seq_kv, nullptr, g.virt(B, H, sq, skv));
+    auto inside = g.pointwise(CUDNN_POINTWISE_LOGICAL_AND, B, rin, cin, nullptr, g.virt(B, H, sq, skv));
+    s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, inside, g.virt(F, H, sq, skv));
+  }
   if (causal) {
     /* bottom-right aligned: row + n_kv - n_q >= col */
     auto row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 2);
     auto col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s, nullptr, nullptr, g.virt(I, H, sq, skv), 3);
-    row = g.pointwise(CUDNN_POINTWISE_ADD, I, row, seq_kv, nullptr, g.virt(I, H, sq, skv));
-    row = g.pointwise(CUDNN_POINTWISE_SUB, I, row, seq_q, nullptr, g.virt(I, H, sq, skv));
+    if (!exact) {
+      row = g.pointwise(CUDNN_POINTWISE_ADD, I, row, seq_kv, nullptr, g.virt(I, H, sq, skv));
+      row = g.pointwise(CUDNN_POINTWISE_SUB, I, row, seq_q, nullptr, g.virt(I, H, sq, skv));
+    } else if (skv != sq) {
+      row = g.pointwise(CUDNN_POINTWISE_ADD, I, row, g.scalar(U_DIAG, I), nullptr, g.virt(I, H, sq, skv));
+    }
     auto keep = g.pointwise(CUDNN_POINTWISE_CMP_GE, B, row, col, nullptr, g.virt(B, H, sq, skv));
     s = g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s, neginf, keep, g.virt(F, H, sq, skv));
   }
@@ -334,22 +381,107 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
       cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
       cudnnStatus_t fs = cudnnBackendFinalize(plan);
       if (fs == CUDNN_STATUS_SUCCESS) {
-        int64_t got = 0;
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                 &p->workspace);
-        p->plan = plan;
-        return p;
+        int64_t got = 0, ws = 0;
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws);
+        p->cand.push_back(plan);
+        p->cand_ws.push_back(ws);
+        p->engine.push_back(engine_index(cfgs[i]));
+        p->ms.push_back(-1);
+        if (!a->autotune) break;
+        continue;
       }
       char last[256] = "";
       cudnnGetLastErrorString(last, sizeof last);
       why += std::string(" [cfg ") + std::to_string(i) + ": " + cudnnGetErrorString(fs) + " " + last + "]";
       cudnnBackendDestroyDescriptor(plan);
     }
+    if (!p->cand.empty()) {
+      p->plan = p->cand[0];
+      for (int64_t w : p->cand_ws) p->workspace = std::max(p->workspace, w);
+      return p;
+    }
     why += std::string(hm == CUDNN_HEUR_MODE_A ? " heuristics A: " : " fallback: ") + std::to_string(n) + " configs;";
   }
   if (g.ok) snprintf(msg, cap, "cudnn: no engine config finalizes for this graph:%s", why.c_str());
   delete p;
   return nullptr;
+}
+
+/* The plan for key k: cached, or built now (a refusal is kept and not retried). */
+static Plan *get_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
+  auto it = a->plans.find(k);
+  if (it != a->plans.end()) return it->second;
+  auto r = a->refused.find(k);
+  if (r != a->refused.end()) {
+    snprintf(msg, cap, "%s", r->second.c_str());
+    return nullptr;
+  }
+  double t0 = now_s();
+  Plan *p = build_plan(a, k, msg, cap);
+  a->build_s += now_s() - t0;
+  if (!p) {
+    a->refused[k] = msg;
+    return nullptr;
+  }
+  a->plans.emplace(k, p);
+  return p;
+}
+
+static cudnnStatus_t execute(lh_cudnn_attn *a, cudaStream_t st, cudnnBackendDescriptor_t plan,
+                             const std::vector<int64_t> &uids, const std::vector<void *> &ptrs, const char **what) {
+  cudnnBackendDescriptor_t vp;
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  *what = "variant pack";
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  void *ws = a->ws;
+  cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data());
+  cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(),
+                           ptrs.data());
+  cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  s = cudnnBackendFinalize(vp);
+  if (s == CUDNN_STATUS_SUCCESS) {
+    *what = "execute";
+    cudnnSetStream(a->handle, st);
+    s = cudnnBackendExecute(a->handle, plan, vp);
+  }
+  cudnnBackendDestroyDescriptor(vp);
+  return s;
+}
+
+/* Autotuning, on a plan's first use: each candidate once to warm up, then three times timed with
+ * events on the caller's stream (this blocks the host); the fastest stays, the others are freed.
+ * The outputs are written by every run and rewritten by the caller's own run after. */
+static cudnnStatus_t tune(lh_cudnn_attn *a, cudaStream_t st, Plan *p, const std::vector<int64_t> &uids,
+                          const std::vector<void *> &ptrs, const char **what) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  float best = INFINITY;
+  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+  for (size_t i = 0; i < p->cand.size() && s == CUDNN_STATUS_SUCCESS; i++) {
+    s = execute(a, st, p->cand[i], uids, ptrs, what);
+    cudaEventRecord(e0, st);
+    for (int r = 0; r < 3 && s == CUDNN_STATUS_SUCCESS; r++) s = execute(a, st, p->cand[i], uids, ptrs, what);
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    p->ms[i] = ms / 3;
+    if (s == CUDNN_STATUS_SUCCESS && p->ms[i] < best) best = p->ms[i], p->chosen = (int)i;
+    char t[64];
+    snprintf(t, sizeof t, "%sengine %lld %.3f ms", i ? ", " : "", (long long)p->engine[i], p->ms[i]);
+    p->tuned += t;
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  p->plan = p->cand[p->chosen];
+  for (size_t i = 0; i < p->cand.size(); i++)
+    if ((int)i != p->chosen) cudnnBackendDestroyDescriptor(p->cand[i]);
+  std::vector<cudnnBackendDescriptor_t> keep = {p->plan};
+  p->cand_ws = {p->cand_ws[p->chosen]};
+  p->engine = {p->engine[p->chosen]};
+  p->ms = {p->ms[p->chosen]};
+  p->cand = keep;
+  p->chosen = 0;
+  return s;
 }
 
 extern "C" {
@@ -364,7 +496,15 @@ lh_cudnn_attn *lh_cudnn_attn_open(char *msg, size_t cap) {
     delete a;
     return NULL;
   }
+  const char *ex = getenv("LH_CUDNN_EXACT"), *at = getenv("LH_CUDNN_AUTOTUNE");
+  if (ex && *ex) a->exact = atoi(ex) != 0;
+  if (at && *at) a->autotune = atoi(at) != 0;
   return a;
+}
+
+void lh_cudnn_attn_set_form(lh_cudnn_attn *a, int exact, int autotune) {
+  if (exact >= 0) a->exact = exact != 0;
+  if (autotune >= 0) a->autotune = autotune != 0;
 }
 
 void lh_cudnn_attn_close(lh_cudnn_attn *a) {
@@ -381,25 +521,18 @@ int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos) { return pow2_at_le
 int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap) {
   /* Queries exactly (a padded query bucket would let Q/O tiles reach past the caller's rows);
    * keys bucketed (K/V are buffers we size: the gathered copy, or the page table). */
-  const int64_t sq = x->nrows, skv = pow2_at_least(x->nkv > 0 ? x->nkv : x->nrows + x->pos, 1024);
-  const Key k{x->mode, x->H, x->Hkv, x->d, sq, skv, x->mode == 0 ? x->n_blocks : 0, x->unmasked ? 0 : 1, x->lse ? 1 : 0};
-  auto it = a->plans.find(k);
-  if (it == a->plans.end()) {
-    auto r = a->refused.find(k);
-    if (r != a->refused.end()) {
-      snprintf(msg, cap, "%s", r->second.c_str());
-      return -1;
-    }
-    double t0 = now_s();
-    Plan *p = build_plan(a, k, msg, cap);
-    a->build_s += now_s() - t0;
-    if (!p) {
-      a->refused[k] = msg;
-      return -1;
-    }
-    it = a->plans.emplace(k, p).first;
+  const int64_t nkv = x->nkv > 0 ? x->nkv : x->nrows + x->pos;
+  const int64_t sq = x->nrows, skv = pow2_at_least(nkv, 1024);
+  const int exact = a->exact && x->mode == 1 && nkv == skv;
+  Key k{x->mode, x->H, x->Hkv, x->d, sq, skv, x->mode == 0 ? x->n_blocks : 0, x->unmasked ? 0 : 1, x->lse ? 1 : 0,
+        exact, x->layout & 3};
+  Plan *p = get_plan(a, k, msg, cap);
+  if (!p && exact) { /* the exact form refused: the padded one serves every shape the engine takes */
+    std::get<9>(k) = 0;
+    p = get_plan(a, k, msg, cap);
   }
-  Plan *p = it->second;
+  if (!p) return -1;
+  const bool is_exact = std::get<9>(k);
   if ((size_t)p->workspace > a->ws_bytes) {
     cudaStreamSynchronize(st);
     if (a->ws) cudaFree(a->ws);
@@ -413,34 +546,33 @@ int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn
     a->ws_bytes = (size_t)p->workspace;
   }
   float scale = 1.0f / sqrtf((float)x->d), neginf = -INFINITY;
+  int32_t diag = (int32_t)(skv - sq);
   const size_t vshift = (size_t)x->Hkv * 256 * x->d * 2;
-  std::vector<int64_t> uids = {U_Q, U_O, U_SEQ_Q, U_SEQ_KV, U_KC, U_VC, U_SCALE, U_NEGINF};
-  std::vector<void *> ptrs = {(void *)x->q, x->o, (void *)x->seq_q, (void *)x->seq_kv,
+  std::vector<int64_t> uids = {U_Q, U_O, U_KC, U_VC, U_SCALE, U_NEGINF};
+  /* every uid of the pack must be in the graph (cuDNN 9.19 answers BAD_PARAM_NULL_POINTER to one that
+   * is not): the exact, unmasked graph selects nothing, so it has no -inf */
+  std::vector<void *> ptrs = {(void *)x->q,
+                              x->o,
                               x->mode == 0 ? (void *)x->kv_base : (void *)x->k,
-                              x->mode == 0 ? (void *)((const char *)x->kv_base + vshift) : (void *)x->v, &scale,
+                              x->mode == 0 ? (void *)((const char *)x->kv_base + vshift) : (void *)x->v,
+                              &scale,
                               &neginf};
+  if (is_exact && x->unmasked) uids.pop_back(), ptrs.pop_back();
+  if (!is_exact) {
+    uids.push_back(U_SEQ_Q), ptrs.push_back((void *)x->seq_q);
+    uids.push_back(U_SEQ_KV), ptrs.push_back((void *)x->seq_kv);
+  } else if (!x->unmasked && skv != sq) {
+    uids.push_back(U_DIAG), ptrs.push_back(&diag);
+  }
   if (x->mode == 0) {
     uids.push_back(U_PT_K), ptrs.push_back((void *)x->page_ids);
     uids.push_back(U_PT_V), ptrs.push_back((void *)x->page_ids);
   }
   if (x->lse) uids.push_back(U_LSE), ptrs.push_back(x->lse);
-  cudnnBackendDescriptor_t vp;
-  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-  const char *what = "variant pack";
-  if (s == CUDNN_STATUS_SUCCESS) {
-    void *ws = a->ws;
-    cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data());
-    cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(),
-                             ptrs.data());
-    cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-    s = cudnnBackendFinalize(vp);
-    if (s == CUDNN_STATUS_SUCCESS) {
-      what = "execute";
-      cudnnSetStream(a->handle, st);
-      s = cudnnBackendExecute(a->handle, p->plan, vp);
-    }
-    cudnnBackendDestroyDescriptor(vp);
-  }
+  const char *what = "execute";
+  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+  if (p->cand.size() > 1) s = tune(a, st, p, uids, ptrs, &what);
+  if (s == CUDNN_STATUS_SUCCESS) s = execute(a, st, p->plan, uids, ptrs, &what);
   if (s != CUDNN_STATUS_SUCCESS) {
     char last[256] = "";
     cudnnGetLastErrorString(last, sizeof last);
@@ -448,6 +580,24 @@ int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn
     return -1;
   }
   return 0;
+}
+
+int lh_cudnn_attn_describe(const lh_cudnn_attn *a, char *buf, size_t cap) {
+  size_t n = 0;
+  if (cap) buf[0] = 0;
+  if (!a) return 0;
+  for (const auto &kv : a->plans) {
+    const Key &k = kv.first;
+    const Plan *p = kv.second;
+    int w = snprintf(buf + n, n < cap ? cap - n : 0, "%s[%s sq %lld skv %lld%s%s%s%s%s: engine %lld%s%s]",
+                     n ? " " : "", std::get<0>(k) ? "gathered" : "paged", (long long)std::get<4>(k),
+                     (long long)std::get<5>(k), std::get<7>(k) ? " causal" : "", std::get<8>(k) ? " lse" : "",
+                     std::get<9>(k) ? " exact" : " padded", std::get<10>(k) & 1 ? " q[H][rows]" : "",
+                     std::get<10>(k) & 2 ? " o[H][rows]" : "", (long long)(p->engine.empty() ? -1 : p->engine[0]),
+                     p->tuned.empty() ? "" : "; tuned: ", p->tuned.c_str());
+    if (w > 0) n = std::min(cap ? cap - 1 : 0, n + (size_t)w);
+  }
+  return (int)a->plans.size();
 }
 
 void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {

@@ -9,6 +9,11 @@
  *     ->  bottom-right causal mask (row + n_kv - n_q >= col)  ->  softmax (max, sub, exp, sum, div)
  *     ->  P (bf16) V  ->  O (bf16)
  *
+ * in its padded form, or, where the key count is the plan's bucket itself, in its exact form: no
+ * padding mask and no sequence lengths, the diagonal a constant (lh_cudnn_attn_set_form). Measured
+ * on an H200 (bench/NOTES.md, session 13): the exact form is 1.05-1.07x the padded one at 16K-64K
+ * (cuDNN's engine 2 either way), and took the 1M-token slice from 49.1 to 47.2 s.
+ *
  * with K and V read through paged-cache-load ops from the KV pages themselves: a page is
  * [2][Hkv][256][d] bf16 (engine/backend.h), so the K "container" is the page array viewed as
  * [blocks, Hkv, 256, d] with a block stride of one page, and V the same view shifted by Hkv*256*d.
@@ -55,6 +60,7 @@ typedef struct lh_cudnn_attn_args {
   float *lse;              /* NULL, or device [H][nrows] fp32: each row's log-sum-exp of its scaled scores,
                               for merging the outputs of several stretches of keys */
   int H, Hkv, d;
+  int layout;              /* 0: q and o as above; bit 0: q is [H][nrows][d]; bit 1: o is [H][nrows][d] */
 } lh_cudnn_attn_args;
 
 /* 1 when this build has cuDNN. */
@@ -70,6 +76,17 @@ int64_t lh_cudnn_attn_key_bucket(int64_t nrows, int64_t pos);
  * or over a stretch of nkv keys (causal or not, see the args), enqueued on st. 0 on success;
  * otherwise -1 and msg holds cuDNN's reason (nothing was enqueued). */
 int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn_args *x, char *msg, size_t cap);
+/* The graph's form for plans built from now on. exact (default 1, or LH_CUDNN_EXACT): a gathered
+ * call whose real key count is a power of two >= 1024 (the bucket itself) gets a graph without
+ * sequence lengths or padding mask, the causal diagonal a constant: the graph torch's cuDNN SDPA
+ * builds for dense tensors (if cuDNN refuses it, the padded form). autotune (default 0, or
+ * LH_CUDNN_AUTOTUNE): every engine config the heuristics offer that finalizes (up to 8 per mode) is
+ * timed on the plan's first use (three runs each, the host waits) and the fastest kept. A negative
+ * value leaves that setting as it is. */
+void lh_cudnn_attn_set_form(lh_cudnn_attn *a, int exact, int autotune);
+/* One bracketed line per plan built (form, shape, cuDNN's engine index, "tuned") into buf; returns
+ * the number of plans. */
+int lh_cudnn_attn_describe(const lh_cudnn_attn *a, char *buf, size_t cap);
 /* Plans built so far and the seconds spent building them (first use of each bucket). */
 void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s);
 

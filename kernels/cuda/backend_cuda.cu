@@ -266,6 +266,7 @@ static bool cudnn_prefill(lh_cuda_backend *b, const lh_batch *bt, int sidx, int 
       return false;
     }
   }
+  if (b->tune.attn_exact) lh_cudnn_attn_set_form(b->cudnn, b->tune.attn_exact == 1, -1);
   const char *cap_env = getenv("LH_CUDNN_GATHER_MB"), *seg_env = getenv("LH_CUDNN_SEGMENT_KEYS");
   const size_t cap = (size_t)(cap_env ? atoll(cap_env) : 1024) << 20;
   const size_t key_bytes = (size_t)2 * Hkv * d * 2; /* K and V of one key */
@@ -622,6 +623,10 @@ const char *lh_cuda_cudnn_status(lh_backend *be, int64_t *calls, double *build_s
     lh_cudnn_attn_stats(cu_be(be)->cudnn, &plans, build_s);
   }
   return cu_be(be)->cudnn_why;
+}
+
+int lh_cuda_cudnn_plans(lh_backend *be, char *buf, size_t cap) {
+  return lh_cudnn_attn_describe(cu_be(be)->cudnn, buf, cap);
 }
 
 lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status) {

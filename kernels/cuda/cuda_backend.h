@@ -81,6 +81,9 @@ typedef struct lh_cuda_tuning {
                        a segment has >= LH_CUDNN_MIN_KEYS keys and >= LH_CUDNN_MIN_ROWS rows; 1 never;
                        2 for every multi-row segment. Where cuDNN is missing or refuses a shape, our
                        kernel runs. The environment variable LH_CUDA_ATTN=own|cudnn sets 1|2 at open. */
+  int attn_exact;   /* cuDNN's graph form (attn_cudnn.h, lh_cudnn_attn_set_form): 0 (default) leaves it as
+                       it is (that module's default, or LH_CUDNN_EXACT); 1 the exact form where the key
+                       count allows it; 2 always the padded form */
 } lh_cuda_tuning;
 #define LH_CUDNN_MIN_KEYS 16384
 #define LH_CUDNN_MIN_ROWS 512
@@ -91,6 +94,9 @@ lh_cuda_tuning lh_cuda_get_tuning(lh_backend *be, int *grouped_status);
 /* How many prefill segments cuDNN has run (*calls), the seconds spent building its plans
  * (*build_s; either may be NULL) and its last refusal ("" when none). */
 const char *lh_cuda_cudnn_status(lh_backend *be, int64_t *calls, double *build_s);
+/* The cuDNN plans built so far, one bracketed entry each (attn_cudnn.h, lh_cudnn_attn_describe);
+ * returns their number. */
+int lh_cuda_cudnn_plans(lh_backend *be, char *buf, size_t cap);
 
 /* Next token for each listed row of x (the hidden states after the last layer) computed on the GPU:
  * final norm, lm_head and the choice all stay on the device; only the token ids come back.

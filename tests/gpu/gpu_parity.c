@@ -664,15 +664,17 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
    * same reference; INFO when this build or device has no cuDNN path for the head size. Form 0:
    * K/V gathered contiguous first; 1: cuDNN reads the pages (gather cap 0); 2: a long first chunk,
    * then a chunk whose keys go in two stretches of 1024 (unmasked, then causal) merged by their
-   * log-sum-exp (the form for contexts past the gather cap). */
-  for (int form = 0; form < 3 && (m->cfg.head_dim == 64 || m->cfg.head_dim == 128); form++) {
-    static const char *tag[3] = {"", " paged", " stretches"};
+   * log-sum-exp (the form for contexts past the gather cap); 3: chunks of 1024 rows at 0 and 1024, whose
+   * key counts are their buckets, so the graph takes its exact form (no padding mask; the causal
+   * diagonal top-left, then offset by a constant: attn_cudnn.h). */
+  for (int form = 0; form < 4 && (m->cfg.head_dim == 64 || m->cfg.head_dim == 128); form++) {
+    static const char *tag[4] = {"", " paged", " stretches", " exact"};
     if (form == 1) setenv("LH_CUDNN_GATHER_MB", "0", 1);
     else unsetenv("LH_CUDNN_GATHER_MB");
     if (form == 2) setenv("LH_CUDNN_SEGMENT_KEYS", "1024", 1);
     else unsetenv("LH_CUDNN_SEGMENT_KEYS");
-    const int64_t fs[2] = {form == 2 ? nb : n1, n2};
-    lh_cuda_tuning t = {0, 0, 2};
+    const int64_t fs[2] = {form == 3 ? 1024 : form == 2 ? nb : n1, form == 3 ? 1024 : n2};
+    lh_cuda_tuning t = {0, 0, 2, form >= 2 ? 1 : 2}; /* forms 2 and 3 in the exact form where it applies */
     lh_cuda_set_tuning(c->be, &t);
     seq E;
     seq_init(c, &E, 0);
@@ -687,16 +689,21 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
       free(h), free(ref);
     }
     {
-      float *h = rand_f(n2 * hid, 1.0f, 0.0f);
+      float *h = rand_f(fs[1] * hid, 1.0f, 0.0f);
       snprintf(what, sizeof what, "softmax chunk rerun via cuDNN%s: output", tag[form]);
-      softmax_rerun_bits(c, layer, &E, h, n2, fs[0], what);
+      softmax_rerun_bits(c, layer, &E, h, fs[1], fs[0], what);
       free(h);
     }
     const char *why = lh_cuda_cudnn_status(c->be, &after, NULL);
     printf("INFO  %-12s cuDNN%s ran %lld cuDNN calls%s%s\n", m->name, tag[form], (long long)(after - before),
            why[0] ? "; last refusal: " : "", why);
+    if (form == 3) {
+      char plans[2048];
+      lh_cuda_cudnn_plans(c->be, plans, sizeof plans);
+      printf("INFO  %-12s cuDNN plans: %s\n", m->name, plans);
+    }
     seq_free(c, &E);
-    lh_cuda_tuning t0 = {0, 0, 0};
+    lh_cuda_tuning t0 = {0, 0, 0, 0};
     lh_cuda_set_tuning(c->be, &t0);
     unsetenv("LH_CUDNN_GATHER_MB");
     unsetenv("LH_CUDNN_SEGMENT_KEYS");
@@ -713,7 +720,7 @@ static void test_moe(ctx *c, int64_t n) {
   char what[96];
   uint16_t *first = malloc((size_t)n * hid * 2);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, 0, 1};
+    lh_cuda_tuning t = {grouped, 0, 1, 0};
     lh_cuda_set_tuning(c->be, &t);
     poison(c, out, n * hid);
     double t0 = now_s();
@@ -737,7 +744,7 @@ static void test_moe(ctx *c, int64_t n) {
     }
     free(got), free(bits);
   }
-  lh_cuda_tuning t = {0, 0, 0};
+  lh_cuda_tuning t = {0, 0, 0, 0};
   lh_cuda_set_tuning(c->be, &t);
   free(h), free(ref), free(first);
 }

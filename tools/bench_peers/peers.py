@@ -21,9 +21,17 @@ runs timed with CUDA events after a warm-up, on random data (never zeros).
   moe_dense_torch        torch.matmul of the MoE layer's FLOPs as two dense GEMMs
                          ([32K x 6144] @ [6144 x 18432], [32K x 9216] @ [9216 x 6144])
 
-Usage: peers.py OUT_FILE [--quick] [--lightning]
+  with --sdpa also (and nothing else but gemm_8192):
+  sdpa_cudnn_N / sdpa_flash_N   the same call with torch's backend forced (SDPBackend.CUDNN_ATTENTION /
+                         FLASH_ATTENTION), to see which one its default picks and what each gives
+  sdpa_bshd_N            the default call with q, k, v views of [1, N, heads, 128] (longhaul's layout)
+  sdpa_chunk_65536       queries [48K, 64K) over keys [0, 64K), lower-right causal (the best of GQA and
+                         K/V expanded to 64 heads)
+
+Usage: peers.py OUT_FILE [--quick] [--lightning | --sdpa]
   --quick      16K tokens only, and no 1M-key SDPA
   --lightning  the GEMM and the lightning peers only (16K and 64K unless --quick; fla also at 256K and 1M)
+  --sdpa       the GEMM and the softmax attention peers only, with the variants above
 """
 import math
 import statistics
@@ -51,6 +59,7 @@ def main():
     out_path = sys.argv[1]
     quick = "--quick" in sys.argv
     only_lightning = "--lightning" in sys.argv
+    only_sdpa = "--sdpa" in sys.argv
     dev = torch.device("cuda")
     torch.manual_seed(0)
     results = []
@@ -67,6 +76,10 @@ def main():
     del a, b
 
     H, D = 64, 128
+    if only_sdpa:
+        sdpa_peers(put, dev, H, D, quick, variants=True)
+        write(out_path, results)
+        return
     slope = torch.tensor([(1 / 2 ** (8 / H)) ** (h + 1) for h in range(H)], dtype=torch.float32, device=dev)
 
     from transformers import MiniMaxConfig
@@ -147,38 +160,7 @@ def main():
         write(out_path, results)
         return
 
-    F = torch.nn.functional
-    for T in ([16384] if quick else [16384, 65536]):
-        q = torch.randn(1, H, T, D, device=dev, dtype=torch.bfloat16)
-        k = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
-        v = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
-        with torch.no_grad():
-            ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
-                       reps=3 if T > 16384 else 10)
-        flops = 4.0 * D * H * T * (T + 1) / 2
-        put(f"sdpa_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
-        del q, k, v
-
-    # The chunked-prefill shape at 1M keys: the last 16K queries [1M-16K, 1M) over keys [0, 1M),
-    # causal aligned to the lower right (torch's CausalBias). K and V are expanded to the 64 query
-    # heads first (same FLOPs as GQA; the bias with enable_gqa was not tried). Which backend torch
-    # picks is not recorded; seen: ~325 TFLOP/s, half its square causal rate.
-    if not quick:
-        try:
-            from torch.nn.attention.bias import causal_lower_right
-
-            T, Q = 1 << 20, 16384
-            q = torch.randn(1, H, Q, D, device=dev, dtype=torch.bfloat16)
-            k = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16).repeat_interleave(H // 8, dim=1)
-            v = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16).repeat_interleave(H // 8, dim=1)
-            bias = causal_lower_right(Q, T)
-            with torch.no_grad():
-                ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias), reps=3, warm=1)
-            flops = 4.0 * D * H * (Q * (T - Q) + Q * (Q + 1) / 2)
-            put(f"sdpa_chunk_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s (queries [1M-16K, 1M), lower-right causal)")
-            del q, k, v
-        except Exception as e:
-            print(f"sdpa_chunk not timed: {type(e).__name__}: {e}", flush=True)
+    sdpa_peers(put, dev, H, D, quick, variants=False)
 
     rows = 32768
     x = torch.randn(rows, 6144, device=dev, dtype=torch.bfloat16)
@@ -195,6 +177,74 @@ def main():
     put("moe_dense_torch", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
 
     write(out_path, results)
+
+
+def sdpa_peers(put, dev, H, D, quick, variants):
+    F = torch.nn.functional
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    for T in ([16384] if quick else [16384, 65536]):
+        q = torch.randn(1, H, T, D, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+        flops = 4.0 * D * H * T * (T + 1) / 2
+        reps = 3 if T > 16384 else 10
+        with torch.no_grad():
+            ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), reps=reps)
+            put(f"sdpa_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
+            if variants:
+                for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                    try:
+                        with sdpa_kernel([be]):
+                            ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                              enable_gqa=True), reps=reps)
+                        put(f"sdpa_{name}_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
+                    except Exception as e:
+                        print(f"sdpa_{name}_{T} not timed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                qb = torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+                kb = torch.randn(1, T, 8, D, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+                vb = torch.randn(1, T, 8, D, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+                ms = timed(lambda: F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, enable_gqa=True),
+                           reps=reps)
+                put(f"sdpa_bshd_{T}", ms, f"{flops / ms / 1e9:.0f} TFLOP/s")
+                del qb, kb, vb
+        del q, k, v
+
+    # The chunked-prefill shapes: the last 16K queries over all the keys, causal aligned to the lower
+    # right (torch's CausalBias). At 1M keys, K and V are expanded to the 64 query heads first (the
+    # bias with enable_gqa was not tried there); seen ~325 TFLOP/s, half its square causal rate.
+    chunks = ([65536] if variants else []) + ([] if quick or variants else [1 << 20])
+    for T in chunks:
+        try:
+            Q = 16384
+            q = torch.randn(1, H, Q, D, device=dev, dtype=torch.bfloat16)
+            k8 = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+            v8 = torch.randn(1, 8, T, D, device=dev, dtype=torch.bfloat16)
+            bias = causal_lower_right(Q, T)
+            flops = 4.0 * D * H * (Q * (T - Q) + Q * (Q + 1) / 2)
+            best = float("inf")
+            with torch.no_grad():
+                if variants:
+                    try:
+                        ms = timed(lambda: F.scaled_dot_product_attention(q, k8, v8, attn_mask=bias, enable_gqa=True),
+                                   reps=3, warm=1)
+                        print(f"  (lower-right chunk, enable_gqa: {ms:.3f} ms)", flush=True)
+                        best = min(best, ms)
+                    except Exception as e:
+                        print(f"  (lower-right chunk with enable_gqa refused: {type(e).__name__})", flush=True)
+                k = k8.repeat_interleave(H // 8, dim=1)
+                v = v8.repeat_interleave(H // 8, dim=1)
+                ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=bias), reps=3, warm=1)
+                if variants:
+                    print(f"  (lower-right chunk, K/V expanded: {ms:.3f} ms)", flush=True)
+                best = min(best, ms)
+            put(f"sdpa_chunk_{T}", best, f"{flops / best / 1e9:.0f} TFLOP/s (queries [{T // 1024 - 16}K, "
+                f"{T // 1024}K), lower-right causal)")
+            del q, k, v, k8, v8
+        except Exception as e:
+            print(f"sdpa_chunk_{T} not timed: {type(e).__name__}: {e}", flush=True)
+        torch.cuda.empty_cache()
 
 
 def write(out_path, results):
