@@ -510,6 +510,26 @@ static void test_lightning(ctx *c, int64_t n1, int64_t n2) {
     die_on(c, c->ops->wait_host(c->be, &c->err), "wait_host");
     report_bits(m->name, "to_host_async snapshot before a later update", snap, s2, (size_t)sb * 4);
     die_on(c, c->ops->from_host(c->be, A.light[0], st_after2, (size_t)sb * 4, &c->err), "restore");
+    if (!strcmp(m->name, "tiny")) { /* once: 200 MiB of snapshots between two drains */
+      /* More than the first 64 MiB staging holds, so to_host_async moves to larger ones while the
+       * earlier copies are in flight; each 1 MiB snapshot is of a device buffer rewritten after it. */
+      enum { K = 200, W = 1 << 18 }; /* K snapshots of W uint32 */
+      uint32_t *dev = NULL, *pat = malloc((size_t)K * W * 4), *got = malloc((size_t)K * W * 4);
+      if (cudaMalloc((void **)&dev, (size_t)W * 4) != cudaSuccess) {
+        fprintf(stderr, "FATAL cudaMalloc of %d bytes\n", W * 4);
+        exit(1);
+      }
+      for (int k = 0; k < K; k++) {
+        uint32_t *pk = pat + (size_t)k * W;
+        for (int i = 0; i < W; i++) pk[i] = (uint32_t)k * 2654435761u ^ (uint32_t)i;
+        die_on(c, c->ops->from_host(c->be, dev, pk, (size_t)W * 4, &c->err), "from_host");
+        die_on(c, c->ops->to_host_async(c->be, got + (size_t)k * W, dev, (size_t)W * 4, &c->err), "to_host_async");
+      }
+      die_on(c, c->ops->wait_host(c->be, &c->err), "wait_host");
+      report_bits(m->name, "to_host_async: 200 MiB past the staging", got, pat, (size_t)K * W * 4);
+      cudaFree(dev);
+      free(pat), free(got);
+    }
     free(o1), free(o2), free(s1), free(s2), free(snap), free(st_after2);
   }
   /* Decode batch: A continues, B has its own random state, C starts from zero. */
