@@ -408,7 +408,8 @@ static void cudnn_row(cudaStream_t st, void *kv, int64_t npages, void *q, const 
   void *o = dmalloc((size_t)nq * H * D * 2);
   ck(cudaMemcpy(dids, ids, tl * 4, cudaMemcpyHostToDevice), "copy");
   ck(cudaMemcpy(dlens, lens, 32, cudaMemcpyHostToDevice), "copy");
-  c.x = (lh_cudnn_attn_args){0, q, o, kv, npages, dids, NULL, NULL, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D, 0};
+  c.x = (lh_cudnn_attn_args){0,   q,  o,   kv, npages, dids, NULL, NULL, dlens, dlens + 4,
+                              nq,  pos, 0,  0,  NULL,   H,    HKV,  D,    0};
   double ms = time_ms(st, 3, run_cudnn, &c);
   char name[160], rate[160];
   snprintf(name, sizeof name, "cuDNN SDPA (paged), %s", what);
@@ -500,8 +501,9 @@ static void bench_sdpa_forms(cudaStream_t st) {
       for (int i = 0; i < NF && !failed; i++) {
         lh_cudnn_attn *keep = g_cudnn;
         g_cudnn = f[i];
-        cudnn_ctx c = {st, {1, layout[i] & 1 ? qh : q, o[i], NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H,
-                            HKV, D, layout[i]}, 0, ""};
+        const void *qi = layout[i] & 1 ? qh : q;
+        cudnn_ctx c = {
+            st, {1, qi, o[i], NULL, 0, NULL, k, v, dlens, dlens + 4, nq, pos, 0, 0, NULL, H, HKV, D, layout[i]}, 0, ""};
         double ms = time_ms(st, nq == nkv && nq <= 16384 ? 10 : 3, run_cudnn, &c);
         g_cudnn = keep;
         if (c.failed) {
@@ -518,8 +520,8 @@ static void bench_sdpa_forms(cudaStream_t st) {
         double rel = 0, maxd = 0;
         if (layout[i] & 2) { /* back to [nq][H][D] into qh (free once the rounds are done) */
           for (int h = 0; h < H; h++)
-            ck(cudaMemcpy2DAsync((char *)qh + (size_t)h * D * 2, (size_t)H * D * 2, (char *)o[i] + (size_t)h * nq * D * 2,
-                                 D * 2, D * 2, nq, cudaMemcpyDeviceToDevice, st),
+            ck(cudaMemcpy2DAsync((char *)qh + (size_t)h * D * 2, (size_t)H * D * 2,
+                                 (char *)o[i] + (size_t)h * nq * D * 2, D * 2, D * 2, nq, cudaMemcpyDeviceToDevice, st),
                "copy");
           ck(cudaStreamSynchronize(st), "sync");
           compare_bf16(qh, o[0], nq * H * D, &rel, &maxd);
@@ -528,9 +530,10 @@ static void bench_sdpa_forms(cudaStream_t st) {
         }
         qsort(t[i], 3, sizeof(double), cmp_d);
         const double med = t[i][1];
-        snprintf(what, sizeof what, "%s, %lldK q over %lldK keys", name[i], (long long)nq / 1024, (long long)nkv / 1024);
-        snprintf(rate, sizeof rate, "%.0f TFLOP/s (median of 3 rounds; rounds %.3f-%.3f ms)", flops / (med * 1e-3) / 1e12,
-                 t[i][0], t[i][2]);
+        snprintf(what, sizeof what, "%s, %lldK q over %lldK keys", name[i], (long long)nq / 1024,
+                 (long long)nkv / 1024);
+        snprintf(rate, sizeof rate, "%.0f TFLOP/s (median of 3 rounds; rounds %.3f-%.3f ms)",
+                 flops / (med * 1e-3) / 1e12, t[i][0], t[i][2]);
         if (i) {
           size_t n = strlen(rate);
           snprintf(rate + n, sizeof rate - n, "; vs padded rel L2 %.1e", rel);
@@ -1253,7 +1256,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     if (build_ms <= 0) printf("  run %d: %.1f ms%s\n", rep, ms, rep == ev_rep ? " (with per-op events)" : "");
   }
   q.pos = tokens;
-  char what[96], rate[128];
+  char what[96], rate[192];
   snprintf(what, sizeof what, "prefill %lldK tokens, chunks of %lldK", (long long)tokens / 1024, (long long)chunk / 1024);
   /* over R ranks: the whole model's FLOPs against R GPUs' GEMM rate (this rank's, measured here) */
   const double peak = g_gemm_tflops * s->ranks;
@@ -1279,7 +1282,8 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   if (g_ckpt_db) {
     const double before = plain_ms[nrep - 3], after = plain_ms[nrep - 1], base = 0.5 * (before + after);
     snprintf(rate, sizeof rate,
-             "%.1f%% slower than without (goal < 5%%; plain runs before / after it %.1f / %.1f ms); %.1f%% to the last commit",
+             "%.1f%% slower than without (goal < 5%%; plain runs before / after it %.1f / %.1f ms); "
+             "%.1f%% to the last commit",
              100.0 * (ckpt_ms / base - 1), before, after, 100.0 * (ckpt_wall_ms / base - 1));
     row("  same prefill, checkpoint after every chunk", ckpt_ms, "mean of the plain runs around it", base, rate, NAN);
   }

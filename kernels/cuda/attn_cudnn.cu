@@ -55,7 +55,10 @@ void lh_cudnn_attn_stats(const lh_cudnn_attn *a, int *plans, double *build_s) {
 
 namespace {
 
-enum : int64_t { U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_LSE, U_DIAG, U_VIRT = 100 };
+enum : int64_t {
+  U_Q = 1, U_KC, U_VC, U_O, U_SEQ_Q, U_SEQ_KV, U_PT_K, U_PT_V, U_SCALE, U_NEGINF, U_LSE, U_DIAG,
+  U_VIRT = 100
+};
 
 int64_t pow2_at_least(int64_t x, int64_t lo) {
   int64_t p = lo;
@@ -266,7 +269,8 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
   const cudnnDataType_t BF = CUDNN_DATA_BFLOAT16, F = CUDNN_DATA_FLOAT, I = CUDNN_DATA_INT32, B = CUDNN_DATA_BOOLEAN;
 
   /* [rows][H][d], or heads first [H][rows][d] (layout bits 0 and 1) */
-  const int64_t qd[4] = {1, H, sq, d}, rows_first[4] = {sq * H * d, d, H * d, 1}, heads_first[4] = {H * sq * d, sq * d, d, 1};
+  const int64_t qd[4] = {1, H, sq, d}, rows_first[4] = {sq * H * d, d, H * d, 1},
+                heads_first[4] = {H * sq * d, sq * d, d, 1};
   auto q = g.tensor(U_Q, BF, qd, layout & 1 ? heads_first : rows_first, false);
   auto o = g.tensor(U_O, BF, qd, layout & 2 ? heads_first : rows_first, false);
   const int64_t one[4] = {1, 1, 1, 1};
