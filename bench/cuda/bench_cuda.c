@@ -1312,22 +1312,24 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     lh_segment sg[16];
     int32_t dt[16];
     for (int i = 0; i < nf; i++) dt[i] = (int32_t)(i + 1);
-    const int steps = 8;
-    double ms = 0;
-    for (int step = 0; step < steps + 1; step++) {
+    /* 8 timed steps after a warm-up; then 4 more with per-kind events (issue 8: the lightning layers'
+     * share of a step should not grow with the context, the softmax layer's should) */
+    const int steps = 8, ev_steps = 4;
+    double ms = 0, per[T_NK] = {0};
+    for (int step = 0; step < steps + 1 + ev_steps; step++) {
       for (int i = 0; i < nf; i++) sg[i] = (lh_segment){&f[i].mem, i, 1, f[i].pos};
       lh_batch b = {nf, nf, sg};
       lk(lh_cuda_sync(s->be, &s->err), &s->err, "sync");
       struct timespec t0, t1;
       clock_gettime(CLOCK_MONOTONIC, &t0);
-      forward(s, dt, &b, NULL, NULL);
+      forward(s, dt, &b, step > steps ? ev : NULL, per);
       int64_t rows[16];
       for (int i = 0; i < nf; i++) rows[i] = i;
       int32_t next[16];
       lh_sampler_params sp = {0};
       lk(lh_cuda_next_tokens(s->be, s->ops->act(s->be, 0), rows, nf, &sp, NULL, next, &s->err), &s->err, "tokens");
       clock_gettime(CLOCK_MONOTONIC, &t1);
-      if (step) ms += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+      if (step && step <= steps) ms += (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
       for (int i = 0; i < nf; i++) f[i].pos++, dt[i] = next[i];
     }
     ms /= steps;
@@ -1336,6 +1338,10 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
     snprintf(rate, sizeof rate, "%.1f tokens/s per sequence, %.1f total", 1e3 / ms, nf * 1e3 / ms);
     /* the floor of a decode step is reading the active weights once: attention + 2 experts per layer */
     row(what, ms, "", NAN, rate, NAN);
+    printf("    per step, from events (%d more steps): lightning blocks %.3f ms (%d layers), softmax blocks %.3f ms, MoE "
+           "blocks %.3f ms, embed/norms/residuals %.3f ms\n",
+           ev_steps, per[T_LIGHT] / ev_steps, s->cfg.n_lightning, per[T_SOFT] / ev_steps, per[T_MOE] / ev_steps,
+           per[T_NORM] / ev_steps);
     for (int i = 0; i < nf; i++) {
       for (int l = 0; l < s->cfg.n_lightning; l++) s->ops->free(s->be, f[i].light[l]);
       int64_t shared = q.pos / LH_KV_PAGE_TOKENS;
