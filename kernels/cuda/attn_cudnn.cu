@@ -70,12 +70,10 @@ struct Plan {
   std::vector<cudnnBackendDescriptor_t> keep; /* every descriptor the plan was built from */
   cudnnBackendDescriptor_t plan = nullptr;
   int64_t workspace = 0;
-  /* With autotuning: every engine config that finalized, timed on first use; then only the fastest
-   * stays (plan). engine[] is cuDNN's global engine index of each, ms[] its time (-1: not timed). */
+  /* Every engine config that finalized (one without autotuning), with cuDNN's global engine index of
+   * each; autotuning times them on first use and keeps only the fastest, which is plan. */
   std::vector<cudnnBackendDescriptor_t> cand;
-  std::vector<int64_t> cand_ws, engine;
-  std::vector<float> ms;
-  int chosen = 0;
+  std::vector<int64_t> engine;
   std::string tuned; /* after autotuning: each candidate's engine and time */
   ~Plan() {
     for (auto c : cand)
@@ -388,9 +386,8 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
         int64_t got = 0, ws = 0;
         cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws);
         p->cand.push_back(plan);
-        p->cand_ws.push_back(ws);
         p->engine.push_back(engine_index(cfgs[i]));
-        p->ms.push_back(-1);
+        p->workspace = std::max(p->workspace, ws); /* every candidate runs in the same workspace */
         if (!a->autotune) break;
         continue;
       }
@@ -401,7 +398,6 @@ static Plan *build_plan(lh_cudnn_attn *a, const Key &k, char *msg, size_t cap) {
     }
     if (!p->cand.empty()) {
       p->plan = p->cand[0];
-      for (int64_t w : p->cand_ws) p->workspace = std::max(p->workspace, w);
       return p;
     }
     why += std::string(hm == CUDNN_HEUR_MODE_A ? " heuristics A: " : " fallback: ") + std::to_string(n) + " configs;";
@@ -460,6 +456,7 @@ static cudnnStatus_t tune(lh_cudnn_attn *a, cudaStream_t st, Plan *p, const std:
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   float best = INFINITY;
+  size_t chosen = 0;
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
   for (size_t i = 0; i < p->cand.size() && s == CUDNN_STATUS_SUCCESS; i++) {
     s = execute(a, st, p->cand[i], uids, ptrs, what);
@@ -469,22 +466,18 @@ static cudnnStatus_t tune(lh_cudnn_attn *a, cudaStream_t st, Plan *p, const std:
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    p->ms[i] = ms / 3;
-    if (s == CUDNN_STATUS_SUCCESS && p->ms[i] < best) best = p->ms[i], p->chosen = (int)i;
+    ms /= 3;
+    if (s == CUDNN_STATUS_SUCCESS && ms < best) best = ms, chosen = i;
     char t[64];
-    snprintf(t, sizeof t, "%sengine %lld %.3f ms", i ? ", " : "", (long long)p->engine[i], p->ms[i]);
+    snprintf(t, sizeof t, "%sengine %lld %.3f ms", i ? ", " : "", (long long)p->engine[i], ms);
     p->tuned += t;
   }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
-  p->plan = p->cand[p->chosen];
   for (size_t i = 0; i < p->cand.size(); i++)
-    if ((int)i != p->chosen) cudnnBackendDestroyDescriptor(p->cand[i]);
-  std::vector<cudnnBackendDescriptor_t> keep = {p->plan};
-  p->cand_ws = {p->cand_ws[p->chosen]};
-  p->engine = {p->engine[p->chosen]};
-  p->ms = {p->ms[p->chosen]};
-  p->cand = keep;
-  p->chosen = 0;
+    if (i != chosen) cudnnBackendDestroyDescriptor(p->cand[i]);
+  p->plan = p->cand[chosen];
+  p->cand = {p->plan};
+  p->engine = {p->engine[chosen]};
   return s;
 }
 
@@ -552,16 +545,12 @@ int lh_cudnn_attn_prefill(lh_cudnn_attn *a, cudaStream_t st, const lh_cudnn_attn
   float scale = 1.0f / sqrtf((float)x->d), neginf = -INFINITY;
   int32_t diag = (int32_t)(skv - sq);
   const size_t vshift = (size_t)x->Hkv * 256 * x->d * 2;
-  std::vector<int64_t> uids = {U_Q, U_O, U_KC, U_VC, U_SCALE, U_NEGINF};
+  std::vector<int64_t> uids = {U_Q, U_O, U_KC, U_VC, U_SCALE};
+  std::vector<void *> ptrs = {(void *)x->q, x->o, x->mode == 0 ? (void *)x->kv_base : (void *)x->k,
+                              x->mode == 0 ? (void *)((const char *)x->kv_base + vshift) : (void *)x->v, &scale};
   /* every uid of the pack must be in the graph (cuDNN 9.19 answers BAD_PARAM_NULL_POINTER to one that
    * is not): the exact, unmasked graph selects nothing, so it has no -inf */
-  std::vector<void *> ptrs = {(void *)x->q,
-                              x->o,
-                              x->mode == 0 ? (void *)x->kv_base : (void *)x->k,
-                              x->mode == 0 ? (void *)((const char *)x->kv_base + vshift) : (void *)x->v,
-                              &scale,
-                              &neginf};
-  if (is_exact && x->unmasked) uids.pop_back(), ptrs.pop_back();
+  if (!is_exact || !x->unmasked) uids.push_back(U_NEGINF), ptrs.push_back(&neginf);
   if (!is_exact) {
     uids.push_back(U_SEQ_Q), ptrs.push_back((void *)x->seq_q);
     uids.push_back(U_SEQ_KV), ptrs.push_back((void *)x->seq_kv);
