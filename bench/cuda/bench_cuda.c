@@ -28,6 +28,8 @@
  * slice run, fewer repetitions)
  * (--lightning-cut Q, --lightning-handover M: the lightning rows' cut and lightning_wg's hand-over
  * in 1/1024, instead of the defaults (kernels/cuda/kernels.h), for A/B runs of them)
+ * (--lightning-tokens N: only the lightning row of N tokens (16K, 64K, 256K or 1M), also with --quick;
+ * --print-reps: every timed repetition in order, to see a row slow down under the power cap)
  * Over several GPUs (issue 10's scaling table): `mpirun -np R bench_cuda --only slice --tokens N`
  * runs the slice split over R ranks (tensor-parallel heads, expert-parallel MoE, NCCL sums; each
  * rank draws its own share of the random weights) and prints the same rows with MFU against R x
@@ -114,6 +116,9 @@ static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
+/* --print-reps: time_ms prints every repetition in order (a row measured under the board's power cap
+ * slows down rep by rep; bench/NOTES.md, session 12) */
+static int g_print_reps = 0;
 static double time_ms(cudaStream_t st, int reps, bench_fn fn, void *ctx) {
   cudaEvent_t a, b;
   ck(cudaEventCreate(&a), "event");
@@ -132,6 +137,11 @@ static double time_ms(cudaStream_t st, int reps, bench_fn fn, void *ctx) {
     t[r] = ms;
   }
   cudaEventDestroy(a), cudaEventDestroy(b);
+  if (g_print_reps) {
+    printf("    reps (ms, in order):");
+    for (int r = 0; r < reps; r++) printf(" %.3f", t[r]);
+    printf("\n");
+  }
   qsort(t, reps, sizeof(double), cmp_d);
   return t[reps / 2];
 }
@@ -211,6 +221,7 @@ static void run_light(void *p) {
     ck(lh_cuda_norm_gate(l->st, l->o, H * D, l->qkv, 3 * H * D, l->n, H * D, l->norm_w, 1e-6f, l->o, H * D), "norm");
 }
 
+static int64_t g_light_tokens = 0; /* --lightning-tokens N: only that row of the lightning section */
 static int g_light_cut = 0;  /* --lightning-cut Q: the lightning rows' cut, 1/1024 of the rows (0: default) */
 static int g_light_hand = -1;  /* --lightning-handover M: lightning_wg's hand-over (-1: default, 0: none) */
 /* (Until v4 of bench/NOTES.md this section also timed the earlier kernel that split a head's v dims
@@ -219,8 +230,9 @@ static void bench_lightning(cudaStream_t st, int quick) {
   header("lightning attention core, 64 heads x 128, fp32 state in/out");
   /* 256K and 1M (issue 8's range reaches 1M tokens): the main rows only, not in --quick */
   int64_t sizes[4] = {16384, 65536, 1 << 18, 1 << 20};
-  for (int si = 0; si < (quick ? 2 : 4); si++) {
+  for (int si = 0; si < (quick && !g_light_tokens ? 2 : 4); si++) {
     int64_t n = sizes[si];
+    if (g_light_tokens && n != g_light_tokens) continue;
     const int long_n = n > 65536;
     light_ctx l = {st, dmalloc((size_t)n * 3 * H * D * 2), dmalloc((size_t)n * H * D * 2), NULL, NULL, NULL, 0, NULL, n};
     l.split_q = g_light_cut;
@@ -303,7 +315,9 @@ typedef struct attn_ctx {
   int32_t *tiles;
   int ntiles, nseg, max_splits;
   float *partial;
-  int decode;
+  int decode; /* 0: prefill; 1: decode, the scalar kernel; 2: decode by units (tensor cores) */
+  int32_t *units, *members;
+  int nunits, max_count;
 } attn_ctx;
 /* The 64-row tiles of one segment of n rows, the ones with the most keys first, into a->tiles
  * (allocated on first use for n rows; later calls must not have more). */
@@ -317,7 +331,11 @@ static void put_tiles(attn_ctx *a, int64_t n) {
 }
 static void run_attn(void *p) {
   attn_ctx *a = p;
-  if (a->decode)
+  if (a->decode == 2)
+    ck(lh_cuda_attn_decode_units(a->st, a->q, a->seg, a->nseg, a->units, a->nunits, a->members, a->max_count,
+                                 a->max_splits, H, HKV, D, a->partial, a->o),
+       "decode units");
+  else if (a->decode)
     ck(lh_cuda_attn_decode(a->st, a->q, a->seg, a->nseg, a->max_splits, H, HKV, D, a->partial, a->o), "decode");
   else
     ck(lh_cuda_attn_prefill(a->st, a->q, a->seg, a->tiles, a->ntiles, H, HKV, D, a->o), "prefill");
@@ -572,7 +590,7 @@ static void bench_attention(cudaStream_t st, int quick) {
     ck(cudaMemcpy(dp, hp, npages * sizeof(void *), cudaMemcpyHostToDevice), "copy");
     const int prefill = N <= 65536;
     int64_t nq = prefill ? N : 16;
-    attn_ctx a = {st, dmalloc((size_t)nq * H * D * 2), dmalloc((size_t)nq * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0};
+    attn_ctx a = {st, dmalloc((size_t)nq * H * D * 2), dmalloc((size_t)nq * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, 0, 0};
     ck(lh_cuda_fill_uniform_bf16(st, a.q, nq * H * D, 22, 2.0f), "fill");
     char what[96], key[64], rate[64];
     if (prefill) {
@@ -602,24 +620,45 @@ static void bench_attention(cudaStream_t st, int quick) {
       }
       cudaFree(a.tiles);
     } else {
-      /* 16 sequences (forks) decoding one token each over the same N keys. */
-      a.decode = 1;
-      a.nseg = 16;
+      /* 1 sequence, then 16 (forks of one prefix) decoding one token each over the same N keys: the
+       * scalar kernel, then the one by units (tensor cores) with each sequence alone and with the
+       * forks' shared pages read once. The limit: the KV bytes that must be read, over the copy rate. */
       a.max_splits = (int)((N + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
       lh_cuda_aseg segs[16];
-      for (int i = 0; i < 16; i++) segs[i] = (lh_cuda_aseg){i, 1, N - 1, dp};
+      void *const *tabs[16];
+      for (int i = 0; i < 16; i++) segs[i] = (lh_cuda_aseg){i, 1, N - 1, dp}, tabs[i] = hp;
       a.seg = dmalloc(sizeof segs);
       ck(cudaMemcpy(a.seg, segs, sizeof segs, cudaMemcpyHostToDevice), "copy");
       a.partial = dmalloc((size_t)16 * H * a.max_splits * (D + 2) * 4);
-      double ms = time_ms(st, 5, run_attn, &a);
-      double bytes = 16.0 * N * 2 * HKV * D * 2;
-      snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
-      row("decode, 16 forks x 1M keys (no sharing)", ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
-      cudaFree(a.partial);
+      int32_t *units = malloc((size_t)16 * a.max_splits * 3 * 4), *members = malloc((size_t)16 * a.max_splits * 4);
+      a.units = dmalloc((size_t)16 * a.max_splits * 3 * 4), a.members = dmalloc((size_t)16 * a.max_splits * 4);
+      const struct { int nseg, kernel, alone; const char *how; } var[5] = {
+          {1, 1, 0, "1 sequence, scalar kernel"},
+          {1, 2, 0, "1 sequence, tensor cores"},
+          {16, 1, 0, "16 forks, scalar kernel"},
+          {16, 2, 1, "16 forks, tensor cores, each alone"},
+          {16, 2, 0, "16 forks, tensor cores, prefix once"}};
+      for (int vi = 0; vi < 5; vi++) {
+        a.decode = var[vi].kernel, a.nseg = var[vi].nseg;
+        if (a.decode == 2) {
+          a.nunits = lh_cuda_decode_units(segs, tabs, a.nseg, H / HKV, var[vi].alone, units, members, &a.max_count);
+          ck(cudaMemcpy(a.units, units, (size_t)a.nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
+          ck(cudaMemcpy(a.members, members, (size_t)a.nseg * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
+        }
+        double ms = time_ms(st, 5, run_attn, &a);
+        const int reads = a.decode == 2 && !var[vi].alone ? 1 : a.nseg; /* KV passes the variant needs */
+        double bytes = (double)reads * N * 2 * HKV * D * 2;
+        snprintf(what, sizeof what, "decode, %s x %lldK keys", var[vi].how, (long long)N / 1024);
+        snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
+        row(what, ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+      }
+      a.decode = 0;
+      free(units), free(members);
+      cudaFree(a.units), cudaFree(a.members), cudaFree(a.partial);
       if (!quick) {
         /* The last 16K-query chunk of a 1M-token prefill: queries [1M-16K, 1M) over keys [0, 1M). */
         const int64_t nq2 = 16384, p0 = N - nq2;
-        attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0};
+        attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, 0, 0};
         ck(lh_cuda_fill_uniform_bf16(st, c2.q, nq2 * H * D, 23, 2.0f), "fill");
         lh_cuda_aseg cs = {0, nq2, p0, dp};
         c2.seg = dmalloc(sizeof cs);
@@ -765,7 +804,7 @@ static void bench_moe(slice *s, int64_t n) {
   snprintf(what, sizeof what, "cuBLAS dense GEMMs, same FLOPs (%lldK rows)", (long long)rows / 1024);
   row(what, dense, "torch.matmul same shapes", peer("moe_dense_torch"), rate, dense_flops / (g_gemm_tflops * 1e12) * 1e3);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, 0, 0, 0};
+    lh_cuda_tuning t = {grouped, 0, 0, 0, 0};
     lh_cuda_set_tuning(s->be, &t);
     double ms = time_ms(s->st, 10, run_moe, &m);
     int gst = 0;
@@ -776,7 +815,7 @@ static void bench_moe(slice *s, int64_t n) {
     snprintf(rate, sizeof rate, "%.0f TFLOP/s (%.0f%% of dense)", flops / (ms * 1e-3) / 1e12, 100.0 * dense / ms);
     row(what, ms, "cuBLAS dense, same FLOPs", dense, rate, flops / (g_gemm_tflops * 1e12) * 1e3);
   }
-  lh_cuda_tuning t = {0, 0, 0, 0};
+  lh_cuda_tuning t = {0, 0, 0, 0, 0};
   lh_cuda_set_tuning(s->be, &t);
   printf("  (the slice below runs with per-expert GEMMs)\n");
   cudaFree(g1.a), cudaFree(g1.b), cudaFree(g1.c), cudaFree(g2.b);
@@ -1304,9 +1343,16 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
   printf("  device memory: weights %.1f GB, workspace %.2f GB, states+KV %.2f GB, device in use %.1f GB\n",
          mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e9, mi.device_used / 1e9);
 
-  /* Decode after the prefill: 1 sequence, then 16 forks of it together. */
+  /* Decode after the prefill: 1 sequence, then 16 forks of it together; each with the softmax decode
+   * by units (the default: the forks read their shared prefix once) and with the scalar kernel it
+   * replaced (lh_cuda_tuning.decode 2). */
   header("decode after the prefill (one token per sequence per step)");
-  for (int nf = 1; nf <= 16; nf *= 16) {
+  const lh_cuda_tuning tune0 = lh_cuda_get_tuning(s->be, NULL);
+  for (int v = 0; v < 4; v++) {
+    const int nf = v < 2 ? 1 : 16, scalar = v & 1;
+    lh_cuda_tuning tv = tune0;
+    tv.decode = scalar ? 2 : 0;
+    lh_cuda_set_tuning(s->be, &tv);
     seqm f[16];
     for (int i = 0; i < nf; i++) seq_fork(s, &q, &f[i], tokens + 64);
     lh_segment sg[16];
@@ -1333,8 +1379,8 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
       for (int i = 0; i < nf; i++) f[i].pos++, dt[i] = next[i];
     }
     ms /= steps;
-    snprintf(what, sizeof what, "decode step, %d sequence%s at %lldK context", nf, nf > 1 ? "s" : "",
-             (long long)tokens / 1024);
+    snprintf(what, sizeof what, "decode step, %d sequence%s at %lldK context%s", nf, nf > 1 ? "s" : "",
+             (long long)tokens / 1024, scalar ? " (scalar softmax decode)" : "");
     snprintf(rate, sizeof rate, "%.1f tokens/s per sequence, %.1f total", 1e3 / ms, nf * 1e3 / ms);
     /* the floor of a decode step is reading the active weights once: attention + 2 experts per layer */
     row(what, ms, "", NAN, rate, NAN);
@@ -1349,6 +1395,7 @@ static void bench_slice(slice *s, int64_t tokens, int64_t chunk, int quick) {
       free(f[i].tables[0]);
     }
   }
+  lh_cuda_set_tuning(s->be, &tune0);
   for (int i = 0; i < 64; i++) cudaEventDestroy(ev[i]);
   free(tok);
 }
@@ -1374,6 +1421,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--attn-n") && i + 1 < argc) g_attn_n = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--lightning-cut") && i + 1 < argc) g_light_cut = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--lightning-tokens") && i + 1 < argc) g_light_tokens = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--print-reps")) g_print_reps = 1;
     else if (!strcmp(argv[i], "--lightning-handover") && i + 1 < argc) g_light_hand = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) g_ckpt_db = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
@@ -1384,7 +1433,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] "
                       "[--checkpoint DB] [--resumable DB] [--resume-check DB] [--logits FILE] [--lightning-cut Q] "
-                      "[--lightning-handover M]\n");
+                      "[--lightning-handover M] [--lightning-tokens N] [--print-reps]\n");
       return 2;
     }
   }

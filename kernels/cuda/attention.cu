@@ -12,12 +12,25 @@
  * ever exists. Keys past the end of the valid range are zero-filled on load (never read as
  * garbage) and masked.
  *
- * Decode: one CTA per (split of LH_CUDA_DECODE_SPLIT keys, kv head, sequence) computes, for every
- * query head of the GQA group at once, an unnormalised partial (max, sum, O); a second kernel
- * merges the splits of each (sequence, head) in split order. The split length is a constant, so the
- * plan, and therefore the bits, depend only on each sequence's length and not on the batch.
+ * Decode: the keys of each sequence are split in pieces of LH_CUDA_DECODE_SPLIT; each piece gives,
+ * for every query head, an unnormalised partial (max, sum, O), and a second kernel merges the
+ * splits of each (sequence, head) in split order. The split length is a constant, so the plan, and
+ * therefore the bits, depend only on each sequence's length and not on the batch. Two kernels make
+ * the partials:
+ *   - by units (d = 32, 64, 128; the backend's path): a unit is one split whose pages and key count
+ *     are the same for all its members, so forks of one prefix (16 sequences decoding after a 1M-token
+ *     prefill) read that K/V once between them; the rows go through the prefill's tile step on tensor
+ *     cores. A row's arithmetic does not depend on the other rows, so grouping changes no bits.
+ *     Measured on an H200 at 1M keys (bench/NOTES.md, session 14): one sequence 1.77 ms (the scalar
+ *     kernel 4.29), 16 forks 3.27 ms (63.6), against a floor of 1.01 ms to read the KV once;
+ *   - scalar (any d with G d <= 2048): one CTA per (split, kv head, sequence), fp32 dot products
+ *     from shared memory; for other head sizes and for comparisons (lh_cuda_tuning.decode 2).
  */
 #include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -90,6 +103,86 @@ extern "C" cudaError_t lh_cuda_rope_kv(cudaStream_t st, const void *qkv, int64_t
 
 /* ---- prefill ----------------------------------------------------------------------------- */
 
+/* One 64-key tile of the online softmax for a warp's 16 query rows (this lane's rows g and g + 8):
+ * S = Q K^T from qf and the tile's K (ks_, [BK][D + 8]) in log2 units; where need_mask, keys past
+ * a row's last (kp > qp0, qp1) are masked; the running max (m0, m1), this lane's part of the sum
+ * (l0, l1; the quad's parts are added at the end) and O (acc) are rescaled, and P, rounded to bf16,
+ * times the tile's V (vs_) is added. A row's arithmetic depends only on its own q and the keys, not
+ * on the other rows: the prefill and decode kernels share it. */
+template <int D>
+static __device__ __forceinline__ void attn_tile(const uint32_t (&qf)[D / 16][4], const bf16 *ks_, const bf16 *vs_,
+                                                 int64_t kp_base, bool need_mask, int64_t qp0, int64_t qp1,
+                                                 float scale_log2, float &m0, float &m1, float &l0, float &l1,
+                                                 float (&acc)[D / 8][4]) {
+  constexpr int LD = D + 8;
+  const int t4 = threadIdx.x & 3;
+  float sc[BK / 8][4];
+#pragma unroll
+  for (int i = 0; i < BK / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+    for (int np = 0; np < BK / 16; np++) {
+      uint32_t b0, b1, b2, b3;
+      lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(ks_, LD, 16 * np, 16 * ks));
+      lh_mma(sc[2 * np], qf[ks], b0, b1);
+      lh_mma(sc[2 * np + 1], qf[ks], b2, b3);
+    }
+  }
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; nt++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float v = sc[nt][e] * scale_log2;
+      if (need_mask) {
+        int64_t kp = kp_base + 8 * nt + 2 * t4 + (e & 1);
+        if (kp > (e < 2 ? qp0 : qp1)) v = -INFINITY;
+      }
+      sc[nt][e] = v;
+    }
+    mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+    mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
+  const float c0 = exp2f(m0 - base0), c1 = exp2f(m1 - base1);
+  m0 = mn0, m1 = mn1;
+  float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; nt++) {
+    sc[nt][0] = exp2f(sc[nt][0] - base0);
+    sc[nt][1] = exp2f(sc[nt][1] - base0);
+    sc[nt][2] = exp2f(sc[nt][2] - base1);
+    sc[nt][3] = exp2f(sc[nt][3] - base1);
+    s0 += sc[nt][0] + sc[nt][1];
+    s1 += sc[nt][2] + sc[nt][3];
+  }
+  l0 = l0 * c0 + s0;
+  l1 = l1 * c1 + s1;
+#pragma unroll
+  for (int i = 0; i < D / 8; i++) acc[i][0] *= c0, acc[i][1] *= c0, acc[i][2] *= c1, acc[i][3] *= c1;
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ks++) {
+    uint32_t a[4];
+    a[0] = lh_pack_bf16(sc[2 * ks][0], sc[2 * ks][1]);
+    a[1] = lh_pack_bf16(sc[2 * ks][2], sc[2 * ks][3]);
+    a[2] = lh_pack_bf16(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
+    a[3] = lh_pack_bf16(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
+#pragma unroll
+    for (int np = 0; np < D / 16; np++) {
+      uint32_t b0, b1, b2, b3;
+      lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(vs_, LD, 16 * ks, 16 * np));
+      lh_mma(acc[2 * np], a, b0, b1);
+      lh_mma(acc[2 * np + 1], a, b2, b3);
+    }
+  }
+}
+
 template <int D>
 static __global__ void __launch_bounds__(128)
     attn_prefill_kernel(const bf16 *__restrict__ q, const lh_cuda_aseg *__restrict__ segs,
@@ -157,73 +250,8 @@ static __global__ void __launch_bounds__(128)
     }
     const bf16 *ks_ = Ks + stage * BK * LD, *vs_ = Vs + stage * BK * LD;
 
-    float sc[BK / 8][4];
-#pragma unroll
-    for (int i = 0; i < BK / 8; i++) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks++) {
-#pragma unroll
-      for (int np = 0; np < BK / 16; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4(b0, b1, b2, b3, lh_frag_bt_addr(ks_, LD, 16 * np, 16 * ks));
-        lh_mma(sc[2 * np], qf[ks], b0, b1);
-        lh_mma(sc[2 * np + 1], qf[ks], b2, b3);
-      }
-    }
     const int64_t kp_base = (int64_t)kt * BK;
-    const bool need_mask = kp_base + BK - 1 > qpos0 + 16 * w;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float v = sc[nt][e] * scale_log2;
-        if (need_mask) {
-          int64_t kp = kp_base + 8 * nt + 2 * t4 + (e & 1);
-          if (kp > (e < 2 ? qp0 : qp1)) v = -INFINITY;
-        }
-        sc[nt][e] = v;
-      }
-      mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float c0 = exp2f(m0 - base0), c1 = exp2f(m1 - base1);
-    m0 = mn0, m1 = mn1;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-      sc[nt][0] = exp2f(sc[nt][0] - base0);
-      sc[nt][1] = exp2f(sc[nt][1] - base0);
-      sc[nt][2] = exp2f(sc[nt][2] - base1);
-      sc[nt][3] = exp2f(sc[nt][3] - base1);
-      s0 += sc[nt][0] + sc[nt][1];
-      s1 += sc[nt][2] + sc[nt][3];
-    }
-    l0 = l0 * c0 + s0;
-    l1 = l1 * c1 + s1;
-#pragma unroll
-    for (int i = 0; i < D / 8; i++) acc[i][0] *= c0, acc[i][1] *= c0, acc[i][2] *= c1, acc[i][3] *= c1;
-#pragma unroll
-    for (int ks = 0; ks < BK / 16; ks++) {
-      uint32_t a[4];
-      a[0] = lh_pack_bf16(sc[2 * ks][0], sc[2 * ks][1]);
-      a[1] = lh_pack_bf16(sc[2 * ks][2], sc[2 * ks][3]);
-      a[2] = lh_pack_bf16(sc[2 * ks + 1][0], sc[2 * ks + 1][1]);
-      a[3] = lh_pack_bf16(sc[2 * ks + 1][2], sc[2 * ks + 1][3]);
-#pragma unroll
-      for (int np = 0; np < D / 16; np++) {
-        uint32_t b0, b1, b2, b3;
-        lh_ldsm_x4_t(b0, b1, b2, b3, lh_frag_b_addr(vs_, LD, 16 * ks, 16 * np));
-        lh_mma(acc[2 * np], a, b0, b1);
-        lh_mma(acc[2 * np + 1], a, b2, b3);
-      }
-    }
+    attn_tile<D>(qf, ks_, vs_, kp_base, kp_base + BK - 1 > qpos0 + 16 * w, qp0, qp1, scale_log2, m0, m1, l0, l1, acc);
     __syncthreads(); /* this stage is read; the next iteration may refill it */
   }
 
@@ -399,6 +427,194 @@ static __global__ void attn_merge_kernel(const float *__restrict__ partial, cons
     }
     o[seg.row0 * (int64_t)H * D + (int64_t)head * D + j] = lh_tobf(num / den);
   }
+}
+
+/* ---- decode by units (forks sharing a prefix read its K/V once) ---------------------------------- */
+
+/* One CTA per (unit, kv head): a unit is one split of keys [k0, k1) whose pages and k1 are the same
+ * for each of its members (lh_cuda_decode_units), so that forks of one prefix read that split's K/V
+ * once between them. The unit's rows are its members' query heads of this kv head, member-major
+ * (row r: member r / G, head r % G), 16 to a warp; each warp walks the split's 64-key tiles through
+ * attn_tile (tensor cores, as the prefill) and writes its rows' unnormalised partials in the layout
+ * of attn_decode_kernel's, which attn_merge_kernel merges in split order. The K/V tiles go through
+ * DEC_NS cp.async stages filled by all the CTA's warps; a warp past the unit's rows only loads. */
+#define DEC_NS 3
+
+template <int D>
+static __global__ void __launch_bounds__(32 * LH_CUDA_DECODE_ROWS / 16)
+    attn_decode_units_kernel(const bf16 *__restrict__ q, const lh_cuda_aseg *__restrict__ segs,
+                             const int32_t *__restrict__ units, const int32_t *__restrict__ members, int max_splits,
+                             int H, int Hkv, float scale_log2, float *__restrict__ partial) {
+  constexpr int LD = D + 8, CH = D / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw); /* [DEC_NS][BK][LD] */
+  bf16 *Vs = Ks + DEC_NS * BK * LD;
+
+  const int G = H / Hkv, kvh = blockIdx.y;
+  const int32_t *u = units + 3 * (int64_t)blockIdx.x;
+  const int sp = u[0], rows = u[2] * G;
+  const int32_t *mem = members + u[1];
+  const lh_cuda_aseg seg0 = segs[mem[0]]; /* every member has these pages and this k1 */
+  const int64_t k0 = (int64_t)sp * LH_CUDA_DECODE_SPLIT, k1 = min(seg0.pos + 1, k0 + LH_CUDA_DECODE_SPLIT);
+  const int nkt = (int)((k1 - k0 + BK - 1) / BK);
+  const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+  auto load_kv = [&](int kt, int stage) { /* a 64-key tile never crosses a page: k0 is a multiple of 64 */
+    const int64_t p0 = k0 + (int64_t)kt * BK;
+    const bf16 *page = (const bf16 *)seg0.pages[p0 / PAGE];
+    const int prow = (int)(p0 % PAGE);
+    const bf16 *kb = page + ((int64_t)kvh * PAGE + prow) * D;
+    const bf16 *vb = page + ((int64_t)(Hkv + kvh) * PAGE + prow) * D;
+    bf16 *ks = Ks + stage * BK * LD, *vs = Vs + stage * BK * LD;
+    for (int idx = tid; idx < BK * CH; idx += nthr) {
+      int rr = idx / CH, c = (idx % CH) * 8;
+      bool ok = p0 + rr < k1;
+      lh_cp_async16(ks + rr * LD + c, kb + (ok ? rr : 0) * D + c, ok);
+      lh_cp_async16(vs + rr * LD + c, vb + (ok ? rr : 0) * D + c, ok);
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < DEC_NS - 1; st++) {
+    if (st < nkt) load_kv(st, st);
+    lh_cp_async_commit();
+  }
+
+  /* this warp's rows' q as mma A fragments, straight from global (rows past the unit's are zero) */
+  const bool active = 16 * w < rows;
+  auto qrow = [&](int r) -> const uint32_t * {
+    if (r >= rows) return nullptr;
+    const int64_t row = segs[mem[r / G]].row0;
+    return reinterpret_cast<const uint32_t *>(q + row * (int64_t)H * D + (int64_t)(kvh * G + r % G) * D);
+  };
+  uint32_t qf[D / 16][4];
+  const int r0 = 16 * w + g, r1 = r0 + 8;
+  if (active) {
+    const uint32_t *q0 = qrow(r0), *q1 = qrow(r1);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++) {
+      const int c = 8 * ks + t4; /* in bf16 pairs: columns 16 ks + 2 t4 (+ 8) */
+      qf[ks][0] = q0 ? q0[c] : 0u;
+      qf[ks][1] = q1 ? q1[c] : 0u;
+      qf[ks][2] = q0 ? q0[c + 4] : 0u;
+      qf[ks][3] = q1 ? q1[c + 4] : 0u;
+    }
+  }
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  for (int kt = 0; kt < nkt; kt++) {
+    const int ahead = kt + DEC_NS - 1; /* refills the stage that tile kt - 1 used */
+    if (ahead < nkt) load_kv(ahead, ahead % DEC_NS);
+    lh_cp_async_commit();
+    lh_cp_async_wait<DEC_NS - 1>();
+    __syncthreads();
+    const int stage = kt % DEC_NS;
+    const int64_t kp_base = k0 + (int64_t)kt * BK;
+    if (active)
+      attn_tile<D>(qf, Ks + stage * BK * LD, Vs + stage * BK * LD, kp_base, kp_base + BK > k1, k1 - 1, k1 - 1,
+                   scale_log2, m0, m1, l0, l1, acc);
+    __syncthreads(); /* this stage is read; the next iteration may refill it */
+  }
+  if (!active) return;
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    const int r = hf ? r1 : r0;
+    if (r >= rows) continue;
+    const int head = kvh * G + r % G;
+    float *out = partial + (((int64_t)mem[r / G] * H + head) * max_splits + sp) * (D + 2);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+      out[8 * nt + 2 * t4] = acc[nt][2 * hf];
+      out[8 * nt + 2 * t4 + 1] = acc[nt][2 * hf + 1];
+    }
+    if (t4 == 0) out[D] = hf ? m1 : m0, out[D + 1] = hf ? l1 : l0;
+  }
+}
+
+template <int D>
+static cudaError_t launch_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, const int32_t *units,
+                                       int nunits, const int32_t *members, int max_count, int max_splits, int H,
+                                       int Hkv, float *partial) {
+  const int G = H / Hkv, warps = (max_count * G + 15) / 16;
+  if (warps < 1 || warps * 16 > LH_CUDA_DECODE_ROWS) return cudaErrorInvalidValue;
+  const size_t smem = (size_t)2 * DEC_NS * BK * (D + 8) * sizeof(bf16);
+  cudaError_t e =
+      cudaFuncSetAttribute(attn_decode_units_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) return e;
+  const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
+  attn_decode_units_kernel<D><<<dim3(nunits, Hkv), 32 * warps, smem, st>>>(
+      (const bf16 *)q, segs, units, members, max_splits, H, Hkv, scale_log2, partial);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t lh_cuda_attn_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg,
+                                                 const int32_t *units, int nunits, const int32_t *members,
+                                                 int max_count, int max_splits, int H, int Hkv, int d, float *partial,
+                                                 void *o) {
+  if (nseg <= 0 || nunits <= 0) return cudaSuccess;
+  if (Hkv <= 0 || H % Hkv) return cudaErrorInvalidValue;
+  cudaError_t e;
+  switch (d) {
+    case 128: e = launch_decode_units<128>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
+    case 64: e = launch_decode_units<64>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
+    case 32: e = launch_decode_units<32>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
+    default: return cudaErrorNotSupported;
+  }
+  if (e != cudaSuccess) return e;
+  attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, max_splits, H, d, (bf16 *)o);
+  return cudaGetLastError();
+}
+
+extern "C" int lh_cuda_decode_units(const lh_cuda_aseg *segs, void *const *const *tables, int nseg, int G,
+                                    int max_members, int32_t *units, int32_t *members, int *max_count) {
+  int cap = G >= 1 ? LH_CUDA_DECODE_ROWS / G : 0;
+  if (max_members > 0 && max_members < cap) cap = max_members;
+  if (cap < 1) return -1;
+  int64_t nsplit_max = 0;
+  for (int i = 0; i < nseg; i++)
+    nsplit_max = std::max(nsplit_max, (segs[i].pos + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT);
+  /* split by split; within a split each segment joins the first unit whose first member has the same
+   * k1 and page pointers and that has room (a batch holds tens of segments: a linear scan suffices) */
+  std::vector<std::vector<int>> unit_of; /* this split's units: their members */
+  int nunits = 0, nmem = 0;
+  *max_count = 0;
+  auto flush = [&](int64_t sp) {
+    for (auto &m : unit_of) {
+      units[3 * nunits] = (int32_t)sp, units[3 * nunits + 1] = nmem, units[3 * nunits + 2] = (int32_t)m.size();
+      for (int i : m) members[nmem++] = i;
+      *max_count = std::max(*max_count, (int)m.size());
+      nunits++;
+    }
+    unit_of.clear();
+  };
+  for (int64_t sp = 0; sp < nsplit_max; sp++) {
+    const int64_t k0 = sp * LH_CUDA_DECODE_SPLIT;
+    for (int i = 0; i < nseg; i++) {
+      const int64_t total = segs[i].pos + 1;
+      if (k0 >= total) continue;
+      const int64_t k1 = std::min(total, k0 + LH_CUDA_DECODE_SPLIT);
+      const int64_t p0 = k0 / PAGE, np = (k1 + PAGE - 1) / PAGE - p0;
+      bool placed = false;
+      for (auto &m : unit_of) {
+        const int j = m[0];
+        if ((int)m.size() >= cap || std::min(segs[j].pos + 1, k0 + LH_CUDA_DECODE_SPLIT) != k1) continue;
+        if (memcmp(tables[j] + p0, tables[i] + p0, (size_t)np * sizeof(void *))) continue;
+        m.push_back(i);
+        placed = true;
+        break;
+      }
+      if (!placed) unit_of.push_back({i});
+    }
+    flush(sp);
+  }
+  return nunits;
 }
 
 extern "C" cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, const lh_cuda_aseg *segs,

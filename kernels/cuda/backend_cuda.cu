@@ -361,7 +361,7 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   /* One upload: the segment table, then every segment's page pointers. */
   const bool blocked = d == 32 || d == 64 || d == 128;
   bool all_single = true;
-  size_t npages = 0;
+  size_t npages = 0, nsplits = 0;
   for (int i = 0; i < bt->nseg; i++) {
     const lh_segment &s = bt->seg[i];
     int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
@@ -370,14 +370,19 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
                           "its table has %lld", i, (long long)need, (long long)(s.pos + s.nrows),
                           (long long)s.seq->n_pages);
     npages += (size_t)need;
+    nsplits += (size_t)((s.pos + s.nrows + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
     all_single = all_single && s.nrows == 1;
   }
   /* Head sizes without a blocked kernel run each query row as its own one-row segment through the
-   * decode kernel: its K/V rows are all written first, so that is exactly causal attention. */
+   * decode kernel: its K/V rows are all written first, so that is exactly causal attention. A batch
+   * of single rows with a blocked head size goes through the decode by units, whose table (split,
+   * first member, count, then the members: at most one per segment and split) follows the pages. */
   const bool per_row = !all_single && !blocked;
+  const bool by_units = all_single && blocked && H / Hkv <= LH_CUDA_DECODE_ROWS && b->tune.decode != 2;
   const int nseg = per_row ? (int)n : bt->nseg;
   const size_t seg_bytes = (size_t)nseg * sizeof(lh_cuda_aseg);
-  const size_t blob_bytes = seg_bytes + npages * sizeof(void *);
+  const size_t unit_bytes = by_units ? nsplits * 4 * sizeof(int32_t) : 0;
+  const size_t blob_bytes = seg_bytes + npages * sizeof(void *) + unit_bytes;
   void *hblob, *dblob;
   LH_TRY(lh_cu_reserve(b, blob_bytes, &hblob, &dblob, err));
   lh_cuda_aseg *segs = (lh_cuda_aseg *)hblob;
@@ -386,11 +391,13 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   size_t pg = 0;
   int64_t max_splits = 1;
   int k = 0;
+  std::vector<void *const *> htables(by_units ? nseg : 0);
   for (int i = 0; i < bt->nseg; i++) {
     const lh_segment &s = bt->seg[i];
     int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
     void *const *table = (void *const *)(dbase + seg_bytes + pg * sizeof(void *));
     memcpy(pages + pg, s.seq->kv_pages[sidx], (size_t)need * sizeof(void *));
+    if (by_units) htables[i] = pages + pg;
     pg += (size_t)need;
     const int64_t rows = per_row ? s.nrows : 1;
     for (int64_t r = 0; r < rows; r++, k++) {
@@ -402,6 +409,13 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
       max_splits = std::max(max_splits, sp);
     }
   }
+  const size_t units_at = seg_bytes + npages * sizeof(void *);
+  int nunits = 0, max_count = 0;
+  if (by_units) {
+    int32_t *units = (int32_t *)((unsigned char *)hblob + units_at), *members = units + 3 * nsplits;
+    nunits = lh_cuda_decode_units(segs, htables.data(), nseg, H / Hkv, b->tune.decode == 1 ? 1 : 0, units, members,
+                                  &max_count);
+  }
   LH_TRY(lh_cu_commit(b, hblob, dblob, blob_bytes, err));
   const lh_cuda_aseg *dsegs = (const lh_cuda_aseg *)dblob;
 
@@ -410,7 +424,13 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
     size_t need = (size_t)nseg * H * max_splits * (d + 2) * sizeof(float);
     if (need > b->partial_bytes)
       CU(grow_buffer(b, (void **)&b->partial, &b->partial_bytes, std::max(need, (size_t)1 << 20), false));
-    CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
+    if (by_units) {
+      const int32_t *units = (const int32_t *)(dbase + units_at), *members = units + 3 * nsplits;
+      CU(lh_cuda_attn_decode_units(b->stream, b->q_rope, dsegs, nseg, units, nunits, members, max_count,
+                                   (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
+    } else {
+      CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
+    }
   } else if (!cudnn_prefill(b, bt, sidx, H, Hkv, d, err)) {
     /* 64-row tiles, the ones with the most keys first so the long tiles start early. */
     std::vector<int32_t> tiles;

@@ -84,6 +84,10 @@ typedef struct lh_cuda_tuning {
   int attn_exact;   /* cuDNN's graph form (attn_cudnn.h, lh_cudnn_attn_set_form): 0 (default) leaves it as
                        it is (that module's default, or LH_CUDNN_EXACT); 1 the exact form where the key
                        count allows it; 2 always the padded form */
+  int decode;       /* softmax attention of a batch of single rows (decode): 0 (default) on tensor cores, the
+                       forks of one prefix grouped so that they read its K/V once (kernels.h,
+                       lh_cuda_attn_decode_units); 1 the same kernel, each sequence on its own; 2 the scalar
+                       kernel (lh_cuda_attn_decode), for comparisons */
 } lh_cuda_tuning;
 #define LH_CUDNN_MIN_KEYS 16384
 #define LH_CUDNN_MIN_ROWS 512

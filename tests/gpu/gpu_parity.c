@@ -694,7 +694,7 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     if (form == 2) setenv("LH_CUDNN_SEGMENT_KEYS", "1024", 1);
     else unsetenv("LH_CUDNN_SEGMENT_KEYS");
     const int64_t fs[2] = {form == 3 ? 1024 : form == 2 ? nb : n1, form == 3 ? 1024 : n2};
-    lh_cuda_tuning t = {0, 0, 2, form >= 2 ? 1 : 2}; /* forms 2 and 3 in the exact form where it applies */
+    lh_cuda_tuning t = {0, 0, 2, form >= 2 ? 1 : 2, 0}; /* forms 2 and 3 in the exact form where it applies */
     lh_cuda_set_tuning(c->be, &t);
     seq E;
     seq_init(c, &E, 0);
@@ -723,7 +723,7 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
       printf("INFO  %-12s cuDNN plans: %s\n", m->name, plans);
     }
     seq_free(c, &E);
-    lh_cuda_tuning t0 = {0, 0, 0, 0};
+    lh_cuda_tuning t0 = {0, 0, 0, 0, 0};
     lh_cuda_set_tuning(c->be, &t0);
     unsetenv("LH_CUDNN_GATHER_MB");
     unsetenv("LH_CUDNN_SEGMENT_KEYS");
@@ -740,7 +740,7 @@ static void test_moe(ctx *c, int64_t n) {
   char what[96];
   uint16_t *first = malloc((size_t)n * hid * 2);
   for (int grouped = 0; grouped <= 1; grouped++) {
-    lh_cuda_tuning t = {grouped, 0, 1, 0};
+    lh_cuda_tuning t = {grouped, 0, 1, 0, 0};
     lh_cuda_set_tuning(c->be, &t);
     poison(c, out, n * hid);
     double t0 = now_s();
@@ -764,7 +764,7 @@ static void test_moe(ctx *c, int64_t n) {
     }
     free(got), free(bits);
   }
-  lh_cuda_tuning t = {0, 0, 0, 0};
+  lh_cuda_tuning t = {0, 0, 0, 0, 0};
   lh_cuda_set_tuning(c->be, &t);
   free(h), free(ref), free(first);
 }
@@ -1154,6 +1154,66 @@ static void kernel_lightning_segments(int H, int d) {
   for (int c = 0; c < 3; c++) free(bits[c]), free(gst[c]);
 }
 
+/* The decode by units (lh_cuda_attn_decode_units) over the same pages: the three rows of ds (whose
+ * first splits have the same pages and key counts, so they share units), then 16 forks of one prefix
+ * (16 q rows at dec_pos[0] over the same pages: one unit of 128 rows a split). Each against the
+ * reference, and grouped against every sequence on its own (max_members 1), bit for bit. */
+static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, void *const *hp, void **dpages,
+                                const void *dq, const float *qf, const float *K, const float *V, int H, int Hkv,
+                                int d) {
+  const int64_t Hd = (int64_t)H * d;
+  lh_cuda_aseg fs[16];
+  void *const *tabs[16];
+  lh_cuda_aseg *dseg = dmalloc(sizeof fs);
+  void *dout = dmalloc((size_t)16 * Hd * 2);
+  float *ref = malloc((size_t)16 * Hd * 4);
+  uint16_t *bits[2] = {malloc((size_t)16 * Hd * 2), malloc((size_t)16 * Hd * 2)};
+  for (int pass = 0; pass < 2; pass++) {
+    const int ns = pass ? 16 : 3;
+    int64_t nsplits = 0, max_splits = 1;
+    for (int i = 0; i < ns; i++) {
+      fs[i] = pass ? (lh_cuda_aseg){i, 1, dec_pos[0], dpages} : ds[i];
+      tabs[i] = hp;
+      const int64_t sp = (fs[i].pos + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT;
+      nsplits += sp;
+      max_splits = sp > max_splits ? sp : max_splits;
+      ref_attention(qf + (int64_t)i * Hd, K, V, fs[i].pos, 1, H, Hkv, d, ref + (int64_t)i * Hd);
+    }
+    check_cuda(cudaMemcpy(dseg, fs, ns * sizeof fs[0], cudaMemcpyHostToDevice), "cudaMemcpy");
+    int32_t *units = malloc((size_t)nsplits * 3 * 4), *members = malloc((size_t)nsplits * 4);
+    int32_t *dunits = dmalloc((size_t)nsplits * 3 * 4), *dmembers = dmalloc((size_t)nsplits * 4);
+    float *part = dmalloc((size_t)ns * H * max_splits * (d + 2) * 4);
+    int nu[2] = {0, 0}, maxc[2] = {0, 0};
+    for (int grouped = 0; grouped < 2; grouped++) {
+      nu[grouped] = lh_cuda_decode_units(fs, tabs, ns, H / Hkv, grouped ? 0 : 1, units, members, &maxc[grouped]);
+      check_cuda(cudaMemcpy(dunits, units, (size_t)nu[grouped] * 3 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+      check_cuda(cudaMemcpy(dmembers, members, (size_t)nsplits * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+      check_cuda(lh_cuda_fill_bf16(0, dout, ns * Hd, NAN_BF16), "poison");
+      check_cuda(lh_cuda_attn_decode_units(0, dq, dseg, ns, dunits, nu[grouped], dmembers, maxc[grouped],
+                                           (int)max_splits, H, Hkv, d, part, dout),
+                 "attn_decode_units");
+      check_cuda(cudaDeviceSynchronize(), "sync");
+      check_cuda(cudaMemcpy(bits[grouped], dout, (size_t)ns * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    }
+    float *got = malloc((size_t)ns * Hd * 4);
+    ref_bf16_to_f32(bits[1], got, ns * Hd);
+    char what[96];
+    snprintf(what, sizeof what, "decode units: %d rows in %d units (%d alone), max %d", ns, nu[1], nu[0], maxc[1]);
+    report("real", what, got, ref, ns * Hd, TOL_BF16);
+    snprintf(what, sizeof what, "decode units: %s grouped = alone", pass ? "16 forks" : "3 rows");
+    report_bits("real", what, bits[1], bits[0], (size_t)ns * Hd * 2);
+    /* the grouping must have happened: 3 rows share split 0 (and 1 for two of them); 16 forks one unit a split */
+    if (pass ? maxc[1] != 16 || nu[1] != nu[0] / 16 : maxc[1] != 3) {
+      printf("FAIL real         decode units: grouping %d units, max %d members\n", nu[1], maxc[1]);
+      g_fail++;
+    }
+    free(got), free(units), free(members);
+    cudaFree(dunits), cudaFree(dmembers), cudaFree(part);
+  }
+  cudaFree(dseg), cudaFree(dout);
+  free(ref), free(bits[0]), free(bits[1]);
+}
+
 /* Attention kernels over pages filled with random K/V: a prefill chunk at [pos, pos+n) and a decode
  * batch of three sequences of different lengths. */
 static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos, int H, int Hkv, int d) {
@@ -1224,6 +1284,7 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
            (long long)dec_pos[1] + 1, (long long)dec_pos[2] + 1, max_splits);
   report("real", what, got, ref, 3 * Hd, TOL_BF16);
   free(got);
+  decode_units_checks(ds, dec_pos, hp, dpages, dq, qf, K, V, H, Hkv, d);
   for (int64_t i = 0; i < npages; i++) cudaFree(hp[i]);
   cudaFree(dpages), cudaFree(dq), cudaFree(dout), cudaFree(dseg), cudaFree(dtiles), cudaFree(part);
   free(kv), free(K), free(V), free(hp), free(q), free(qf), free(ref), free(tiles);
