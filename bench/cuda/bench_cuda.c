@@ -30,6 +30,7 @@
  * in 1/1024, instead of the defaults (kernels/cuda/kernels.h), for A/B runs of them)
  * (--lightning-tokens N: only the lightning row of N tokens (16K, 64K, 256K or 1M), also with --quick;
  * --print-reps: every timed repetition in order, to see a row slow down under the power cap)
+ * (--attn-decode-only: of the attention section only the decode rows at 1M keys)
  * Over several GPUs (issue 10's scaling table): `mpirun -np R bench_cuda --only slice --tokens N`
  * runs the slice split over R ranks (tensor-parallel heads, expert-parallel MoE, NCCL sums; each
  * rank draws its own share of the random weights) and prints the same rows with MFU against R x
@@ -181,6 +182,7 @@ static void run_copy(void *p) {
   ck(cudaMemcpyAsync(c->b, c->a, c->bytes, cudaMemcpyDeviceToDevice, c->st), "copy");
 }
 
+static double copy_row(cudaStream_t st, int reps, const char *what);
 static void bench_ceilings(cudaStream_t st, cublasHandle_t h) {
   header("ceilings (measured in this process)");
   const int64_t N = 8192;
@@ -193,12 +195,18 @@ static void bench_ceilings(cudaStream_t st, cublasHandle_t h) {
   snprintf(rate, sizeof rate, "%.0f TFLOP/s", g_gemm_tflops);
   row("cuBLAS bf16 GEMM 8192^3 (random data)", ms, "torch.matmul 8192^3", peer("gemm_8192"), rate, NAN);
   cudaFree(g.a), cudaFree(g.b), cudaFree(g.c);
+  g_copy_gbs = copy_row(st, 10, "device copy 4 GiB");
+}
+
+/* The copy rate over reps repetitions of a 4 GiB device copy (its row printed as what). */
+static double copy_row(cudaStream_t st, int reps, const char *what) {
   copy_ctx c = {dmalloc((size_t)4 << 30), dmalloc((size_t)4 << 30), (size_t)4 << 30, st};
-  ms = time_ms(st, 10, run_copy, &c);
-  g_copy_gbs = 2.0 * c.bytes / (ms * 1e-3) / 1e9;
-  snprintf(rate, sizeof rate, "%.0f GB/s (read+write)", g_copy_gbs);
-  row("device copy 4 GiB", ms, "", NAN, rate, NAN);
+  const double ms = time_ms(st, reps, run_copy, &c), gbs = 2.0 * c.bytes / (ms * 1e-3) / 1e9;
+  char rate[64];
+  snprintf(rate, sizeof rate, "%.0f GB/s (read+write)", gbs);
+  row(what, ms, "", NAN, rate, NAN);
   cudaFree(c.a), cudaFree(c.b);
+  return gbs;
 }
 
 /* ---- lightning ---------------------------------------------------------------------------------------- */
@@ -303,6 +311,10 @@ static void bench_lightning(cudaStream_t st, int quick) {
         nb / (g_copy_gbs * 1e9) * 1e3);
     cudaFree(l.norm_w);
     cudaFree(l.qkv), cudaFree(l.o), cudaFree(state), cudaFree(l.slope), cudaFree(l.seg), cudaFree(sync);
+    /* The 1M row is measured with the board at its power cap (bench/NOTES.md, sessions 12 and 14); the
+     * copy again, at once and for as long, shows whether the cap also lowers the copy rate (the row
+     * keeps the ceiling measured at the start as its limit). */
+    if (n == (1 << 20)) copy_row(st, 64, "  device copy 4 GiB, 64 times, right after");
   }
 }
 
@@ -572,15 +584,16 @@ static void bench_sdpa_forms(cudaStream_t st) {
 }
 
 static int64_t g_attn_n = 16384; /* --attn-n: the first prefill size */
+static int g_attn_decode_only = 0; /* --attn-decode-only: only the decode rows (1M keys) */
 static void bench_attention(cudaStream_t st, int quick) {
   header("softmax attention, causal, 64 q / 8 kv heads, d 128, paged KV (bf16)");
   char cmsg[256] = "";
   g_cudnn = lh_cudnn_attn_open(cmsg, sizeof cmsg);
   if (!g_cudnn) printf("|   cuDNN: not used: %s\n", cmsg);
-  else cudnn_contig(st, g_attn_n);
+  else if (!g_attn_decode_only) cudnn_contig(st, g_attn_n);
   int64_t sizes[3] = {g_attn_n, 65536, 1 << 20};
   const size_t page_bytes = (size_t)2 * HKV * LH_KV_PAGE_TOKENS * D * 2;
-  for (int si = 0; si < (quick ? 1 : 3); si++) {
+  for (int si = g_attn_decode_only ? 2 : 0; si < (quick && !g_attn_decode_only ? 1 : 3); si++) {
     int64_t N = sizes[si], npages = N / LH_KV_PAGE_TOKENS;
     void *kv = dmalloc(npages * page_bytes);
     ck(lh_cuda_fill_uniform_bf16(st, kv, (int64_t)(npages * page_bytes / 2), 21, 2.0f), "fill");
@@ -655,7 +668,7 @@ static void bench_attention(cudaStream_t st, int quick) {
       a.decode = 0;
       free(units), free(members);
       cudaFree(a.units), cudaFree(a.members), cudaFree(a.partial);
-      if (!quick) {
+      if (!quick && !g_attn_decode_only) {
         /* The last 16K-query chunk of a 1M-token prefill: queries [1M-16K, 1M) over keys [0, 1M). */
         const int64_t nq2 = 16384, p0 = N - nq2;
         attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, 0, 0};
@@ -1423,6 +1436,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--lightning-cut") && i + 1 < argc) g_light_cut = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--lightning-tokens") && i + 1 < argc) g_light_tokens = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--print-reps")) g_print_reps = 1;
+    else if (!strcmp(argv[i], "--attn-decode-only")) g_attn_decode_only = 1;
     else if (!strcmp(argv[i], "--lightning-handover") && i + 1 < argc) g_light_hand = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) g_ckpt_db = argv[++i];
     else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoll(argv[++i]);
@@ -1433,7 +1447,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr, "usage: bench_cuda [--peers FILE] [--quick] [--only SECTIONS] [--tokens N] [--chunk N] "
                       "[--checkpoint DB] [--resumable DB] [--resume-check DB] [--logits FILE] [--lightning-cut Q] "
-                      "[--lightning-handover M] [--lightning-tokens N] [--print-reps]\n");
+                      "[--lightning-handover M] [--lightning-tokens N] [--print-reps] [--attn-decode-only]\n");
       return 2;
     }
   }

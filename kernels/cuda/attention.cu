@@ -21,8 +21,8 @@
  *     are the same for all its members, so forks of one prefix (16 sequences decoding after a 1M-token
  *     prefill) read that K/V once between them; the rows go through the prefill's tile step on tensor
  *     cores. A row's arithmetic does not depend on the other rows, so grouping changes no bits.
- *     Measured on an H200 at 1M keys (bench/NOTES.md, session 14): one sequence 1.77 ms (the scalar
- *     kernel 4.29), 16 forks 3.27 ms (63.6), against a floor of 1.01 ms to read the KV once;
+ *     Measured on an H200 at 1M keys (bench/NOTES.md, session 14): one sequence 1.34 ms (the scalar
+ *     kernel 4.30), 16 forks 3.30-3.33 ms (63.6-63.8), against a floor of 1.01 ms to read the KV once;
  *   - scalar (any d with G d <= 2048): one CTA per (split, kv head, sequence), fp32 dot products
  *     from shared memory; for other head sizes and for comparisons (lh_cuda_tuning.decode 2).
  */
@@ -437,8 +437,13 @@ static __global__ void attn_merge_kernel(const float *__restrict__ partial, cons
  * (row r: member r / G, head r % G), 16 to a warp; each warp walks the split's 64-key tiles through
  * attn_tile (tensor cores, as the prefill) and writes its rows' unnormalised partials in the layout
  * of attn_decode_kernel's, which attn_merge_kernel merges in split order. The K/V tiles go through
- * DEC_NS cp.async stages filled by all the CTA's warps; a warp past the unit's rows only loads. */
-#define DEC_NS 3
+ * DEC_NS cp.async stages filled by all the CTA's warps; the launch gives every CTA the warps of the
+ * largest unit, and a warp past its unit's rows only loads. */
+/* Two stages: a one-warp CTA (a sequence alone: 8 rows) is bound by its own instruction issue, so
+ * what counts is how many fit an SM: 70 KB of stages let three, and one sequence at 1M keys ran
+ * 1.33 ms against 1.77 with three stages (two CTAs an SM) and 3.19 with four (one); at least two
+ * or four warps a CTA to share the loads: 1.38-1.41 (bench/NOTES.md, session 14). */
+#define DEC_NS 2
 
 template <int D>
 static __global__ void __launch_bounds__(32 * LH_CUDA_DECODE_ROWS / 16)
