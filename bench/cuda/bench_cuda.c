@@ -196,6 +196,8 @@ static void bench_ceilings(cudaStream_t st, cublasHandle_t h) {
   row("cuBLAS bf16 GEMM 8192^3 (random data)", ms, "torch.matmul 8192^3", peer("gemm_8192"), rate, NAN);
   cudaFree(g.a), cudaFree(g.b), cudaFree(g.c);
   g_copy_gbs = copy_row(st, 10, "device copy 4 GiB");
+  /* with --print-reps, the copy alone for longer: does it slow down by itself as the board warms? */
+  if (g_print_reps) copy_row(st, 64, "device copy 4 GiB, 64 times");
 }
 
 /* The copy rate over reps repetitions of a 4 GiB device copy (its row printed as what). */
