@@ -641,7 +641,8 @@ static void bench_attention(cudaStream_t st, int quick) {
       a.max_splits = (int)((N + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
       lh_cuda_aseg segs[16];
       void *const *tabs[16];
-      for (int i = 0; i < 16; i++) segs[i] = (lh_cuda_aseg){i, 1, N - 1, dp}, tabs[i] = hp;
+      int64_t keys[16];
+      for (int i = 0; i < 16; i++) segs[i] = (lh_cuda_aseg){i, 1, N - 1, dp}, tabs[i] = hp, keys[i] = N;
       a.seg = dmalloc(sizeof segs);
       ck(cudaMemcpy(a.seg, segs, sizeof segs, cudaMemcpyHostToDevice), "copy");
       a.partial = dmalloc((size_t)16 * H * a.max_splits * (D + 2) * 4);
@@ -656,7 +657,8 @@ static void bench_attention(cudaStream_t st, int quick) {
       for (int vi = 0; vi < 5; vi++) {
         a.decode = var[vi].kernel, a.nseg = var[vi].nseg;
         if (a.decode == 2) {
-          a.nunits = lh_cuda_decode_units(segs, tabs, a.nseg, H / HKV, var[vi].alone, units, members, &a.max_count);
+          const int cap = var[vi].alone ? 1 : LH_CUDA_DECODE_ROWS / (H / HKV);
+          a.nunits = lh_decode_units(keys, tabs, a.nseg, LH_KV_PAGE_TOKENS, cap, units, members, &a.max_count);
           ck(cudaMemcpy(a.units, units, (size_t)a.nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
           ck(cudaMemcpy(a.members, members, (size_t)a.nseg * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
         }

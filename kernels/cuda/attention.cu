@@ -27,10 +27,6 @@
  *     from shared memory; for other head sizes and for comparisons (lh_cuda_tuning.decode 2).
  */
 #include <math.h>
-#include <string.h>
-
-#include <algorithm>
-#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -432,7 +428,7 @@ static __global__ void attn_merge_kernel(const float *__restrict__ partial, cons
 /* ---- decode by units (forks sharing a prefix read its K/V once) ---------------------------------- */
 
 /* One CTA per (unit, kv head): a unit is one split of keys [k0, k1) whose pages and k1 are the same
- * for each of its members (lh_cuda_decode_units), so that forks of one prefix read that split's K/V
+ * for each of its members (kernels/cpu/decode_plan.h), so that forks of one prefix read that split's K/V
  * once between them. The unit's rows are its members' query heads of this kv head, member-major
  * (row r: member r / G, head r % G), 16 to a warp; each warp walks the split's 64-key tiles through
  * attn_tile (tensor cores, as the prefill) and writes its rows' unnormalised partials in the layout
@@ -575,51 +571,6 @@ extern "C" cudaError_t lh_cuda_attn_decode_units(cudaStream_t st, const void *q,
   if (e != cudaSuccess) return e;
   attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, max_splits, H, d, (bf16 *)o);
   return cudaGetLastError();
-}
-
-extern "C" int lh_cuda_decode_units(const lh_cuda_aseg *segs, void *const *const *tables, int nseg, int G,
-                                    int max_members, int32_t *units, int32_t *members, int *max_count) {
-  int cap = G >= 1 ? LH_CUDA_DECODE_ROWS / G : 0;
-  if (max_members > 0 && max_members < cap) cap = max_members;
-  if (cap < 1) return -1;
-  int64_t nsplit_max = 0;
-  for (int i = 0; i < nseg; i++)
-    nsplit_max = std::max(nsplit_max, (segs[i].pos + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT);
-  /* split by split; within a split each segment joins the first unit whose first member has the same
-   * k1 and page pointers and that has room (a batch holds tens of segments: a linear scan suffices) */
-  std::vector<std::vector<int>> unit_of; /* this split's units: their members */
-  int nunits = 0, nmem = 0;
-  *max_count = 0;
-  auto flush = [&](int64_t sp) {
-    for (auto &m : unit_of) {
-      units[3 * nunits] = (int32_t)sp, units[3 * nunits + 1] = nmem, units[3 * nunits + 2] = (int32_t)m.size();
-      for (int i : m) members[nmem++] = i;
-      *max_count = std::max(*max_count, (int)m.size());
-      nunits++;
-    }
-    unit_of.clear();
-  };
-  for (int64_t sp = 0; sp < nsplit_max; sp++) {
-    const int64_t k0 = sp * LH_CUDA_DECODE_SPLIT;
-    for (int i = 0; i < nseg; i++) {
-      const int64_t total = segs[i].pos + 1;
-      if (k0 >= total) continue;
-      const int64_t k1 = std::min(total, k0 + LH_CUDA_DECODE_SPLIT);
-      const int64_t p0 = k0 / PAGE, np = (k1 + PAGE - 1) / PAGE - p0;
-      bool placed = false;
-      for (auto &m : unit_of) {
-        const int j = m[0];
-        if ((int)m.size() >= cap || std::min(segs[j].pos + 1, k0 + LH_CUDA_DECODE_SPLIT) != k1) continue;
-        if (memcmp(tables[j] + p0, tables[i] + p0, (size_t)np * sizeof(void *))) continue;
-        m.push_back(i);
-        placed = true;
-        break;
-      }
-      if (!placed) unit_of.push_back({i});
-    }
-    flush(sp);
-  }
-  return nunits;
 }
 
 extern "C" cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, const lh_cuda_aseg *segs,

@@ -413,8 +413,11 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   int nunits = 0, max_count = 0;
   if (by_units) {
     int32_t *units = (int32_t *)((unsigned char *)hblob + units_at), *members = units + 3 * nsplits;
-    nunits = lh_cuda_decode_units(segs, htables.data(), nseg, H / Hkv, b->tune.decode == 1 ? 1 : 0, units, members,
-                                  &max_count);
+    std::vector<int64_t> keys(nseg);
+    for (int i = 0; i < nseg; i++) keys[i] = segs[i].pos + 1;
+    const int cap = b->tune.decode == 1 ? 1 : LH_CUDA_DECODE_ROWS / (H / Hkv);
+    nunits = lh_decode_units(keys.data(), htables.data(), nseg, PAGE, cap, units, members, &max_count);
+    if (nunits < 0) return lh_error_set(err, LH_ENOMEM, "cuda attn_softmax: planning the decode of %d rows", nseg);
   }
   LH_TRY(lh_cu_commit(b, hblob, dblob, blob_bytes, err));
   const lh_cuda_aseg *dsegs = (const lh_cuda_aseg *)dblob;

@@ -17,6 +17,8 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "kernels/cpu/decode_plan.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -125,26 +127,20 @@ cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, const lh_cuda_a
  * LH_CUDA_DECODE_SPLIT, each piece reduced on its own (partial: [nseg][H][max_splits][d+2] fp32),
  * then the pieces are merged in order. max_splits >= ceil((pos+1) / LH_CUDA_DECODE_SPLIT) for
  * every segment. */
-#define LH_CUDA_DECODE_SPLIT 1024
+#define LH_CUDA_DECODE_SPLIT LH_DECODE_SPLIT
 cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg, int max_splits,
                                 int H, int Hkv, int d, float *partial, void *o);
 
 /* The same decode for d = 32, 64, 128 on tensor cores, with the (segment, split) pairs grouped into
- * units: a unit is one split whose pages and key count are the same for every member, so that forks
- * of one prefix read its K/V once between them (units: [nunits][3] int32: split, first index into
- * members, member count; members: segment indices; max_count: the largest count, count * (H / Hkv)
- * <= LH_CUDA_DECODE_ROWS). Each query row's arithmetic depends only on its own q and keys, so its
+ * units (lh_decode_units, kernels/cpu/decode_plan.h): a unit is one split whose pages and key count
+ * are the same for every member, so that forks of one prefix read its K/V once between them (units:
+ * [nunits][3] int32: split, first index into members, member count; members: segment indices;
+ * max_count: the largest count, count * (H / Hkv) <= LH_CUDA_DECODE_ROWS). Each query row's arithmetic depends only on its own q and keys, so its
  * bits are the same in any grouping (gpu_parity checks it). partial and o as lh_cuda_attn_decode. */
 #define LH_CUDA_DECODE_ROWS 128
 cudaError_t lh_cuda_attn_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg,
                                       const int32_t *units, int nunits, const int32_t *members, int max_count,
                                       int max_splits, int H, int Hkv, int d, float *partial, void *o);
-/* The units of a decode batch, on the host: segs (one row each) and tables[i], segment i's page
- * pointers (host copies of the device arrays); G = H / Hkv; max_members > 0 caps a unit's members
- * (1: no grouping). units and members need room for every segment's splits (sum of ceil((pos + 1) /
- * LH_CUDA_DECODE_SPLIT)). Returns the number of units, or -1 when G > LH_CUDA_DECODE_ROWS. */
-int lh_cuda_decode_units(const lh_cuda_aseg *segs, void *const *const *tables, int nseg, int G, int max_members,
-                         int32_t *units, int32_t *members, int *max_count);
 
 /* Copy a sequence's first npages KV pages into contiguous head-major K and V: row r of kv head g
  * at (g * stride_keys + r) * d in k and in v (stride_keys >= npages * page rows). pages: device array. */

@@ -1164,6 +1164,7 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
   const int64_t Hd = (int64_t)H * d;
   lh_cuda_aseg fs[16];
   void *const *tabs[16];
+  int64_t keys[16];
   lh_cuda_aseg *dseg = dmalloc(sizeof fs);
   void *dout = dmalloc((size_t)16 * Hd * 2);
   float *ref = malloc((size_t)16 * Hd * 4);
@@ -1174,6 +1175,7 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
     for (int i = 0; i < ns; i++) {
       fs[i] = pass ? (lh_cuda_aseg){i, 1, dec_pos[0], dpages} : ds[i];
       tabs[i] = hp;
+      keys[i] = fs[i].pos + 1;
       const int64_t sp = (fs[i].pos + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT;
       nsplits += sp;
       max_splits = sp > max_splits ? sp : max_splits;
@@ -1185,7 +1187,8 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
     float *part = dmalloc((size_t)ns * H * max_splits * (d + 2) * 4);
     int nu[2] = {0, 0}, maxc[2] = {0, 0};
     for (int grouped = 0; grouped < 2; grouped++) {
-      nu[grouped] = lh_cuda_decode_units(fs, tabs, ns, H / Hkv, grouped ? 0 : 1, units, members, &maxc[grouped]);
+      nu[grouped] = lh_decode_units(keys, tabs, ns, LH_KV_PAGE_TOKENS, grouped ? LH_CUDA_DECODE_ROWS / (H / Hkv) : 1,
+                                    units, members, &maxc[grouped]);
       check_cuda(cudaMemcpy(dunits, units, (size_t)nu[grouped] * 3 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
       check_cuda(cudaMemcpy(dmembers, members, (size_t)nsplits * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
       check_cuda(lh_cuda_fill_bf16(0, dout, ns * Hd, NAN_BF16), "poison");
