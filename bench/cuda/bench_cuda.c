@@ -330,7 +330,7 @@ typedef struct attn_ctx {
   int ntiles, nseg, max_splits;
   float *partial;
   int decode; /* 0: prefill; 1: decode, the scalar kernel; 2: decode by units (tensor cores) */
-  int32_t *units, *members;
+  int32_t *units, *members, *hunits; /* decode by units: the table on the device and on the host */
   int nunits, max_count;
 } attn_ctx;
 /* The 64-row tiles of one segment of n rows, the ones with the most keys first, into a->tiles
@@ -346,13 +346,23 @@ static void put_tiles(attn_ctx *a, int64_t n) {
 static void run_attn(void *p) {
   attn_ctx *a = p;
   if (a->decode == 2)
-    ck(lh_cuda_attn_decode_units(a->st, a->q, a->seg, a->nseg, a->units, a->nunits, a->members, a->max_count,
-                                 a->max_splits, H, HKV, D, a->partial, a->o),
+    ck(lh_cuda_attn_decode_units(a->st, a->q, a->seg, a->nseg, a->units, a->hunits, a->nunits, a->members, a->max_count,
+                                 a->max_splits, H, HKV, D, a->partial, NULL, a->o),
        "decode units");
   else if (a->decode)
     ck(lh_cuda_attn_decode(a->st, a->q, a->seg, a->nseg, a->max_splits, H, HKV, D, a->partial, a->o), "decode");
   else
     ck(lh_cuda_attn_prefill(a->st, a->q, a->seg, a->tiles, a->ntiles, H, HKV, D, a->o), "prefill");
+}
+
+/* Several decode-by-units launches one after the other (a short chunk, 16 rows a launch). */
+typedef struct rows_ctx {
+  int n;
+  attn_ctx c[4];
+} rows_ctx;
+static void run_rows(void *p) {
+  rows_ctx *r = p;
+  for (int i = 0; i < r->n; i++) run_attn(&r->c[i]);
 }
 
 /* ---- cuDNN's fused attention on the same pages (kernels/cuda/attn_cudnn.h) ----------------------------- */
@@ -605,7 +615,7 @@ static void bench_attention(cudaStream_t st, int quick) {
     ck(cudaMemcpy(dp, hp, npages * sizeof(void *), cudaMemcpyHostToDevice), "copy");
     const int prefill = N <= 65536;
     int64_t nq = prefill ? N : 16;
-    attn_ctx a = {st, dmalloc((size_t)nq * H * D * 2), dmalloc((size_t)nq * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, 0, 0};
+    attn_ctx a = {st, dmalloc((size_t)nq * H * D * 2), dmalloc((size_t)nq * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, NULL, 0, 0};
     ck(lh_cuda_fill_uniform_bf16(st, a.q, nq * H * D, 22, 2.0f), "fill");
     char what[96], key[64], rate[64];
     if (prefill) {
@@ -659,6 +669,7 @@ static void bench_attention(cudaStream_t st, int quick) {
         if (a.decode == 2) {
           const int cap = var[vi].alone ? 1 : LH_CUDA_DECODE_ROWS / (H / HKV);
           a.nunits = lh_decode_units(keys, tabs, a.nseg, LH_KV_PAGE_TOKENS, cap, units, members, &a.max_count);
+          a.hunits = units;
           ck(cudaMemcpy(a.units, units, (size_t)a.nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
           ck(cudaMemcpy(a.members, members, (size_t)a.nseg * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
         }
@@ -669,13 +680,55 @@ static void bench_attention(cudaStream_t st, int quick) {
         snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
         row(what, ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
       }
+      /* A short chunk at the end of the keys (a job's question after a long shared prefix): nr rows at
+       * [N-nr, N) through the prefill kernel (one 64-row tile a head), then as one-row segments through
+       * the decode by units, 16 rows a launch as the backend runs them (a launch's first splits are the
+       * same pages: read once). */
+      for (int nr = 16; nr <= 64; nr *= 4) {
+        lh_cuda_aseg cs[64];
+        int64_t ck_[64];
+        void *const *ct[64];
+        for (int i = 0; i < nr; i++) cs[i] = (lh_cuda_aseg){i, 1, N - nr + i, dp}, ck_[i] = N - nr + i + 1, ct[i] = hp;
+        lh_cuda_aseg one = {0, nr, N - nr, dp};
+        int32_t tile[2] = {0, 0};
+        attn_ctx t = a;
+        t.q = dmalloc((size_t)nr * H * D * 2), t.o = dmalloc((size_t)nr * H * D * 2);
+        ck(lh_cuda_fill_uniform_bf16(st, t.q, nr * H * D, 24, 2.0f), "fill");
+        t.tiles = dmalloc(sizeof tile), t.ntiles = 1, t.decode = 0, t.seg = dmalloc(sizeof cs);
+        ck(cudaMemcpy(t.tiles, tile, sizeof tile, cudaMemcpyHostToDevice), "copy");
+        ck(cudaMemcpy(t.seg, &one, sizeof one, cudaMemcpyHostToDevice), "copy");
+        const double bytes = (double)N * 2 * HKV * D * 2;
+        double ms = time_ms(st, 3, run_attn, &t);
+        snprintf(what, sizeof what, "chunk of %d rows at %lldK keys, prefill kernel", nr, (long long)N / 1024);
+        snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", bytes / (ms * 1e-3) / 1e9);
+        row(what, ms, "", NAN, rate, bytes / (g_copy_gbs * 1e9) * 1e3);
+        ck(cudaMemcpy(t.seg, cs, sizeof cs, cudaMemcpyHostToDevice), "copy");
+        rows_ctx rc;
+        rc.n = nr / 16;
+        for (int g = 0; g < rc.n; g++) {
+          rc.c[g] = t;
+          rc.c[g].decode = 2, rc.c[g].nseg = 16, rc.c[g].seg = t.seg + 16 * g;
+          rc.c[g].hunits = malloc((size_t)16 * a.max_splits * 3 * 4);
+          rc.c[g].nunits = lh_decode_units(ck_ + 16 * g, ct + 16 * g, 16, LH_KV_PAGE_TOKENS,
+                                           LH_CUDA_DECODE_ROWS / (H / HKV), rc.c[g].hunits, members, &rc.c[g].max_count);
+          rc.c[g].units = dmalloc((size_t)rc.c[g].nunits * 3 * 4), rc.c[g].members = dmalloc((size_t)16 * a.max_splits * 4);
+          ck(cudaMemcpy(rc.c[g].units, rc.c[g].hunits, (size_t)rc.c[g].nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
+          ck(cudaMemcpy(rc.c[g].members, members, (size_t)16 * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
+        }
+        ms = time_ms(st, 5, run_rows, &rc);
+        snprintf(what, sizeof what, "chunk of %d rows at %lldK keys, as rows by units", nr, (long long)N / 1024);
+        snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", rc.n * bytes / (ms * 1e-3) / 1e9);
+        row(what, ms, "", NAN, rate, rc.n * bytes / (g_copy_gbs * 1e9) * 1e3);
+        for (int g = 0; g < rc.n; g++) cudaFree(rc.c[g].units), cudaFree(rc.c[g].members), free(rc.c[g].hunits);
+        cudaFree(t.tiles), cudaFree(t.seg), cudaFree(t.q), cudaFree(t.o);
+      }
       a.decode = 0;
       free(units), free(members);
       cudaFree(a.units), cudaFree(a.members), cudaFree(a.partial);
       if (!quick && !g_attn_decode_only) {
         /* The last 16K-query chunk of a 1M-token prefill: queries [1M-16K, 1M) over keys [0, 1M). */
         const int64_t nq2 = 16384, p0 = N - nq2;
-        attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, 0, 0};
+        attn_ctx c2 = {st, dmalloc((size_t)nq2 * H * D * 2), dmalloc((size_t)nq2 * H * D * 2), NULL, NULL, 0, 1, 1, NULL, 0, NULL, NULL, NULL, 0, 0};
         ck(lh_cuda_fill_uniform_bf16(st, c2.q, nq2 * H * D, 23, 2.0f), "fill");
         lh_cuda_aseg cs = {0, nq2, p0, dp};
         c2.seg = dmalloc(sizeof cs);

@@ -405,23 +405,39 @@ static __global__ void __launch_bounds__(DEC_THREADS)
   }
 }
 
+/* The merge of splits [s0, s0 + P) of each (sequence, head) (partial: [nseg][H][P][D + 2], split s at
+ * s - s0) into its running state run ([nseg][H][D + 2]: the sums of O and of the weights, relative
+ * to 2^max, and that max), in split order; the pass that holds a sequence's last split writes its row
+ * of o instead. The first pass starts from nothing, so one pass over every split (s0 0, P at least the
+ * splits; run unused) is the plain ordered merge, and up to P splits the bits do not depend on P. */
 static __global__ void attn_merge_kernel(const float *__restrict__ partial, const lh_cuda_aseg *__restrict__ segs,
-                                         int max_splits, int H, int D, bf16 *__restrict__ o) {
+                                         int s0, int P, int H, int D, float *__restrict__ run, bf16 *__restrict__ o) {
   const int head = blockIdx.x;
   const lh_cuda_aseg seg = segs[blockIdx.y];
   const int nsplit = (int)((seg.pos + 1 + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
-  const float *base = partial + ((int64_t)blockIdx.y * H + head) * max_splits * (D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < nsplit; s++) M = fmaxf(M, base[(int64_t)s * (D + 2) + D]);
+  if (nsplit <= s0) return;
+  const int s1 = min(nsplit, s0 + P);
+  const float *base = partial + ((int64_t)blockIdx.y * H + head) * P * (D + 2);
+  float *r = s0 || s1 < nsplit ? run + ((int64_t)blockIdx.y * H + head) * (D + 2) : nullptr;
+  const float m_run = s0 ? r[D] : -INFINITY, l_run = s0 ? r[D + 1] : 0.0f;
+  __syncthreads(); /* every thread has read the running max and sum before they are rewritten */
+  float M = m_run;
+  for (int s = s0; s < s1; s++) M = fmaxf(M, base[(int64_t)(s - s0) * (D + 2) + D]);
+  const float w_run = s0 ? exp2f(m_run - M) : 0.0f;
   for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < nsplit; s++) {
-      const float *p = base + (int64_t)s * (D + 2);
+    float num = s0 ? r[j] * w_run : 0.0f, den = s0 ? l_run * w_run : 0.0f;
+    for (int s = s0; s < s1; s++) {
+      const float *p = base + (int64_t)(s - s0) * (D + 2);
       float wgt = exp2f(p[D] - M);
       num += p[j] * wgt;
       den += p[D + 1] * wgt;
     }
-    o[seg.row0 * (int64_t)H * D + (int64_t)head * D + j] = lh_tobf(num / den);
+    if (s1 == nsplit) {
+      o[seg.row0 * (int64_t)H * D + (int64_t)head * D + j] = lh_tobf(num / den);
+    } else {
+      r[j] = num;
+      if (j == 0) r[D] = M, r[D + 1] = den;
+    }
   }
 }
 
@@ -444,7 +460,7 @@ static __global__ void attn_merge_kernel(const float *__restrict__ partial, cons
 template <int D>
 static __global__ void __launch_bounds__(32 * LH_CUDA_DECODE_ROWS / 16)
     attn_decode_units_kernel(const bf16 *__restrict__ q, const lh_cuda_aseg *__restrict__ segs,
-                             const int32_t *__restrict__ units, const int32_t *__restrict__ members, int max_splits,
+                             const int32_t *__restrict__ units, const int32_t *__restrict__ members, int s0, int P,
                              int H, int Hkv, float scale_log2, float *__restrict__ partial) {
   constexpr int LD = D + 8, CH = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -529,7 +545,7 @@ static __global__ void __launch_bounds__(32 * LH_CUDA_DECODE_ROWS / 16)
     const int r = hf ? r1 : r0;
     if (r >= rows) continue;
     const int head = kvh * G + r % G;
-    float *out = partial + (((int64_t)mem[r / G] * H + head) * max_splits + sp) * (D + 2);
+    float *out = partial + (((int64_t)mem[r / G] * H + head) * P + (sp - s0)) * (D + 2);
 #pragma unroll
     for (int nt = 0; nt < D / 8; nt++) {
       out[8 * nt + 2 * t4] = acc[nt][2 * hf];
@@ -541,7 +557,7 @@ static __global__ void __launch_bounds__(32 * LH_CUDA_DECODE_ROWS / 16)
 
 template <int D>
 static cudaError_t launch_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, const int32_t *units,
-                                       int nunits, const int32_t *members, int max_count, int max_splits, int H,
+                                       int nunits, const int32_t *members, int max_count, int s0, int P, int H,
                                        int Hkv, float *partial) {
   const int G = H / Hkv, warps = (max_count * G + 15) / 16;
   if (warps < 1 || warps * 16 > LH_CUDA_DECODE_ROWS) return cudaErrorInvalidValue;
@@ -551,26 +567,30 @@ static cudaError_t launch_decode_units(cudaStream_t st, const void *q, const lh_
   if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)D));
   attn_decode_units_kernel<D><<<dim3(nunits, Hkv), 32 * warps, smem, st>>>(
-      (const bf16 *)q, segs, units, members, max_splits, H, Hkv, scale_log2, partial);
+      (const bf16 *)q, segs, units, members, s0, P, H, Hkv, scale_log2, partial);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t lh_cuda_attn_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg,
-                                                 const int32_t *units, int nunits, const int32_t *members,
-                                                 int max_count, int max_splits, int H, int Hkv, int d, float *partial,
-                                                 void *o) {
+                                                 const int32_t *units, const int32_t *host_units, int nunits,
+                                                 const int32_t *members, int max_count, int pass_splits, int H,
+                                                 int Hkv, int d, float *partial, float *run, void *o) {
   if (nseg <= 0 || nunits <= 0) return cudaSuccess;
-  if (Hkv <= 0 || H % Hkv) return cudaErrorInvalidValue;
-  cudaError_t e;
-  switch (d) {
-    case 128: e = launch_decode_units<128>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
-    case 64: e = launch_decode_units<64>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
-    case 32: e = launch_decode_units<32>(st, q, segs, units, nunits, members, max_count, max_splits, H, Hkv, partial); break;
-    default: return cudaErrorNotSupported;
+  if (Hkv <= 0 || H % Hkv || pass_splits < 1) return cudaErrorInvalidValue;
+  if (d != 128 && d != 64 && d != 32) return cudaErrorNotSupported;
+  auto launch = d == 128 ? launch_decode_units<128> : d == 64 ? launch_decode_units<64> : launch_decode_units<32>;
+  /* units come in split order: pass by pass, the units of splits [s0, s0 + pass_splits), then their merge */
+  for (int u0 = 0; u0 < nunits;) {
+    const int s0 = host_units[3 * u0] / pass_splits * pass_splits;
+    int u1 = u0;
+    while (u1 < nunits && host_units[3 * u1] < s0 + pass_splits) u1++;
+    cudaError_t e = launch(st, q, segs, units + 3 * u0, u1 - u0, members, max_count, s0, pass_splits, H, Hkv, partial);
+    if (e != cudaSuccess) return e;
+    attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, s0, pass_splits, H, d, run, (bf16 *)o);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    u0 = u1;
   }
-  if (e != cudaSuccess) return e;
-  attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, max_splits, H, d, (bf16 *)o);
-  return cudaGetLastError();
+  return cudaSuccess;
 }
 
 extern "C" cudaError_t lh_cuda_attn_prefill(cudaStream_t st, const void *q, const lh_cuda_aseg *segs,
@@ -599,7 +619,7 @@ extern "C" cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const
                                                                              d, scale_log2, partial);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, max_splits, H, d, (bf16 *)o);
+  attn_merge_kernel<<<dim3(H, nseg), 128, 0, st>>>(partial, segs, 0, max_splits, H, d, nullptr, (bf16 *)o);
   return cudaGetLastError();
 }
 

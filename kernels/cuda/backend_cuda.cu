@@ -370,15 +370,22 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
                           "its table has %lld", i, (long long)need, (long long)(s.pos + s.nrows),
                           (long long)s.seq->n_pages);
     npages += (size_t)need;
-    nsplits += (size_t)((s.pos + s.nrows + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT);
+    for (int64_t r = 0; r < s.nrows && s.nrows <= LH_CUDA_ROWWISE_ROWS; r++) /* each row's splits (by units) */
+      nsplits += (size_t)lh_decode_splits(s.pos + r + 1);
     all_single = all_single && s.nrows == 1;
   }
   /* Head sizes without a blocked kernel run each query row as its own one-row segment through the
-   * decode kernel: its K/V rows are all written first, so that is exactly causal attention. A batch
-   * of single rows with a blocked head size goes through the decode by units, whose table (split,
-   * first member, count, then the members: at most one per segment and split) follows the pages. */
-  const bool per_row = !all_single && !blocked;
-  const bool by_units = all_single && blocked && H / Hkv <= LH_CUDA_DECODE_ROWS && b->tune.decode != 2;
+   * decode kernel: its K/V rows are all written first, so that is exactly causal attention. So does a
+   * short call of at most LH_CUDA_ROWWISE_ROWS rows (a job's question after its shared prefix, a
+   * decode batch with a short chunk in it): its rows' keys are mostly the same pages, which the decode
+   * by units reads once for up to 16 rows, where the prefill kernel has one CTA per 64-row tile and
+   * query head walk all of them (at 1M keys 16 rows take 3.3 ms against 29.2, 64 rows 13.2; bench/NOTES.md,
+   * session 14). Batches of single rows with a blocked head size go through the decode by units, whose
+   * table (split, first member, count, then the members: at most one per row and split) follows the
+   * pages. */
+  const bool short_call = blocked && n <= LH_CUDA_ROWWISE_ROWS && b->tune.attn_cudnn != 2;
+  const bool per_row = !all_single && (!blocked || short_call);
+  const bool by_units = (all_single || per_row) && blocked && H / Hkv <= LH_CUDA_DECODE_ROWS && b->tune.decode != 2;
   const int nseg = per_row ? (int)n : bt->nseg;
   const size_t seg_bytes = (size_t)nseg * sizeof(lh_cuda_aseg);
   const size_t unit_bytes = by_units ? nsplits * 4 * sizeof(int32_t) : 0;
@@ -391,16 +398,15 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   size_t pg = 0;
   int64_t max_splits = 1;
   int k = 0;
-  std::vector<void *const *> htables(by_units ? nseg : 0);
+  std::vector<void *const *> htables(by_units ? nseg : 0); /* each (one-row) segment's pages, host copy */
   for (int i = 0; i < bt->nseg; i++) {
     const lh_segment &s = bt->seg[i];
     int64_t need = (s.pos + s.nrows + PAGE - 1) / PAGE;
     void *const *table = (void *const *)(dbase + seg_bytes + pg * sizeof(void *));
     memcpy(pages + pg, s.seq->kv_pages[sidx], (size_t)need * sizeof(void *));
-    if (by_units) htables[i] = pages + pg;
-    pg += (size_t)need;
     const int64_t rows = per_row ? s.nrows : 1;
     for (int64_t r = 0; r < rows; r++, k++) {
+      if (by_units) htables[k] = pages + pg;
       segs[k].row0 = per_row ? s.row0 + r : s.row0;
       segs[k].nrows = per_row ? 1 : s.nrows;
       segs[k].pos = per_row ? s.pos + r : s.pos;
@@ -408,32 +414,51 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
       int64_t sp = (segs[k].pos + segs[k].nrows + LH_CUDA_DECODE_SPLIT - 1) / LH_CUDA_DECODE_SPLIT;
       max_splits = std::max(max_splits, sp);
     }
+    pg += (size_t)need;
   }
+  /* The decode by units runs in launches of `step` rows (a unit's most members: consecutive rows of a
+   * chunk, and the forks of one prefix, share their pages), each in passes of LH_CUDA_DECODE_PASS
+   * splits, so that its partials and running merge stay that size at any batch size and context.
+   * Each launch's units and members (indices into its own rows) follow one another in the blob. */
   const size_t units_at = seg_bytes + npages * sizeof(void *);
-  int nunits = 0, max_count = 0;
+  const int G = H / Hkv, step = LH_CUDA_DECODE_ROWS / G;
+  const int64_t pass = std::min<int64_t>(max_splits, LH_CUDA_DECODE_PASS);
+  struct launch { int g0, gn, nunits, max_count; size_t at, room; }; /* room: its rows' splits */
+  std::vector<launch> launches;
   if (by_units) {
-    int32_t *units = (int32_t *)((unsigned char *)hblob + units_at), *members = units + 3 * nsplits;
     std::vector<int64_t> keys(nseg);
     for (int i = 0; i < nseg; i++) keys[i] = segs[i].pos + 1;
-    const int cap = b->tune.decode == 1 ? 1 : LH_CUDA_DECODE_ROWS / (H / Hkv);
-    nunits = lh_decode_units(keys.data(), htables.data(), nseg, PAGE, cap, units, members, &max_count);
-    if (nunits < 0) return lh_error_set(err, LH_ENOMEM, "cuda attn_softmax: planning the decode of %d rows", nseg);
+    const int cap = b->tune.decode == 1 ? 1 : step;
+    size_t at = 0; /* int32 words used so far */
+    for (int g0 = 0; g0 < nseg; g0 += step) {
+      launch L = {g0, std::min(step, nseg - g0), 0, 0, at, 0};
+      for (int i = g0; i < g0 + L.gn; i++) L.room += (size_t)lh_decode_splits(keys[i]);
+      int32_t *units = (int32_t *)((unsigned char *)hblob + units_at) + at, *members = units + 3 * L.room;
+      L.nunits = lh_decode_units(keys.data() + g0, htables.data() + g0, L.gn, PAGE, cap, units, members, &L.max_count);
+      if (L.nunits < 0) return lh_error_set(err, LH_ENOMEM, "cuda attn_softmax: planning the decode of %d rows", nseg);
+      launches.push_back(L);
+      at += 4 * L.room;
+    }
   }
   LH_TRY(lh_cu_commit(b, hblob, dblob, blob_bytes, err));
   const lh_cuda_aseg *dsegs = (const lh_cuda_aseg *)dblob;
 
   CU(lh_cuda_rope_kv(b->stream, b->proj, qw, dsegs, nseg, n, H, Hkv, d, c.rotary_dim, b->inv_freq, b->q_rope));
   if (all_single || per_row) {
-    size_t need = (size_t)nseg * H * max_splits * (d + 2) * sizeof(float);
+    /* by units: one launch's pass of partials, then its running merge; else every row's splits */
+    const size_t rows = by_units ? (size_t)std::min(nseg, step) : (size_t)nseg;
+    const size_t part = rows * H * (by_units ? pass : max_splits) * (d + 2);
+    const size_t need = (part + (by_units ? rows * H * (d + 2) : 0)) * sizeof(float);
     if (need > b->partial_bytes)
       CU(grow_buffer(b, (void **)&b->partial, &b->partial_bytes, std::max(need, (size_t)1 << 20), false));
-    if (by_units) {
-      const int32_t *units = (const int32_t *)(dbase + units_at), *members = units + 3 * nsplits;
-      CU(lh_cuda_attn_decode_units(b->stream, b->q_rope, dsegs, nseg, units, nunits, members, max_count,
-                                   (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
-    } else {
-      CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
+    for (const launch &L : launches) { /* in stream order: each launch's merge is done before the next writes */
+      const size_t at = units_at / sizeof(int32_t) + L.at;
+      const int32_t *units = (const int32_t *)dbase + at, *hunits = (const int32_t *)hblob + at;
+      CU(lh_cuda_attn_decode_units(b->stream, b->q_rope, dsegs + L.g0, L.gn, units, hunits, L.nunits, units + 3 * L.room,
+                                   L.max_count, (int)pass, H, Hkv, d, b->partial, b->partial + part, b->attn_o));
     }
+    if (!by_units)
+      CU(lh_cuda_attn_decode(b->stream, b->q_rope, dsegs, nseg, (int)max_splits, H, Hkv, d, b->partial, b->attn_o));
   } else if (!cudnn_prefill(b, bt, sidx, H, Hkv, d, err)) {
     /* 64-row tiles, the ones with the most keys first so the long tiles start early. */
     std::vector<int32_t> tiles;

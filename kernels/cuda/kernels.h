@@ -134,13 +134,22 @@ cudaError_t lh_cuda_attn_decode(cudaStream_t st, const void *q, const lh_cuda_as
 /* The same decode for d = 32, 64, 128 on tensor cores, with the (segment, split) pairs grouped into
  * units (lh_decode_units, kernels/cpu/decode_plan.h): a unit is one split whose pages and key count
  * are the same for every member, so that forks of one prefix read its K/V once between them (units:
- * [nunits][3] int32: split, first index into members, member count; members: segment indices;
- * max_count: the largest count, count * (H / Hkv) <= LH_CUDA_DECODE_ROWS). Each query row's arithmetic depends only on its own q and keys, so its
- * bits are the same in any grouping (gpu_parity checks it). partial and o as lh_cuda_attn_decode. */
+ * [nunits][3] int32: split, first index into members, member count, in split order; host_units: the
+ * same table on the host; members: segment indices; max_count: the largest count, count * (H / Hkv)
+ * <= LH_CUDA_DECODE_ROWS). The splits go in passes of pass_splits: partial holds one pass
+ * ([nseg][H][pass_splits][d+2] fp32), run ([nseg][H][d+2] fp32; unused when no sequence has more
+ * splits than a pass) carries each row's merged state from pass to pass, so neither grows with the
+ * context. Each query row's arithmetic depends only on its own q and keys (and pass_splits, where it
+ * has more splits than that), so its bits are the same in any grouping (gpu_parity checks it). */
 #define LH_CUDA_DECODE_ROWS 128
+#define LH_CUDA_DECODE_PASS 1024 /* splits a pass in the backend: 1M keys */
 cudaError_t lh_cuda_attn_decode_units(cudaStream_t st, const void *q, const lh_cuda_aseg *segs, int nseg,
-                                      const int32_t *units, int nunits, const int32_t *members, int max_count,
-                                      int max_splits, int H, int Hkv, int d, float *partial, void *o);
+                                      const int32_t *units, const int32_t *host_units, int nunits,
+                                      const int32_t *members, int max_count, int pass_splits, int H, int Hkv, int d,
+                                      float *partial, float *run, void *o);
+/* The backend (op_attn_softmax) runs calls of at most LH_CUDA_ROWWISE_ROWS rows row by row through it,
+ * and every batch of single rows, LH_CUDA_DECODE_ROWS / (H / Hkv) rows a launch. */
+#define LH_CUDA_ROWWISE_ROWS 64
 
 /* Copy a sequence's first npages KV pages into contiguous head-major K and V: row r of kv head g
  * at (g * stride_keys + r) * d in k and in v (stride_keys >= npages * page rows). pages: device array. */

@@ -44,7 +44,8 @@ static void check_plan(const int64_t *keys, int n, int cap, int nu, int maxc) {
     CHECK(c >= 1 && c <= cap);
     got_max = c > got_max ? c : got_max;
     const int j = members[f];
-    const int64_t k0 = (int64_t)sp * LH_DECODE_SPLIT, end = keys[j] < k0 + LH_DECODE_SPLIT ? keys[j] : k0 + LH_DECODE_SPLIT;
+    const int64_t k0 = (int64_t)sp * LH_DECODE_SPLIT;
+    const int64_t end = keys[j] < k0 + LH_DECODE_SPLIT ? keys[j] : k0 + LH_DECODE_SPLIT;
     for (int m = 0; m < c; m++) {
       const int i = members[f + m];
       CHECK(i >= 0 && i < n && k0 < keys[i]);

@@ -680,6 +680,19 @@ static void test_softmax(ctx *c, int64_t n1, int64_t n2, int64_t nb) {
     softmax_call(c, layer, ss, rows, 2, h, ref, "softmax mixed batch (5-row chunk + decode)", 0);
     free(h), free(ref);
   }
+  /* A short call (at most LH_CUDA_ROWWISE_ROWS rows) runs row by row through the decode by units,
+   * LH_CUDA_DECODE_ROWS / (H / Hkv) rows a launch: 40 rows after B's long prefix (several launches
+   * where the model has 8 query heads a kv head), then 12 rows of B with a decode row of A */
+  {
+    float *h = rand_f(40 * hid, 1.0f, 0.0f), *ref = malloc((size_t)40 * hid * 4);
+    seq *ss[2] = {&B, &A};
+    int64_t rows[2] = {40, 0};
+    snprintf(what, sizeof what, "softmax short chunk of 40 rows at %lld", (long long)B.pos);
+    softmax_call(c, layer, ss, rows, 1, h, ref, what, 0);
+    rows[0] = 12, rows[1] = 1;
+    softmax_call(c, layer, ss, rows, 2, h, ref, "softmax short batch (12-row chunk + decode)", 0);
+    free(h), free(ref);
+  }
   /* The same chunked prefill through cuDNN's fused attention (tuning attn_cudnn 2), judged by the
    * same reference; INFO when this build or device has no cuDNN path for the head size. Form 0:
    * K/V gathered contiguous first; 1: cuDNN reads the pages (gather cap 0); 2: a long first chunk,
@@ -1156,8 +1169,9 @@ static void kernel_lightning_segments(int H, int d) {
 
 /* The decode by units (lh_cuda_attn_decode_units) over the same pages: the three rows of ds (whose
  * first splits have the same pages and key counts, so they share units), then 16 forks of one prefix
- * (16 q rows at dec_pos[0] over the same pages: one unit of 128 rows a split). Each against the
- * reference, and grouped against every sequence on its own (max_members 1), bit for bit. */
+ * (16 q rows at dec_pos[0] over the same pages: one unit of 128 rows a split). Each in one pass over
+ * all splits and in passes of one split (the running merge), against the reference, and grouped
+ * against every sequence on its own (cap 1), bit for bit. */
 static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, void *const *hp, void **dpages,
                                 const void *dq, const float *qf, const float *K, const float *V, int H, int Hkv,
                                 int d) {
@@ -1167,53 +1181,57 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
   int64_t keys[16];
   lh_cuda_aseg *dseg = dmalloc(sizeof fs);
   void *dout = dmalloc((size_t)16 * Hd * 2);
-  float *ref = malloc((size_t)16 * Hd * 4);
+  float *ref = malloc((size_t)16 * Hd * 4), *run = dmalloc((size_t)16 * H * (d + 2) * 4);
   uint16_t *bits[2] = {malloc((size_t)16 * Hd * 2), malloc((size_t)16 * Hd * 2)};
-  for (int pass = 0; pass < 2; pass++) {
-    const int ns = pass ? 16 : 3;
+  for (int which = 0; which < 2; which++) {
+    const int ns = which ? 16 : 3;
     int64_t nsplits = 0, max_splits = 1;
     for (int i = 0; i < ns; i++) {
-      fs[i] = pass ? (lh_cuda_aseg){i, 1, dec_pos[0], dpages} : ds[i];
+      fs[i] = which ? (lh_cuda_aseg){i, 1, dec_pos[0], dpages} : ds[i];
       tabs[i] = hp;
       keys[i] = fs[i].pos + 1;
-      const int64_t sp = (fs[i].pos + LH_CUDA_DECODE_SPLIT) / LH_CUDA_DECODE_SPLIT;
+      const int64_t sp = lh_decode_splits(keys[i]);
       nsplits += sp;
       max_splits = sp > max_splits ? sp : max_splits;
       ref_attention(qf + (int64_t)i * Hd, K, V, fs[i].pos, 1, H, Hkv, d, ref + (int64_t)i * Hd);
     }
     check_cuda(cudaMemcpy(dseg, fs, ns * sizeof fs[0], cudaMemcpyHostToDevice), "cudaMemcpy");
-    int32_t *units = malloc((size_t)nsplits * 3 * 4), *members = malloc((size_t)nsplits * 4);
-    int32_t *dunits = dmalloc((size_t)nsplits * 3 * 4), *dmembers = dmalloc((size_t)nsplits * 4);
+    int32_t *units[2] = {malloc((size_t)nsplits * 4 * 4), malloc((size_t)nsplits * 4 * 4)};
+    int32_t *dunits = dmalloc((size_t)nsplits * 4 * 4);
     float *part = dmalloc((size_t)ns * H * max_splits * (d + 2) * 4);
     int nu[2] = {0, 0}, maxc[2] = {0, 0};
-    for (int grouped = 0; grouped < 2; grouped++) {
+    for (int grouped = 0; grouped < 2; grouped++)
       nu[grouped] = lh_decode_units(keys, tabs, ns, LH_KV_PAGE_TOKENS, grouped ? LH_CUDA_DECODE_ROWS / (H / Hkv) : 1,
-                                    units, members, &maxc[grouped]);
-      check_cuda(cudaMemcpy(dunits, units, (size_t)nu[grouped] * 3 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-      check_cuda(cudaMemcpy(dmembers, members, (size_t)nsplits * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-      check_cuda(lh_cuda_fill_bf16(0, dout, ns * Hd, NAN_BF16), "poison");
-      check_cuda(lh_cuda_attn_decode_units(0, dq, dseg, ns, dunits, nu[grouped], dmembers, maxc[grouped],
-                                           (int)max_splits, H, Hkv, d, part, dout),
-                 "attn_decode_units");
-      check_cuda(cudaDeviceSynchronize(), "sync");
-      check_cuda(cudaMemcpy(bits[grouped], dout, (size_t)ns * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+                                    units[grouped], units[grouped] + 3 * nsplits, &maxc[grouped]);
+    for (int pass = (int)max_splits; pass >= 1; pass = pass > 1 ? 1 : 0) {
+      for (int grouped = 0; grouped < 2; grouped++) {
+        check_cuda(cudaMemcpy(dunits, units[grouped], (size_t)nsplits * 4 * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+        check_cuda(lh_cuda_fill_bf16(0, dout, ns * Hd, NAN_BF16), "poison");
+        check_cuda(lh_cuda_attn_decode_units(0, dq, dseg, ns, dunits, units[grouped], nu[grouped], dunits + 3 * nsplits,
+                                             maxc[grouped], pass, H, Hkv, d, part, run, dout),
+                   "attn_decode_units");
+        check_cuda(cudaDeviceSynchronize(), "sync");
+        check_cuda(cudaMemcpy(bits[grouped], dout, (size_t)ns * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      }
+      float *got = malloc((size_t)ns * Hd * 4);
+      ref_bf16_to_f32(bits[1], got, ns * Hd);
+      char what[96];
+      snprintf(what, sizeof what, "decode units: %d rows in %d units (%d alone), max %d, passes of %d", ns, nu[1],
+               nu[0], maxc[1], pass);
+      report("real", what, got, ref, ns * Hd, TOL_BF16);
+      snprintf(what, sizeof what, "decode units: %s grouped = alone, passes of %d", which ? "16 forks" : "3 rows", pass);
+      report_bits("real", what, bits[1], bits[0], (size_t)ns * Hd * 2);
+      free(got);
     }
-    float *got = malloc((size_t)ns * Hd * 4);
-    ref_bf16_to_f32(bits[1], got, ns * Hd);
-    char what[96];
-    snprintf(what, sizeof what, "decode units: %d rows in %d units (%d alone), max %d", ns, nu[1], nu[0], maxc[1]);
-    report("real", what, got, ref, ns * Hd, TOL_BF16);
-    snprintf(what, sizeof what, "decode units: %s grouped = alone", pass ? "16 forks" : "3 rows");
-    report_bits("real", what, bits[1], bits[0], (size_t)ns * Hd * 2);
     /* the grouping must have happened: 3 rows share split 0 (and 1 for two of them); 16 forks one unit a split */
-    if (pass ? maxc[1] != 16 || nu[1] != nu[0] / 16 : maxc[1] != 3) {
+    if (which ? maxc[1] != 16 || nu[1] != nu[0] / 16 : maxc[1] != 3) {
       printf("FAIL real         decode units: grouping %d units, max %d members\n", nu[1], maxc[1]);
       g_fail++;
     }
-    free(got), free(units), free(members);
-    cudaFree(dunits), cudaFree(dmembers), cudaFree(part);
+    free(units[0]), free(units[1]);
+    cudaFree(dunits), cudaFree(part);
   }
-  cudaFree(dseg), cudaFree(dout);
+  cudaFree(dseg), cudaFree(dout), cudaFree(run);
   free(ref), free(bits[0]), free(bits[1]);
 }
 
