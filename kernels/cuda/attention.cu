@@ -14,9 +14,10 @@
  *
  * Decode: the keys of each sequence are split in pieces of LH_CUDA_DECODE_SPLIT; each piece gives,
  * for every query head, an unnormalised partial (max, sum, O), and a second kernel merges the
- * splits of each (sequence, head) in split order. The split length is a constant, so the plan, and
- * therefore the bits, depend only on each sequence's length and not on the batch. Two kernels make
- * the partials:
+ * splits of each (sequence, head) in split order (by units: in passes of a fixed number of splits,
+ * carrying a running state, so the partials do not grow with the context). The split length is a
+ * constant, so the plan, and therefore the bits, depend only on each sequence's length and not on
+ * the batch. Two kernels make the partials:
  *   - by units (d = 32, 64, 128; the backend's path): a unit is one split whose pages and key count
  *     are the same for all its members, so forks of one prefix (16 sequences decoding after a 1M-token
  *     prefill) read that K/V once between them; the rows go through the prefill's tile step on tensor
