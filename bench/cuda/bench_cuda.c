@@ -355,6 +355,23 @@ static void run_attn(void *p) {
     ck(lh_cuda_attn_prefill(a->st, a->q, a->seg, a->tiles, a->ntiles, H, HKV, D, a->o), "prefill");
 }
 
+/* The decode by units' table for c's n <= 16 one-row segments (row i: keys[i] keys in the pages
+ * tabs[i]; at most cap members a unit), planned on the host into c->hunits (the members after room
+ * for 16 rows' units) and uploaded to c->units and c->members; the buffers are made on first use. */
+static void put_units(attn_ctx *c, const int64_t *keys, void *const *const *tabs, int n, int cap) {
+  const size_t room = (size_t)16 * c->max_splits; /* (row, split) pairs of 16 rows */
+  if (n > 16) die("put_units", "more than 16 rows");
+  if (!c->hunits)
+    c->hunits = malloc(room * 4 * 4), c->units = dmalloc(room * 3 * 4), c->members = dmalloc(room * 4);
+  c->nunits = lh_decode_units(keys, tabs, n, LH_KV_PAGE_TOKENS, cap, c->hunits, c->hunits + 3 * room, &c->max_count);
+  ck(cudaMemcpy(c->units, c->hunits, (size_t)c->nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
+  ck(cudaMemcpy(c->members, c->hunits + 3 * room, room * 4, cudaMemcpyHostToDevice), "copy");
+}
+static void free_units(attn_ctx *c) {
+  free(c->hunits), cudaFree(c->units), cudaFree(c->members);
+  c->hunits = NULL, c->units = c->members = NULL;
+}
+
 /* Several decode-by-units launches one after the other (a short chunk, 16 rows a launch). */
 typedef struct rows_ctx {
   int n;
@@ -656,8 +673,6 @@ static void bench_attention(cudaStream_t st, int quick) {
       a.seg = dmalloc(sizeof segs);
       ck(cudaMemcpy(a.seg, segs, sizeof segs, cudaMemcpyHostToDevice), "copy");
       a.partial = dmalloc((size_t)16 * H * a.max_splits * (D + 2) * 4);
-      int32_t *units = malloc((size_t)16 * a.max_splits * 3 * 4), *members = malloc((size_t)16 * a.max_splits * 4);
-      a.units = dmalloc((size_t)16 * a.max_splits * 3 * 4), a.members = dmalloc((size_t)16 * a.max_splits * 4);
       const struct { int nseg, kernel, alone; const char *how; } var[5] = {
           {1, 1, 0, "1 sequence, scalar kernel"},
           {1, 2, 0, "1 sequence, tensor cores"},
@@ -666,13 +681,7 @@ static void bench_attention(cudaStream_t st, int quick) {
           {16, 2, 0, "16 forks, tensor cores, prefix once"}};
       for (int vi = 0; vi < 5; vi++) {
         a.decode = var[vi].kernel, a.nseg = var[vi].nseg;
-        if (a.decode == 2) {
-          const int cap = var[vi].alone ? 1 : LH_CUDA_DECODE_ROWS / (H / HKV);
-          a.nunits = lh_decode_units(keys, tabs, a.nseg, LH_KV_PAGE_TOKENS, cap, units, members, &a.max_count);
-          a.hunits = units;
-          ck(cudaMemcpy(a.units, units, (size_t)a.nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
-          ck(cudaMemcpy(a.members, members, (size_t)a.nseg * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
-        }
+        if (a.decode == 2) put_units(&a, keys, tabs, a.nseg, var[vi].alone ? 1 : LH_CUDA_DECODE_ROWS / (H / HKV));
         double ms = time_ms(st, 5, run_attn, &a);
         const int reads = a.decode == 2 && !var[vi].alone ? 1 : a.nseg; /* KV passes the variant needs */
         double bytes = (double)reads * N * 2 * HKV * D * 2;
@@ -707,24 +716,19 @@ static void bench_attention(cudaStream_t st, int quick) {
         rc.n = nr / 16;
         for (int g = 0; g < rc.n; g++) {
           rc.c[g] = t;
-          rc.c[g].decode = 2, rc.c[g].nseg = 16, rc.c[g].seg = t.seg + 16 * g;
-          rc.c[g].hunits = malloc((size_t)16 * a.max_splits * 3 * 4);
-          rc.c[g].nunits = lh_decode_units(ck_ + 16 * g, ct + 16 * g, 16, LH_KV_PAGE_TOKENS,
-                                           LH_CUDA_DECODE_ROWS / (H / HKV), rc.c[g].hunits, members, &rc.c[g].max_count);
-          rc.c[g].units = dmalloc((size_t)rc.c[g].nunits * 3 * 4), rc.c[g].members = dmalloc((size_t)16 * a.max_splits * 4);
-          ck(cudaMemcpy(rc.c[g].units, rc.c[g].hunits, (size_t)rc.c[g].nunits * 3 * 4, cudaMemcpyHostToDevice), "copy");
-          ck(cudaMemcpy(rc.c[g].members, members, (size_t)16 * a.max_splits * 4, cudaMemcpyHostToDevice), "copy");
+          rc.c[g].decode = 2, rc.c[g].nseg = 16, rc.c[g].seg = t.seg + 16 * g, rc.c[g].hunits = NULL;
+          put_units(&rc.c[g], ck_ + 16 * g, ct + 16 * g, 16, LH_CUDA_DECODE_ROWS / (H / HKV));
         }
         ms = time_ms(st, 5, run_rows, &rc);
         snprintf(what, sizeof what, "chunk of %d rows at %lldK keys, as rows by units", nr, (long long)N / 1024);
         snprintf(rate, sizeof rate, "%.0f GB/s of KV reads", rc.n * bytes / (ms * 1e-3) / 1e9);
         row(what, ms, "", NAN, rate, rc.n * bytes / (g_copy_gbs * 1e9) * 1e3);
-        for (int g = 0; g < rc.n; g++) cudaFree(rc.c[g].units), cudaFree(rc.c[g].members), free(rc.c[g].hunits);
+        for (int g = 0; g < rc.n; g++) free_units(&rc.c[g]);
         cudaFree(t.tiles), cudaFree(t.seg), cudaFree(t.q), cudaFree(t.o);
       }
       a.decode = 0;
-      free(units), free(members);
-      cudaFree(a.units), cudaFree(a.members), cudaFree(a.partial);
+      free_units(&a);
+      cudaFree(a.partial);
       if (!quick && !g_attn_decode_only) {
         /* The last 16K-query chunk of a 1M-token prefill: queries [1M-16K, 1M) over keys [0, 1M). */
         const int64_t nq2 = 16384, p0 = N - nq2;
