@@ -1530,11 +1530,12 @@ int main(int argc, char **argv) {
   printf("# bench_cuda on %s (%d SMs, %.0f GB)\n", prop.name, prop.multiProcessorCount, prop.totalGlobalMem / 1e9);
 
   slice s = {0};
-  /* The slice's random weights (91 GB) are made only for the sections that run it: without them the
-   * lightning section has the memory for 1M tokens (64 GB of q/k/v and o). */
   const int with_slice = ranks > 1 || check || resumable || strstr(only, "moe") || strstr(only, "slice");
-  cublasHandle_t blas = NULL;
-  if (!with_slice) {
+  if (ranks == 1) {
+    /* The sections that need no slice run first, on a stream of their own: with the slice's random
+     * weights (91 GB) made, the lightning section would not have the memory for 1M tokens (64 GB of
+     * q/k/v and o). Over ranks the slice comes first, since opening it picks the rank's GPU. */
+    cublasHandle_t blas = NULL;
     ck(cudaStreamCreate(&s.st), "stream");
     cb(cublasCreate(&blas), "cublasCreate");
     cb(cublasSetStream(blas, s.st), "cublasSetStream");
@@ -1544,6 +1545,8 @@ int main(int argc, char **argv) {
     if (strstr(only, "attention")) bench_attention(s.st, quick);
     cublasDestroy(blas);
     cudaStreamDestroy(s.st);
+  }
+  if (!with_slice) {
     lh_comm_finish(world);
     return g_logits_rc;
   }
@@ -1559,9 +1562,7 @@ int main(int argc, char **argv) {
   }
   s.w = lh_cuda_weights(s.be);
   s.st = lh_cuda_stream(s.be);
-  bench_ceilings(s.st, lh_cuda_cublas(s.be));
-  if (strstr(only, "lightning")) bench_lightning(s.st, quick);
-  if (strstr(only, "attention")) bench_attention(s.st, quick);
+  if (ranks > 1) bench_ceilings(s.st, lh_cuda_cublas(s.be));
   if (strstr(only, "moe")) bench_moe(&s, chunk);
   if (strstr(only, "moe") && ranks == 1) bench_moe_split(&s, chunk);
   int rc = 0;
