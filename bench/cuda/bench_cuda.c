@@ -1535,16 +1535,17 @@ int main(int argc, char **argv) {
     /* The sections that need no slice run first, on a stream of their own: with the slice's random
      * weights (91 GB) made, the lightning section would not have the memory for 1M tokens (64 GB of
      * q/k/v and o). Over ranks the slice comes first, since opening it picks the rank's GPU. */
+    cudaStream_t st;
     cublasHandle_t blas = NULL;
-    ck(cudaStreamCreate(&s.st), "stream");
+    ck(cudaStreamCreate(&st), "stream");
     cb(cublasCreate(&blas), "cublasCreate");
-    cb(cublasSetStream(blas, s.st), "cublasSetStream");
-    bench_ceilings(s.st, blas);
-    if (strstr(only, "lightning")) bench_lightning(s.st, quick);
-    if (strstr(only, "sdpa")) bench_sdpa_forms(s.st);
-    if (strstr(only, "attention")) bench_attention(s.st, quick);
+    cb(cublasSetStream(blas, st), "cublasSetStream");
+    bench_ceilings(st, blas);
+    if (strstr(only, "lightning")) bench_lightning(st, quick);
+    if (strstr(only, "sdpa")) bench_sdpa_forms(st);
+    if (strstr(only, "attention")) bench_attention(st, quick);
     cublasDestroy(blas);
-    cudaStreamDestroy(s.st);
+    cudaStreamDestroy(st);
   }
   if (!with_slice) {
     lh_comm_finish(world);
