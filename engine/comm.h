@@ -11,7 +11,7 @@
  * others each call before it makes it, so all ranks issue the same backend operations.
  *
  * The transport is MPI or TCP for host buffers (the CPU backend; the CUDA backend uses NCCL where
- * it can, and this where it cannot: kernels/cuda/tp.cu). Sums are deterministic: every
+ * it can, and this where it cannot: engine/backends/cuda/tp.cu). Sums are deterministic: every
  * rank's buffer is gathered and added in rank order, so R processes give the same bits as the CPU
  * backend's tp_ranks = R simulation in one process, over either transport. A build without MPI
  * (CMake found none) refuses to start under mpirun with a message naming the package and the

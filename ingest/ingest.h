@@ -105,7 +105,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ingest/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "util/buf.h"
 #include "util/err.h"
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "ingest/ingest_internal.h"
-#include "ingest/tokenizer_int.h" /* tk_stream_threads */
+#include "tokenizer/tokenizer_int.h" /* tk_stream_threads */
 #include "util/fs.h"
 
 struct lh_tokside {

@@ -28,7 +28,7 @@
 
 #include "engine/engine.h"
 #include "ingest/ingest.h"
-#include "ingest/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "jobs/chat.h"
 #include "jobs/niah_plot.h"
 #include "store/store.h"

@@ -33,7 +33,7 @@
 
 #include "engine/engine.h"
 #include "ingest/ingest.h"
-#include "ingest/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "jobs/batch.h"
 #include "jobs/chat.h"
 #include "store/store.h"

@@ -3,7 +3,7 @@
 
 Everything here is produced by running HF `tokenizers` (0.23.2), never by longhaul's own code:
 
-  unicode   writes ingest/tokenizer_unidata.c: the Unicode properties HF's stack actually uses,
+  unicode   writes tokenizer/tokenizer_unidata.c: the Unicode properties HF's stack actually uses,
             probed code point by code point (Oniguruma's general categories, \\s, \\w, \\d and
             scripts for the regexes; Rust's to_lowercase, is_numeric and regex \\w; which code
             points HF's normalization tables know). System PCRE2/utf8proc carry other Unicode

@@ -49,7 +49,7 @@
 #include "engine/backend.h"
 #include "engine/comm.h"
 #include "kernels/cuda/attn_cudnn.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/backends/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "store/store.h"
 #include "util/fs.h"

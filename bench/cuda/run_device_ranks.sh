@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_device_ranks.sh — issue 10 on a one-GPU machine, in one device call: the CUDA backend split
-# over ranks (kernels/cuda/tp.cu), with 2 and 4 ranks sharing the one GPU (so their sums go
+# over ranks (engine/backends/cuda/tp.cu), with 2 and 4 ranks sharing the one GPU (so their sums go
 # through the host transport; NCCL needs a GPU per rank), against HF and the one-GPU backend; and a
 # check that the one-GPU path is unchanged. About 3-4 minutes.
 #   1. gpu_model_parity: the one-GPU backend against HF and the CPU (as before the split);

@@ -6,7 +6,7 @@
  * (default 8K, 32K, 64K) it times one prefill chunk at the end of the context, --chunk queries
  * (default 2048, as `longhaul run --chunk 2048`) at positions [N - chunk, N) over the keys they
  * see, cut into the backend's tiles (LH_ATTN_ROWS / 2 queries x 2 heads) and run on a pool of
- * --threads threads (default 2), as engine/backend_cpu.c does; and one decode step (1 query of
+ * --threads threads (default 2), as engine/backends/cpu/backend_cpu.c does; and one decode step (1 query of
  * each head at N - 1). Printed side by side, medians of --rounds rounds (default 3) that
  * alternate the two paths, since the machine may be shared:
  *   - ours: lh_attn_tile (the fused AVX2/FMA path where the CPU has it);

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ingest/tokenizer_int.h" /* tk_encode_parallel_stats: per-thread CPU time */
+#include "tokenizer/tokenizer_int.h" /* tk_encode_parallel_stats: per-thread CPU time */
 #include "util/fs.h"
 #include "util/hash.h"
 

@@ -1,7 +1,7 @@
 /* ops.h — the plain-C reference kernels of longhaul's model, on fp32 arrays.
  *
  * These are the numbers every other backend is checked against: the CPU backend
- * (engine/backend_cpu.c) is a readable sequence of calls to them, and the CUDA backend's parity
+ * (engine/backends/cpu/backend_cpu.c) is a readable sequence of calls to them, and the CUDA backend's parity
  * program compares its kernels with them op by op. They know nothing about models, states or
  * files: arrays in, arrays out, shapes in the comments, row-major everywhere, strides ("ld*") in
  * elements. A "Linear weight" is [out_features x in_features] as in torch, so y = x W^T.

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/backends/cuda/cuda_backend.h"
 #include "tests/test.h"
 
 static int g_models;

@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "engine/backend.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/backends/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "tests/gpu/ref.h"
 #include "tests/test.h"

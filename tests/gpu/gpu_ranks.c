@@ -22,7 +22,7 @@
 
 #include "engine/comm.h"
 #include "engine/engine.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/backends/cuda/cuda_backend.h"
 #include "tests/engine/ranks_test.h"
 #include "util/buf.h"
 #include "util/fs.h"

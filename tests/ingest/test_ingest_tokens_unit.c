@@ -8,8 +8,8 @@
 #include "tests/test.h"
 
 #include "ingest/ingest.h"
-#include "ingest/tokenizer.h"
-#include "ingest/tokenizer_int.h" /* tk_stream_par_batch, tk_stream_par_overlap */
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_int.h" /* tk_stream_par_batch, tk_stream_par_overlap */
 #include "tests/ingest/mem_archive.h"
 #include "util/fs.h"
 

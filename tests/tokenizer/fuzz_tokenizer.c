@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 
 /* two id vectors hold the same ids (either may be empty, with a NULL buffer) */
 static int same_ids(const lh_i32vec *a, const lh_i32vec *b) {

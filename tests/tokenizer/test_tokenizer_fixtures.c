@@ -11,7 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 #include "tests/test.h"
 #include "util/fs.h"
 

@@ -7,7 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 #include "tests/test.h"
 #include "util/fs.h"
 

@@ -59,7 +59,7 @@
 
 #include <time.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 #include "util/fs.h"
 #include "util/log.h"
 

@@ -22,7 +22,7 @@ extern "C" {
 #include "util/err.h" /* a C header without C++ guards: give it C linkage before anyone else includes it */
 }
 #include "engine/backend.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/backends/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
 #include "util/err.h"
 

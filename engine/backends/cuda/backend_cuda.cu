@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kernels/cuda/attn_cudnn.h"
-#include "kernels/cuda/backend_internal.h"
+#include "engine/backends/cuda/backend_internal.h"
 extern "C" {
 #include "util/log.h" /* a C header without C++ guards */
 }

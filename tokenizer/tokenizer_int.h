@@ -1,4 +1,4 @@
-/* tokenizer_int.h — private structures shared by the ingest/tokenizer*.c files (not installed).
+/* tokenizer_int.h — private structures shared by the tokenizer/tokenizer*.c files (not installed).
  *
  * The files split the work as HF `tokenizers` does:
  *   tokenizer.c           tokenizer.json loading, added-token tables, encode/decode entry points
@@ -9,8 +9,8 @@
  *   tokenizer_pipeline.c  added tokens -> normalizer -> pre-tokenizer -> BPE for one segment
  *   tokenizer_stream.c    the streaming encoder and the multi-threaded encoder
  */
-#ifndef LH_INGEST_TOKENIZER_INT_H
-#define LH_INGEST_TOKENIZER_INT_H
+#ifndef LH_TOKENIZER_TOKENIZER_INT_H
+#define LH_TOKENIZER_TOKENIZER_INT_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "ingest/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------- UTF-8 (tokenizer_unicode.c) */
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "ingest/ingest.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 #include "util/buf.h"
 #include "util/fs.h"
 

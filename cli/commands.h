@@ -1,23 +1,23 @@
 /* commands.h — the longhaul subcommands. Each takes the arguments after its name (argv[0] is the
  * command name) and returns the process exit status: 0 success, 1 the work failed (some jobs
  * failed, a check found damage), 2 usage or set-up error. Commands print their own messages. */
-#ifndef LH_PIPELINE_COMMANDS_H
-#define LH_PIPELINE_COMMANDS_H
+#ifndef LH_CLI_COMMANDS_H
+#define LH_CLI_COMMANDS_H
 
-/* engine (pipeline/cmd_engine.c: logits, generate; pipeline/cmd_model.c: model info) */
+/* engine (cli/cmd_engine.c: logits, generate; cli/cmd_model.c: model info) */
 int lh_cmd_logits(int argc, char **argv);
 int lh_cmd_generate(int argc, char **argv);
 int lh_cmd_model(int argc, char **argv);
-/* tokenizer (pipeline/cmd_tokenize.c) and ingest (pipeline/cmd_ingest.c) */
+/* tokenizer (cli/cmd_tokenize.c) and ingest (cli/cmd_ingest.c) */
 int lh_cmd_tokenize(int argc, char **argv);
 int lh_cmd_ingest(int argc, char **argv);
-/* store (pipeline/cmd_store.c) */
+/* store (cli/cmd_store.c) */
 int lh_cmd_store(int argc, char **argv); /* store ls|verify|gc */
-/* jobs (pipeline/cmd_jobs.c) */
+/* jobs (cli/cmd_jobs.c) */
 int lh_cmd_run(int argc, char **argv);
 int lh_cmd_status(int argc, char **argv);
 int lh_cmd_results(int argc, char **argv);
-/* NIAH (pipeline/cmd_niah.c) */
+/* NIAH (cli/cmd_niah.c) */
 int lh_cmd_niah(int argc, char **argv);
 
 #define LH_EXIT_OK 0

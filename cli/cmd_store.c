@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
 

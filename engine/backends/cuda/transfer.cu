@@ -21,7 +21,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/backend_internal.h"
+#include "engine/backends/cuda/backend_internal.h"
 
 lh_status lh_cu_fail(lh_error *err, const char *call, cudaError_t e, const char *file, int line) {
   const char *base = strrchr(file, '/');

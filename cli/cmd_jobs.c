@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "jobs/runner.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
 

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 
 extern const uint32_t tk_ud_gc[][2];
 extern const size_t tk_ud_gc_n;

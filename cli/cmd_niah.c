@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "jobs/niah.h"
 #include "jobs/niah_plot.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 
 static void on_signal(int sig) {
   lh_niah_request_stop();

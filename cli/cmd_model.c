@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/engine.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 #include "util/log.h"
 
 static void usage(FILE *f) {

@@ -50,7 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 
 /* piece flags */
 #define PF_MAPPED 1 /* bytes still to be mapped to the ByteLevel alphabet */

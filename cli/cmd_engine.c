@@ -18,7 +18,7 @@
 
 #include "engine/backend.h"
 #include "engine/engine.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/log.h"

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ingest/tokenizer.h"
-#include "pipeline/commands.h"
+#include "tokenizer/tokenizer.h"
+#include "cli/commands.h"
 
 static void usage(FILE *f) {
   fprintf(f,

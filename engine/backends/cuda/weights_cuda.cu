@@ -19,7 +19,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/attn_cudnn.h"
-#include "kernels/cuda/backend_internal.h"
+#include "engine/backends/cuda/backend_internal.h"
 #include "util/half.h"
 extern "C" {
 #include "engine/comm.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine/comm.h"
-#include "pipeline/commands.h"
+#include "cli/commands.h"
 
 typedef struct command {
   const char *name;

@@ -13,8 +13,8 @@
  *
  * Ownership: strings returned by lh_tokenizer_id_to_token live until lh_tokenizer_close.
  */
-#ifndef LH_INGEST_TOKENIZER_H
-#define LH_INGEST_TOKENIZER_H
+#ifndef LH_TOKENIZER_TOKENIZER_H
+#define LH_TOKENIZER_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>

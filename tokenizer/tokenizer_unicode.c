@@ -20,7 +20,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "ingest/tokenizer_int.h"
+#include "tokenizer/tokenizer_int.h"
 
 extern const uint32_t tk_ud_rust_numeric[][2], tk_ud_rust_word[][2], tk_ud_hf_norm_active[][2];
 extern const size_t tk_ud_rust_numeric_n, tk_ud_rust_word_n, tk_ud_hf_norm_active_n;

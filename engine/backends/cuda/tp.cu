@@ -16,7 +16,7 @@
  */
 #include <string.h>
 
-#include "kernels/cuda/backend_internal.h"
+#include "engine/backends/cuda/backend_internal.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 extern "C" {
