@@ -489,6 +489,27 @@ static void header_failure(struct archive *a, src *s, const lh_buf *prev, rd *o)
              errstr(a), hint);
 }
 
+/* Why an archive gave no entry at all, for the input's note. */
+static void no_entries_note(lh_reader *r, src *s, struct archive *a) {
+  char out[32], in[32], total[48] = "";
+  int nf = archive_filter_count(a);
+  fmt_size(out, sizeof out, nf > 1 ? archive_filter_bytes(a, 0) : archive_filter_bytes(a, -1));
+  fmt_size(in, sizeof in, s->bytes_read);
+  if (s->size >= 0) {
+    char t[32];
+    fmt_size(t, sizeof t, s->size);
+    snprintf(total, sizeof total, " of %s", t);
+  }
+  const char *fmt = archive_format_name(a) ? archive_format_name(a) : "archive";
+  char filt[64] = "";
+  if (nf > 1) snprintf(filt, sizeof filt, " (%s)", archive_filter_name(a, 0));
+  snprintf(r->no_entries, sizeof r->no_entries,
+           "no entries: read as %s data%s that ends within its first %s (%s%s read)%s", fmt, filt, out, in, total,
+           fmt_base(a) == ARCHIVE_FORMAT_TAR
+               ? "; an archive that starts with NUL blocks, such as a compressed file of zeros, reads as an empty tar"
+               : "; an empty archive");
+}
+
 /* ---- archive order ---- */
 
 static lh_status read_in_order(lh_reader *r, src *s) {
@@ -518,6 +539,8 @@ static lh_status read_in_order(lh_reader *r, src *s) {
         lh_entry_reason why = lh_reader_predecide(r, &m);
         if (why) st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, 0, -1, LH_OK, NULL);
         else if (!(st = lh_doc_begin(r, &m))) st = lh_doc_end(r, LH_OK, LH_REASON_NONE, -1, NULL);
+      } else if (idx == 0) {
+        no_entries_note(r, s, a);
       }
       break;
     }
@@ -723,6 +746,7 @@ static lh_status sort_pass(sorter *so, int pass) {
     rc = archive_read_next_header(a, &e);
     lh_reader_add_read_time(r, t0);
     if (rc == ARCHIVE_EOF) {
+      if (pass == 0 && idx == 0 && fmt_base(a) != ARCHIVE_FORMAT_EMPTY) no_entries_note(r, s, a);
       if (pass == 0 && idx == 0 && fmt_base(a) == ARCHIVE_FORMAT_EMPTY) {
         raw_name(s->in, archive_filter_count(a) > 1, &name);
         lh_meta m = {.path = name.data, .path_len = name.len, .type = LH_ENTRY_FILE, .size = 0};

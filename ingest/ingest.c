@@ -60,6 +60,8 @@ struct lh_ingest {
   int cancel;
   lh_reader r;
   lh_reader_stats pub; /* the reader's counters as last published, under mu */
+  lh_buf notes;        /* lines about inputs without text (the reader appends, under mu) */
+  size_t n_notes;
   double t_start, t_end;
 
   lh_chunk *held; /* the chunk the last batch's text points into */
@@ -263,6 +265,8 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
   r->st.entries++;
   r->st.by_status[ie->e.status]++;
   r->st.by_reason[ie->e.reason]++;
+  if (ie->e.status == LH_ENTRY_SKIPPED) r->st.skipped_by_reason[ie->e.reason]++;
+  if (ie->e.status == LH_ENTRY_ERROR) r->st.errors_by_reason[ie->e.reason]++;
   if (code != LH_OK && r->p->on_error == LH_INGEST_ON_ERROR_FAIL) {
     /* The message reaches terminals: names (and details quoting names) are shown escaped. */
     lh_buf in = {0}, name = {0}, det = {0};
@@ -284,6 +288,61 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
   return LH_OK;
 }
 
+/* Counts per reason as "binary 3, excluded 2" (reasons in enum order). */
+static void reason_counts(lh_buf *out, const int64_t *by) {
+  int any = 0;
+  for (int k = 0; k < LH_REASON_COUNT; k++)
+    if (by[k]) {
+      lh_buf_printf(out, "%s%s %lld", any ? ", " : "", lh_entry_reason_name((lh_entry_reason)k), (long long)by[k]);
+      any = 1;
+    }
+}
+
+/* After an input: when it gave no document content, say why in a note. b is the reader's
+ * counters before the input. */
+static void note_input(lh_ingest *ing, const lh_reader_stats *b) {
+  lh_reader *r = &ing->r;
+  const lh_reader_stats *a = &r->st;
+  int64_t entries = a->entries - b->entries;
+  int64_t docs = a->by_status[LH_ENTRY_OK] + a->by_status[LH_ENTRY_PARTIAL] - b->by_status[LH_ENTRY_OK] -
+                 b->by_status[LH_ENTRY_PARTIAL];
+  int64_t bytes = a->document_bytes - b->document_bytes;
+  if (docs > 0 && bytes > 0) return;
+  lh_buf line = {0};
+  lh_ingest_display_name(r->in->name, strlen(r->in->name), 200, &line);
+  lh_buf_append_str(&line, ": no text: ");
+  r->st.inputs_without_text++;
+  if (r->no_entries[0]) {
+    r->st.inputs_without_entries++;
+    lh_buf_append_str(&line, r->no_entries);
+  } else if (entries == 0) {
+    lh_buf_append_str(&line, r->in->kind == LH_IN_DIR ? "the folder is empty" : "no entries");
+  } else if (docs == 0) {
+    int64_t sk[LH_REASON_COUNT], er[LH_REASON_COUNT];
+    for (int k = 0; k < LH_REASON_COUNT; k++) {
+      sk[k] = a->skipped_by_reason[k] - b->skipped_by_reason[k];
+      er[k] = a->errors_by_reason[k] - b->errors_by_reason[k];
+    }
+    lh_buf_printf(&line, "%lld entr%s, none a document (skipped: ", (long long)entries, entries == 1 ? "y" : "ies");
+    reason_counts(&line, sk);
+    int64_t ne = 0;
+    for (int k = 0; k < LH_REASON_COUNT; k++) ne += er[k];
+    if (ne) {
+      lh_buf_append_str(&line, "; errors: ");
+      reason_counts(&line, er);
+    }
+    lh_buf_append_str(&line, ")");
+  } else {
+    lh_buf_printf(&line, "%lld document%s, all empty", (long long)docs, docs == 1 ? "" : "s");
+  }
+  lh_buf_append(&line, "\n", 1);
+  pthread_mutex_lock(&ing->mu);
+  lh_buf_append(&ing->notes, line.data, line.len);
+  ing->n_notes++;
+  pthread_mutex_unlock(&ing->mu);
+  lh_buf_free(&line);
+}
+
 static void *reader_main(void *arg) {
   lh_ingest *ing = arg;
   lh_reader *r = &ing->r;
@@ -296,8 +355,11 @@ static void *reader_main(void *arg) {
   for (size_t i = 0; i < ing->n_inputs && st == LH_OK; i++) {
     r->input = (int)i;
     r->in = &ing->inputs[i];
+    r->no_entries[0] = 0;
+    lh_reader_stats before = r->st;
     st = r->in->kind == LH_IN_DIR ? lh_source_folder(r, r->in) : lh_source_archive(r, r->in);
     lh_reader_doc_free(r);
+    if (st != LH_EINTR) note_input(ing, &before);
     r->st.inputs_done++;
   }
   lh_chunk *c = r->cur;
@@ -417,6 +479,7 @@ void lh_ingest_close(lh_ingest *ing) {
   lh_i32vec_free(&ing->ids);
   for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
   free(ing->inputs);
+  lh_buf_free(&ing->notes);
   if (ing->globs)
     for (size_t i = 0; i < ing->p.n_include + ing->p.n_exclude; i++) free(ing->globs[i]);
   free(ing->globs);
@@ -602,6 +665,7 @@ void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
   out->tokenize_cpu_seconds = ing->tokenize_cpu;
   out->tokenizer_threads = ing->tok_threads;
   double t0 = ing->t_start, t1 = ing->t_end;
+  int finished = ing->state == ST_DONE || ing->state == ST_FAILED;
   pthread_mutex_unlock(&ing->mu);
   out->entries = s.entries;
   memcpy(out->by_status, s.by_status, sizeof out->by_status);
@@ -617,4 +681,53 @@ void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
   out->read_seconds = s.read_seconds;
   out->frame_seconds = s.frame_seconds;
   out->seconds = t0 > 0 ? (t1 > 0 ? t1 : lh_now()) - t0 : 0;
+  out->documents = s.by_status[LH_ENTRY_OK] + s.by_status[LH_ENTRY_PARTIAL];
+  memcpy(out->skipped_by_reason, s.skipped_by_reason, sizeof out->skipped_by_reason);
+  memcpy(out->errors_by_reason, s.errors_by_reason, sizeof out->errors_by_reason);
+  out->inputs_without_text = s.inputs_without_text;
+  out->inputs_without_entries = s.inputs_without_entries;
+  out->no_text = finished && s.document_bytes == 0;
+}
+
+size_t lh_ingest_notes(lh_ingest *ing, lh_buf *out) {
+  pthread_mutex_lock(&ing->mu);
+  size_t n = ing->n_notes;
+  lh_buf_append(out, ing->notes.data ? ing->notes.data : "", ing->notes.len);
+  pthread_mutex_unlock(&ing->mu);
+  return n;
+}
+
+static lh_status counts_json(lh_buf *out, const char *key, const int64_t *by, int skip_dirs) {
+  int st = lh_buf_printf(out, ",\"%s\":{", key), any = 0;
+  for (int k = 0; k < LH_REASON_COUNT; k++) {
+    if (!by[k] || (skip_dirs && k == LH_REASON_DIRECTORY)) continue;
+    st |= lh_buf_printf(out, "%s\"%s\":%lld", any ? "," : "", lh_entry_reason_name((lh_entry_reason)k),
+                        (long long)by[k]);
+    any = 1;
+  }
+  st |= lh_buf_append(out, "}", 1);
+  return st ? LH_ENOMEM : LH_OK;
+}
+
+lh_status lh_ingest_summary_json(lh_ingest *ing, lh_buf *out) {
+  lh_ingest_stats s;
+  lh_ingest_stats_get(ing, &s);
+  lh_buf notes = {0};
+  lh_ingest_notes(ing, &notes);
+  int st = lh_buf_printf(out, "{\"entries\":%lld,\"documents\":%lld", (long long)s.entries, (long long)s.documents);
+  st |= counts_json(out, "skipped", s.skipped_by_reason, 1);
+  st |= counts_json(out, "errors", s.errors_by_reason, 0);
+  st |= lh_buf_printf(out, ",\"no_text\":%s,\"notes\":[", s.no_text ? "true" : "false");
+  size_t at = 0;
+  for (int first = 1; at < notes.len; first = 0) {
+    const char *nl = memchr(notes.data + at, '\n', notes.len - at);
+    size_t len = nl ? (size_t)(nl - (notes.data + at)) : notes.len - at;
+    st |= lh_buf_append_str(out, first ? "\"" : ",\"");
+    st |= lh_json_escape(out, notes.data + at, len, NULL);
+    st |= lh_buf_append(out, "\"", 1);
+    at += len + 1;
+  }
+  st |= lh_buf_append_str(out, "]}");
+  lh_buf_free(&notes);
+  return st ? LH_ENOMEM : LH_OK;
 }

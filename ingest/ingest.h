@@ -77,6 +77,11 @@
  * once; otherwise it is reread from the start once per window of sort_memory bytes (files only:
  * on stdin, a stream whose documents do not fit is an error naming sort_memory).
  *
+ * An input can yield no text at all (every entry skipped, only empty documents, or no entry: an
+ * archive that starts with NUL blocks, such as a gzip of zeros, reads as an empty tar); the stats
+ * count such inputs, lh_ingest_notes says why for each, and no_text is set when the whole ingest
+ * gave none. Skipped and failed entries are counted per reason.
+ *
  * Hostile inputs: per input, decompressed bytes over max_decompressed_bytes, or past the first
  * ratio_grace_bytes a ratio of decompressed to read bytes over max_ratio, stop the input with
  * LH_ELIMIT (a zip bomb); so do archives that end early or fail a check (LH_EFORMAT), reporting
@@ -247,6 +252,21 @@ typedef struct lh_ingest_stats {
   double tokenize_seconds; /* calling thread: in the tokenizer (wall, waiting for workers included) */
   double tokenize_cpu_seconds; /* CPU seconds of tokenizing on all tokenizer threads together */
   int tokenizer_threads;   /* threads that tokenize (1: the calling thread only) */
+  /* What the entries came to. by_status and by_reason count every manifest entry; these split
+   * them the way a result reports them. */
+  int64_t documents;                          /* included: by_status[OK] + by_status[PARTIAL] */
+  int64_t skipped_by_reason[LH_REASON_COUNT]; /* SKIPPED entries per reason (directories under
+                                               * DIRECTORY: never documents, rarely worth a word) */
+  int64_t errors_by_reason[LH_REASON_COUNT];  /* ERROR entries per reason */
+  /* Inputs read to their end (or their failure) that gave no document content at all: no entry,
+   * no entry that was a document, or only empty documents. lh_ingest_notes says why, per input. */
+  int inputs_without_text;
+  /* Of those, inputs in which the archive reader found no entry although bytes were read: an
+   * archive that starts with NUL blocks (a gzip of zeros reads as an empty tar), an empty zip. */
+  int inputs_without_entries;
+  /* Once the ingest is done (or failed): 1 when no document content came out of any input, the
+   * condition a caller turns into a warning, or an error when documents are required. */
+  int no_text;
 } lh_ingest_stats;
 
 /* Validate params (template, globs, caps) and make a handle in state ADDING. */
@@ -266,6 +286,18 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *batch, lh_error *err);
 
 /* A consistent snapshot of the counters; callable from any thread at any time. */
 void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out);
+
+/* One line per input that gave no text, saying why ("zeros.tar.gz: no text: no entries: read as
+ * GNU tar format data (gzip) that ends within its first 1.0 MiB (...); an archive that starts with
+ * NUL blocks, such as a compressed file of zeros, reads as an empty tar"), appended to out (""
+ * when there is nothing to say). Returns the number of lines.
+ * Callable from any thread; complete once lh_ingest_next has returned done or failed. */
+size_t lh_ingest_notes(lh_ingest *ing, lh_buf *out);
+
+/* The stats a result reports, as one JSON object appended to out: {"entries", "documents",
+ * "skipped": {reason: count}, "errors": {reason: count}, "no_text", "notes": [lines]}. Skipped
+ * directories are left out of "skipped". Call once the ingest is done or failed. */
+lh_status lh_ingest_summary_json(lh_ingest *ing, lh_buf *out);
 
 /* Stable short names used in the manifest ("file", "ok", "binary", ...). Never NULL. */
 const char *lh_entry_type_name(lh_entry_type t);

@@ -151,8 +151,9 @@ typedef struct lh_input {
 
 typedef struct lh_reader_stats {
   int64_t entries, by_status[LH_ENTRY_STATUS_COUNT], by_reason[LH_REASON_COUNT];
+  int64_t skipped_by_reason[LH_REASON_COUNT], errors_by_reason[LH_REASON_COUNT];
   int64_t source_bytes, content_bytes, document_bytes, text_bytes, invalid_utf8;
-  int inputs_done;
+  int inputs_done, inputs_without_text, inputs_without_entries;
   double read_seconds, frame_seconds;
 } lh_reader_stats;
 
@@ -169,6 +170,7 @@ typedef struct lh_reader {
   lh_reader_stats st;
   int total_cap_hit;
   int64_t doc_index;
+  char no_entries[512];   /* set by a source whose archive had no entry at all: why, for the note */
   int64_t source_bytes_published;
   /* the document being read (lh_doc_*) */
   struct {
