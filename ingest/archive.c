@@ -149,13 +149,21 @@ static lh_status src_open(lh_reader *r, const lh_input *in, src *s) {
     s->seekable = 1;
     return LH_OK;
   }
+  struct stat sb;
   if (in->kind == LH_IN_STDIN) s->fd = 0;
   else {
-    s->fd = open(in->name, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: should the name have become a FIFO since it was added, open returns at once,
+     * and the check below refuses it */
+    s->fd = open(in->name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (s->fd < 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
     s->own_fd = 1;
+    if (fstat(s->fd, &sb) != 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+      return lh_error_set(&r->err, LH_EIO, "it is now %s, no longer a regular file; not read",
+                          lh_file_kind(sb.st_mode));
+    int fl = fcntl(s->fd, F_GETFL);
+    if (fl >= 0) fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK);
   }
-  struct stat sb;
   if (fstat(s->fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
     s->seekable = 1;
     s->size = (int64_t)sb.st_size;

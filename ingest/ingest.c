@@ -522,13 +522,18 @@ lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
     ing->has_stdin = 1;
     in.kind = LH_IN_STDIN;
   } else {
+    /* stat, never open: opening a FIFO waits for a writer, a device may never end */
     struct stat sb;
     if (stat(path, &sb) != 0)
       return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
                           strerror(errno));
     if (S_ISDIR(sb.st_mode)) in.kind = LH_IN_DIR;
     else if (S_ISREG(sb.st_mode)) in.kind = LH_IN_FILE, in.size = (int64_t)sb.st_size;
-    else in.kind = LH_IN_STREAM;
+    else
+      return lh_error_set(err, LH_EINVAL,
+                          "%s: is %s, not a regular file or folder: it is not read (it could wait forever or never "
+                          "end); to stream data, pipe it to standard input and name the input '-'",
+                          path, lh_file_kind(sb.st_mode));
   }
   if (!(in.name = xstrdup(path))) return lh_error_set(err, LH_ENOMEM, "out of memory");
   return add_input(ing, in, err);
@@ -563,6 +568,17 @@ static lh_status ready_cb(void *ctx, lh_ientry *ie) {
   lh_status st = keep_ready(ctx, ie);
   if (st) free(ie->own);
   return st;
+}
+
+const char *lh_file_kind(unsigned mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISREG(mode)) return "a regular file";
+  return "of an unknown file type";
 }
 
 lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {

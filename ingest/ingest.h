@@ -36,9 +36,12 @@
  *
  * Inputs. lh_ingest_add_path takes a folder (walked in a deterministic order: entries of each
  * directory by byte order of their names with directories compared as "name/", which is the byte
- * order of the full paths, so the walk needs no global sort), a file (an archive in any format
- * below, a compressed single file, or a plain document), or "-" for stdin (the same, read as a
- * stream). Formats: tar (ustar, pax, GNU, v7), zip, 7z, cpio, ISO 9660 (Rock Ridge, Joliet), ar,
+ * order of the full paths, so the walk needs no global sort), a regular file (an archive in any
+ * format below, a compressed single file, or a plain document), or "-" for stdin (the same, read
+ * as a stream). Anything else (a FIFO, a character or block device such as /dev/zero, a socket,
+ * or a symlink to one) is refused when added, before it is opened, naming the path and its kind:
+ * a FIFO would block the open until a writer came, a device may never end.
+ * Formats: tar (ustar, pax, GNU, v7), zip, 7z, cpio, ISO 9660 (Rock Ridge, Joliet), ar,
  * rar, rar5, cab, lha, xar, warc, each optionally wrapped in gzip, bzip2, xz, lzma, lzip, zstd, lz4
  * or compress; a compressed single file ("notes.txt.gz") is one document named by its input path
  * minus the compression suffix. mtree is refused on purpose (it names files on this machine to

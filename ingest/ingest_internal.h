@@ -142,7 +142,7 @@ typedef struct lh_meta {
 } lh_meta;
 
 typedef struct lh_input {
-  enum { LH_IN_FILE, LH_IN_DIR, LH_IN_STDIN, LH_IN_MEMORY, LH_IN_STREAM } kind;
+  enum { LH_IN_FILE, LH_IN_DIR, LH_IN_STDIN, LH_IN_MEMORY } kind;
   char *name;
   const void *mem;
   size_t mem_len;
@@ -222,5 +222,7 @@ void lh_reader_doc_free(lh_reader *r);
 lh_status lh_source_archive(lh_reader *r, const lh_input *in);
 lh_status lh_source_folder(lh_reader *r, const lh_input *in);
 void lh_archive_global_init(void);
+/* "a FIFO (named pipe)", "a character device", ... for a st_mode. */
+const char *lh_file_kind(unsigned mode);
 
 #endif
