@@ -16,6 +16,8 @@
  * further pass over the input that buffers the next window of sort_memory bytes of documents in
  * key order. Entries are matched across passes by their ordinal and checked by name.
  *
+ * When libarchive fails without a message, errstr_of says what the input shows instead.
+ *
  * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
  * is not enabled; no external filter program runs unless external_filters); every entry that
  * libarchive reports yields exactly one manifest entry; an input that dies yields an INPUT entry
@@ -84,6 +86,7 @@ typedef struct src {
   int seekable;
   uint8_t *buf;
   const lh_input *in;
+  char why[384];      /* a message made up when libarchive gives none */
 } src;
 
 static la_ssize_t src_read(struct archive *a, void *ud, const void **out) {
@@ -233,15 +236,52 @@ static lh_entry_reason reason_of(struct archive *a) {
   return LH_REASON_CORRUPT;
 }
 
-static const char *errstr(struct archive *a) {
-  const char *m = archive_error_string(a);
-  return m && *m ? m : "unknown libarchive error";
-}
-
 static void fmt_size(char *out, size_t n, int64_t v) {
   if (v >= (1ll << 30)) snprintf(out, n, "%.1f GiB", (double)v / (1 << 30));
   else if (v >= (1 << 20)) snprintf(out, n, "%.1f MiB", (double)v / (1 << 20));
   else snprintf(out, n, "%" PRId64 " bytes", v);
+}
+
+/* The first n bytes of the input, when it can be read again (files and memory). */
+static int src_head(const src *s, uint8_t *out, size_t n) {
+  if (s->size >= 0 && (int64_t)n > s->size) return 0;
+  if (s->mem) {
+    memcpy(out, s->mem, n);
+    return 1;
+  }
+  return s->seekable && pread(s->fd, out, n, 0) == (ssize_t)n;
+}
+
+static uint64_t le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* libarchive's own message; when it has none (its 7-Zip reader fails on a truncated archive
+ * without one), what we can tell from the input: its format, errno, how far it was read, and for
+ * 7-Zip the length its start header promises. */
+static const char *errstr_of(struct archive *a, src *s) {
+  const char *m = archive_error_string(a);
+  if (m && *m) return m;
+  char sz[32], rd_[32], tail[160] = "";
+  fmt_size(sz, sizeof sz, s->size);
+  fmt_size(rd_, sizeof rd_, archive_filter_bytes(a, -1));
+  uint8_t h[32];
+  if (fmt_base(a) == ARCHIVE_FORMAT_7ZIP && src_head(s, h, 32) && !memcmp(h, "7z\xBC\xAF\x27\x1C", 6)) {
+    uint64_t need = 32 + le64(h + 12) + le64(h + 20);
+    if (s->size >= 0 && need > (uint64_t)s->size)
+      snprintf(tail, sizeof tail,
+               "; its start header says the archive is %" PRIu64 " bytes long, the input has %" PRId64
+               ": it is truncated",
+               need, s->size);
+  }
+  int e = archive_errno(a);
+  snprintf(s->why, sizeof s->why, "libarchive's %s reader failed without a message%s%s%s after reading %s%s%s%s",
+           archive_format_name(a) ? archive_format_name(a) : "archive", e > 0 ? " (" : "", e > 0 ? strerror(e) : "",
+           e > 0 ? ")" : "", rd_, s->size >= 0 ? " of the input's " : "", s->size >= 0 ? sz : "",
+           tail[0] ? tail : "; the input is probably truncated or damaged");
+  return s->why;
 }
 
 /* The caps on decompression, checked after every block. LH_OK, or LH_ELIMIT with the message in
@@ -306,13 +346,13 @@ typedef struct rd {
   char detail[512];
 } rd;
 
-static void rd_fail(rd *o, struct archive *a, int rc, int64_t entry_off) {
+static void rd_fail(rd *o, src *s, struct archive *a, int rc, int64_t entry_off) {
   o->code = LH_EFORMAT;
   o->why = reason_of(a);
   o->fatal = rc == ARCHIVE_FATAL;
   o->off = archive_filter_bytes(a, -1);
   snprintf(o->detail, sizeof o->detail, "%s (at byte %" PRId64 " of the entry, input offset %" PRId64 ")",
-           errstr(a), entry_off, o->off);
+           errstr_of(a, s), entry_off, o->off);
 }
 
 /* Read and throw away the rest of an entry, under the caps. */
@@ -321,7 +361,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     double t0 = lh_now();
     int rc = archive_read_data_skip(a);
     lh_reader_add_read_time(s->r, t0);
-    if (rc < ARCHIVE_WARN) rd_fail(o, a, rc, 0);
+    if (rc < ARCHIVE_WARN) rd_fail(o, s, a, rc, 0);
     return;
   }
   for (;;) {
@@ -333,7 +373,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, rc, 0);
+      rd_fail(o, s, a, rc, 0);
       return;
     }
     s->data_bytes += (int64_t)n;
@@ -365,7 +405,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return LH_OK;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, rc, at);
+      rd_fail(o, s, a, rc, at);
       return LH_OK;
     }
     int want = 1;
@@ -380,7 +420,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     s->data_bytes += (int64_t)n;
     if (rc == ARCHIVE_WARN) {
       /* Data came with a warning (a zip CRC mismatch, say): the content is suspect. */
-      rd_fail(o, a, rc, at);
+      rd_fail(o, s, a, rc, at);
       o->fatal = 0;
     }
     if ((st = check_caps(s, a, o->detail))) {
@@ -491,10 +531,10 @@ static void header_failure(struct archive *a, src *s, const lh_buf *prev, rd *o)
   }
   if (prev->len)
     snprintf(o->detail, sizeof o->detail, "reading the header after entry '%s', at input offset %" PRId64 ": %s%s",
-             prev->data, o->off, errstr(a), hint);
+             prev->data, o->off, errstr_of(a, s), hint);
   else
     snprintf(o->detail, sizeof o->detail, "reading the first header, at input offset %" PRId64 ": %s%s", o->off,
-             errstr(a), hint);
+             errstr_of(a, s), hint);
 }
 
 /* Why an archive gave no entry at all, for the input's note. */
@@ -558,7 +598,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
       break;
     }
     char warn[512] = "";
-    if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr(a));
+    if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr_of(a, s));
     lh_meta m;
     meta_of(s, a, e, idx, &name, &m);
     lh_buf_clear(&prev);
@@ -784,7 +824,7 @@ static lh_status sort_pass(sorter *so, int pass) {
     srec *x = NULL;
     if (pass == 0) {
       if ((st = add_rec(so, &m, idx, &x))) break;
-      if (rc == ARCHIVE_WARN) snprintf(x->warn, sizeof x->warn, "%s", errstr(a));
+      if (rc == ARCHIVE_WARN) snprintf(x->warn, sizeof x->warn, "%s", errstr_of(a, s));
       x->key = x->path;
       x->key_len = x->path_len;
       lh_path_normalize(&x->key, &x->key_len);

@@ -88,7 +88,9 @@
  * Hostile inputs: per input, decompressed bytes over max_decompressed_bytes, or past the first
  * ratio_grace_bytes a ratio of decompressed to read bytes over max_ratio, stop the input with
  * LH_ELIMIT (a zip bomb); so do archives that end early or fail a check (LH_EFORMAT), reporting
- * the entry and the byte offset in the input. What was read stays in the output. With
+ * the entry, the byte offset in the input and libarchive's own message (where libarchive has
+ * none, what the input shows instead: for a truncated 7z, the length its start header promises).
+ * What was read stays in the output. With
  * LH_INGEST_ON_ERROR_SKIP the failing entry (or the rest of a dead archive) is recorded as ERROR
  * and ingest goes on; with LH_INGEST_ON_ERROR_FAIL (the default) lh_ingest_next fails.
  *
