@@ -16,12 +16,15 @@
  * further pass over the input that buffers the next window of sort_memory bytes of documents in
  * key order. Entries are matched across passes by their ordinal and checked by name.
  *
- * When libarchive fails without a message, errstr_of says what the input shows instead.
+ * Hard links whose content must be read get it from their target through a re-read of the input
+ * (see "hard links" below). When libarchive fails without a message, errstr_of says what the
+ * input shows instead.
  *
  * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
  * is not enabled; no external filter program runs unless external_filters); every entry that
  * libarchive reports yields exactly one manifest entry; an input that dies yields an INPUT entry
- * naming where; nothing here decides what an error means for the run (lh_reader_entry does).
+ * naming where; nothing here decides what an error means for the run (lh_reader_entry does); a
+ * re-read never moves the main reader (it has its own descriptor and archive handle).
  */
 #define _GNU_SOURCE
 #include <archive.h>
@@ -86,6 +89,7 @@ typedef struct src {
   int seekable;
   uint8_t *buf;
   const lh_input *in;
+  int64_t reread_out; /* content bytes decompressed by re-reads for hard links, all together */
   char why[384];      /* a message made up when libarchive gives none */
 } src;
 
@@ -558,6 +562,184 @@ static void no_entries_note(lh_reader *r, src *s, struct archive *a) {
                : "; an empty archive");
 }
 
+/* ---- hard links ---- */
+
+/* A hard link's content is its target's: an earlier entry, whose data a tar does not repeat.
+ * Streams cannot go back, so the target is re-read through a second reader over the same file
+ * (or memory): entries [0, k) are stepped over under the usual caps and entry k's data read.
+ * Nothing about earlier entries is kept but the hashes of the names included as documents.
+ * Re-reads cost decompression again; together they may decompress at most
+ * max_decompressed_bytes per input, after which further links are recorded unread. */
+
+/* The index of the last regular-file entry named target before entry idx, or -1. */
+static lh_status find_target(lh_reader *r, src *s2, const char *target, int64_t idx, int64_t *k, rd *o) {
+  *k = -1;
+  struct archive *a = archive_new_for(r, s2);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_buf none = {0};
+  if (archive_read_open1(a) != ARCHIVE_OK) header_failure(a, s2, &none, o);
+  for (int64_t j = 0; j < idx && !o->code; j++) {
+    struct archive_entry *e;
+    int rc = archive_read_next_header(a, &e);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
+      header_failure(a, s2, &none, o);
+      break;
+    }
+    const char *p = archive_entry_pathname(e);
+    if (!p) p = archive_entry_pathname_utf8(e);
+    if (p && !strcmp(p, target) && type_of(e) == LH_ENTRY_FILE) *k = j;
+    if (archive_entry_size(e) > 0 || type_of(e) == LH_ENTRY_FILE) discard(s2, a, e, o);
+  }
+  archive_read_free(a);
+  return LH_OK;
+}
+
+/* Read entry k of s2 (named target) as the document m. *begun: the document was begun (so its
+ * entry is recorded, failure or not). */
+static lh_status read_target(lh_reader *r, src *s2, int64_t k, const char *target, const lh_meta *m, const char *warn,
+                             rd *o, int *begun) {
+  *begun = 0;
+  struct archive *a = archive_new_for(r, s2);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_buf none = {0};
+  lh_status st = LH_OK;
+  if (archive_read_open1(a) != ARCHIVE_OK) header_failure(a, s2, &none, o);
+  for (int64_t j = 0; j <= k && !o->code; j++) {
+    struct archive_entry *e;
+    int rc = archive_read_next_header(a, &e);
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY || rc == ARCHIVE_EOF) {
+      header_failure(a, s2, &none, o);
+      if (rc == ARCHIVE_EOF) snprintf(o->detail, sizeof o->detail, "the input ended early on a re-read: it changed");
+      break;
+    }
+    if (j < k) {
+      if (archive_entry_size(e) > 0 || type_of(e) == LH_ENTRY_FILE) discard(s2, a, e, o);
+      continue;
+    }
+    const char *p = archive_entry_pathname(e);
+    if (!p) p = archive_entry_pathname_utf8(e);
+    if (!p || strcmp(p, target)) {
+      o->code = LH_EFORMAT;
+      o->why = LH_REASON_CORRUPT;
+      snprintf(o->detail, sizeof o->detail, "entry %" PRId64 " is no longer '%s' on a re-read: the input changed", k,
+               target);
+      break;
+    }
+    if ((st = lh_doc_begin(r, m))) break;
+    *begun = 1;
+    int stopped = 0;
+    if ((st = read_entry(s2, a, e, doc_sink, r, o, &stopped))) break;
+    st = lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+    /* the target's content is included now: later links to it are links to this document */
+    if (!st && r->last_included && lh_keyset_add(&r->included, lh_key_of(target, strlen(target))))
+      st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  }
+  archive_read_free(a);
+  return st;
+}
+
+/* The hard link m (entry idx of s): its target's content as a document named m, re-read from
+ * entry k named kname (k -1: the last regular file named m's target before idx; -2: none). */
+static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, int64_t k, const char *kname,
+                           const char *warn) {
+  char detail[LH_ERROR_MSG_MAX + 64];
+  lh_buf target = {0};
+  if (kname) lh_buf_append_str(&target, kname);
+  else lh_buf_append(&target, m->link ? m->link : "", m->link ? m->link_len : 0);
+  lh_status st;
+  if (!s->seekable) {
+    snprintf(detail, sizeof detail,
+             "a hard link whose target's content came earlier in a stream and was not kept: pass the archive as a "
+             "file to read it");
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else if (s->reread_out > r->p->max_decompressed_bytes) {
+    snprintf(detail, sizeof detail,
+             "not read: re-reading hard link targets has decompressed %" PRId64 " bytes of this input, over "
+             "max_decompressed_bytes",
+             s->reread_out);
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else {
+    src s2;
+    rd o = {0};
+    int begun = 0;
+    st = src_open(r, s->in, &s2);
+    if (st == LH_OK) {
+      int64_t before = r->st.source_bytes; /* progress counts the bytes re-read too */
+      s2.progress_base = before;
+      int64_t out = 0;
+      if (k == -1) {
+        st = find_target(r, &s2, target.data, idx, &k, &o);
+        out += s2.data_bytes;
+        if (!st && !o.code && src_rewind(&s2)) {
+          o.code = LH_EIO;
+          o.why = LH_REASON_UNREADABLE;
+          snprintf(o.detail, sizeof o.detail, "cannot rewind the input");
+        }
+      }
+      if (!st && !o.code && k < 0) {
+        snprintf(detail, sizeof detail, "a hard link whose target is not among the entries before it");
+        st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+      } else if (!st && !o.code) {
+        st = read_target(r, &s2, k, target.data, m, warn, &o, &begun);
+      }
+      out += s2.data_bytes;
+      s->reread_out += out;
+      s->progress_base += s2.progress_base + s2.bytes_read - before;
+      r->st.source_bytes = s->progress_base + s->bytes_read;
+    } else if (st != LH_ENOMEM) {
+      o.code = LH_EIO;
+      o.why = LH_REASON_UNREADABLE;
+      snprintf(o.detail, sizeof o.detail, "cannot open the input again: %.400s", r->err.msg);
+      st = LH_OK;
+    }
+    if (!st && o.code && !begun) {
+      snprintf(detail, sizeof detail, "re-reading its target '%s': %s", target.data, o.detail);
+      st = lh_reader_record(r, m, LH_ENTRY_ERROR, o.why ? o.why : LH_REASON_CORRUPT, -1, o.off, o.code, detail);
+    }
+    src_close(&s2);
+  }
+  lh_buf_free(&target);
+  return st;
+}
+
+/* A hard link in archive order. It is decided as a file of its own name (globs, caps); a link to
+ * a document this input included already is recorded as a link, else its content is read: its
+ * own data when the archive stored some, else its target's. */
+static lh_status link_entry(lh_reader *r, src *s, struct archive *a, struct archive_entry *e, int64_t idx,
+                            const lh_meta *m, const char *warn, rd *o) {
+  lh_meta fm = *m;
+  fm.type = LH_ENTRY_FILE;
+  lh_entry_reason why = lh_reader_predecide_static(r, &fm);
+  lh_status st;
+  char detail[256];
+  if (!why && m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))) {
+    why = LH_REASON_LINK;
+    snprintf(detail, sizeof detail, "a hard link to a document included above");
+    warn = detail;
+  }
+  if (!why && (why = lh_reader_predecide(r, &fm)) == LH_REASON_NONE) {
+    if (m->size <= 0) return read_link(r, s, m, idx, -1, NULL, warn);
+    if ((st = lh_doc_begin(r, m))) return st;
+    int stopped = 0;
+    if ((st = read_entry(s, a, e, doc_sink, r, o, &stopped))) return st;
+    if (stopped && !o->code) discard(s, a, e, o);
+    return lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+  }
+  if ((st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, why, m->size, -1, LH_OK, warn))) return st;
+  if (m->size > 0) {
+    rd d = {0};
+    discard(s, a, e, &d);
+    /* a failure while skipping belongs to the input */
+    if (d.code) {
+      *o = d;
+      o->fatal = 1;
+      return input_failed(r, d.code, d.why, d.off, d.detail);
+    }
+  }
+  return LH_OK;
+}
+
 /* ---- archive order ---- */
 
 static lh_status read_in_order(lh_reader *r, src *s) {
@@ -604,8 +786,13 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     lh_buf_clear(&prev);
     lh_buf_append(&prev, m.path, m.path_len);
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
-    lh_entry_reason why = lh_reader_predecide(r, &m);
     memset(&o, 0, sizeof o);
+    if (m.type == LH_ENTRY_HARDLINK) {
+      if ((st = link_entry(r, s, a, e, idx, &m, warn, &o))) break;
+      if (o.fatal) break;
+      continue;
+    }
+    lh_entry_reason why = lh_reader_predecide(r, &m);
     if (why) {
       if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, warn))) break;
       if (raw) break; /* the only entry: nothing after it to reach */
@@ -647,6 +834,8 @@ typedef struct srec {
   int encrypted;
   int candidate; /* passes the order-independent checks: its content is wanted */
   int buffered, want;
+  int64_t target;           /* a hard link: the index of the last regular file of its target's
+                             * name before it, -2 when none */
   lh_buf data;
   rd res; /* how reading it ended */
   char warn[256];
@@ -655,6 +844,9 @@ typedef struct srec {
 typedef struct sorter {
   lh_reader *r;
   src *s;
+  uint64_t *fk; /* pass 0: name hash -> index of the last regular file of that name so far */
+  int64_t *fv;
+  size_t fcap, fn;
   srec *recs; /* in archive order: recs[i].idx == i */
   size_t n, cap;
   int64_t used; /* bytes buffered */
@@ -662,6 +854,40 @@ typedef struct sorter {
   rd dead;      /* why the input died, when died */
   int died;
 } sorter;
+
+static int64_t *file_slot(sorter *so, uint64_t key, int add) {
+  if (add && 2 * (so->fn + 1) > so->fcap) {
+    size_t cap = so->fcap ? 2 * so->fcap : 256;
+    uint64_t *nk = calloc(cap, sizeof *nk);
+    int64_t *nv = calloc(cap, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return NULL;
+    }
+    for (size_t i = 0; i < so->fcap; i++) {
+      if (!so->fk[i]) continue;
+      size_t j = (size_t)so->fk[i] & (cap - 1);
+      while (nk[j]) j = (j + 1) & (cap - 1);
+      nk[j] = so->fk[i];
+      nv[j] = so->fv[i];
+    }
+    free(so->fk);
+    free(so->fv);
+    so->fk = nk;
+    so->fv = nv;
+    so->fcap = cap;
+  }
+  if (!so->fcap) return NULL;
+  size_t j = (size_t)key & (so->fcap - 1);
+  while (so->fk[j] && so->fk[j] != key) j = (j + 1) & (so->fcap - 1);
+  if (!so->fk[j]) {
+    if (!add) return NULL;
+    so->fk[j] = key;
+    so->fn++;
+  }
+  return &so->fv[j];
+}
 
 static int rec_cmp(const void *pa, const void *pb) {
   const srec *a = *(const srec *const *)pa, *b = *(const srec *const *)pb;
@@ -829,6 +1055,17 @@ static lh_status sort_pass(sorter *so, int pass) {
       x->key_len = x->path_len;
       lh_path_normalize(&x->key, &x->key_len);
       x->candidate = lh_reader_predecide_static(r, &m) == LH_REASON_NONE;
+      if (m.type == LH_ENTRY_FILE) {
+        int64_t *v = file_slot(so, lh_key_of(m.path, m.path_len), 1);
+        if (!v) {
+          st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+          break;
+        }
+        *v = idx;
+      } else if (m.type == LH_ENTRY_HARDLINK) {
+        int64_t *v = m.link ? file_slot(so, lh_key_of(m.link, m.link_len), 0) : NULL;
+        x->target = v ? *v : -2;
+      }
     } else {
       x = (size_t)idx < so->n ? &so->recs[idx] : NULL;
       if (!x || x->path_len != m.path_len || memcmp(x->path, m.path, m.path_len)) {
@@ -868,10 +1105,37 @@ out:
   return st;
 }
 
+/* A hard link in path order: as in archive order, except that "its target is a document" is also
+ * judged by the target passing the checks that do not depend on order (it may come later in
+ * path order); the content is re-read (no link is a sort candidate). */
+static lh_status emit_link(sorter *so, srec *x, const lh_meta *m) {
+  lh_reader *r = so->r;
+  lh_meta fm = *m;
+  fm.type = LH_ENTRY_FILE;
+  const char *warn = x->warn;
+  char detail[256];
+  lh_entry_reason why = lh_reader_predecide_static(r, &fm);
+  const srec *t = x->target >= 0 ? &so->recs[x->target] : NULL;
+  if (!why && ((t && t->candidate) || (m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))))) {
+    why = LH_REASON_LINK;
+    snprintf(detail, sizeof detail, "a hard link to a document of this input");
+    warn = detail;
+  }
+  if (!why) why = lh_reader_predecide(r, &fm);
+  if (why) return lh_reader_record(r, m, LH_ENTRY_SKIPPED, why, m->size, -1, LH_OK, warn);
+  if (so->died)
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, so->dead.why ? so->dead.why : LH_REASON_CORRUPT, -1, so->dead.off,
+                            so->dead.code ? so->dead.code : LH_EFORMAT,
+                            "not read: the input failed before this entry's content was reached");
+  if (x->size > 0) return read_link(r, so->s, m, x->idx, x->idx, x->path, warn);
+  return read_link(r, so->s, m, x->idx, x->target >= 0 ? x->target : -2, t ? t->path : NULL, warn);
+}
+
 static lh_status emit_rec(sorter *so, srec *x) {
   lh_reader *r = so->r;
   lh_meta m;
   rec_meta(x, &m);
+  if (x->type == LH_ENTRY_HARDLINK) return emit_link(so, x, &m);
   lh_entry_reason why = lh_reader_predecide(r, &m);
   lh_status st;
   if (why) {
@@ -947,6 +1211,8 @@ static lh_status read_sorted(lh_reader *r, src *s) {
     lh_buf_free(&so.recs[i].data);
   }
   free(so.recs);
+  free(so.fk);
+  free(so.fv);
   free(order);
   return st;
 }

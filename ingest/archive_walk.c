@@ -8,9 +8,9 @@
  * directory that is its own ancestor (bind mounts) is recorded as a loop instead of walked.
  * Files are opened with O_NOFOLLOW | O_NONBLOCK and checked again with fstat, so a name swapped
  * for a fifo or a link between the listing and the open is never read or waited on. A regular
- * file with several links is read once; later names for it are recorded as hardlinks to the
- * first, as tar does. Memory: the names of the directories on the current path and their
- * siblings, plus one table entry per multiply-linked file.
+ * file with several links is read once, under the first name met that is a document; later names
+ * are recorded as hardlinks to that one, as tar does. Memory: the names of the directories on the
+ * current path and their siblings, plus one table entry per multiply-linked file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -46,8 +46,9 @@ typedef struct frame {
 typedef struct link_slot {
   dev_t dev;
   ino_t ino;
-  char *path;
+  char *path; /* the name it was first met under, or the name it was included under */
   size_t len;
+  int included;
 } link_slot;
 
 typedef struct links {
@@ -93,6 +94,18 @@ static int links_add(links *L, dev_t d, ino_t i, const char *path, size_t len) {
   L->s[j].dev = d;
   L->s[j].ino = i;
   L->n++;
+  return 0;
+}
+
+/* The slot's name becomes path (the name the file was included under). */
+static int slot_rename(link_slot *ls, const char *path, size_t len) {
+  char *p = malloc(len + 1);
+  if (!p) return -1;
+  memcpy(p, path, len);
+  p[len] = 0;
+  free(ls->path);
+  ls->path = p;
+  ls->len = len;
   return 0;
 }
 
@@ -316,21 +329,28 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       continue;
     }
     m.size = (int64_t)sb.st_size;
+    /* A file of several names is read under the first name met that is a document; the names
+     * after that one are recorded as links to it. */
+    link_slot *ls = NULL;
     if (sb.st_nlink > 1) {
-      link_slot *ls = links_find(&L, sb.st_dev, sb.st_ino);
+      ls = links_find(&L, sb.st_dev, sb.st_ino);
       if (ls) {
         m.type = LH_ENTRY_HARDLINK;
         m.link = ls->path;
         m.link_len = ls->len;
-        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), m.size, -1, LH_OK, NULL);
-        continue;
-      }
-      if (links_add(&L, sb.st_dev, sb.st_ino, path.data, path.len)) {
+        if (ls->included) {
+          st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), m.size, -1, LH_OK, NULL);
+          continue;
+        }
+      } else if (links_add(&L, sb.st_dev, sb.st_ino, path.data, path.len) ||
+                 !(ls = links_find(&L, sb.st_dev, sb.st_ino))) {
         st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
         break;
       }
     }
-    lh_entry_reason why = lh_reader_predecide(r, &m);
+    lh_meta fm = m;
+    fm.type = LH_ENTRY_FILE; /* a later name of a file not read yet is decided as a file */
+    lh_entry_reason why = lh_reader_predecide(r, &fm);
     if (why) {
       st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, NULL);
       continue;
@@ -343,8 +363,13 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       st = record_errno(r, &m, fd < 0 ? "cannot open" : "changed while it was read", err);
       continue;
     }
+    r->last_included = 0;
     st = read_file(r, fd, &m, buf);
     close(fd);
+    if (!st && ls && r->last_included) {
+      ls->included = 1;
+      if (slot_rename(ls, path.data, path.len)) st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    }
   }
 out:
   for (size_t k = 0; k < depth; k++) frame_free(&stack[k]);

@@ -265,6 +265,7 @@ lh_status lh_doc_begin(lh_reader *r, const lh_meta *m) {
   r->doc.link = m->link ? dup_bytes(m->link, m->link_len) : NULL;
   if (!r->doc.path || (m->link && !r->doc.link)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
   r->doc.active = 1;
+  r->doc.key = lh_key_of(m->path, m->path_len); /* hard links name their targets as stored */
   r->doc.path_len = m->path_len;
   r->doc.link_len = m->link_len;
   r->doc.type = m->type;
@@ -370,6 +371,7 @@ lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t 
   if (!r->doc.decided && (s = decide(r, 1))) return s;
   char msg[256];
   lh_ientry ie;
+  r->last_included = 0;
   if (r->doc.binary) {
     if (!detail || !detail[0]) {
       if (r->doc.nul_at >= 0) snprintf(msg, sizeof msg, "NUL byte at offset %" PRId64, r->doc.nul_at);
@@ -414,6 +416,11 @@ lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t 
     r->st.document_bytes += r->doc.accepted;
     r->st.invalid_utf8 += r->doc.invalid;
     r->doc_index++;
+    r->last_included = ie.e.status != LH_ENTRY_ERROR;
+    if (r->last_included && lh_keyset_add(&r->included, r->doc.key)) {
+      free(ie.own);
+      return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    }
   }
   ie.e.type = r->doc.type;
   ie.e.error_offset = code ? err_off : -1;

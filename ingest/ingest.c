@@ -99,6 +99,61 @@ lh_ingest_params lh_ingest_default_params(void) {
   return p;
 }
 
+/* ---- key sets ---- */
+
+uint64_t lh_key_of(const void *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix */
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  h ^= h >> 31;
+  h *= 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return h ? h : 1;
+}
+
+static size_t key_slot(uint64_t k, size_t cap) { return (size_t)(k ^ (k >> 32)) & (cap - 1); }
+
+int lh_keyset_has(const lh_keyset *s, uint64_t key) {
+  if (!s->cap) return 0;
+  for (size_t i = key_slot(key, s->cap);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->k[i]) return 0;
+    if (s->k[i] == key) return 1;
+  }
+}
+
+int lh_keyset_add(lh_keyset *s, uint64_t key) {
+  if (lh_keyset_has(s, key)) return 0;
+  if (2 * (s->n + 1) > s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    uint64_t *nk = calloc(cap, sizeof *nk);
+    if (!nk) return -1;
+    for (size_t i = 0; i < s->cap; i++) {
+      if (!s->k[i]) continue;
+      size_t j = key_slot(s->k[i], cap);
+      while (nk[j]) j = (j + 1) & (cap - 1);
+      nk[j] = s->k[i];
+    }
+    free(s->k);
+    s->k = nk;
+    s->cap = cap;
+  }
+  size_t j = key_slot(key, s->cap);
+  while (s->k[j]) j = (j + 1) & (s->cap - 1);
+  s->k[j] = key;
+  s->n++;
+  return 0;
+}
+
+void lh_keyset_clear(lh_keyset *s) {
+  if (s->k) memset(s->k, 0, s->cap * sizeof *s->k);
+  s->n = 0;
+}
+
+void lh_keyset_free(lh_keyset *s) {
+  free(s->k);
+  memset(s, 0, sizeof *s);
+}
+
 /* ---- chunks ---- */
 
 static void chunk_reset(lh_chunk *c) {
@@ -356,6 +411,7 @@ static void *reader_main(void *arg) {
     r->input = (int)i;
     r->in = &ing->inputs[i];
     r->no_entries[0] = 0;
+    lh_keyset_clear(&r->included);
     lh_reader_stats before = r->st;
     st = r->in->kind == LH_IN_DIR ? lh_source_folder(r, r->in) : lh_source_archive(r, r->in);
     lh_reader_doc_free(r);
@@ -479,6 +535,7 @@ void lh_ingest_close(lh_ingest *ing) {
   lh_i32vec_free(&ing->ids);
   for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
   free(ing->inputs);
+  lh_keyset_free(&ing->r.included);
   lh_buf_free(&ing->notes);
   if (ing->globs)
     for (size_t i = 0; i < ing->p.n_include + ing->p.n_exclude; i++) free(ing->globs[i]);

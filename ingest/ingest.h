@@ -9,8 +9,9 @@
  *
  * Nothing is ever extracted to disk and no input is ever held whole: entries flow one block at a
  * time from libarchive (or the folder walker) into the framer and the tokenizer. Memory is
- * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), plus, with LH_INGEST_SORT_PATH
- * only, the names of one archive's entries and about sort_memory bytes of their contents.
+ * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), plus one 8-byte hash per
+ * included document of the input being read (hard links), and, with LH_INGEST_SORT_PATH only, the
+ * names of one archive's entries and about sort_memory bytes of their contents.
  *
  * Lifecycle (after libarchive's new -> support -> open -> next -> free):
  *
@@ -50,9 +51,9 @@
  * found inside folders are documents, never opened as archives. Entry paths are the archive's own
  * names; under a folder, paths relative to it; a plain file input is named as given.
  *
- * Per entry, in this order: non-files (directories, symlinks, hardlinks, devices, fifos,
- * sockets) are recorded and never followed or opened; encrypted entries are skipped; exclude
- * globs, then include globs; the per-file cap and the total cap (on the declared size when the
+ * Per entry, in this order: non-files (directories, symlinks, devices, fifos, sockets) are
+ * recorded and never followed or opened; encrypted entries are skipped; exclude globs, then
+ * include globs; the per-file cap and the total cap (on the declared size when the
  * format gives one); then content: the first sniff_bytes decide binary (any NUL byte, or more than
  * max_invalid_share of the bytes, and at least 4, in invalid UTF-8) versus text. Text is streamed through with each
  * maximal invalid UTF-8 subpart replaced by U+FFFD (Unicode 15 §3.9, what Python's
@@ -60,6 +61,18 @@
  * pass through unchanged. A document whose size was not declared and that outgrows a cap is cut
  * there (status PARTIAL). The total cap keeps the prompt a prefix: once a document does not fit,
  * no later document is included either.
+ *
+ * Hard links. A hard link is decided as a file of its own name (globs, caps). When the content
+ * it names is already a document of this input (its target, or an earlier link to the same
+ * target, was included) it is recorded as a link (reason LINK, "link" naming it) and the content
+ * is not framed twice; otherwise it is read under its own name (type hardlink, status ok): its own
+ * data when the archive stored some, else its target's. A tar stores the data only with the
+ * first name, so the target is re-read through a second reader over the same file or memory,
+ * stepping over the entries before it under the usual caps (all re-reads of one input together
+ * decompress at most max_decompressed_bytes); on stdin, where nothing can be re-read, such a link
+ * is recorded as a link saying so. With LH_INGEST_SORT_PATH, a target that passes the globs
+ * counts as a document wherever it sorts. In folders, the first name met that is a document is
+ * read and later names are links to it.
  *
  * Globs, matched against the entry path with leading "./" and "/" removed:
  *   *      any run of bytes except '/'          ?      one byte except '/'

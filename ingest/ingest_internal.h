@@ -157,6 +157,17 @@ typedef struct lh_reader_stats {
   double read_seconds, frame_seconds;
 } lh_reader_stats;
 
+/* A set of 64-bit keys (hashes of names, lh_key_of), open addressing. */
+typedef struct lh_keyset {
+  uint64_t *k; /* 0: empty slot (keys are never 0) */
+  size_t cap, n;
+} lh_keyset;
+int lh_keyset_add(lh_keyset *s, uint64_t key); /* 0 ok, -1 out of memory */
+int lh_keyset_has(const lh_keyset *s, uint64_t key);
+void lh_keyset_clear(lh_keyset *s);
+void lh_keyset_free(lh_keyset *s);
+uint64_t lh_key_of(const void *p, size_t n); /* a hash of bytes, never 0 */
+
 typedef struct lh_reader {
   struct lh_ingest *ing;
   const lh_ingest_params *p;
@@ -170,6 +181,8 @@ typedef struct lh_reader {
   lh_reader_stats st;
   int total_cap_hit;
   int64_t doc_index;
+  int last_included;      /* the last lh_doc_end included its document (OK or PARTIAL) */
+  lh_keyset included;     /* hashes of the raw paths of this input's included documents */
   char no_entries[512];   /* set by a source whose archive had no entry at all: why, for the note */
   int64_t source_bytes_published;
   /* the document being read (lh_doc_*) */
@@ -179,6 +192,7 @@ typedef struct lh_reader {
     char *path, *link;   /* copies (the source's strings may move during the document) */
     size_t path_len, link_len;
     lh_entry_type type;
+    uint64_t key; /* lh_key_of the name as stored */
     int64_t declared, bytes, accepted, invalid;
     int64_t mark_start;
     uint64_t text_start;
