@@ -171,6 +171,7 @@ static void chunk_free(lh_chunk *c) {
   if (!c) return;
   chunk_reset(c);
   lh_buf_free(&c->text);
+  lh_buf_free(&c->open_doc);
   free(c->marks);
   free(c->ents);
   free(c);
@@ -209,6 +210,8 @@ static void chunk_push(lh_ingest *ing, lh_chunk *c) {
   /* Only the document being read can still send an entry that points back at an older mark. */
   lh_reader *r = &ing->r;
   c->live_mark = r->doc.active && r->doc.mark_start >= 0 ? r->doc.mark_start : r->mark_next;
+  c->open_doc.len = 0;
+  if (r->doc.active && r->doc.path) lh_buf_append(&c->open_doc, r->doc.path, r->doc.path_len);
   pthread_mutex_lock(&ing->mu);
   c->next = NULL;
   if (ing->q_tail) ing->q_tail->next = c;
@@ -458,6 +461,9 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
     return lh_error_set(err, LH_EINVAL, "ingest: sort_memory must be positive");
   if (p->tokenizer_threads < 0 || p->tokenizer_threads > 64)
     return lh_error_set(err, LH_EINVAL, "ingest: tokenizer_threads must be within [0, 64] (0: automatic)");
+  if (p->max_tokens < 0) return lh_error_set(err, LH_EINVAL, "ingest: max_tokens must not be negative (0: no limit)");
+  if (p->max_tokens > 0 && !p->tokenizer)
+    return lh_error_set(err, LH_EINVAL, "ingest: max_tokens needs a tokenizer to count tokens with");
 
   lh_ingest *ing = calloc(1, sizeof *ing);
   if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -638,6 +644,40 @@ const char *lh_file_kind(unsigned mode) {
   return "of an unknown file type";
 }
 
+/* The name of the entry in which the framed text's byte `off` lies: a finished entry of this
+ * batch or of the tokenizer's waiting list, else the document the reader had open. */
+static void entry_at(lh_ingest *ing, const lh_chunk *c, uint64_t off, lh_buf *name) {
+  for (size_t i = 0; i < ing->n_ready; i++) {
+    const lh_ingest_entry *e = &ing->ready[i].e;
+    if (e->text_start <= off && off < e->text_end) {
+      lh_ingest_display_name(e->path, e->path_len, 200, name);
+      return;
+    }
+  }
+  const lh_ingest_entry *e = lh_tokside_entry_at(ing->tok, off);
+  if (e) lh_ingest_display_name(e->path, e->path_len, 200, name);
+  else if (c->open_doc.len) lh_ingest_display_name(c->open_doc.data, c->open_doc.len, 200, name);
+  else lh_buf_append_str(name, "(between documents)");
+}
+
+/* With max_tokens: fail once the tokens pass it, naming where. */
+static lh_status check_max_tokens(lh_ingest *ing, const lh_chunk *c, int64_t before, lh_error *err) {
+  int64_t max = ing->p.max_tokens;
+  if (max <= 0 || ing->tokens_total <= max) return LH_OK;
+  int64_t over = max - before; /* index, in this call's ids, of token max + 1 */
+  if (over < 0) over = 0;
+  uint64_t off = (uint64_t)lh_tokside_offset(ing->tok, (size_t)over);
+  lh_buf name = {0};
+  entry_at(ing, c, off, &name);
+  lh_status st = lh_error_set(err, LH_ELIMIT,
+                              "entry '%s': the documents pass %lld tokens (max_tokens) at byte %llu of the framed "
+                              "text, %lld tokens so far; the prompt is over the limit",
+                              name.data ? name.data : "", (long long)max, (unsigned long long)off,
+                              (long long)ing->tokens_total);
+  lh_buf_free(&name);
+  return st;
+}
+
 lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
   memset(b, 0, sizeof *b);
   b->text = "";
@@ -677,12 +717,14 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->ids.len = 0;
     double secs = 0;
     lh_error terr = {0};
+    int64_t before = ing->tokens_total;
     lh_status st = lh_tokside_chunk(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
     pthread_mutex_lock(&ing->mu);
     ing->tokenize_seconds += secs;
     ing->tokenize_cpu = lh_tokside_cpu_seconds(ing->tok);
     ing->tokens_total = lh_tokside_total(ing->tok);
     pthread_mutex_unlock(&ing->mu);
+    if (!st) st = check_max_tokens(ing, c, before, &terr);
     if (st) {
       ing->state = ST_FAILED;
       ing->fail_status = st;

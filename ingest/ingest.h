@@ -9,9 +9,12 @@
  *
  * Nothing is ever extracted to disk and no input is ever held whole: entries flow one block at a
  * time from libarchive (or the folder walker) into the framer and the tokenizer. Memory is
- * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), plus one 8-byte hash per
- * included document of the input being read (hard links), and, with LH_INGEST_SORT_PATH only, the
- * names of one archive's entries and about sort_memory bytes of their contents.
+ * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), and the tokenizer caps
+ * pre-tokens at 1 MiB (tokenizer.h), so with the GPT-2, Llama 3 or MiniMax tokenizer families it
+ * is bounded by a constant at any input size (a few hundred MB; bench/ingest/bench_ingest_mem
+ * measures it); plus one 8-byte hash per included document of the input being read (hard links),
+ * and, with LH_INGEST_SORT_PATH only, the names of one archive's entries and about sort_memory
+ * bytes of their contents.
  *
  * Lifecycle (after libarchive's new -> support -> open -> next -> free):
  *
@@ -167,6 +170,12 @@ typedef struct lh_ingest_params {
    * tokenizer thread does ~25 MB/s of framed text and the reader frames ~200 MB/s, so up to ~8
    * threads still pay off when asked for). 1: the calling thread only. At most 64. */
   int tokenizer_threads;
+  /* Refuse the prompt once its tokens pass this many (0, the default: no limit): the first
+   * lh_ingest_next whose tokens take the count past max_tokens fails with LH_ELIMIT, naming the
+   * entry in which the count passed it. Decided as the tokens come out, so an input far over the
+   * limit is refused within a few batches (batch_bytes) of text past it, never read whole first.
+   * Needs a tokenizer. */
+  int64_t max_tokens;
 } lh_ingest_params;
 
 /* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */

@@ -106,6 +106,7 @@ typedef struct lh_chunk {
   int64_t live_mark; /* no entry in a later chunk refers to a mark below this id */
   lh_ientry *ents;
   size_t n_ents, cap_ents;
+  lh_buf open_doc;      /* the path of the document the reader had open when it pushed this chunk */
   int last;             /* no chunk follows */
   lh_status status;     /* with last: LH_OK, or why the reader stopped */
   char msg[LH_ERROR_MSG_MAX];
@@ -126,6 +127,10 @@ lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_statu
 int64_t lh_tokside_total(const lh_tokside *ts);
 double lh_tokside_cpu_seconds(const lh_tokside *ts); /* CPU seconds in the tokenizer, all threads */
 int lh_tokside_threads(const lh_tokside *ts);       /* threads the stream encodes on */
+/* The framed-text offset of the k-th id the last lh_tokside_chunk appended. */
+int64_t lh_tokside_offset(const lh_tokside *ts, size_t k);
+/* A waiting entry (span not final yet) whose framed text holds offset off, or NULL. */
+const lh_ingest_entry *lh_tokside_entry_at(const lh_tokside *ts, uint64_t off);
 
 /* ---- the reader (producer) ---- */
 

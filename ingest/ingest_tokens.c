@@ -175,3 +175,14 @@ int64_t lh_tokside_total(const lh_tokside *ts) { return ts->total; }
 double lh_tokside_cpu_seconds(const lh_tokside *ts) { return lh_tok_stream_cpu_seconds(ts->stream); }
 
 int lh_tokside_threads(const lh_tokside *ts) { return tk_stream_threads(ts->stream); }
+
+int64_t lh_tokside_offset(const lh_tokside *ts, size_t k) { return ts->offs ? ts->offs[k] : -1; }
+
+const lh_ingest_entry *lh_tokside_entry_at(const lh_tokside *ts, uint64_t off) {
+  if (!ts) return NULL;
+  for (size_t i = ts->phead; i < ts->plen; i++) {
+    const lh_ingest_entry *e = &ts->pend[i].e;
+    if (e->text_start <= off && off < e->text_end) return e;
+  }
+  return NULL;
+}
