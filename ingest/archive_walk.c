@@ -9,8 +9,10 @@
  * Files are opened with O_NOFOLLOW | O_NONBLOCK and checked again with fstat, so a name swapped
  * for a fifo or a link between the listing and the open is never read or waited on. A regular
  * file with several links is read once, under the first name met that is a document; later names
- * are recorded as hardlinks to that one, as tar does. Memory: the names of the directories on the
- * current path and their siblings, plus one table entry per multiply-linked file.
+ * are recorded as hardlinks to that one, as tar does. Files and folders in exclude_paths
+ * (matched by device and inode) are recorded as excluded and never opened. Memory: the names of
+ * the directories on the current path and their siblings, plus one table entry per
+ * multiply-linked file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -189,6 +191,13 @@ static lh_entry_type type_of_mode(mode_t m) {
   return LH_ENTRY_OTHER;
 }
 
+/* One of exclude_paths, by device and inode. */
+static int excluded_path(const lh_reader *r, const struct stat *sb) {
+  for (size_t i = 0; i < r->n_ex; i++)
+    if (r->ex_dev[i] == sb->st_dev && r->ex_ino[i] == sb->st_ino) return 1;
+  return 0;
+}
+
 static lh_status record_errno(lh_reader *r, lh_meta *m, const char *what, int e) {
   char detail[256];
   snprintf(detail, sizeof detail, "%s: %s", what, strerror(e));
@@ -240,6 +249,12 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
     st = record_errno(r, &im, "cannot open the folder", e);
     goto out;
   }
+  if (excluded_path(r, &sb)) {
+    close(root);
+    st = lh_reader_record(r, &im, LH_ENTRY_SKIPPED, LH_REASON_EXCLUDED, -1, -1, LH_OK,
+                          "the folder is one of the paths left out of folder walks (exclude_paths)");
+    goto out;
+  }
   stack[0] = (frame){.fd = root, .dev = sb.st_dev, .ino = sb.st_ino};
   depth = 1;
   int e = frame_load(&stack[0]);
@@ -274,6 +289,13 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       }
       m.path = path.data;
       m.path_len = path.len;
+    }
+    if (excluded_path(r, &sb)) {
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_EXCLUDED, -1, -1, LH_OK,
+                            "one of the paths left out of folder walks (exclude_paths); not read");
+      continue;
+    }
+    if (m.type == LH_ENTRY_DIR) {
       lh_entry_reason why = lh_reader_predecide(r, &m);
       if (why != LH_REASON_DIRECTORY) {
         st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, -1, -1, LH_OK, NULL);

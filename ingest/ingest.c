@@ -41,6 +41,7 @@ struct lh_ingest {
   lh_ingest_params p;
   char *template_copy;
   char **globs; /* include then exclude copies */
+  char **ex_paths; /* exclude_paths copies */
   lh_tmpl tmpl;
   lh_globset include, exclude;
   lh_input *inputs;
@@ -401,9 +402,28 @@ static void note_input(lh_ingest *ing, const lh_reader_stats *b) {
   lh_buf_free(&line);
 }
 
+/* exclude_paths as devices and inodes, as the reader sees them when it starts. */
+static void resolve_walk_limits(lh_ingest *ing) {
+  lh_reader *r = &ing->r;
+  size_t n = ing->p.n_exclude_paths;
+  r->n_ex = 0;
+  if (n) {
+    r->ex_dev = calloc(n, sizeof *r->ex_dev);
+    r->ex_ino = calloc(n, sizeof *r->ex_ino);
+    if (r->ex_dev && r->ex_ino)
+      for (size_t i = 0; i < n; i++) {
+        struct stat sb;
+        if (stat(ing->ex_paths[i], &sb) != 0) continue;
+        r->ex_dev[r->n_ex] = sb.st_dev;
+        r->ex_ino[r->n_ex++] = sb.st_ino;
+      }
+  }
+}
+
 static void *reader_main(void *arg) {
   lh_ingest *ing = arg;
   lh_reader *r = &ing->r;
+  resolve_walk_limits(ing);
   /* Formats that store names as UTF-16 (7z, Joliet, some zip) are converted by libarchive through
    * the thread's locale; make that UTF-8 for this thread only, whatever the program set. */
   locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
@@ -464,6 +484,8 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
   if (p->max_tokens < 0) return lh_error_set(err, LH_EINVAL, "ingest: max_tokens must not be negative (0: no limit)");
   if (p->max_tokens > 0 && !p->tokenizer)
     return lh_error_set(err, LH_EINVAL, "ingest: max_tokens needs a tokenizer to count tokens with");
+  if (p->n_exclude_paths && !p->exclude_paths)
+    return lh_error_set(err, LH_EINVAL, "ingest: n_exclude_paths is %zu but exclude_paths is NULL", p->n_exclude_paths);
 
   lh_ingest *ing = calloc(1, sizeof *ing);
   if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -489,6 +511,25 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
   }
   ing->p.include = (const char *const *)ing->globs;
   ing->p.exclude = (const char *const *)ing->globs + p->n_include;
+  if (p->n_exclude_paths) {
+    ing->ex_paths = calloc(p->n_exclude_paths, sizeof *ing->ex_paths);
+    if (!ing->ex_paths) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      goto fail;
+    }
+    for (size_t i = 0; i < p->n_exclude_paths; i++) {
+      const char *x = p->exclude_paths[i];
+      if (!x || !*x) {
+        st = lh_error_set(err, LH_EINVAL, "ingest: exclude_paths[%zu] is empty", i);
+        goto fail;
+      }
+      if (!(ing->ex_paths[i] = xstrdup(x))) {
+        st = lh_error_set(err, LH_ENOMEM, "out of memory");
+        goto fail;
+      }
+    }
+    ing->p.exclude_paths = (const char *const *)ing->ex_paths;
+  }
   if ((st = lh_tmpl_parse(ing->template_copy, &ing->tmpl, err))) goto fail;
   if ((st = lh_globset_init(&ing->include, ing->p.include, p->n_include, err))) goto fail;
   if ((st = lh_globset_init(&ing->exclude, ing->p.exclude, p->n_exclude, err))) goto fail;
@@ -541,6 +582,11 @@ void lh_ingest_close(lh_ingest *ing) {
   lh_i32vec_free(&ing->ids);
   for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
   free(ing->inputs);
+  if (ing->ex_paths)
+    for (size_t i = 0; i < ing->p.n_exclude_paths; i++) free(ing->ex_paths[i]);
+  free(ing->ex_paths);
+  free(ing->r.ex_dev);
+  free(ing->r.ex_ino);
   lh_keyset_free(&ing->r.included);
   lh_buf_free(&ing->notes);
   if (ing->globs)

@@ -176,6 +176,12 @@ typedef struct lh_ingest_params {
    * limit is refused within a few batches (batch_bytes) of text past it, never read whole first.
    * Needs a tokenizer. */
   int64_t max_tokens;
+  /* Paths that folder walks leave out, matched by identity (device and inode, so any name for the
+   * same folder or file matches): the runner's output folder when it lies inside a document
+   * folder. Each is recorded once, as EXCLUDED, and a folder is not entered. A path that does not
+   * exist when a walk starts is ignored. Copied at open. */
+  const char *const *exclude_paths;
+  size_t n_exclude_paths;
 } lh_ingest_params;
 
 /* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */

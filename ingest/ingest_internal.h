@@ -19,6 +19,7 @@
 #define LH_INGEST_INTERNAL_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ingest/ingest.h"
 #include "util/hash.h"
@@ -189,6 +190,10 @@ typedef struct lh_reader {
   int last_included;      /* the last lh_doc_end included its document (OK or PARTIAL) */
   lh_keyset included;     /* hashes of the raw paths of this input's included documents */
   char no_entries[512];   /* set by a source whose archive had no entry at all: why, for the note */
+  /* exclude_paths as devices and inodes, resolved when the reader starts */
+  dev_t *ex_dev;
+  ino_t *ex_ino;
+  size_t n_ex;
   int64_t source_bytes_published;
   /* the document being read (lh_doc_*) */
   struct {
