@@ -10,15 +10,18 @@
  * for a fifo or a link between the listing and the open is never read or waited on. A regular
  * file with several links is read once, under the first name met that is a document; later names
  * are recorded as hardlinks to that one, as tar does. Files and folders in exclude_paths
- * (matched by device and inode) are recorded as excluded and never opened. Memory: the names of
- * the directories on the current path and their siblings, plus one table entry per
- * multiply-linked file.
+ * (matched by device and inode) are recorded as excluded and never opened. With confine_root the
+ * walked folder, as opened, must lie under the root, and a symlink pointing outside it is recorded
+ * with reason OUTSIDE_ROOT (resolved through the file system as far as it exists, lexically past
+ * that); symlinks are never followed either way. Memory: the names of the directories on the
+ * current path and their siblings, plus one table entry per multiply-linked file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +201,60 @@ static int excluded_path(const lh_reader *r, const struct stat *sb) {
   return 0;
 }
 
+/* The path of an open descriptor, through /proc. */
+static int fd_path(int fd, char *out, size_t n) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(proc, out, n - 1);
+  if (k <= 0) {
+    snprintf(out, n, "(unknown)");
+    return 0;
+  }
+  out[k] = 0;
+  return 1;
+}
+
+/* Collapse ".", ".." and repeated '/' of an absolute path in place (no file system access). */
+static void lexical_clean(char *p) {
+  char *out = p, *in = p;
+  while (*in) {
+    while (*in == '/') in++;
+    char *seg = in;
+    while (*in && *in != '/') in++;
+    size_t len = (size_t)(in - seg);
+    if (!len || (len == 1 && seg[0] == '.')) continue;
+    if (len == 2 && seg[0] == '.' && seg[1] == '.') {
+      while (out > p && *--out != '/') {}
+      continue;
+    }
+    *out++ = '/';
+    memmove(out, seg, len);
+    out += len;
+  }
+  if (out == p) *out++ = '/';
+  *out = 0;
+}
+
+/* Whether the symlink target, found in the directory open at dfd, points outside the documents
+ * root; detail then says where. Resolved through the file system as far as it exists (further
+ * links included), lexically past that. */
+static int outside_root(const lh_reader *r, int dfd, const char *target, char *detail, size_t n) {
+  char dir[PATH_MAX], cand[2 * PATH_MAX + 2], res[PATH_MAX];
+  if (target[0] == '/') snprintf(cand, sizeof cand, "%s", target);
+  else {
+    if (!fd_path(dfd, dir, sizeof dir)) return 0;
+    snprintf(cand, sizeof cand, "%s/%s", dir, target);
+  }
+  const char *where = realpath(cand, res);
+  if (!where) {
+    lexical_clean(cand);
+    where = cand;
+  }
+  if (lh_path_under(where, r->root, r->root_len)) return 0;
+  snprintf(detail, n, "points to '%s', outside the documents root '%s'; not followed", where, r->root);
+  return 1;
+}
+
 static lh_status record_errno(lh_reader *r, lh_meta *m, const char *what, int e) {
   char detail[256];
   snprintf(detail, sizeof detail, "%s: %s", what, strerror(e));
@@ -248,6 +305,17 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
     if (root >= 0) close(root);
     st = record_errno(r, &im, "cannot open the folder", e);
     goto out;
+  }
+  if (r->root) {
+    /* the folder as opened, not as named: a symlink swapped in since it was added counts */
+    char real[PATH_MAX];
+    if (!fd_path(root, real, sizeof real) || !lh_path_under(real, r->root, r->root_len)) {
+      char detail[2 * PATH_MAX + 96];
+      snprintf(detail, sizeof detail, "the folder resolves to '%s', outside the documents root '%s'", real, r->root);
+      close(root);
+      st = lh_reader_record(r, &im, LH_ENTRY_ERROR, LH_REASON_OUTSIDE_ROOT, -1, -1, LH_EINVAL, detail);
+      goto out;
+    }
   }
   if (excluded_path(r, &sb)) {
     close(root);
@@ -345,6 +413,14 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
         m.link = target.data;
         m.link_len = target.len;
       }
+      lh_entry_reason why = lh_reader_predecide(r, &m);
+      char detail[PATH_MAX + 128];
+      if (why == LH_REASON_LINK && n >= 0 && r->root && outside_root(r, f->fd, target.data, detail, sizeof detail)) {
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_OUTSIDE_ROOT, -1, -1, LH_OK, detail);
+        continue;
+      }
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, -1, -1, LH_OK, NULL);
+      continue;
     }
     if (m.type != LH_ENTRY_FILE) {
       st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), -1, -1, LH_OK, NULL);

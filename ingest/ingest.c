@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <locale.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ struct lh_ingest {
   char *template_copy;
   char **globs; /* include then exclude copies */
   char **ex_paths; /* exclude_paths copies */
+  char *root;      /* realpath of confine_root, NULL when none */
   lh_tmpl tmpl;
   lh_globset include, exclude;
   lh_input *inputs;
@@ -153,6 +155,11 @@ void lh_keyset_clear(lh_keyset *s) {
 void lh_keyset_free(lh_keyset *s) {
   free(s->k);
   memset(s, 0, sizeof *s);
+}
+
+int lh_path_under(const char *path, const char *root, size_t root_len) {
+  if (root_len == 1 && root[0] == '/') return path[0] == '/';
+  return !strncmp(path, root, root_len) && (path[root_len] == 0 || path[root_len] == '/');
 }
 
 /* ---- chunks ---- */
@@ -402,7 +409,7 @@ static void note_input(lh_ingest *ing, const lh_reader_stats *b) {
   lh_buf_free(&line);
 }
 
-/* exclude_paths as devices and inodes, as the reader sees them when it starts. */
+/* exclude_paths as device and inode, and confine_root as the reader sees them when it starts. */
 static void resolve_walk_limits(lh_ingest *ing) {
   lh_reader *r = &ing->r;
   size_t n = ing->p.n_exclude_paths;
@@ -418,6 +425,8 @@ static void resolve_walk_limits(lh_ingest *ing) {
         r->ex_ino[r->n_ex++] = sb.st_ino;
       }
   }
+  r->root = ing->root;
+  r->root_len = ing->root ? strlen(ing->root) : 0;
 }
 
 static void *reader_main(void *arg) {
@@ -530,6 +539,20 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
     }
     ing->p.exclude_paths = (const char *const *)ing->ex_paths;
   }
+  if (p->confine_root) {
+    struct stat sb;
+    if (!*p->confine_root || !(ing->root = realpath(p->confine_root, NULL))) {
+      st = lh_error_set(err, LH_ENOTFOUND, "ingest: the documents root '%s' (confine_root): %s", p->confine_root,
+                        *p->confine_root ? strerror(errno) : "empty path");
+      goto fail;
+    }
+    if (stat(ing->root, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      st = lh_error_set(err, LH_EINVAL, "ingest: the documents root '%s' (confine_root) is not a folder",
+                        p->confine_root);
+      goto fail;
+    }
+    ing->p.confine_root = ing->root;
+  }
   if ((st = lh_tmpl_parse(ing->template_copy, &ing->tmpl, err))) goto fail;
   if ((st = lh_globset_init(&ing->include, ing->p.include, p->n_include, err))) goto fail;
   if ((st = lh_globset_init(&ing->exclude, ing->p.exclude, p->n_exclude, err))) goto fail;
@@ -585,6 +608,7 @@ void lh_ingest_close(lh_ingest *ing) {
   if (ing->ex_paths)
     for (size_t i = 0; i < ing->p.n_exclude_paths; i++) free(ing->ex_paths[i]);
   free(ing->ex_paths);
+  free(ing->root);
   free(ing->r.ex_dev);
   free(ing->r.ex_ino);
   lh_keyset_free(&ing->r.included);
@@ -643,6 +667,16 @@ lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
                           "%s: is %s, not a regular file or folder: it is not read (it could wait forever or never "
                           "end); to stream data, pipe it to standard input and name the input '-'",
                           path, lh_file_kind(sb.st_mode));
+    if (ing->root) {
+      char *real = realpath(path, NULL);
+      int under = real && lh_path_under(real, ing->root, strlen(ing->root));
+      lh_status st = LH_OK;
+      if (!under)
+        st = lh_error_set(err, LH_EINVAL, "%s: resolves to '%s', outside the documents root '%s' (confine_root)", path,
+                          real ? real : strerror(errno), ing->root);
+      free(real);
+      if (st) return st;
+    }
   }
   if (!(in.name = xstrdup(path))) return lh_error_set(err, LH_ENOMEM, "out of memory");
   return add_input(ing, in, err);

@@ -182,6 +182,12 @@ typedef struct lh_ingest_params {
    * exist when a walk starts is ignored. Copied at open. */
   const char *const *exclude_paths;
   size_t n_exclude_paths;
+  /* A folder every input must lie under after symlinks are resolved (NULL, the default: no
+   * confinement). lh_ingest_add_path refuses a path that resolves elsewhere (LH_EINVAL naming
+   * both), a folder walk checks its folder again when it opens it, and a symlink met in a walk
+   * that points outside the folder is recorded with reason OUTSIDE_ROOT instead of LINK (links
+   * are never followed either way). Copied at open. */
+  const char *confine_root;
 } lh_ingest_params;
 
 /* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */
@@ -229,6 +235,7 @@ typedef enum lh_entry_reason {
   LH_REASON_CORRUPT,      /* the archive failed a check or ended early */
   LH_REASON_BOMB,         /* decompression cap or ratio exceeded */
   LH_REASON_UNSUPPORTED,  /* a compression or format feature libarchive cannot read */
+  LH_REASON_OUTSIDE_ROOT, /* a symlink pointing outside confine_root */
   LH_REASON_COUNT
 } lh_entry_reason;
 

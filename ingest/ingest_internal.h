@@ -194,6 +194,8 @@ typedef struct lh_reader {
   dev_t *ex_dev;
   ino_t *ex_ino;
   size_t n_ex;
+  char *root;             /* realpath of confine_root, NULL when none */
+  size_t root_len;
   int64_t source_bytes_published;
   /* the document being read (lh_doc_*) */
   struct {
@@ -248,5 +250,7 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in);
 void lh_archive_global_init(void);
 /* "a FIFO (named pipe)", "a character device", ... for a st_mode. */
 const char *lh_file_kind(unsigned mode);
+/* 1 when path (resolved, absolute) is root or lies under it. */
+int lh_path_under(const char *path, const char *root, size_t root_len);
 
 #endif

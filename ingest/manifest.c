@@ -18,7 +18,7 @@ static const char *const status_names[LH_ENTRY_STATUS_COUNT] = {"ok", "partial",
 static const char *const reason_names[LH_REASON_COUNT] = {
     "none",      "directory", "link",     "special",  "excluded",   "not-included",
     "encrypted", "too-large", "total-cap", "binary",  "loop",       "too-deep",
-    "unreadable", "corrupt",  "bomb",      "unsupported"};
+    "unreadable", "corrupt",  "bomb",      "unsupported", "outside-root"};
 
 const char *lh_entry_type_name(lh_entry_type t) {
   return (unsigned)t < LH_ENTRY_TYPE_COUNT ? type_names[t] : "?";
