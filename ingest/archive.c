@@ -16,9 +16,10 @@
  * further pass over the input that buffers the next window of sort_memory bytes of documents in
  * key order. Entries are matched across passes by their ordinal and checked by name.
  *
- * Hard links whose content must be read get it from their target through a re-read of the input
- * (see "hard links" below). When libarchive fails without a message, errstr_of says what the
- * input shows instead.
+ * Compressed members (member.c) are decoded through a second reader that pulls the entry's data;
+ * their content, not their stored bytes, counts toward the input's caps. Hard links whose content
+ * must be read get it from their target through a re-read of the input (see "hard links" below).
+ * When libarchive fails without a message, errstr_of says what the input shows instead.
  *
  * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
  * is not enabled; no external filter program runs unless external_filters); every entry that
@@ -74,6 +75,11 @@ static void probe_filters(void) {
 }
 
 void lh_archive_global_init(void) { pthread_once(&probe_once, probe_filters); }
+
+void lh_archive_add_filters(struct archive *a, int external) {
+  for (size_t i = 0; i < N_FILTERS; i++)
+    if (filters[i].native || external) filters[i].fn(a);
+}
 
 /* ---- the byte source under libarchive ---- */
 
@@ -217,8 +223,7 @@ static struct archive *archive_new_for(lh_reader *r, src *s) {
   archive_read_support_format_zip(a);
   archive_read_support_format_empty(a);
   archive_read_support_format_raw(a);
-  for (size_t i = 0; i < N_FILTERS; i++)
-    if (filters[i].native || r->p->external_filters) filters[i].fn(a);
+  lh_archive_add_filters(a, r->p->external_filters);
   archive_read_set_read_callback(a, src_read);
   if (s->seekable) {
     archive_read_set_skip_callback(a, src_skip);
@@ -513,6 +518,12 @@ static void meta_of(src *s, struct archive *a, struct archive_entry *e, int64_t 
     m->type = LH_ENTRY_OTHER; /* the symbol or long-name table libarchive reports as an entry */
 }
 
+/* The suffix length when entry m is a compressed member to decode (0: read it as stored). */
+static size_t member_suffix(const lh_reader *r, const lh_meta *m, int raw) {
+  if (raw || !r->p->decompress_members || m->type != LH_ENTRY_FILE || m->encrypted) return 0;
+  return lh_member_suffix(m->path, m->path_len);
+}
+
 /* Record that the input died (or could not be opened). */
 static lh_status input_failed(lh_reader *r, lh_status code, lh_entry_reason why, int64_t off, const char *detail) {
   lh_meta m = {0};
@@ -560,6 +571,127 @@ static void no_entries_note(lh_reader *r, src *s, struct archive *a) {
            fmt_base(a) == ARCHIVE_FORMAT_TAR
                ? "; an archive that starts with NUL blocks, such as a compressed file of zeros, reads as an empty tar"
                : "; an empty archive");
+}
+
+/* ---- compressed members (member.c) ---- */
+
+/* The puller of a member inside this archive: its entry's data blocks. */
+typedef struct mpull {
+  src *s;
+  struct archive *a;
+  rd *o; /* the outer failure, when the entry's data could not be read */
+  int64_t at;
+} mpull;
+
+static long member_pull(void *ctx, const void **buf) {
+  mpull *p = ctx;
+  size_t n;
+  la_int64_t off;
+  double t0 = lh_now();
+  int rc = archive_read_data_block(p->a, buf, &n, &off);
+  lh_reader_add_read_time(p->s->r, t0);
+  if (rc == ARCHIVE_EOF) return 0;
+  if (rc < ARCHIVE_WARN) {
+    rd_fail(p->o, p->s, p->a, rc, p->at);
+    return -1;
+  }
+  p->at += (int64_t)n;
+  return (long)n;
+}
+
+/* Start decoding e's data; a failure is left in o (the entry's, or the outer's from the pull). */
+static lh_status member_begin(src *s, mpull *mp, lh_member **mb, const char **filter, rd *o) {
+  char det[512];
+  lh_entry_reason why = LH_REASON_CORRUPT;
+  lh_status st = lh_member_open(s->r, member_pull, mp, mb, filter, det, &why);
+  if (st == LH_ENOMEM) return st;
+  if (st && !o->code) {
+    o->code = st;
+    o->why = why;
+    o->off = archive_filter_bytes(mp->a, -1);
+    snprintf(o->detail, sizeof o->detail, "%s", det);
+  }
+  return LH_OK;
+}
+
+/* Stream a member's content into sink: its own caps in lh_member_read, the input's here. */
+static lh_status member_stream(src *s, mpull *mp, lh_member *mb, sink_fn sink, void *ctx, rd *o, int *stopped) {
+  *stopped = 0;
+  for (;;) {
+    const void *buf;
+    size_t n;
+    char det[512];
+    lh_entry_reason why = LH_REASON_CORRUPT;
+    double t0 = lh_now();
+    lh_status st = lh_member_read(mb, &buf, &n, det, &why);
+    lh_reader_add_read_time(s->r, t0);
+    if (st) {
+      if (!o->code) { /* else the outer data failed under the pull: that is the reason */
+        o->code = st;
+        o->why = why;
+        o->off = archive_filter_bytes(mp->a, -1);
+        snprintf(o->detail, sizeof o->detail, "%s", det);
+      }
+      return LH_OK;
+    }
+    if (!n) return LH_OK;
+    int want = 1;
+    if ((st = sink(ctx, buf, n, &want))) return st;
+    s->data_bytes += (int64_t)n;
+    if ((st = check_caps(s, mp->a, o->detail))) {
+      if (st == LH_EINTR) return st;
+      o->code = st;
+      o->why = LH_REASON_BOMB;
+      o->fatal = 1;
+      o->off = archive_filter_bytes(mp->a, -1);
+      return LH_OK;
+    }
+    if (!want) {
+      *stopped = 1;
+      return LH_OK;
+    }
+  }
+}
+
+/* The meta of a member's document: its stored name, and how it was decompressed (NULL: it was
+ * not compressed after all). The declared size is the stored size, not the content's. */
+static lh_meta member_meta(const lh_meta *m, const char *filter) {
+  lh_meta dm = *m;
+  if (filter) {
+    dm.decompressed = filter;
+    dm.size = -1;
+  }
+  return dm;
+}
+
+/* A compressed member in archive order: decoded into a document, or recorded as failed. */
+static lh_status member_entry(lh_reader *r, src *s, struct archive *a, struct archive_entry *e, const lh_meta *m,
+                              const char *warn, rd *o) {
+  mpull mp = {s, a, o, 0};
+  lh_member *mb = NULL;
+  const char *filter = NULL;
+  lh_status st = member_begin(s, &mp, &mb, &filter, o);
+  if (st) return st;
+  if (o->code) {
+    rd d = {0};
+    if (!o->fatal) discard(s, a, e, &d);
+    o->fatal |= d.fatal;
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, o->why, m->size, o->off, o->code, o->detail);
+  }
+  lh_meta dm = member_meta(m, filter);
+  if (!(st = lh_doc_begin(r, &dm))) {
+    int stopped = 0;
+    st = member_stream(s, &mp, mb, doc_sink, r, o, &stopped);
+    if (!st) {
+      rd d = {0};
+      if (!o->fatal && (stopped || o->code)) discard(s, a, e, &d);
+      if (d.code && !o->code) *o = d;
+      o->fatal |= d.fatal;
+      st = lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+    }
+  }
+  lh_member_close(mb);
+  return st;
 }
 
 /* ---- hard links ---- */
@@ -792,8 +924,12 @@ static lh_status read_in_order(lh_reader *r, src *s) {
       if (o.fatal) break;
       continue;
     }
+    size_t sfx = member_suffix(r, &m, raw);
+    if (sfx) m.alt_path = m.path, m.alt_len = m.path_len - sfx;
     lh_entry_reason why = lh_reader_predecide(r, &m);
-    if (why) {
+    if (!why && sfx) {
+      if ((st = member_entry(r, s, a, e, &m, warn, &o))) break;
+    } else if (why) {
       if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, warn))) break;
       if (raw) break; /* the only entry: nothing after it to reach */
       if (m.encrypted) {
@@ -834,6 +970,8 @@ typedef struct srec {
   int encrypted;
   int candidate; /* passes the order-independent checks: its content is wanted */
   int buffered, want;
+  size_t sfx;               /* a compressed member: its suffix length */
+  const char *decompressed; /* how its buffered content was decompressed (NULL: as stored) */
   int64_t target;           /* a hard link: the index of the last regular file of its target's
                              * name before it, -2 when none */
   lh_buf data;
@@ -907,6 +1045,7 @@ static void rec_meta(const srec *x, lh_meta *m) {
   m->type = x->type;
   m->size = x->size;
   m->encrypted = x->encrypted;
+  if (x->sfx) m->alt_path = x->path, m->alt_len = x->path_len - x->sfx;
 }
 
 static int64_t rec_estimate(const lh_reader *r, const srec *x) {
@@ -947,10 +1086,29 @@ static lh_status buffer_entry(sorter *so, struct archive *a, struct archive_entr
   bufsink b = {x, force || limit < budget ? limit : budget, 0};
   int stopped = 0;
   memset(&x->res, 0, sizeof x->res);
-  lh_status st = read_entry(so->s, a, e, buf_sink, &b, &x->res, &stopped);
+  lh_status st;
+  if (x->sfx) {
+    mpull mp = {so->s, a, &x->res, 0};
+    lh_member *mb = NULL;
+    const char *filter = NULL;
+    st = member_begin(so->s, &mp, &mb, &filter, &x->res);
+    if (!st && !x->res.code) {
+      x->decompressed = filter;
+      st = member_stream(so->s, &mp, mb, buf_sink, &b, &x->res, &stopped);
+    }
+    lh_member_close(mb);
+    if (!st && !x->res.fatal && (stopped || x->res.code)) {
+      rd d = {0};
+      discard(so->s, a, e, &d);
+      if (d.code && !x->res.code) x->res = d;
+      x->res.fatal |= d.fatal;
+    }
+  } else {
+    st = read_entry(so->s, a, e, buf_sink, &b, &x->res, &stopped);
+    if (!st && stopped && !x->res.code) discard(so->s, a, e, &x->res);
+  }
   if (st == LH_ENOMEM) return lh_error_set(&so->r->err, LH_ENOMEM, "out of memory buffering an entry for --sort path");
   if (st) return st;
-  if (stopped && !x->res.code) discard(so->s, a, e, &x->res);
   *fits = !(b.over && b.limit < limit);
   if (*fits) {
     x->buffered = 1;
@@ -1054,6 +1212,8 @@ static lh_status sort_pass(sorter *so, int pass) {
       x->key = x->path;
       x->key_len = x->path_len;
       lh_path_normalize(&x->key, &x->key_len);
+      x->sfx = member_suffix(r, &m, fmt_base(a) == ARCHIVE_FORMAT_RAW);
+      if (x->sfx) m.alt_path = m.path, m.alt_len = m.path_len - x->sfx;
       x->candidate = lh_reader_predecide_static(r, &m) == LH_REASON_NONE;
       if (m.type == LH_ENTRY_FILE) {
         int64_t *v = file_slot(so, lh_key_of(m.path, m.path_len), 1);
@@ -1151,7 +1311,8 @@ static lh_status emit_rec(sorter *so, srec *x) {
                             "not read: with --sort path the documents of a stream must fit in sort_memory; "
                             "raise it or pass the archive as a file");
   } else {
-    if ((st = lh_doc_begin(r, &m))) return st;
+    lh_meta dm = x->decompressed ? member_meta(&m, x->decompressed) : m;
+    if ((st = lh_doc_begin(r, &dm))) return st;
     int want = 1;
     for (size_t at = 0; at < x->data.len && want;) {
       size_t n = x->data.len - at < FEED_BLOCK ? x->data.len - at : FEED_BLOCK;

@@ -13,8 +13,9 @@
  * (matched by device and inode) are recorded as excluded and never opened. With confine_root the
  * walked folder, as opened, must lie under the root, and a symlink pointing outside it is recorded
  * with reason OUTSIDE_ROOT (resolved through the file system as far as it exists, lexically past
- * that); symlinks are never followed either way. Memory: the names of the directories on the
- * current path and their siblings, plus one table entry per multiply-linked file.
+ * that); symlinks are never followed either way. Compressed files (decompress_members) are read
+ * through member.c. Memory: the names of the directories on the current path and their siblings,
+ * plus one table entry per multiply-linked file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -261,8 +262,82 @@ static lh_status record_errno(lh_reader *r, lh_meta *m, const char *what, int e)
   return lh_reader_record(r, m, LH_ENTRY_ERROR, LH_REASON_UNREADABLE, m->size, -1, LH_EIO, detail);
 }
 
+/* The puller of a compressed file in a folder: its descriptor. */
+typedef struct fpull {
+  lh_reader *r;
+  int fd;
+  uint8_t *buf;
+  int err; /* errno of a failed read */
+} fpull;
+
+static long file_pull(void *ctx, const void **out) {
+  fpull *p = ctx;
+  for (;;) {
+    double t0 = lh_now();
+    ssize_t n = read(p->fd, p->buf, READ_BLOCK);
+    lh_reader_add_read_time(p->r, t0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      p->err = errno;
+      return -1;
+    }
+    *out = p->buf;
+    if (n && lh_reader_source_progress(p->r, p->r->st.source_bytes + n)) return -1;
+    return (long)n;
+  }
+}
+
+/* Read the open file fd, a compressed member, as a document. */
+static lh_status read_member_file(lh_reader *r, int fd, const lh_meta *m, uint8_t *buf) {
+  fpull fp = {r, fd, buf, 0};
+  lh_member *mb = NULL;
+  const char *filter = NULL;
+  char det[512];
+  lh_entry_reason why = LH_REASON_CORRUPT;
+  lh_status st = lh_member_open(r, file_pull, &fp, &mb, &filter, det, &why);
+  if (st == LH_ENOMEM) return lh_error_set(&r->err, st, "out of memory");
+  if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+  if (st) {
+    if (fp.err) snprintf(det, sizeof det, "read error: %s", strerror(fp.err));
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, fp.err ? LH_REASON_UNREADABLE : why, m->size, -1,
+                            fp.err ? LH_EIO : st, det);
+  }
+  lh_meta dm = *m;
+  if (filter) {
+    dm.decompressed = filter;
+    dm.size = -1;
+  }
+  if ((st = lh_doc_begin(r, &dm))) goto out;
+  lh_status code = LH_OK;
+  for (;;) {
+    const void *p;
+    size_t n;
+    double t0 = lh_now();
+    code = lh_member_read(mb, &p, &n, det, &why);
+    lh_reader_add_read_time(r, t0);
+    if (lh_reader_cancelled(r)) {
+      st = lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+      goto out;
+    }
+    if (code || !n) break;
+    int want = 1;
+    if ((st = lh_doc_data(r, p, n, &want))) goto out;
+    if (!want) break;
+  }
+  if (code && fp.err) {
+    snprintf(det, sizeof det, "read error: %s", strerror(fp.err));
+    why = LH_REASON_UNREADABLE;
+    code = LH_EIO;
+  }
+  st = lh_doc_end(r, code, why, code ? lh_member_in(mb) : -1, code ? det : NULL);
+out:
+  lh_member_close(mb);
+  return st;
+}
+
 /* Read the open regular file fd as a document. */
 static lh_status read_file(lh_reader *r, int fd, const lh_meta *m, uint8_t *buf) {
+  if (m->alt_path) return read_member_file(r, fd, m, buf); /* a compressed member (the caller's decision) */
   lh_status st = lh_doc_begin(r, m);
   if (st) return st;
   int64_t at = 0;
@@ -427,6 +502,8 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       continue;
     }
     m.size = (int64_t)sb.st_size;
+    size_t sfx = r->p->decompress_members ? lh_member_suffix(m.path, m.path_len) : 0;
+    if (sfx) m.alt_path = m.path, m.alt_len = m.path_len - sfx;
     /* A file of several names is read under the first name met that is a document; the names
      * after that one are recorded as links to it. */
     link_slot *ls = NULL;

@@ -99,6 +99,7 @@ lh_ingest_params lh_ingest_default_params(void) {
   p.sort_memory = 256ll << 20;
   p.on_error = LH_INGEST_ON_ERROR_FAIL;
   p.batch_bytes = 1 << 20;
+  p.decompress_members = 1;
   return p;
 }
 

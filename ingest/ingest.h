@@ -51,8 +51,10 @@
  * minus the compression suffix. mtree is refused on purpose (it names files on this machine to
  * read), and no external decompression program is ever started unless external_filters is set.
  * 7z and seekable zip read their directory from the end, so they need a file, not stdin. Files
- * found inside folders are documents, never opened as archives. Entry paths are the archive's own
- * names; under a folder, paths relative to it; a plain file input is named as given.
+ * found inside folders are documents, never opened as archives; a compressed file inside an
+ * archive or folder is decompressed (decompress_members) and keeps its stored name. Entry paths
+ * are the archive's own names; under a folder, paths relative to it; a plain file input is named
+ * as given.
  *
  * Per entry, in this order: non-files (directories, symlinks, devices, fifos, sockets) are
  * recorded and never followed or opened; encrypted entries are skipped; exclude globs, then
@@ -85,7 +87,9 @@
  * A pattern without '/' matches the last component at any depth ("*.c", "node_modules"); a
  * pattern with '/' matches the whole path ("src/ ** /x.h"). An exclude pattern also matches when it
  * matches any leading directory of the path, so "build" or ".git" removes whole trees (folders are
- * pruned without being read). With include patterns, a file must match one of them.
+ * pruned without being read). With include patterns, a file must match one of them. A compressed
+ * member (decompress_members) matches a pattern when its stored name or its name without the
+ * suffix does.
  *
  * Order: LH_INGEST_SORT_ARCHIVE keeps each archive's own order (inputs in the order added).
  * LH_INGEST_SORT_PATH orders each input's entries by the byte order of their normalized paths
@@ -106,7 +110,8 @@
  * LH_ELIMIT (a zip bomb); so do archives that end early or fail a check (LH_EFORMAT), reporting
  * the entry, the byte offset in the input and libarchive's own message (where libarchive has
  * none, what the input shows instead: for a truncated 7z, the length its start header promises).
- * What was read stays in the output. With
+ * Compressed members are held to the same caps, each against its own stored bytes as well
+ * (decompress_members). What was read stays in the output. With
  * LH_INGEST_ON_ERROR_SKIP the failing entry (or the rest of a dead archive) is recorded as ERROR
  * and ingest goes on; with LH_INGEST_ON_ERROR_FAIL (the default) lh_ingest_next fails.
  *
@@ -188,6 +193,14 @@ typedef struct lh_ingest_params {
    * that points outside the folder is recorded with reason OUTSIDE_ROOT instead of LINK (links
    * are never followed either way). Copied at open. */
   const char *confine_root;
+  /* Members of archives and files in folders whose names end in a compression suffix (.gz, .xz,
+   * .zst, .bz2, .lz4, .lzma, .lz, .Z; not compressed tarballs such as .tar.gz or .tgz) are
+   * decompressed and read as documents under their stored names ("logs/app.log.gz", with
+   * "decompressed" in the manifest saying how), under the caps: per member, max_decompressed_bytes
+   * and max_ratio (past ratio_grace_bytes) against the member's compressed bytes; the decompressed
+   * bytes also count toward the input's own caps. 1 by default; 0 treats them as any other file
+   * (binary). */
+  int decompress_members;
 } lh_ingest_params;
 
 /* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */
@@ -259,6 +272,10 @@ typedef struct lh_ingest_entry {
   uint64_t text_end;    /* not included) */
   int64_t token_start;  /* token span [start, end) in the token stream; -1 in text-only mode */
   int64_t token_end;
+  /* The compression the content was decompressed from ("gzip", "xz", ...) when the entry is a
+   * compressed member read as text (path is its stored name); NULL when the content was read as
+   * stored. Static. */
+  const char *decompressed;
 } lh_ingest_entry;
 
 /* What one lh_ingest_next returns. All pointers live until the next lh_ingest_next or close. */
@@ -346,9 +363,10 @@ const char *lh_entry_reason_name(lh_entry_reason r);
 
 /* Append e as one manifest line (JSON object and "\n") to out. Fields: path, [path_hex], type,
  * bytes, sha256, status, reason, token_start, token_end, text_start, text_end, invalid_utf8,
- * input, [link, link_hex], [detail], [error_offset]; missing values are null. "path" is the name
- * with JSON escapes; a name that is not valid UTF-8 has each invalid byte written as U+FFFD there
- * (so every JSON parser reads the line) and its exact bytes in "path_hex" (likewise link_hex). */
+ * input, [link, link_hex], [detail], [error_offset], [decompressed]; missing values are null.
+ * "path" is the name with JSON escapes; a name that is not valid UTF-8 has each invalid byte
+ * written as U+FFFD there (so every JSON parser reads the line) and its exact bytes in "path_hex"
+ * (likewise link_hex). */
 lh_status lh_ingest_entry_json(const lh_ingest_entry *e, lh_buf *out);
 
 /* A name made safe for a terminal, appended to out: control bytes, DEL, C1 controls, bidi

@@ -7,6 +7,7 @@
  *   manifest.c        names, JSON lines, terminal-safe display, XML attribute escaping
  *   archive.c         libarchive inputs (files, stdin, memory), caps, --sort path windows
  *   archive_walk.c    folder inputs
+ *   member.c          compressed members of archives and folders, decompressed under the caps
  *   ingest.c          the handle, the reader thread, the chunk queue and the pull loop
  *
  * Data flow: a source (archive.c, archive_walk.c) calls lh_reader_predecide and then either
@@ -145,6 +146,10 @@ typedef struct lh_meta {
   lh_entry_type type;
   int64_t size; /* declared content size, -1 unknown */
   int encrypted;
+  /* a compressed member: the name without its suffix, which globs also match (NULL: none) */
+  const char *alt_path;
+  size_t alt_len;
+  const char *decompressed; /* documents: the filter the content comes out of (static), or NULL */
 } lh_meta;
 
 typedef struct lh_input {
@@ -204,6 +209,7 @@ typedef struct lh_reader {
     char *path, *link;   /* copies (the source's strings may move during the document) */
     size_t path_len, link_len;
     lh_entry_type type;
+    const char *decompressed;
     uint64_t key; /* lh_key_of the name as stored */
     int64_t declared, bytes, accepted, invalid;
     int64_t mark_start;
@@ -248,9 +254,36 @@ void lh_reader_doc_free(lh_reader *r);
 lh_status lh_source_archive(lh_reader *r, const lh_input *in);
 lh_status lh_source_folder(lh_reader *r, const lh_input *in);
 void lh_archive_global_init(void);
+struct archive;
+/* Offer a reader the filters libarchive runs in-process (and the external ones when external). */
+void lh_archive_add_filters(struct archive *a, int external);
 /* "a FIFO (named pipe)", "a character device", ... for a st_mode. */
 const char *lh_file_kind(unsigned mode);
 /* 1 when path (resolved, absolute) is root or lies under it. */
 int lh_path_under(const char *path, const char *root, size_t root_len);
+
+/* ---- compressed members (member.c) ---- */
+
+/* The length of the compression suffix that makes name a member to decompress (".gz", ...), 0
+ * when none (or when it names a compressed tarball, ".tar.gz", ".tgz", ...). */
+size_t lh_member_suffix(const char *name, size_t len);
+
+/* Pull the member's next stored (compressed) block: its length, 0 at its end, or -1 on a failure
+ * (the puller keeps what went wrong). */
+typedef long (*lh_pull_fn)(void *ctx, const void **buf);
+
+typedef struct lh_member lh_member;
+/* Open a decoder over the member's stored bytes. *filter is the outermost compression found
+ * ("gzip", ...), or NULL when the bytes are not compressed after all (they then come out as
+ * stored). A failure leaves the reason in detail (512 bytes) and *why. */
+lh_status lh_member_open(lh_reader *r, lh_pull_fn pull, void *ctx, lh_member **out, const char **filter,
+                         char *detail, lh_entry_reason *why);
+/* The next block of content (*n == 0 at the end). The member's caps are checked after every
+ * block: LH_ELIMIT with why BOMB past them; LH_EFORMAT with why CORRUPT when the stream is
+ * damaged (or the puller failed). detail (512 bytes) says what and where. */
+lh_status lh_member_read(lh_member *m, const void **buf, size_t *n, char *detail, lh_entry_reason *why);
+int64_t lh_member_in(const lh_member *m);  /* stored bytes pulled so far */
+int64_t lh_member_out(const lh_member *m); /* content bytes given so far */
+void lh_member_close(lh_member *m);        /* accepts NULL */
 
 #endif

@@ -160,6 +160,7 @@ lh_status lh_ingest_entry_json(const lh_ingest_entry *e, lh_buf *out) {
     st |= lh_buf_append(out, "\"", 1);
   }
   if (e->error_offset >= 0) st |= lh_buf_printf(out, ",\"error_offset\":%" PRId64, e->error_offset);
+  if (e->decompressed) st |= lh_buf_printf(out, ",\"decompressed\":\"%s\"", e->decompressed);
   st |= lh_buf_append(out, "}\n", 2);
   return st ? LH_ENOMEM : LH_OK;
 }
