@@ -167,7 +167,7 @@ static lh_status src_open(lh_reader *r, const lh_input *in, src *s) {
   else {
     /* O_NONBLOCK: should the name have become a FIFO since it was added, open returns at once,
      * and the check below refuses it */
-    s->fd = open(in->name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    s->fd = open(lh_input_open_path(in), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (s->fd < 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
     s->own_fd = 1;
     if (fstat(s->fd, &sb) != 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));

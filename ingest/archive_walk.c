@@ -373,7 +373,7 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
     st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
     goto out;
   }
-  int root = open(in->name, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+  int root = open(lh_input_open_path(in), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
   if (root < 0 || fstat(root, &sb) != 0) {
     int e = errno;

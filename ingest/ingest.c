@@ -604,7 +604,10 @@ void lh_ingest_close(lh_ingest *ing) {
   free(ing->bents);
   lh_tokside_close(ing->tok);
   lh_i32vec_free(&ing->ids);
-  for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
+  for (size_t i = 0; i < ing->n_inputs; i++) {
+    free(ing->inputs[i].name);
+    free(ing->inputs[i].open_path);
+  }
   free(ing->inputs);
   if (ing->ex_paths)
     for (size_t i = 0; i < ing->p.n_exclude_paths; i++) free(ing->ex_paths[i]);
@@ -629,6 +632,7 @@ void lh_ingest_close(lh_ingest *ing) {
 static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
   if (ing->state != ST_ADDING) {
     free(in.name);
+    free(in.open_path);
     return lh_error_set(err, LH_EINVAL, "ingest: inputs must be added before the first lh_ingest_next");
   }
   if (ing->n_inputs == ing->cap_inputs) {
@@ -636,6 +640,7 @@ static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
     lh_input *m = realloc(ing->inputs, cap * sizeof *m);
     if (!m) {
       free(in.name);
+      free(in.open_path);
       return lh_error_set(err, LH_ENOMEM, "out of memory");
     }
     ing->inputs = m;
@@ -648,7 +653,14 @@ static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
 }
 
 lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
+  return lh_ingest_add_path_as(ing, path, path, err);
+}
+
+lh_status lh_ingest_add_path_as(lh_ingest *ing, const char *path, const char *name, lh_error *err) {
   if (!path || !*path) return lh_error_set(err, LH_EINVAL, "ingest: empty input path");
+  if (!name || !*name) name = path;
+  if (!strcmp(path, "-") != !strcmp(name, "-"))
+    return lh_error_set(err, LH_EINVAL, "ingest: '-' (stdin) must be both the path and the name, or neither");
   lh_input in = {0};
   in.size = -1;
   if (!strcmp(path, "-")) {
@@ -659,7 +671,7 @@ lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
     /* stat, never open: opening a FIFO waits for a writer, a device may never end */
     struct stat sb;
     if (stat(path, &sb) != 0)
-      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
+      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", name,
                           strerror(errno));
     if (S_ISDIR(sb.st_mode)) in.kind = LH_IN_DIR;
     else if (S_ISREG(sb.st_mode)) in.kind = LH_IN_FILE, in.size = (int64_t)sb.st_size;
@@ -667,19 +679,22 @@ lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
       return lh_error_set(err, LH_EINVAL,
                           "%s: is %s, not a regular file or folder: it is not read (it could wait forever or never "
                           "end); to stream data, pipe it to standard input and name the input '-'",
-                          path, lh_file_kind(sb.st_mode));
+                          name, lh_file_kind(sb.st_mode));
     if (ing->root) {
       char *real = realpath(path, NULL);
       int under = real && lh_path_under(real, ing->root, strlen(ing->root));
       lh_status st = LH_OK;
       if (!under)
-        st = lh_error_set(err, LH_EINVAL, "%s: resolves to '%s', outside the documents root '%s' (confine_root)", path,
+        st = lh_error_set(err, LH_EINVAL, "%s: resolves to '%s', outside the documents root '%s' (confine_root)", name,
                           real ? real : strerror(errno), ing->root);
       free(real);
       if (st) return st;
     }
   }
-  if (!(in.name = xstrdup(path))) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (!(in.name = xstrdup(name)) || (strcmp(name, path) && !(in.open_path = xstrdup(path)))) {
+    free(in.name);
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
+  }
   return add_input(ing, in, err);
 }
 

@@ -334,6 +334,12 @@ void lh_ingest_close(lh_ingest *ing);
 /* Add an input (see "Inputs"). The path is checked now (LH_ENOTFOUND, LH_EIO) but read later.
  * "-" (stdin) may be added once. */
 lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err);
+/* The same, opening path but naming the input name wherever a name shows: a plain or compressed
+ * single file's document path, the template's {input}, notes and messages (path itself is named
+ * only where it says more, as the resolved path of a confine_root refusal). So a batch line that
+ * names "notes.txt" frames the same prompt whether the runner resolved it against a relative or
+ * an absolute folder. name NULL or "": path. "-" must be both or neither. */
+lh_status lh_ingest_add_path_as(lh_ingest *ing, const char *path, const char *name, lh_error *err);
 /* Add an in-memory input (an archive, a compressed file or a document). name is used as the
  * document name when it is not an archive. data is borrowed until lh_ingest_close. */
 lh_status lh_ingest_add_memory(lh_ingest *ing, const char *name, const void *data, size_t len, lh_error *err);

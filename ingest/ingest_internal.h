@@ -154,7 +154,8 @@ typedef struct lh_meta {
 
 typedef struct lh_input {
   enum { LH_IN_FILE, LH_IN_DIR, LH_IN_STDIN, LH_IN_MEMORY } kind;
-  char *name;
+  char *name;      /* what the input is called wherever a name shows */
+  char *open_path; /* what is opened, when it differs from name (lh_ingest_add_path_as); else NULL */
   const void *mem;
   size_t mem_len;
   int64_t size; /* -1 unknown */
@@ -254,6 +255,8 @@ void lh_reader_doc_free(lh_reader *r);
 lh_status lh_source_archive(lh_reader *r, const lh_input *in);
 lh_status lh_source_folder(lh_reader *r, const lh_input *in);
 void lh_archive_global_init(void);
+/* The path to open for a file or folder input. */
+static inline const char *lh_input_open_path(const lh_input *in) { return in->open_path ? in->open_path : in->name; }
 struct archive;
 /* Offer a reader the filters libarchive runs in-process (and the external ones when external). */
 void lh_archive_add_filters(struct archive *a, int external);
