@@ -1,20 +1,20 @@
-/* ingest.c — the lh_ingest handle: inputs, the reader thread, the chunk queue and the pull loop.
+/* ingest.c — the lh_ingest handle: inputs, the reader thread, the parcel queue and the pull loop.
  *
  * Two threads and one queue. The reader thread (reader_main) walks the inputs through the
  * sources (archive.c, archive_walk.c), which frame documents (frame.c) into the reader's current
- * chunk: framed text, span marks (text offsets whose token index the consumer must find) and
- * finished entries. A full chunk goes onto the queue; the caller's thread pops it in
+ * parcel: framed text, span marks (text offsets whose token index the consumer must find) and
+ * finished entries. A full parcel goes onto the queue; the caller's thread pops it in
  * lh_ingest_next, tokenizes its text (when a tokenizer was given), turns marks into token
  * indices, and returns the entries whose spans are final.
  *
  * States (checked at every public entry):
  *
- *     ADDING --lh_ingest_next (starts the reader)--> STREAMING --last chunk, ok--> DONE
- *                                                        \--last chunk, failed--> FAILED
+ *     ADDING --lh_ingest_next (starts the reader)--> STREAMING --last parcel, ok--> DONE
+ *                                                        \--last parcel, failed--> FAILED
  *
- * Invariants: chunks reach the consumer in the order the reader filled them, so text offsets,
- * mark ids and entries are all increasing; at most MAX_CHUNKS chunks exist, which bounds memory
- * and makes the reader wait for a slow consumer; the reader always pushes exactly one chunk
+ * Invariants: parcels reach the consumer in the order the reader filled them, so text offsets,
+ * mark ids and entries are all increasing; at most MAX_PARCELS parcels exist, which bounds memory
+ * and makes the reader wait for a slow consumer; the reader always pushes exactly one parcel
  * marked last (even when cancelled), and lh_ingest_close always joins the reader. The consumer
  * never touches the reader's state except through the queue and the published stats, both under
  * the mutex. Library code: nothing here prints or exits.
@@ -33,8 +33,8 @@
 #include "ingest/ingest_internal.h"
 #include "util/fs.h"
 
-#define MAX_CHUNKS 6
-#define MAX_CHUNK_ENTRIES 4096
+#define MAX_PARCELS 6
+#define MAX_PARCEL_ENTRIES 4096
 
 typedef enum { ST_ADDING, ST_STREAMING, ST_DONE, ST_FAILED } ing_state;
 
@@ -58,7 +58,7 @@ struct lh_ingest {
   int thread_started;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  lh_chunk *q_head, *q_tail, *free_chunks;
+  lh_parcel *q_head, *q_tail, *free_parcels;
   int n_alloc;
   int cancel;
   lh_reader r;
@@ -67,7 +67,7 @@ struct lh_ingest {
   size_t n_notes;
   double t_start, t_end;
 
-  lh_chunk *held; /* the chunk the last batch's text points into */
+  lh_parcel *held; /* the parcel the last batch's text points into */
   lh_ientry *ready;
   size_t n_ready, cap_ready;
   lh_ingest_entry *bents;
@@ -163,9 +163,9 @@ int lh_path_under(const char *path, const char *root, size_t root_len) {
   return !strncmp(path, root, root_len) && (path[root_len] == 0 || path[root_len] == '/');
 }
 
-/* ---- chunks ---- */
+/* ---- parcels ---- */
 
-static void chunk_reset(lh_chunk *c) {
+static void parcel_reset(lh_parcel *c) {
   for (size_t i = 0; i < c->n_ents; i++) free(c->ents[i].own);
   c->n_ents = 0;
   c->n_marks = 0;
@@ -176,9 +176,9 @@ static void chunk_reset(lh_chunk *c) {
   c->next = NULL;
 }
 
-static void chunk_free(lh_chunk *c) {
+static void parcel_free(lh_parcel *c) {
   if (!c) return;
-  chunk_reset(c);
+  parcel_reset(c);
   lh_buf_free(&c->text);
   lh_buf_free(&c->open_doc);
   free(c->marks);
@@ -186,16 +186,16 @@ static void chunk_free(lh_chunk *c) {
   free(c);
 }
 
-/* Reader side: a fresh chunk, waiting while MAX_CHUNKS are in use. NULL when cancelled or out of
+/* Reader side: a fresh parcel, waiting while MAX_PARCELS are in use. NULL when cancelled or out of
  * memory. */
-static lh_chunk *chunk_get(lh_ingest *ing) {
+static lh_parcel *parcel_get(lh_ingest *ing) {
   pthread_mutex_lock(&ing->mu);
-  while (!ing->cancel && !ing->free_chunks && ing->n_alloc >= MAX_CHUNKS) pthread_cond_wait(&ing->cv, &ing->mu);
-  lh_chunk *c = NULL;
+  while (!ing->cancel && !ing->free_parcels && ing->n_alloc >= MAX_PARCELS) pthread_cond_wait(&ing->cv, &ing->mu);
+  lh_parcel *c = NULL;
   if (!ing->cancel) {
-    if (ing->free_chunks) {
-      c = ing->free_chunks;
-      ing->free_chunks = c->next;
+    if (ing->free_parcels) {
+      c = ing->free_parcels;
+      ing->free_parcels = c->next;
       c->next = NULL;
     } else if ((c = calloc(1, sizeof *c))) {
       ing->n_alloc++;
@@ -205,17 +205,17 @@ static lh_chunk *chunk_get(lh_ingest *ing) {
   return c;
 }
 
-static void chunk_recycle(lh_ingest *ing, lh_chunk *c) {
+static void parcel_recycle(lh_ingest *ing, lh_parcel *c) {
   if (!c) return;
-  chunk_reset(c);
+  parcel_reset(c);
   pthread_mutex_lock(&ing->mu);
-  c->next = ing->free_chunks;
-  ing->free_chunks = c;
+  c->next = ing->free_parcels;
+  ing->free_parcels = c;
   pthread_cond_broadcast(&ing->cv);
   pthread_mutex_unlock(&ing->mu);
 }
 
-static void chunk_push(lh_ingest *ing, lh_chunk *c) {
+static void parcel_push(lh_ingest *ing, lh_parcel *c) {
   /* Only the document being read can still send an entry that points back at an older mark. */
   lh_reader *r = &ing->r;
   c->live_mark = r->doc.active && r->doc.mark_start >= 0 ? r->doc.mark_start : r->mark_next;
@@ -231,10 +231,10 @@ static void chunk_push(lh_ingest *ing, lh_chunk *c) {
   pthread_mutex_unlock(&ing->mu);
 }
 
-static lh_chunk *chunk_pop(lh_ingest *ing) {
+static lh_parcel *parcel_pop(lh_ingest *ing) {
   pthread_mutex_lock(&ing->mu);
   while (!ing->q_head) pthread_cond_wait(&ing->cv, &ing->mu);
-  lh_chunk *c = ing->q_head;
+  lh_parcel *c = ing->q_head;
   ing->q_head = c->next;
   if (!ing->q_head) ing->q_tail = NULL;
   c->next = NULL;
@@ -244,7 +244,7 @@ static lh_chunk *chunk_pop(lh_ingest *ing) {
 
 /* ---- reader-side emission (declared in ingest_internal.h) ---- */
 
-static void chunk_start(lh_reader *r) {
+static void parcel_start(lh_reader *r) {
   r->cur->text_base = r->text_pos;
   r->cur->mark_base = r->mark_next;
 }
@@ -252,14 +252,14 @@ static void chunk_start(lh_reader *r) {
 static lh_status flush(lh_reader *r) {
   lh_ingest *ing = r->ing;
   if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
-  lh_chunk *next = chunk_get(ing);
+  lh_parcel *next = parcel_get(ing);
   if (!next) {
     if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
-    return lh_error_set(&r->err, LH_ENOMEM, "out of memory for an ingest chunk");
+    return lh_error_set(&r->err, LH_ENOMEM, "out of memory for an ingest parcel");
   }
-  chunk_push(ing, r->cur);
+  parcel_push(ing, r->cur);
   r->cur = next;
-  chunk_start(r);
+  parcel_start(r);
   return LH_OK;
 }
 
@@ -290,7 +290,7 @@ lh_status lh_reader_text_done(lh_reader *r, size_t old_len) {
 }
 
 lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
-  do { /* in pieces that fill the current chunk, so batches stay about batch_bytes */
+  do { /* in pieces that fill the current parcel, so batches stay about batch_bytes */
     size_t room = r->cur->text.len < r->p->batch_bytes ? r->p->batch_bytes - r->cur->text.len : 1;
     size_t k = n < room ? n : room, old = r->cur->text.len;
     if (lh_buf_append(&r->cur->text, p, k)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
@@ -302,7 +302,7 @@ lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
 }
 
 lh_status lh_reader_mark(lh_reader *r, int64_t *id) {
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   if (c->n_marks == c->cap_marks) {
     size_t cap = c->cap_marks ? 2 * c->cap_marks : 256;
     uint64_t *m = realloc(c->marks, cap * sizeof *m);
@@ -316,7 +316,7 @@ lh_status lh_reader_mark(lh_reader *r, int64_t *id) {
 }
 
 lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   ie->e.input = r->input;
   if (c->n_ents == c->cap_ents) {
     size_t cap = c->cap_ents ? 2 * c->cap_ents : 64;
@@ -351,7 +351,7 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
     lh_buf_free(&det);
     return code;
   }
-  if (c->n_ents >= MAX_CHUNK_ENTRIES) return flush(r);
+  if (c->n_ents >= MAX_PARCEL_ENTRIES) return flush(r);
   return LH_OK;
 }
 
@@ -451,12 +451,12 @@ static void *reader_main(void *arg) {
     if (st != LH_EINTR) note_input(ing, &before);
     r->st.inputs_done++;
   }
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   r->cur = NULL;
   c->last = 1;
   c->status = st;
   if (st) snprintf(c->msg, sizeof c->msg, "%s", r->err.msg);
-  chunk_push(ing, c);
+  parcel_push(ing, c);
   if (loc) {
     uselocale(LC_GLOBAL_LOCALE);
     freelocale(loc);
@@ -584,18 +584,18 @@ void lh_ingest_close(lh_ingest *ing) {
     pthread_mutex_unlock(&ing->mu);
     pthread_join(ing->thread, NULL);
   }
-  chunk_free(ing->held);
+  parcel_free(ing->held);
   while (ing->q_head) {
-    lh_chunk *c = ing->q_head;
+    lh_parcel *c = ing->q_head;
     ing->q_head = c->next;
-    chunk_free(c);
+    parcel_free(c);
   }
-  while (ing->free_chunks) {
-    lh_chunk *c = ing->free_chunks;
-    ing->free_chunks = c->next;
-    chunk_free(c);
+  while (ing->free_parcels) {
+    lh_parcel *c = ing->free_parcels;
+    ing->free_parcels = c->next;
+    parcel_free(c);
   }
-  chunk_free(ing->r.cur);
+  parcel_free(ing->r.cur);
   lh_reader_doc_free(&ing->r);
   lh_buf_free(&ing->r.doc.sniff);
   lh_buf_free(&ing->r.scratch);
@@ -742,7 +742,7 @@ const char *lh_file_kind(unsigned mode) {
 
 /* The name of the entry in which the framed text's byte `off` lies: a finished entry of this
  * batch or of the tokenizer's waiting list, else the document the reader had open. */
-static void entry_at(lh_ingest *ing, const lh_chunk *c, uint64_t off, lh_buf *name) {
+static void entry_at(lh_ingest *ing, const lh_parcel *c, uint64_t off, lh_buf *name) {
   for (size_t i = 0; i < ing->n_ready; i++) {
     const lh_ingest_entry *e = &ing->ready[i].e;
     if (e->text_start <= off && off < e->text_end) {
@@ -757,7 +757,7 @@ static void entry_at(lh_ingest *ing, const lh_chunk *c, uint64_t off, lh_buf *na
 }
 
 /* With max_tokens: fail once the tokens pass it, naming where. */
-static lh_status check_max_tokens(lh_ingest *ing, const lh_chunk *c, int64_t before, lh_error *err) {
+static lh_status check_max_tokens(lh_ingest *ing, const lh_parcel *c, int64_t before, lh_error *err) {
   int64_t max = ing->p.max_tokens;
   if (max <= 0 || ing->tokens_total <= max) return LH_OK;
   int64_t over = max - before; /* index, in this call's ids, of token max + 1 */
@@ -778,7 +778,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
   memset(b, 0, sizeof *b);
   b->text = "";
   if (ing->held) {
-    chunk_recycle(ing, ing->held);
+    parcel_recycle(ing, ing->held);
     ing->held = NULL;
   }
   for (size_t i = 0; i < ing->n_ready; i++) free(ing->ready[i].own);
@@ -794,7 +794,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->r.cur = calloc(1, sizeof *ing->r.cur);
     if (!ing->r.cur) return lh_error_set(err, LH_ENOMEM, "out of memory");
     ing->n_alloc = 1;
-    chunk_start(&ing->r);
+    parcel_start(&ing->r);
     if (pthread_create(&ing->thread, NULL, reader_main, ing) != 0) {
       ing->state = ST_FAILED;
       ing->fail_status = LH_EIO;
@@ -804,7 +804,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->thread_started = 1;
     ing->state = ST_STREAMING;
   }
-  lh_chunk *c = chunk_pop(ing);
+  lh_parcel *c = parcel_pop(ing);
   ing->held = c;
   b->text = c->text.data ? c->text.data : "";
   b->text_len = c->text.len;
@@ -814,7 +814,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     double secs = 0;
     lh_error terr = {0};
     int64_t before = ing->tokens_total;
-    lh_status st = lh_tokside_chunk(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
+    lh_status st = lh_tokside_parcel(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
     pthread_mutex_lock(&ing->mu);
     ing->tokenize_seconds += secs;
     ing->tokenize_cpu = lh_tokside_cpu_seconds(ing->tok);

@@ -8,11 +8,11 @@
  *   archive.c         libarchive inputs (files, stdin, memory), caps, --sort path windows
  *   archive_walk.c    folder inputs
  *   member.c          compressed members of archives and folders, decompressed under the caps
- *   ingest.c          the handle, the reader thread, the chunk queue and the pull loop
+ *   ingest.c          the handle, the reader thread, the parcel queue and the pull loop
  *
  * Data flow: a source (archive.c, archive_walk.c) calls lh_reader_predecide and then either
  * lh_reader_record (no content) or lh_doc_begin / lh_doc_data... / lh_doc_end; those append
- * framed text, span marks and entries to the reader's current chunk, which ingest.c hands to the
+ * framed text, span marks and entries to the reader's current parcel, which ingest.c hands to the
  * consumer when it is full. Every lh_reader_* / lh_doc_* call returns LH_OK to go on; anything
  * else (a failure under on_error=fail, or cancellation) must make the source stop and return it.
  */
@@ -89,7 +89,7 @@ typedef struct lh_tmpl {
 lh_status lh_tmpl_parse(const char *s, lh_tmpl *t, lh_error *err);
 void lh_tmpl_free(lh_tmpl *t);
 
-/* ---- entries and chunks (ingest.c) ---- */
+/* ---- entries and parcels (ingest.c) ---- */
 
 /* An entry in flight: the public view plus the marks that will give its token span, and the one
  * allocation its strings live in. */
@@ -99,37 +99,37 @@ typedef struct lh_ientry {
   char *own;
 } lh_ientry;
 
-typedef struct lh_chunk {
+typedef struct lh_parcel {
   lh_buf text;
   uint64_t text_base;
   uint64_t *marks; /* text offsets; ids mark_base, mark_base + 1, ... */
   size_t n_marks, cap_marks;
   int64_t mark_base;
-  int64_t live_mark; /* no entry in a later chunk refers to a mark below this id */
+  int64_t live_mark; /* no entry in a later parcel refers to a mark below this id */
   lh_ientry *ents;
   size_t n_ents, cap_ents;
-  lh_buf open_doc;      /* the path of the document the reader had open when it pushed this chunk */
-  int last;             /* no chunk follows */
+  lh_buf open_doc;      /* the path of the document the reader had open when it pushed this parcel */
+  int last;             /* no parcel follows */
   lh_status status;     /* with last: LH_OK, or why the reader stopped */
   char msg[LH_ERROR_MSG_MAX];
-  struct lh_chunk *next;
-} lh_chunk;
+  struct lh_parcel *next;
+} lh_parcel;
 
 /* ---- the consumer's token side (ingest_tokens.c) ---- */
 
 typedef struct lh_tokside lh_tokside;
 lh_status lh_tokside_open(const lh_tokenizer *t, int threads, lh_tokside **out, lh_error *err);
 void lh_tokside_close(lh_tokside *ts);
-/* Take chunk c: its marks, its entries (moved out of c) and its text (fed to the tokenizer; with
+/* Take parcel c: its marks, its entries (moved out of c) and its text (fed to the tokenizer; with
  * c->last, the stream is finished). Appends the ids that became final to ids, adds the time spent
  * in the tokenizer to *seconds, and hands every entry whose span became final to ready(ctx, ie),
  * in order (ready takes ownership). */
-lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
-                           void *ctx, double *seconds, lh_error *err);
+lh_status lh_tokside_parcel(lh_tokside *ts, lh_parcel *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
+                            void *ctx, double *seconds, lh_error *err);
 int64_t lh_tokside_total(const lh_tokside *ts);
 double lh_tokside_cpu_seconds(const lh_tokside *ts); /* CPU seconds in the tokenizer, all threads */
 int lh_tokside_threads(const lh_tokside *ts);       /* threads the stream encodes on */
-/* The framed-text offset of the k-th id the last lh_tokside_chunk appended. */
+/* The framed-text offset of the k-th id the last lh_tokside_parcel appended. */
 int64_t lh_tokside_offset(const lh_tokside *ts, size_t k);
 /* A waiting entry (span not final yet) whose framed text holds offset off, or NULL. */
 const lh_ingest_entry *lh_tokside_entry_at(const lh_tokside *ts, uint64_t off);
@@ -185,7 +185,7 @@ typedef struct lh_reader {
   const lh_ingest_params *p;
   const lh_tmpl *tmpl;
   const lh_globset *include, *exclude;
-  lh_chunk *cur;
+  lh_parcel *cur;
   uint64_t text_pos;
   int64_t mark_next;
   int input;
@@ -225,7 +225,7 @@ typedef struct lh_reader {
   lh_error err;
 } lh_reader;
 
-/* Chunk emission (ingest.c). */
+/* Parcel emission (ingest.c). */
 lh_status lh_reader_text(lh_reader *r, const char *p, size_t n);
 lh_buf *lh_reader_textbuf(lh_reader *r); /* append directly, then call lh_reader_text_done */
 lh_status lh_reader_text_done(lh_reader *r, size_t old_len);
