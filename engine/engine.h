@@ -95,8 +95,11 @@ typedef struct lh_model_params {
   const char *backend;   /* "cpu" (default) or "cuda" */
   int threads;           /* CPU threads; 0 = all online cores */
   int device;            /* CUDA device ordinal */
-  int max_chunk;         /* largest n a single lh_prefill call will process at once; larger calls are
-                            split internally. Bounds the activation workspace. Default 8192. */
+  int max_rows;          /* the engine's workspace: the most rows (tokens) one backend call carries
+                            through the layers. A longer lh_prefill is cut into pieces of at most
+                            max_rows internally (same function, other rounding). Bounds the
+                            activation memory. Default 8192. A pipeline plan's chunk is a different
+                            idea (where checkpoints may fall): pipeline/pipeline.h couples the two. */
   int verbose;           /* log loading details */
   int tp_ranks;          /* tensor/expert-parallel ranks (issue 10; 0 or 1: none). The CPU backend runs
                             all ranks in this process, one after another, each on its shard of the

@@ -59,7 +59,7 @@ const char *lh_dtype_name(lh_dtype t) {
 }
 
 lh_model_params lh_model_default_params(void) {
-  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_chunk = 8192, .verbose = 0, .tp_ranks = 1,
+  lh_model_params p = {.backend = "cpu", .threads = 0, .device = 0, .max_rows = 8192, .verbose = 0, .tp_ranks = 1,
                        .comm = lh_comm_world()};
   return p;
 }
@@ -182,7 +182,7 @@ lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model
     return model_open(dir, p, out, err);
   }
   if (lh_comm_rank(p.comm) == 0) {
-    lh_rank_open o = {.threads = p.threads, .device = p.device, .max_chunk = p.max_chunk, .verbose = p.verbose,
+    lh_rank_open o = {.threads = p.threads, .device = p.device, .max_rows = p.max_rows, .verbose = p.verbose,
                       .tp_ranks = p.tp_ranks, .cpu_attention = p.cpu_attention};
     if (!dir || snprintf(o.dir, sizeof o.dir, "%s", dir) >= (int)sizeof o.dir ||
         snprintf(o.backend, sizeof o.backend, "%s", bname) >= (int)sizeof o.backend)
@@ -212,7 +212,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   *out = NULL;
   if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
   if (p.threads < 0) return lh_error_set(err, LH_EINVAL, "threads must be >= 0 (0 = all cores), got %d", p.threads);
-  if (p.max_chunk < 1) return lh_error_set(err, LH_EINVAL, "max_chunk must be >= 1, got %d", p.max_chunk);
+  if (p.max_rows < 1) return lh_error_set(err, LH_EINVAL, "max_rows must be >= 1, got %d", p.max_rows);
   if (p.cpu_attention < LH_CPU_ATTN_FP32 || p.cpu_attention > LH_CPU_ATTN_AUTO)
     return lh_error_set(err, LH_EINVAL, "cpu_attention must be fp32, bf16 or auto (got %d)", p.cpu_attention);
   if (p.comm && p.tp_ranks > 1)
@@ -234,7 +234,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   }
   m->params = p;
   m->params.backend = m->backend_name;
-  m->max_rows = p.max_chunk;
+  m->max_rows = p.max_rows;
 
   if (!lh_is_dir(dir)) {
     st = lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (no such directory)", dir);

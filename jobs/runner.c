@@ -36,6 +36,7 @@
 #include "tokenizer/tokenizer.h"
 #include "jobs/batch.h"
 #include "jobs/chat.h"
+#include "pipeline/pipeline.h"
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
@@ -108,6 +109,9 @@ typedef struct run {
   lh_progress *prog;
   int64_t batch_id;
   int64_t *job_ids;   /* [batch.n], 0 for bad lines and other shards */
+  struct job_line *by_job; /* [n_by_job] (job id, line index), sorted by job id */
+  int n_by_job;
+  lh_plan plan;
   char model_name[256];
   int32_t stop_ids[8];
   int n_stop_ids;
@@ -117,22 +121,14 @@ typedef struct run {
 typedef struct job {
   lh_request *r;
   int64_t id;
-  lh_buf before, after;
-  lh_i32vec suffix;
-  lh_state *st;
-  lh_i32vec gen;
-  lh_buf text;
-  lh_sampler_params sp;
-  uint64_t rng;
+  lh_buf before, after; /* the rendered text around the documents */
+  lh_i32vec suffix;     /* tokens of `after`: the job's own part of the prompt */
+  lh_state *st;         /* its fork of the group's prefix */
+  lh_buf text;          /* the answer */
+  int cut;              /* text was cut at a stop string */
   int max_tokens;
-  int done;
-  const char *finish;
-  double t_start, t_decode;
   int64_t prompt_tokens;
-  int failed;
-  int fail_status;
-  char fail_code[32];
-  lh_error err;
+  int failed;           /* 1: failed (recorded in the store); -1: not this run's job */
 } job;
 
 static char *render_json_string(cJSON *o) {
@@ -216,12 +212,6 @@ static void collect_stop_ids(run *R) {
   lh_buf_free(&b);
 }
 
-static int is_stop_id(const run *R, int32_t id) {
-  for (int i = 0; i < R->n_stop_ids; i++)
-    if (R->stop_ids[i] == id) return 1;
-  return 0;
-}
-
 /* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force. */
 static lh_status add_jobs(run *R, lh_error *err) {
   R->job_ids = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->job_ids);
@@ -276,10 +266,32 @@ static lh_status add_jobs(run *R, lh_error *err) {
   return LH_OK;
 }
 
-static int find_request(const run *R, int64_t job_id) {
+typedef struct job_line {
+  int64_t job;
+  int line; /* index in batch.req */
+} job_line;
+
+static int cmp_job_line(const void *a, const void *b) {
+  const int64_t x = ((const job_line *)a)->job, y = ((const job_line *)b)->job;
+  return (x > y) - (x < y);
+}
+
+/* The map from job ids to the requests this run added (a lookup per claimed job must not scan
+ * the batch: a batch of N lines would cost O(N^2)). */
+static lh_status index_jobs(run *R, lh_error *err) {
+  R->by_job = malloc((size_t)(R->batch.n ? R->batch.n : 1) * sizeof *R->by_job);
+  if (!R->by_job) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  R->n_by_job = 0;
   for (int i = 0; i < R->batch.n; i++)
-    if (R->job_ids[i] == job_id) return i;
-  return -1;
+    if (R->job_ids[i]) R->by_job[R->n_by_job++] = (job_line){R->job_ids[i], i};
+  qsort(R->by_job, (size_t)R->n_by_job, sizeof *R->by_job, cmp_job_line);
+  return LH_OK;
+}
+
+static int find_request(const run *R, int64_t job_id) {
+  const job_line key = {job_id, 0};
+  const job_line *hit = bsearch(&key, R->by_job, (size_t)R->n_by_job, sizeof key, cmp_job_line);
+  return hit ? hit->line : -1;
 }
 
 /* ---- one group ---- */
@@ -385,38 +397,6 @@ static lh_status tokenize_text(run *R, const lh_buf *b, lh_i32vec *out, lh_error
   return lh_tokenizer_encode(R->tok, b->data, b->len, 0, out, err);
 }
 
-/* Prefill tokens[pos:n] into st in chunks aligned to multiples of chunk, checkpointing. */
-static lh_status prefill_prefix(run *R, lh_state *st, lh_store_cursor *cur, const int32_t *tokens, int64_t n,
-                                const char *label, int checkpoint, lh_error *err) {
-  int64_t pos = lh_state_pos(st), chunk = R->p->chunk, since = 0;
-  if (pos >= n) return LH_OK;
-  lh_progress_begin(R->prog, label, "prefill", n, "tok");
-  lh_progress_prefill(R->prog, pos);
-  while (pos < n) {
-    int64_t next = (pos / chunk + 1) * chunk;
-    if (next > n) next = n;
-    lh_status s = lh_prefill(st, tokens + pos, next - pos, NULL, NULL, err);
-    if (s != LH_OK) return s;
-    if (cur) lh_store_cursor_feed(cur, tokens + pos, next - pos);
-    R->sum->tokens_prefilled += next - pos;
-    pos = next;
-    since++;
-    int last = pos == n;
-    if (checkpoint && R->writer && cur && R->p->checkpoint_every > 0 &&
-        (since >= R->p->checkpoint_every || last || stop_requested)) {
-      if ((s = lh_store_checkpoint_state(R->writer, st, cur, err)) != LH_OK) return s;
-      since = 0;
-    }
-    lh_progress_update(R->prog, pos);
-    if (stop_requested && !last) {
-      lh_progress_end(R->prog);
-      return lh_error_set(err, LH_EINTR, "interrupted at token %lld of %lld", (long long)pos, (long long)n);
-    }
-  }
-  lh_progress_end(R->prog);
-  return LH_OK;
-}
-
 /* Does text contain a stop string? Returns the cut position or -1. */
 static long find_stop(const lh_request *r, const char *text) {
   long cut = -1;
@@ -448,35 +428,266 @@ static void read_archive_version(void) {
   snprintf(g_archive_version, sizeof g_archive_version, "%s", archive_version_details());
 }
 
-static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens, int64_t restored, int64_t computed,
-                         int group_size, double t_ingest, double mb, double t_prefill) {
+static void job_free(job *J) {
+  lh_buf_free(&J->before);
+  lh_buf_free(&J->after);
+  lh_i32vec_free(&J->suffix);
+  lh_state_free(J->st);
+  lh_buf_free(&J->text);
+}
+
+/* ---- one group ----
+ *
+ * A group is the jobs claimed together: they share the text before the documents and the
+ * documents (the group key), so their prompts share the prefix P. run_group takes it through
+ * the pipeline (pipeline/pipeline.h): bind the jobs to their requests, build P (ingest), admit
+ * each job (its own suffix, the model's limits), prefill P as a prefix (resume, checkpoints),
+ * fork it per job, feed each fork its suffix, decode the forks together, record the results. A
+ * job that fails on its own fails alone; a failure of P fails the group; only an interrupt
+ * leaves jobs for a rerun.
+ */
+
+typedef struct group {
+  run *R;
+  job *J;
+  int n, lead;
+  char label[128];
+  lh_i32vec P;       /* the shared prefix's tokens */
+  manifest man;
+  int64_t docs_tokens, restored, computed;
+  double t_ingest, mb, t_prefill;
+  int live;          /* jobs admitted */
+  lh_fork *forks;    /* [nf]: one per admitted job that forked */
+  int *fork_job;     /* [nf]: its index in J */
+  int nf;
+} group;
+
+static void group_fail(group *g, int status, const char *code, const char *msg) {
+  for (int i = 0; i < g->n; i++)
+    if (!g->J[i].failed) {
+      fail_job(g->R, g->J[i].id, status, code, msg);
+      g->J[i].failed = 1;
+    }
+  g->live = 0;
+}
+
+/* Bind each claimed id to its request in this run's batch; ids this run did not add (another
+ * shard's, or an edited batch's) are released. Returns the first bound job, or -1. */
+static int group_bind(group *g, const int64_t *ids) {
+  run *R = g->R;
+  int lead = -1;
+  for (int i = 0; i < g->n; i++) {
+    const int ri = find_request(R, ids[i]);
+    g->J[i].id = ids[i];
+    if (ri < 0) {
+      lh_store_job_release(R->store, ids[i], NULL);
+      g->J[i].failed = -1;
+      continue;
+    }
+    g->J[i].r = &R->batch.req[ri];
+    lh_chat_render(&R->chat, g->J[i].r, &g->J[i].before, &g->J[i].after, NULL);
+    if (lead < 0) lead = i;
+  }
+  return lead;
+}
+
+/* P = tokens of the text before the documents, then the documents. A document problem fails the
+ * whole group (400 for the input's fault, 500 otherwise). */
+static int group_ingest(group *g) {
+  run *R = g->R;
+  const job *L = &g->J[g->lead];
+  const double t0 = lh_now();
+  lh_error e;
+  lh_error_clear(&e);
+  lh_status st = tokenize_text(R, &L->before, &g->P, &e);
+  const int64_t docs_start = (int64_t)g->P.len;
+  if (st == LH_OK) st = ingest_documents(R, L->r, &g->P, &g->man, &g->mb, &e);
+  g->t_ingest = lh_now() - t0;
+  g->docs_tokens = (int64_t)g->P.len - docs_start;
+  if (st == LH_OK) return 1;
+  const int input = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED;
+  group_fail(g, input ? 400 : 500, "document_error", e.msg);
+  lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+  return 0;
+}
+
+/* Each job's own suffix and the model's limits; returns how many jobs are admitted. */
+static int group_admit(group *g) {
+  run *R = g->R;
+  const int64_t limit = R->cfg->max_position_embeddings;
+  g->live = 0;
+  for (int i = 0; i < g->n; i++) {
+    job *J = &g->J[i];
+    if (J->failed) continue;
+    J->max_tokens = J->r->max_tokens > 0 ? J->r->max_tokens : R->p->max_tokens_default;
+    lh_error e;
+    if (tokenize_text(R, &J->after, &J->suffix, &e) != LH_OK) {
+      fail_job(R, J->id, 500, "tokenizer_error", e.msg);
+      J->failed = 1;
+      continue;
+    }
+    J->prompt_tokens = (int64_t)(g->P.len + J->suffix.len);
+    if (J->prompt_tokens == 0) {
+      fail_job(R, J->id, 400, "invalid_request", "the prompt is empty");
+      J->failed = 1;
+      continue;
+    }
+    if (limit > 0 && J->prompt_tokens + J->max_tokens > limit) {
+      char msg[512];
+      snprintf(msg, sizeof msg,
+               "request over the model's limits: %lld prompt tokens (%lld from documents) + max_tokens %d > the "
+               "model's context of %lld tokens",
+               (long long)J->prompt_tokens, (long long)g->docs_tokens, J->max_tokens, (long long)limit);
+      fail_job(R, J->id, 400, "context_length_exceeded", msg);
+      lh_progress_note(R->prog, "%s: %s", J->r->custom_id, msg);
+      J->failed = 1;
+      continue;
+    }
+    lh_store_job_set_tokens(R->store, J->id, J->prompt_tokens, NULL);
+    g->live++;
+  }
+  return g->live;
+}
+
+static void on_progress(void *user, int64_t pos) { lh_progress_update(user, pos); }
+
+/* Prefill P (resuming from the store, checkpointing per the plan) into *px. LH_OK, LH_EINTR, or
+ * LH_OK with the group failed (*px NULL). */
+static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
+  run *R = g->R;
+  const double t0 = lh_now();
+  lh_prefix_params pp = lh_prefix_default_params();
+  pp.plan = R->plan;
+  pp.store = R->store;
+  pp.writer = R->writer;
+  pp.job_id = g->J[g->lead].id;
+  pp.hooks = (lh_pipeline_hooks){.progress = on_progress, .user = R->prog, .stop = &stop_requested};
+  lh_error e;
+  lh_status st = lh_prefix_open(R->model, g->P.data, (int64_t)g->P.len, &pp, px, &e);
+  if (st != LH_OK) {
+    group_fail(g, 500, "store_error", e.msg);
+    return LH_OK;
+  }
+  g->restored = lh_prefix_restored(*px);
+  R->sum->tokens_restored += g->restored;
+  if (g->restored)
+    lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", g->label,
+                     (long long)g->restored, (long long)g->P.len);
+  lh_progress_begin(R->prog, g->label, "prefill", (int64_t)g->P.len, "tok");
+  lh_progress_prefill(R->prog, g->restored);
+  st = lh_prefix_advance(*px, (int64_t)g->P.len, &e);
+  lh_progress_end(R->prog);
+  g->computed = lh_prefix_computed(*px);
+  R->sum->tokens_prefilled += g->computed;
+  g->t_prefill = lh_now() - t0;
+  if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  if (st == LH_OK && R->writer) st = lh_store_writer_flush(R->writer, &e);
+  if (st != LH_OK) {
+    group_fail(g, 500, "engine_error", e.msg);
+    lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+    lh_prefix_close(*px);
+    *px = NULL;
+    return LH_OK;
+  }
+  if (g->live > 1) R->sum->tokens_shared += (int64_t)g->P.len;
+  return LH_OK;
+}
+
+/* lh_decode_params.on_token: the answer's text so far, cut at the first stop string. */
+static int on_token(void *user, int i, lh_fork *f) {
+  group *g = user;
+  job *J = &g->J[g->fork_job[i]];
+  if (!J->r->n_stop) return 0;
+  lh_buf_clear(&J->text);
+  lh_tokenizer_decode(g->R->tok, f->tokens.data, f->tokens.len, 1, &J->text, NULL);
+  const long cut = find_stop(J->r, J->text.data ? J->text.data : "");
+  if (cut < 0) return 0;
+  J->text.len = (size_t)cut;
+  J->text.data[cut] = 0;
+  J->cut = 1;
+  return 1;
+}
+
+static void on_decoded(void *user, int64_t generated) { lh_progress_update(((group *)user)->R->prog, generated); }
+
+/* Fork P per admitted job, feed each fork its suffix, decode them together. LH_OK (jobs that
+ * failed have failed alone), LH_EINTR, or LH_ENOMEM. */
+static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
+  run *R = g->R;
+  g->forks = calloc((size_t)g->n, sizeof *g->forks);
+  g->fork_job = calloc((size_t)g->n, sizeof *g->fork_job);
+  if (!g->forks || !g->fork_job) return lh_error_set(err, LH_ENOMEM, "out of memory for %d forks", g->n);
+  lh_pipeline_hooks quiet = {.stop = &stop_requested};
+  for (int i = 0; i < g->n; i++) {
+    job *J = &g->J[i];
+    if (J->failed) continue;
+    lh_error e;
+    lh_status st = lh_prefix_fork(px, &J->st, &e);
+    if (st == LH_OK) st = lh_pipeline_feed(J->st, J->suffix.data, (int64_t)J->suffix.len, &R->plan, &quiet, NULL, &e);
+    if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+    R->sum->tokens_prefilled += (int64_t)J->suffix.len;
+    if (st != LH_OK) {
+      fail_job(R, J->id, 500, "engine_error", e.msg);
+      J->failed = 1;
+      continue;
+    }
+    const lh_request *r = J->r;
+    g->forks[g->nf] = (lh_fork){
+        .state = J->st,
+        .max_tokens = J->max_tokens,
+        .sampler = {.temperature = (float)r->temperature, .top_p = (float)r->top_p, .top_k = 0,
+                    .seed = r->has_seed ? r->seed : str_hash64(r->custom_id)}};
+    g->fork_job[g->nf++] = i;
+  }
+  lh_decode_params dp = {.stop_ids = R->stop_ids, .n_stop_ids = R->n_stop_ids,
+                         .context_limit = R->cfg->max_position_embeddings, .on_token = on_token,
+                         .progress = on_decoded, .user = g, .stop = &stop_requested};
+  lh_progress_begin(R->prog, g->label, "decode", 0, "tok");
+  lh_status st = lh_decode_forks(g->forks, g->nf, &dp, err);
+  lh_progress_end(R->prog);
+  for (int f = 0; f < g->nf; f++) {
+    const lh_fork *F = &g->forks[f];
+    job *J = &g->J[g->fork_job[f]];
+    R->sum->tokens_decoded += (int64_t)F->tokens.len;
+    if (F->status != LH_OK) {
+      fail_job(R, J->id, 500, "engine_error", F->err.msg);
+      J->failed = 1;
+    } else if (F->finish != LH_FINISH_NONE && !J->cut) {
+      lh_tokenizer_decode(R->tok, F->tokens.data, F->tokens.len, 1, &J->text, NULL);
+    }
+  }
+  return st;
+}
+
+static char *result_json(const group *g, const job *J, const lh_fork *F) {
+  const run *R = g->R;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
   cJSON_AddStringToObject(o, "answer", J->text.data ? J->text.data : "");
-  cJSON_AddStringToObject(o, "finish_reason", J->finish);
+  cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
   cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
   cJSON_AddStringToObject(o, "model", R->model_name);
   cJSON_AddNumberToObject(o, "created", (double)time(NULL));
   cJSON *t = cJSON_AddObjectToObject(o, "tokens");
   cJSON_AddNumberToObject(t, "prompt", (double)J->prompt_tokens);
-  cJSON_AddNumberToObject(t, "documents", (double)docs_tokens);
-  cJSON_AddNumberToObject(t, "shared_prefix", (double)prefix_len);
+  cJSON_AddNumberToObject(t, "documents", (double)g->docs_tokens);
+  cJSON_AddNumberToObject(t, "shared_prefix", (double)g->P.len);
   cJSON_AddNumberToObject(t, "own_suffix", (double)J->suffix.len);
-  cJSON_AddNumberToObject(t, "completion", (double)J->gen.len);
+  cJSON_AddNumberToObject(t, "completion", (double)F->tokens.len);
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
-  cJSON_AddBoolToObject(c, "hit", restored > 0);
-  cJSON_AddNumberToObject(c, "tokens_reused", (double)restored);
-  cJSON_AddNumberToObject(c, "prefix_tokens_computed", (double)computed);
-  cJSON_AddNumberToObject(c, "requests_sharing_prefix", group_size);
+  cJSON_AddBoolToObject(c, "hit", g->restored > 0);
+  cJSON_AddNumberToObject(c, "tokens_reused", (double)g->restored);
+  cJSON_AddNumberToObject(c, "prefix_tokens_computed", (double)g->computed);
+  cJSON_AddNumberToObject(c, "requests_sharing_prefix", g->live);
   cJSON *tm = cJSON_AddObjectToObject(o, "timings_s");
-  cJSON_AddNumberToObject(tm, "ingest", t_ingest);
-  cJSON_AddNumberToObject(tm, "prefill", t_prefill);
-  cJSON_AddNumberToObject(tm, "decode", J->t_decode);
+  cJSON_AddNumberToObject(tm, "ingest", g->t_ingest);
+  cJSON_AddNumberToObject(tm, "prefill", g->t_prefill);
+  cJSON_AddNumberToObject(tm, "decode", F->seconds);
   cJSON *rt = cJSON_AddObjectToObject(o, "rates");
-  cJSON_AddNumberToObject(rt, "ingest_mb_per_s", t_ingest > 0 ? mb / t_ingest : 0);
-  cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", t_prefill > 0 ? (double)computed / t_prefill : 0);
-  cJSON_AddNumberToObject(rt, "decode_tokens_per_s", J->t_decode > 0 ? (double)J->gen.len / J->t_decode : 0);
+  cJSON_AddNumberToObject(rt, "ingest_mb_per_s", g->t_ingest > 0 ? g->mb / g->t_ingest : 0);
+  cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", g->t_prefill > 0 ? (double)g->computed / g->t_prefill : 0);
+  cJSON_AddNumberToObject(rt, "decode_tokens_per_s", F->seconds > 0 ? (double)F->tokens.len / F->seconds : 0);
   cJSON *s = cJSON_AddObjectToObject(o, "store");
   cJSON_AddStringToObject(s, "path", R->sum->db_path);
   cJSON_AddNumberToObject(s, "job_id", (double)J->id);
@@ -484,7 +695,7 @@ static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens
   cJSON_AddStringToObject(m, "model_dir", lh_model_dir(R->model));
   cJSON_AddStringToObject(m, "model_id", lh_model_id(R->model));
   cJSON_AddStringToObject(m, "backend", lh_model_backend(R->model));
-  cJSON_AddNumberToObject(m, "chunk", R->p->chunk);
+  cJSON_AddNumberToObject(m, "chunk", (double)R->plan.chunk);
   cJSON *v = cJSON_AddObjectToObject(o, "versions");
   cJSON_AddStringToObject(v, "longhaul", LH_VERSION);
   cJSON_AddStringToObject(v, "sqlite", sqlite3_libversion());
@@ -493,263 +704,63 @@ static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens
   return render_json_string(o);
 }
 
-static void job_free(job *J) {
-  lh_buf_free(&J->before);
-  lh_buf_free(&J->after);
-  lh_i32vec_free(&J->suffix);
-  lh_state_free(J->st);
-  lh_i32vec_free(&J->gen);
-  lh_buf_free(&J->text);
-}
-
-/* Run one claimed group: ids[0..n) share documents and the text before them. */
-static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
-  job *J = calloc((size_t)n, sizeof *J);
-  manifest man = {0};
-  lh_i32vec P = {0};
-  lh_state *base = NULL;
-  float *logits = NULL;
-  lh_state **batch_states = NULL;
-  int32_t *batch_tokens = NULL;
-  int *batch_job = NULL;
-  lh_status st = LH_OK;
-  int vocab = R->cfg->vocab_size;
-  if (!J) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  for (int i = 0; i < n; i++) {
-    int ri = find_request(R, ids[i]);
-    J[i].id = ids[i];
-    if (ri < 0) { /* a job of this batch that this run did not add (other shard or edited batch) */
-      lh_store_job_release(R->store, ids[i], NULL);
-      J[i].failed = -1;
-      continue;
-    }
-    J[i].r = &R->batch.req[ri];
-    lh_chat_render(&R->chat, J[i].r, &J[i].before, &J[i].after, NULL);
-  }
-  int lead = -1;
-  for (int i = 0; i < n && lead < 0; i++)
-    if (!J[i].failed) lead = i;
-  if (lead < 0) goto out;
-  const lh_request *r0 = J[lead].r;
-  char label[128];
-  snprintf(label, sizeof label, "%s%s", r0->custom_id, n > 1 ? "+" : "");
-
-  /* 1. shared prefix tokens: the text before the documents, then the documents */
-  double t0 = lh_now(), mb = 0;
-  lh_error e;
-  lh_error_clear(&e);
-  st = tokenize_text(R, &J[lead].before, &P, &e);
-  int64_t docs_start = (int64_t)P.len;
-  if (st == LH_OK) st = ingest_documents(R, r0, &P, &man, &mb, &e);
-  double t_ingest = lh_now() - t0;
-  if (st != LH_OK) {
-    int status = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED ? 400 : 500;
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, status, "document_error", e.msg);
-    lh_progress_note(R->prog, "%s: %s", label, e.msg);
-    st = LH_OK; /* the group failed, the run goes on */
-    goto out;
-  }
-  int64_t docs_tokens = (int64_t)P.len - docs_start;
-
-  /* 2. each request's own suffix and its limits */
-  int64_t limit = R->cfg->max_position_embeddings;
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed) continue;
-    J[i].max_tokens = J[i].r->max_tokens > 0 ? J[i].r->max_tokens : R->p->max_tokens_default;
-    if ((st = tokenize_text(R, &J[i].after, &J[i].suffix, &e)) != LH_OK) {
-      fail_job(R, J[i].id, 500, "tokenizer_error", e.msg);
-      J[i].failed = 1;
-      st = LH_OK;
-      continue;
-    }
-    J[i].prompt_tokens = (int64_t)(P.len + J[i].suffix.len);
-    if (J[i].prompt_tokens == 0) {
-      fail_job(R, J[i].id, 400, "invalid_request", "the prompt is empty");
-      J[i].failed = 1;
-      continue;
-    }
-    if (limit > 0 && J[i].prompt_tokens + J[i].max_tokens > limit) {
-      char msg[512];
-      snprintf(msg, sizeof msg,
-               "request over the model's limits: %lld prompt tokens (%lld from documents) + max_tokens %d > the "
-               "model's context of %lld tokens",
-               (long long)J[i].prompt_tokens, (long long)docs_tokens, J[i].max_tokens, (long long)limit);
-      fail_job(R, J[i].id, 400, "context_length_exceeded", msg);
-      lh_progress_note(R->prog, "%s: %s", J[i].r->custom_id, msg);
-      J[i].failed = 1;
-    }
-  }
-  int live = 0;
-  for (int i = 0; i < n; i++) live += !J[i].failed;
-  if (!live) goto out;
-  for (int i = 0; i < n; i++)
-    if (!J[i].failed) lh_store_job_set_tokens(R->store, J[i].id, J[i].prompt_tokens, NULL);
-
-  /* 3. the shared prefix: resume from the store, prefill the rest with checkpoints */
-  double t1 = lh_now();
-  lh_store_cursor cur;
-  int64_t restored = 0, computed = 0;
-  if ((st = lh_store_resume(R->store, R->model, P.data, (int64_t)P.len, J[lead].id, &base, &cur, &e)) != LH_OK) {
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, 500, "store_error", e.msg);
-    st = LH_OK;
-    goto out;
-  }
-  restored = lh_state_pos(base);
-  R->sum->tokens_restored += restored;
-  if (restored) lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", label,
-                                 (long long)restored, (long long)P.len);
-  st = prefill_prefix(R, base, &cur, P.data, (int64_t)P.len, label, 1, &e);
-  computed = (int64_t)P.len - restored;
-  double t_prefill = lh_now() - t1;
-  if (st == LH_EINTR) goto interrupted;
-  if (st == LH_OK && R->writer) st = lh_store_writer_flush(R->writer, &e);
-  if (st != LH_OK) {
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, 500, "engine_error", e.msg);
-    lh_progress_note(R->prog, "%s: %s", label, e.msg);
-    st = LH_OK;
-    goto out;
-  }
-  if (live > 1) R->sum->tokens_shared += (int64_t)P.len;
-
-  /* 4. fork per request, prefill its suffix, decode everyone together */
-  logits = malloc((size_t)n * (size_t)vocab * sizeof *logits);
-  batch_states = calloc((size_t)n, sizeof *batch_states);
-  batch_tokens = calloc((size_t)n, sizeof *batch_tokens);
-  batch_job = calloc((size_t)n, sizeof *batch_job);
-  if (!logits || !batch_states || !batch_tokens || !batch_job) {
-    st = lh_error_set(err, LH_ENOMEM, "out of memory for decoding %d requests", n);
-    goto out;
-  }
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed) continue;
-    J[i].t_start = lh_now();
-    st = lh_state_fork(base, &J[i].st, &e);
-    if (st == LH_OK && J[i].suffix.len) {
-      int64_t done = 0, len = (int64_t)J[i].suffix.len;
-      while (done < len && st == LH_OK) {
-        int64_t take = len - done < R->p->chunk ? len - done : R->p->chunk;
-        st = lh_prefill(J[i].st, J[i].suffix.data + done, take, logits + (size_t)i * (size_t)vocab, NULL, &e);
-        done += take;
-        R->sum->tokens_prefilled += take;
-      }
-    } else if (st == LH_OK) {
-      const float *ll = lh_state_last_logits(J[i].st);
-      if (ll) memcpy(logits + (size_t)i * (size_t)vocab, ll, (size_t)vocab * sizeof *logits);
-      else st = lh_error_set(&e, LH_EINVAL, "nothing to continue from");
-    }
-    if (st != LH_OK) {
-      fail_job(R, J[i].id, 500, "engine_error", e.msg);
-      J[i].failed = 1;
-      st = LH_OK;
-      continue;
-    }
-    J[i].sp = (lh_sampler_params){.temperature = (float)J[i].r->temperature, .top_p = (float)J[i].r->top_p,
-                                  .top_k = 0, .seed = J[i].r->has_seed ? J[i].r->seed : str_hash64(J[i].r->custom_id)};
-    J[i].rng = J[i].sp.seed;
-  }
-  int64_t decoded = 0;
-  lh_progress_begin(R->prog, label, "decode", 0, "tok");
-  for (;;) {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-      if (J[i].failed || J[i].done) continue;
-      int32_t t = lh_sample(logits + (size_t)i * (size_t)vocab, vocab, &J[i].sp, &J[i].rng);
-      if (is_stop_id(R, t)) {
-        J[i].done = 1;
-        J[i].finish = "stop";
-      } else {
-        lh_i32vec_push(&J[i].gen, t);
-        decoded++;
-        lh_buf_clear(&J[i].text);
-        lh_tokenizer_decode(R->tok, J[i].gen.data, J[i].gen.len, 1, &J[i].text, NULL);
-        long cut = J[i].r->n_stop ? find_stop(J[i].r, J[i].text.data ? J[i].text.data : "") : -1;
-        if (cut >= 0) {
-          J[i].text.len = (size_t)cut;
-          J[i].text.data[cut] = 0;
-          J[i].done = 1;
-          J[i].finish = "stop";
-        } else if ((int)J[i].gen.len >= J[i].max_tokens ||
-                   (limit > 0 && lh_state_pos(J[i].st) + 1 >= limit)) {
-          J[i].done = 1;
-          J[i].finish = "length";
-        }
-      }
-      if (J[i].done) {
-        J[i].t_decode = lh_now() - J[i].t_start;
-        continue;
-      }
-      batch_states[k] = J[i].st;
-      batch_tokens[k] = t;
-      batch_job[k] = i;
-      k++;
-    }
-    if (!k) break;
-    lh_progress_update(R->prog, decoded);
-    /* logits rows are compacted for the batch, then spread back to each job's row */
-    float *tmp = malloc((size_t)k * (size_t)vocab * sizeof *tmp);
-    if (!tmp) {
-      st = lh_error_set(err, LH_ENOMEM, "out of memory while decoding");
-      goto out;
-    }
-    st = lh_decode_batch(batch_states, k, batch_tokens, tmp, &e);
-    for (int q = 0; q < k && st == LH_OK; q++)
-      memcpy(logits + (size_t)batch_job[q] * (size_t)vocab, tmp + (size_t)q * (size_t)vocab,
-             (size_t)vocab * sizeof *tmp);
-    free(tmp);
-    if (st != LH_OK) {
-      for (int q = 0; q < k; q++) {
-        fail_job(R, J[batch_job[q]].id, 500, "engine_error", e.msg);
-        J[batch_job[q]].failed = 1;
-      }
-      st = LH_OK;
-    }
-    if (stop_requested) {
-      lh_progress_end(R->prog);
-      goto interrupted;
-    }
-  }
-  lh_progress_end(R->prog);
-  R->sum->tokens_decoded += decoded;
-
-  /* 5. results */
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed || !J[i].done) continue;
-    char *rj = result_json(R, &J[i], (int64_t)P.len, docs_tokens, restored, computed, live, t_ingest, mb, t_prefill);
-    lh_status s2 = rj ? lh_store_job_set_documents(R->store, J[i].id, man.docs, man.n, &e) : LH_ENOMEM;
-    if (s2 == LH_OK) s2 = lh_store_job_done(R->store, J[i].id, rj, NULL, 0, &e);
-    if (s2 == LH_OK) s2 = write_job_files(R, &J[i], &man, rj, &e);
-    if (s2 == LH_OK) {
+/* Record each finished job: documents, result and the job's files. */
+static void group_record(group *g) {
+  run *R = g->R;
+  for (int f = 0; f < g->nf; f++) {
+    const lh_fork *F = &g->forks[f];
+    job *J = &g->J[g->fork_job[f]];
+    if (J->failed || F->finish == LH_FINISH_NONE) continue;
+    lh_error e;
+    char *rj = result_json(g, J, F);
+    lh_status s = rj ? lh_store_job_set_documents(R->store, J->id, g->man.docs, g->man.n, &e) : LH_ENOMEM;
+    if (s == LH_OK) s = lh_store_job_done(R->store, J->id, rj, NULL, 0, &e);
+    if (s == LH_OK) s = write_job_files(R, J, &g->man, rj, &e);
+    if (s == LH_OK) {
       R->sum->done++;
     } else {
-      lh_progress_note(R->prog, "%s: could not record the result: %s", J[i].r->custom_id, e.msg);
+      lh_progress_note(R->prog, "%s: could not record the result: %s", J->r->custom_id,
+                       s == LH_ENOMEM ? "out of memory" : e.msg);
       R->sum->failed++;
     }
     free(rj);
   }
-  goto out;
+}
 
-interrupted:
-  for (int i = 0; i < n; i++)
-    if (!J[i].failed) {
-      lh_store_job_release(R->store, J[i].id, NULL);
-      R->sum->interrupted_left++;
-    }
-  if (R->writer) lh_store_writer_flush(R->writer, NULL);
-  st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+static void group_free(group *g) {
+  for (int i = 0; i < g->n; i++) job_free(&g->J[i]);
+  for (int f = 0; f < g->nf; f++) lh_fork_clear(&g->forks[f]);
+  free(g->J);
+  free(g->forks);
+  free(g->fork_job);
+  lh_i32vec_free(&g->P);
+  manifest_free(&g->man);
+}
 
+/* Run one claimed group: ids[0..n) share documents and the text before them. */
+static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
+  group g = {.R = R, .n = n, .J = calloc((size_t)n, sizeof(job))};
+  if (!g.J) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_prefix *px = NULL;
+  lh_status st = LH_OK;
+  if ((g.lead = group_bind(&g, ids)) < 0) goto out;
+  snprintf(g.label, sizeof g.label, "%s%s", g.J[g.lead].r->custom_id, n > 1 ? "+" : "");
+  if (!group_ingest(&g) || !group_admit(&g)) goto out;
+  if ((st = group_prefill(&g, &px, err)) != LH_OK || !px) goto out;
+  if ((st = group_decode(&g, px, err)) != LH_OK) goto out;
+  group_record(&g);
 out:
-  for (int i = 0; i < n; i++) job_free(&J[i]);
-  free(J);
-  lh_state_free(base);
-  lh_i32vec_free(&P);
-  manifest_free(&man);
-  free(logits);
-  free(batch_states);
-  free(batch_tokens);
-  free(batch_job);
+  if (st == LH_EINTR) { /* claims go back; the checkpoints are committed; a rerun resumes */
+    for (int i = 0; i < n; i++)
+      if (!g.J[i].failed) {
+        lh_store_job_release(R->store, g.J[i].id, NULL);
+        R->sum->interrupted_left++;
+      }
+    if (R->writer) lh_store_writer_flush(R->writer, NULL);
+    lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+  }
+  lh_prefix_close(px);
+  group_free(&g);
   return st;
 }
 
@@ -843,7 +854,8 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   mp.backend = p->device ? p->device : "cpu";
   mp.threads = p->threads;
   mp.cpu_attention = p->cpu_attention;
-  if (p->chunk > mp.max_chunk) mp.max_chunk = p->chunk;
+  R.plan = (lh_plan){.chunk = p->chunk, .checkpoint_every = p->checkpoint_every};
+  mp.max_rows = lh_plan_max_rows(&R.plan, mp.max_rows);
   if ((st = lh_model_open(p->model_dir, &mp, &R.model, err)) != LH_OK) {
     lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
     goto done;
@@ -876,7 +888,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   char bname[4200];
   snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
   if ((st = lh_store_batch_put(R.store, bname, &R.batch_id, err)) != LH_OK) goto done;
-  if ((st = add_jobs(&R, err)) != LH_OK) goto done;
+  if ((st = add_jobs(&R, err)) != LH_OK || (st = index_jobs(&R, err)) != LH_OK) goto done;
   if (p->checkpoint_every > 0) {
     lh_store_writer_params wp = lh_store_writer_default_params();
     if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;
@@ -929,6 +941,7 @@ done:
   lh_model_close(R.model);
   lh_progress_close(R.prog);
   free(R.job_ids);
+  free(R.by_job);
   lh_batch_free(&R.batch);
   return st;
 }

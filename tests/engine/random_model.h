@@ -148,7 +148,7 @@ static lh_model *rm_build_ex(const lh_config *cfg_in, uint64_t seed, int64_t max
   }
   m->params.backend = "cpu";
   m->params.threads = threads;
-  m->params.max_chunk = (int)max_rows;
+  m->params.max_rows = (int)max_rows;
   m->max_rows = max_rows;
   strcpy(m->backend_name, "cpu");
   uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;
