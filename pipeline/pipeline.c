@@ -91,12 +91,12 @@ static lh_status feed_chunks(lh_state *st, const int32_t *tokens, int64_t n, int
       return s;
     }
     done += take;
+    if (h && h->progress) h->progress(h->user, lh_state_pos(st));
     const int stop = !last && h && stop_asked(h->stop);
     if (cb && (s = cb(user, tokens + done - take, take, last || stop, err)) != LH_OK) {
       *fault = LH_FAULT_STORE;
       return s;
     }
-    if (h && h->progress) h->progress(h->user, lh_state_pos(st));
     if (stop)
       return lh_error_set(err, LH_EINTR, "interrupted at token %lld", (long long)lh_state_pos(st));
   }
