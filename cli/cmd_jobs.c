@@ -1,6 +1,8 @@
 /* cmd_jobs.c — `longhaul run`, `longhaul status` and `longhaul results`: the batch runner's
  * command line. Exit codes: 0 every job done, 1 some jobs failed (or lines were malformed),
- * 2 usage or set-up error, 130 interrupted (SIGINT/SIGTERM; rerun the same command to resume). */
+ * 2 usage or set-up error, 75 stopped by the machine, not the jobs (a full disk, an I/O error, a
+ * damaged store, another run holding --out: fix it and rerun; sysexits' EX_TEMPFAIL),
+ * 130 interrupted (SIGINT/SIGTERM; rerun the same command to resume). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -15,6 +17,7 @@
 #include "util/fs.h"
 
 #define LH_EXIT_INTERRUPTED 130
+#define LH_EXIT_TEMPFAIL 75
 
 static void on_signal(int sig) {
   lh_runner_request_stop();
@@ -48,11 +51,14 @@ static void run_usage(FILE *f) {
           "  --max-tokens N         for requests without max_tokens (default 256)\n"
           "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
           "  --force                rerun jobs that are already done or failed\n"
+          "  --wait                 if another run is using --out, wait for it (default: exit 75 naming it)\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
           "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together\n"
           "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
           "\n"
-          "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 130 interrupted\n");
+          "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 75 stopped by a full disk,\n"
+          "an I/O error, a damaged store or another run on --out (fix it and rerun: nothing done is lost),\n"
+          "130 interrupted\n");
 }
 
 /* Values from a defaults file; strings point into the parsed JSON, which lives until exit. */
@@ -158,6 +164,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"force", no_argument, 0, 'f'},           {"shard", required_argument, 0, 's'},
       {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
       {"defaults", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
+      {"wait", no_argument, 0, 'W'},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -169,6 +176,7 @@ int lh_cmd_run(int argc, char **argv) {
     case 'D': p.device = optarg; break;
     case 'T': p.chat_template = optarg; break;
     case 'f': p.force = 1; break;
+    case 'W': p.wait = 1; break;
     case 'F': break;
     case 'c': if (parse_int("--chunk", optarg, 1, &p.chunk)) return LH_EXIT_USAGE; break;
     case 't': if (parse_int("--threads", optarg, 0, &p.threads)) return LH_EXIT_USAGE; break;
@@ -218,9 +226,10 @@ int lh_cmd_run(int argc, char **argv) {
   lh_status st = lh_run_batch(&p, &sum, &err);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  if (st != LH_OK && st != LH_EINTR) {
+  const int tempfail = st == LH_EFULL || st == LH_EIO || st == LH_ECORRUPT || st == LH_EBUSY;
+  if (st != LH_OK && st != LH_EINTR && (!tempfail || st == LH_EBUSY || !sum.seconds || !lh_is_file(sum.output_path))) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
-    return LH_EXIT_USAGE;
+    return tempfail ? LH_EXIT_TEMPFAIL : LH_EXIT_USAGE;
   }
   print_table(sum.output_path);
   printf("longhaul run: %d requests: %d done, %d failed, %d malformed line%s, %d already done%s", sum.requests,
@@ -232,10 +241,14 @@ int lh_cmd_run(int argc, char **argv) {
          "%lld decoded; %.1f s\n",
          (long long)sum.tokens_prefilled, (long long)sum.tokens_restored, (long long)sum.tokens_shared,
          (long long)sum.tokens_decoded, sum.seconds);
-  printf("  output: %s\n  store:  %s\n", sum.output_path, sum.db_path);
+  printf("  output: %s\n  errors: %s\n  store:  %s\n", sum.output_path, sum.errors_path, sum.db_path);
   if (st == LH_EINTR) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_INTERRUPTED;
+  }
+  if (tempfail) {
+    fprintf(stderr, "longhaul run: %s\n", err.msg);
+    return LH_EXIT_TEMPFAIL;
   }
   return sum.failed || sum.bad_lines ? LH_EXIT_FAILED : LH_EXIT_OK;
 }

@@ -36,11 +36,13 @@
 #include "tokenizer/tokenizer.h"
 #include "jobs/batch.h"
 #include "jobs/chat.h"
+#include "jobs/outdir.h"
 #include "pipeline/pipeline.h"
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/testpoint.h"
 
 #ifndef LH_VERSION
 #define LH_VERSION "0"
@@ -116,6 +118,9 @@ typedef struct run {
   int32_t stop_ids[8];
   int n_stop_ids;
   lh_runner_summary *sum;
+  lh_outdir *out;
+  lh_status fault;    /* the first failure of the store or the output folder: the run stops */
+  lh_error fault_err;
 } run;
 
 typedef struct job {
@@ -129,12 +134,23 @@ typedef struct job {
   int max_tokens;
   int64_t prompt_tokens;
   int failed;           /* 1: failed (recorded in the store); -1: not this run's job */
+  int recorded;         /* its result is committed to the store */
 } job;
 
 static char *render_json_string(cJSON *o) {
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
+}
+
+/* A failure of the store or of the output folder (a full disk, an I/O error, a damaged or locked
+ * database) is not the job's: the run stops at once, its unfinished jobs go back to the queue, and
+ * a rerun resumes them from their last good checkpoint. The first such failure is kept. */
+static void env_fault(run *R, lh_status st, const lh_error *e) {
+  if (R->fault != LH_OK) return;
+  R->fault = st != LH_OK ? st : LH_EIO;
+  R->fault_err = *e;
+  R->fault_err.code = R->fault;
 }
 
 /* The store keeps a failed job's error as a small JSON object so output.jsonl can be rebuilt with
@@ -148,8 +164,9 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
   lh_error e;
   lh_status st = lh_store_job_fail(R->store, id, s ? s : msg, &e);
   free(s);
-  if (st != LH_OK) lh_log_warn("could not record the failure of job %lld: %s", (long long)id, e.msg);
-  R->sum->failed++;
+  if (st == LH_OK) R->sum->failed++;
+  else if (st == LH_EBUSY) lh_log_warn("job %lld was taken over by another process: %s", (long long)id, e.msg);
+  else env_fault(R, st, &e);
   return st;
 }
 
@@ -379,6 +396,7 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
       if (st != LH_OK) break;
       lh_ingest_stats is;
       lh_ingest_stats_get(ing, &is);
+      lh_testpoint("ingest");
       lh_progress_update(R->prog, is.source_bytes);
       if (b.done) break;
     }
@@ -407,16 +425,16 @@ static long find_stop(const lh_request *r, const char *text) {
   return cut;
 }
 
-static lh_status write_job_files(run *R, job *J, const manifest *man, const char *result_json, lh_error *err) {
-  char dir[4096], name[256], path[4200];
+/* OUT/jobs/<custom_id>/{result.json,manifest.jsonl}, each replaced whole (jobs/outdir.h). */
+static lh_status write_job_files(run *R, const job *J, const char *result_json, const char *manifest, size_t mlen,
+                                 lh_error *err) {
+  char name[256], rel[512];
   lh_runner_job_dirname(J->r->custom_id, name, sizeof name);
-  snprintf(dir, sizeof dir, "%s/jobs/%s", R->p->out_dir, name);
-  lh_status st = lh_mkdir_p(dir, err);
-  if (st) return st;
-  snprintf(path, sizeof path, "%s/result.json", dir);
-  if ((st = lh_file_write_atomic(path, result_json, strlen(result_json), err))) return st;
-  snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
-  return lh_file_write_atomic(path, man->jsonl.data ? man->jsonl.data : "", man->jsonl.len, err);
+  snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+  lh_status st = lh_outdir_put(R->out, rel, result_json, strlen(result_json), err);
+  snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
+  if (st == LH_OK) st = lh_outdir_put(R->out, rel, manifest ? manifest : "", mlen, err);
+  return st;
 }
 
 /* libarchive's version string, read once: archive_version_details() rebuilds its static string on
@@ -565,7 +583,7 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   lh_error e;
   lh_status st = lh_prefix_open(R->model, g->P.data, (int64_t)g->P.len, &pp, px, &e);
   if (st != LH_OK) {
-    group_fail(g, 500, "store_error", e.msg);
+    env_fault(R, st, &e); /* resuming reads the store (and makes the state) */
     return LH_OK;
   }
   g->restored = lh_prefix_restored(*px);
@@ -581,10 +599,15 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   R->sum->tokens_prefilled += g->computed;
   g->t_prefill = lh_now() - t0;
   if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
-  if (st == LH_OK && R->writer) st = lh_store_writer_flush(R->writer, &e);
+  lh_fault fault = lh_prefix_fault(*px);
+  if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) fault = LH_FAULT_STORE;
   if (st != LH_OK) {
-    group_fail(g, 500, "engine_error", e.msg);
-    lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+    if (fault == LH_FAULT_STORE) {
+      env_fault(R, st, &e);
+    } else {
+      group_fail(g, 500, "engine_error", e.msg);
+      lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+    }
     lh_prefix_close(*px);
     *px = NULL;
     return LH_OK;
@@ -711,19 +734,27 @@ static void group_record(group *g) {
     const lh_fork *F = &g->forks[f];
     job *J = &g->J[g->fork_job[f]];
     if (J->failed || F->finish == LH_FINISH_NONE) continue;
+    if (R->fault) return;
     lh_error e;
+    lh_error_set(&e, LH_ENOMEM, "out of memory");
     char *rj = result_json(g, J, F);
+    /* the store first (the result exists once committed), then the job's folder; a kill between
+     * the two is mended by the next run, which rebuilds every job folder from the store */
     lh_status s = rj ? lh_store_job_set_documents(R->store, J->id, g->man.docs, g->man.n, &e) : LH_ENOMEM;
-    if (s == LH_OK) s = lh_store_job_done(R->store, J->id, rj, NULL, 0, &e);
-    if (s == LH_OK) s = write_job_files(R, J, &g->man, rj, &e);
+    if (s == LH_OK)
+      s = lh_store_job_done(R->store, J->id, rj, g->man.jsonl.data ? g->man.jsonl.data : "", g->man.jsonl.len, &e);
     if (s == LH_OK) {
+      lh_testpoint("commit");
+      J->recorded = 1;
       R->sum->done++;
-    } else {
-      lh_progress_note(R->prog, "%s: could not record the result: %s", J->r->custom_id,
-                       s == LH_ENOMEM ? "out of memory" : e.msg);
-      R->sum->failed++;
+      s = write_job_files(R, J, rj, g->man.jsonl.data, g->man.jsonl.len, &e);
     }
     free(rj);
+    if (s == LH_EBUSY && !J->recorded) {
+      lh_progress_note(R->prog, "%s: taken over by another process; its result is theirs: %s", J->r->custom_id, e.msg);
+    } else if (s != LH_OK) {
+      env_fault(R, s, &e);
+    }
   }
 }
 
@@ -745,29 +776,91 @@ static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
   lh_status st = LH_OK;
   if ((g.lead = group_bind(&g, ids)) < 0) goto out;
   snprintf(g.label, sizeof g.label, "%s%s", g.J[g.lead].r->custom_id, n > 1 ? "+" : "");
-  if (!group_ingest(&g) || !group_admit(&g)) goto out;
+  if (!group_ingest(&g) || R->fault || !group_admit(&g) || R->fault) goto out;
   if ((st = group_prefill(&g, &px, err)) != LH_OK || !px) goto out;
-  if ((st = group_decode(&g, px, err)) != LH_OK) goto out;
+  if ((st = group_decode(&g, px, err)) != LH_OK || R->fault) goto out;
   group_record(&g);
 out:
-  if (st == LH_EINTR) { /* claims go back; the checkpoints are committed; a rerun resumes */
+  if (st == LH_OK && R->fault) st = R->fault;
+  if (st == LH_EINTR || R->fault) { /* claims go back; the checkpoints are committed; a rerun resumes */
     for (int i = 0; i < n; i++)
-      if (!g.J[i].failed) {
+      if (!g.J[i].failed && !g.J[i].recorded) {
         lh_store_job_release(R->store, g.J[i].id, NULL);
         R->sum->interrupted_left++;
       }
     if (R->writer) lh_store_writer_flush(R->writer, NULL);
-    lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+    if (st == LH_EINTR)
+      lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
   }
   lh_prefix_close(px);
   group_free(&g);
   return st;
 }
 
-/* ---- output.jsonl from the store ---- */
+/* ---- the output files, rebuilt from the store ----
+ *
+ * At the end of every run (interrupted, stopped by a fault, or finished) output.jsonl and
+ * errors.jsonl are written anew from the store in batch order, and every done job's folder is
+ * made to hold its stored result and manifest: a kill after a commit, a full output disk or a
+ * deleted file is mended by the next run. Files that already hold the right bytes are not
+ * rewritten.
+ */
+
+/* OpenAI's error file line: {"id", "custom_id", "response": null, "error": {"code", "message"}}. */
+static lh_status error_line(lh_buf *errs, const char *custom_id, const char *rid, const char *code, const char *msg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", rid);
+  cJSON_AddStringToObject(o, "custom_id", custom_id);
+  cJSON_AddNullToObject(o, "response");
+  cJSON *e = cJSON_AddObjectToObject(o, "error");
+  cJSON_AddStringToObject(e, "code", code);
+  cJSON_AddStringToObject(e, "message", msg);
+  char *line = render_json_string(o);
+  lh_status st = line ? lh_buf_append_str(errs, line) : LH_ENOMEM;
+  if (st == LH_OK) st = lh_buf_append(errs, "\n", 1);
+  free(line);
+  return st;
+}
+
+/* A done job: its output line, and its folder brought in line with the store. */
+static lh_status done_line(run *R, const lh_request *r, int64_t job, const char *rid, lh_buf *out, lh_error *err) {
+  lh_buf js = {0}, man = {0};
+  lh_status st = lh_store_job_result(R->store, job, &js, &man, err);
+  cJSON *o = st == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
+  if (o) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    lh_completion c = {
+        .text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")),
+        .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
+        .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
+        .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
+        .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
+        /* the model that answered, whatever the request named (README, "Outputs") */
+        .model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
+    if (!c.text) c.text = "";
+    if (!c.finish_reason) c.finish_reason = "stop";
+    st = lh_output_success(out, r, rid, &c);
+    cJSON_Delete(o);
+    char name[256], rel[512], path[8400];
+    lh_runner_job_dirname(r->custom_id, name, sizeof name);
+    snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+    if (st == LH_OK) st = lh_outdir_put(R->out, rel, js.data, js.len, err);
+    snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
+    snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
+    /* results stored before manifests were kept in the store have none: keep the file there is */
+    if (st == LH_OK && (man.len || !lh_is_file(path))) st = lh_outdir_put(R->out, rel, man.data ? man.data : "", man.len, err);
+    snprintf(rel, sizeof rel, "jobs/%s", name);
+    if (st == LH_OK) st = lh_outdir_sweep(R->out, rel, NULL, NULL, err);
+  } else if (st == LH_OK) {
+    st = lh_output_error(out, r->custom_id, rid, 500, "internal_error", "the stored result is not valid JSON");
+  }
+  lh_buf_free(&js);
+  lh_buf_free(&man);
+  return st;
+}
 
 static lh_status write_output(run *R, lh_error *err) {
-  lh_buf out = {0};
+  lh_buf out = {0}, errs = {0};
   lh_status st = LH_OK;
   for (int i = 0; i < R->batch.n && st == LH_OK; i++) {
     const lh_request *r = &R->batch.req[i];
@@ -775,115 +868,120 @@ static lh_status write_output(run *R, lh_error *err) {
     lh_runner_request_id(R->batch_digest, r->custom_id, rid, sizeof rid);
     if (r->error.code != LH_OK) {
       st = lh_output_error(&out, r->custom_id, rid, 400, "invalid_request", r->error.msg);
+      if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "invalid_request", r->error.msg);
       continue;
     }
     if (!R->job_ids[i]) continue; /* another shard's */
     lh_store_job_info info;
     if ((st = lh_store_job_get(R->store, R->job_ids[i], &info, err)) != LH_OK) break;
     if (info.state == LH_JOB_DONE) {
-      lh_buf js = {0};
-      st = lh_store_job_result(R->store, R->job_ids[i], &js, NULL, err);
-      cJSON *o = st == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
-      if (o) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
-        lh_completion c = {
-            .text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")),
-            .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
-            .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
-            .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
-            .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
-            .model = r->model ? r->model : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
-        if (!c.text) c.text = "";
-        if (!c.finish_reason) c.finish_reason = "stop";
-        st = lh_output_success(&out, r, rid, &c);
-        cJSON_Delete(o);
-      } else if (st == LH_OK) {
-        st = lh_output_error(&out, r->custom_id, rid, 500, "internal_error", "the stored result is not valid JSON");
-      }
-      lh_buf_free(&js);
+      st = done_line(R, r, R->job_ids[i], rid, &out, err);
     } else if (info.state == LH_JOB_FAILED) {
       cJSON *o = info.error ? cJSON_Parse(info.error) : NULL;
       const char *code = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "code")) : NULL;
       const char *msg = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : NULL;
       const cJSON *sc = o ? cJSON_GetObjectItemCaseSensitive(o, "status_code") : NULL;
-      st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500,
-                           code ? code : "internal_error", msg ? msg : (info.error ? info.error : "failed"));
+      if (!code) code = "internal_error";
+      if (!msg) msg = info.error ? info.error : "failed";
+      st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500, code, msg);
+      if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, code, msg);
       cJSON_Delete(o);
     }
     lh_store_job_info_clear(&info);
   }
-  if (st == LH_OK) st = lh_file_write_atomic(R->sum->output_path, out.data ? out.data : "", out.len, err);
+  const char *outname = strrchr(R->sum->output_path, '/') + 1, *errname = strrchr(R->sum->errors_path, '/') + 1;
+  if (st == LH_OK) st = lh_outdir_put(R->out, outname, out.data ? out.data : "", out.len, err);
+  if (st == LH_OK) st = lh_outdir_put(R->out, errname, errs.data ? errs.data : "", errs.len, err);
+  if (st == LH_OK) st = lh_outdir_sweep(R->out, "", outname, NULL, err);
+  if (st == LH_OK) st = lh_outdir_sweep(R->out, "", errname, NULL, err);
   lh_buf_free(&out);
+  lh_buf_free(&errs);
   return st;
 }
 
 /* ---- the run ---- */
 
+/* Where a run writes: OUT/output.jsonl, errors.jsonl, longhaul.db and its lock, or the shard's own. */
+static void run_paths(const lh_runner_params *p, lh_runner_summary *sum, char *lock, size_t lock_n) {
+  char tag[64] = "";
+  if (p->shard_count > 1) snprintf(tag, sizeof tag, "-%d-of-%d", p->shard_index, p->shard_count);
+  snprintf(sum->output_path, sizeof sum->output_path, "%s/output%s.jsonl", p->out_dir, tag);
+  snprintf(sum->errors_path, sizeof sum->errors_path, "%s/errors%s.jsonl", p->out_dir, tag);
+  if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
+  else if (p->shard_count > 1) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard%s.db", p->out_dir, tag);
+  else snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
+  snprintf(lock, lock_n, "longhaul%s.lock", p->shard_count > 1 ? tag : "");
+}
+
+/* The model, its tokenizer, chat format and stop ids. */
+static lh_status open_model(run *R, lh_error *err) {
+  const lh_runner_params *p = R->p;
+  lh_model_params mp = lh_model_default_params();
+  mp.backend = p->device ? p->device : "cpu";
+  mp.threads = p->threads;
+  mp.cpu_attention = p->cpu_attention;
+  mp.max_rows = lh_plan_max_rows(&R->plan, mp.max_rows);
+  lh_status st = lh_model_open(p->model_dir, &mp, &R->model, err);
+  if (st != LH_OK) return lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
+  R->cfg = lh_model_config(R->model);
+  if (!strcmp(lh_model_backend(R->model), "cpu")) {
+    const int bf16 = lh_model_cpu_attention(R->model) == LH_CPU_ATTN_BF16;
+    lh_progress_note(R->prog, "%s: softmax attention in %s on the CPU%s%s%s", p->model_dir,
+                     lh_cpu_attention_name(lh_model_cpu_attention(R->model)), bf16 ? " (bf16 products on " : "",
+                     bf16 ? lh_model_cpu_attention_unit(R->model) : "", bf16 ? ")" : "");
+  }
+  if (mp.comm && lh_comm_size(mp.comm) > 1)
+    lh_progress_note(R->prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
+                     p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
+  const char *slash = strrchr(p->model_dir, '/');
+  snprintf(R->model_name, sizeof R->model_name, "%s", slash && slash[1] ? slash + 1 : p->model_dir);
+  if ((st = lh_tokenizer_open(p->model_dir, &R->tok, err)) != LH_OK)
+    return lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
+  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R->chat, err)) != LH_OK) return st;
+  collect_stop_ids(R);
+  return LH_OK;
+}
+
+/* Claim groups of jobs and run them until none is left, an interrupt, or a fault. */
+static lh_status run_jobs(run *R, lh_error *err) {
+  int64_t *ids = calloc((size_t)R->p->max_group, sizeof *ids);
+  if (!ids) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_status st = LH_OK;
+  while (st == LH_OK) {
+    int nids = 0;
+    if (stop_requested) st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
+    else if ((st = lh_store_job_claim_next(R->store, R->batch_id, R->p->max_group, ids, &nids, err)) == LH_OK)
+      st = run_group(R, ids, nids, err);
+    else if (st == LH_ENOTFOUND) break;
+    else env_fault(R, st, err);
+  }
+  free(ids);
+  return st == LH_ENOTFOUND ? LH_OK : st;
+}
+
 lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err) {
-  run R = {0};
-  R.p = p;
-  R.sum = sum;
+  run R = {.p = p, .sum = sum, .plan = {.chunk = p->chunk, .checkpoint_every = p->checkpoint_every}};
   memset(sum, 0, sizeof *sum);
-  double t0 = lh_now();
+  const double t0 = lh_now();
   stop_requested = 0;
   if (!p->batch_path || !p->model_dir || !p->out_dir)
     return lh_error_set(err, LH_EINVAL, "a batch file, --model and --out are required");
   if (p->chunk < 1) return lh_error_set(err, LH_EINVAL, "--chunk must be at least 1 (got %d)", p->chunk);
   if (p->shard_count < 1 || p->shard_index < 0 || p->shard_index >= p->shard_count)
     return lh_error_set(err, LH_EINVAL, "--shard %d/%d: need 0 <= i < n", p->shard_index, p->shard_count);
-  lh_status st = lh_mkdir_p(p->out_dir, err);
+  char lock[128];
+  run_paths(p, sum, lock, sizeof lock);
+  /* everything that can be checked without the model first: the output folder (one run at a
+   * time, writable), the batch, the store */
+  lh_status st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
   if (st) return st;
-  if (p->shard_count > 1) {
-    snprintf(sum->output_path, sizeof sum->output_path, "%s/output-%d-of-%d.jsonl", p->out_dir, p->shard_index,
-             p->shard_count);
-    if (!p->db_path)
-      snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard-%d-of-%d.db", p->out_dir, p->shard_index,
-               p->shard_count);
-  } else {
-    snprintf(sum->output_path, sizeof sum->output_path, "%s/output.jsonl", p->out_dir);
-    if (!p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
-  }
-  if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
-
-  if ((st = batch_digest(p->batch_path, R.batch_digest, err)) != LH_OK) return st;
-  if ((st = lh_batch_load(p->batch_path, &R.batch, err)) != LH_OK) return st;
+  if ((st = batch_digest(p->batch_path, R.batch_digest, err)) != LH_OK) goto done;
+  if ((st = lh_batch_load(p->batch_path, &R.batch, err)) != LH_OK) goto done;
   sum->bad_lines = R.batch.n_bad;
-  R.prog = lh_progress_open(p->progress, stderr, 10);
-
-  lh_model_params mp = lh_model_default_params();
-  mp.backend = p->device ? p->device : "cpu";
-  mp.threads = p->threads;
-  mp.cpu_attention = p->cpu_attention;
-  R.plan = (lh_plan){.chunk = p->chunk, .checkpoint_every = p->checkpoint_every};
-  mp.max_rows = lh_plan_max_rows(&R.plan, mp.max_rows);
-  if ((st = lh_model_open(p->model_dir, &mp, &R.model, err)) != LH_OK) {
-    lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
-    goto done;
-  }
-  R.cfg = lh_model_config(R.model);
-  if (!strcmp(lh_model_backend(R.model), "cpu")) {
-    const int bf16 = lh_model_cpu_attention(R.model) == LH_CPU_ATTN_BF16;
-    lh_progress_note(R.prog, "%s: softmax attention in %s on the CPU%s%s%s", p->model_dir,
-                     lh_cpu_attention_name(lh_model_cpu_attention(R.model)), bf16 ? " (bf16 products on " : "",
-                     bf16 ? lh_model_cpu_attention_unit(R.model) : "", bf16 ? ")" : "");
-  }
-  if (mp.comm && lh_comm_size(mp.comm) > 1)
-    lh_progress_note(R.prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
-                     p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
-  {
-    const char *slash = strrchr(p->model_dir, '/');
-    const char *base = slash && slash[1] ? slash + 1 : p->model_dir;
-    snprintf(R.model_name, sizeof R.model_name, "%s", base);
-  }
-  if ((st = lh_tokenizer_open(p->model_dir, &R.tok, err)) != LH_OK) {
-    lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
-    goto done;
-  }
-  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R.chat, err)) != LH_OK) goto done;
-  collect_stop_ids(&R);
-
   lh_store_params sp = lh_store_default_params();
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
+  R.prog = lh_progress_open(p->progress, stderr, 10);
+  if ((st = open_model(&R, err)) != LH_OK) goto done;
   if ((st = lh_store_model_register(R.store, R.model, err)) != LH_OK) goto done;
   char bname[4200];
   snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
@@ -893,53 +991,31 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     lh_store_writer_params wp = lh_store_writer_default_params();
     if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;
   }
-
-  for (;;) {
-    if (stop_requested) {
-      st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
-      break;
-    }
-    int64_t *ids = calloc((size_t)p->max_group, sizeof *ids);
-    int nids = 0;
-    if (!ids) {
-      st = lh_error_set(err, LH_ENOMEM, "out of memory");
-      break;
-    }
-    st = lh_store_job_claim_next(R.store, R.batch_id, p->max_group, ids, &nids, err);
-    if (st == LH_ENOTFOUND) {
-      free(ids);
-      st = LH_OK;
-      break;
-    }
-    if (st == LH_OK) st = run_group(&R, ids, nids, err);
-    free(ids);
-    if (st != LH_OK) break;
-  }
+  st = run_jobs(&R, err);
   if (R.writer) {
     lh_error we;
-    lh_status ws = lh_store_writer_close(R.writer, &we);
+    const lh_status ws = lh_store_writer_close(R.writer, &we);
     R.writer = NULL;
-    if (ws != LH_OK && st == LH_OK) {
-      st = ws;
-      if (err) *err = we;
-    }
+    if (ws != LH_OK) env_fault(&R, ws, &we);
   }
-  {
-    lh_error oe;
-    lh_status os = write_output(&R, &oe);
-    if (os != LH_OK && (st == LH_OK || st == LH_EINTR)) {
-      st = os;
-      if (err) *err = oe;
-    }
+  lh_error oe;
+  const lh_status os = write_output(&R, &oe);
+  if (os != LH_OK) env_fault(&R, os, &oe);
+  if (R.fault) {
+    st = R.fault;
+    lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "
+                 "disk space, make the folder writable) and rerun the same command, which resumes from the last "
+                 "good checkpoint", R.fault_err.msg, sum->interrupted_left, sum->interrupted_left == 1 ? " is" : "s are");
   }
 
 done:
   sum->seconds = lh_now() - t0;
-  if (R.writer) lh_store_writer_close(R.writer, NULL);
+  lh_store_writer_close(R.writer, NULL);
   lh_store_close(R.store);
   lh_tokenizer_close(R.tok);
   lh_model_close(R.model);
   lh_progress_close(R.prog);
+  lh_outdir_close(R.out);
   free(R.job_ids);
   free(R.by_job);
   lh_batch_free(&R.batch);

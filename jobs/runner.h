@@ -42,6 +42,7 @@ typedef struct lh_runner_params {
   int checkpoint_every;      /* checkpoint after every N chunks (default 1; 0 = never) */
   int max_tokens_default;    /* when a request gives no max_tokens (default 256) */
   int force;                 /* rerun jobs that are already done or failed */
+  int wait;                  /* another run holds OUT: wait for it (default: fail with LH_EBUSY naming it) */
   int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
   int max_group;             /* most requests decoded together (default 64) */
   lh_progress_mode progress;
@@ -57,11 +58,14 @@ typedef struct lh_runner_summary {
   int64_t tokens_decoded;
   double seconds;
   char output_path[4096];
+  char errors_path[4096];    /* OpenAI's error file: one line per failed request */
   char db_path[4096];
 } lh_runner_summary;
 
 /* Run a batch. Returns LH_OK when every job of the shard ended (done or failed: see summary),
- * LH_EINTR when interrupted (resumable), or the set-up error (model, store, output folder). */
+ * LH_EINTR when interrupted (resumable), LH_EBUSY when another run holds the output folder, a
+ * fault of the store or the output folder (LH_EFULL, LH_EIO, LH_ECORRUPT: the run stopped early,
+ * its jobs are queued again, and a rerun resumes), or the set-up error (model, batch). */
 lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err);
 
 /* Ask a running lh_run_batch to stop at the next chunk boundary (async-signal-safe). */

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/testpoint.h"
+
 struct lh_prefix {
   lh_model *m;
   const int32_t *tokens;
@@ -91,6 +93,7 @@ static lh_status feed_chunks(lh_state *st, const int32_t *tokens, int64_t n, int
       return s;
     }
     done += take;
+    lh_testpoint("prefill");
     if (h && h->progress) h->progress(h->user, lh_state_pos(st));
     const int stop = !last && h && stop_asked(h->stop);
     if (cb && (s = cb(user, tokens + done - take, take, last || stop, err)) != LH_OK) {
@@ -268,6 +271,7 @@ lh_status lh_decode_forks(lh_fork *forks, int n, const lh_decode_params *p, lh_e
     if (p->progress) p->progress(p->user, generated);
     lh_error e;
     const lh_status ds = lh_decode_batch(states, k, next, step, &e);
+    lh_testpoint("decode");
     for (int q = 0; q < k && ds != LH_OK; q++) { /* the engine failed the step: each fork in it fails */
       lh_fork *f = &forks[who[q]];
       f->status = ds;

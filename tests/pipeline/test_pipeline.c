@@ -124,9 +124,10 @@ static void test_kill_and_resume(lh_model *m, const int32_t *tok, const lh_buf *
   lh_store *s;
   lh_store_writer *w;
   prefix_in_store(m, db, tok, N_TOK, (lh_pipeline_hooks){0}, &px, &s, &w);
-  /* checkpoints every 2 chunks of 128: 256 was committed before the kill after chunk 5, 512 maybe */
+  /* checkpoints every 2 chunks of 128, written by the writer thread: the kill after chunk 5 finds
+   * 0, 1 or 2 of them (at 256, 512) committed, depending on how far the writer got */
   const int64_t r = lh_prefix_restored(px);
-  CHECK_MSG(r == 256 || r == 512, "resumed at %lld, a checkpoint boundary before the kill", (long long)r);
+  CHECK_MSG(r == 0 || r == 256 || r == 512, "resumed at %lld, a checkpoint boundary before the kill", (long long)r);
   lh_error err;
   CHECK(lh_prefix_advance(px, N_TOK, &err) == LH_OK);
   CHECK_EQ(lh_prefix_computed(px), N_TOK - r);
