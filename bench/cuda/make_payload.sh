@@ -3,7 +3,7 @@
 # there), from a CUDA build of this worktree: the bench and test programs and longhaul, the shared libraries the GPU box
 # lacks (shared/gpu/carry-libs.sh), the peers script and the optional flash-linear-attention wheel.
 # Usage: bench/cuda/make_payload.sh [BUILD_DIR] [WHEEL_DIR]
-# (gpu_model_parity is built only where engine/forward.c exists; it is carried when present.)
+# (gpu_model_parity, gpu_ranks and nccl_world are carried when the build made them: nccl_world needs NCCL.)
 # Configure BUILD_DIR with -DLH_CAIRO=OFF: the GPU box has no fontconfig, so a longhaul linked with
 # cairo does not start there (seen 2026-12-03).
 set -euo pipefail

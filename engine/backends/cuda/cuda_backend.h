@@ -73,7 +73,7 @@ void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
 
 typedef struct lh_cuda_tuning {
   int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
-                       them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
+                       them (slower on an H200 with CUDA 13.0: bench/NOTES.md, "Kernel notes") */
   int lightning_whole; /* 0 (default): a long lightning segment is cut in two where the grid would leave
                           SMs idle (kernels.h, lh_cuda_lightning; the same bits either way); 1: never cut
                           (for measurements) */
