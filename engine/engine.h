@@ -2,7 +2,7 @@
  *
  * The engine is the reference that everything else in longhaul is checked against. Its numbers are
  * HF transformers' `MiniMaxForCausalLM` (models/minimax, transformers 5.17) computed in fp32; the
- * model's math is in shared/DESIGN.md and in the header comment of engine/forward.c.
+ * model's math is in docs/design.md and in the header comment of engine/forward.c.
  *
  * Lifecycle
  *

@@ -1,7 +1,7 @@
 /* lightning.cu — lightning (decayed linear) attention: the blocked prefill kernels on tensor cores and
  * the token-recurrent kernel used for decode and for head sizes the blocked kernels do not cover.
  *
- * The math (shared/DESIGN.md, HF MiniMaxLightningAttention): per head with decay s,
+ * The math (docs/design.md, HF MiniMaxLightningAttention): per head with decay s,
  *     S_t = exp(-s) S_{t-1} + k_t^T v_t,   o_t = q_t S_t,   q, k, v = SiLU(projection).
  * Blocked over T = 64 tokens with S the state entering the block (i, j rows within the block):
  *     O = diag(exp(-s(i+1))) Q S  +  ((Q K^T) * D) V,   D_ij = exp(-s(i-j)) for j <= i, else 0,

@@ -5,7 +5,7 @@
  * reach the host (logits, MoE expert counts, to_host). Per-call metadata (token ids, segment and
  * page tables, tile lists) goes up through the upload ring (transfer.cu).
  *
- * The layer math is the CPU reference's (kernels/cpu, shared/DESIGN.md) in bf16 storage with fp32
+ * The layer math is the CPU reference's (kernels/cpu, docs/design.md) in bf16 storage with fp32
  * arithmetic:
  *   lightning: [qkv | gate] = h Wqkvg^T; o = lightning(SiLU(q), SiLU(k), SiLU(v)); y = sigmoid(gate) *
  *              RMSNorm_1e-6(o) * w; out = y Wout^T
