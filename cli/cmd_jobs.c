@@ -39,7 +39,8 @@ static void run_usage(FILE *f) {
           "  --out DIR              output folder\n"
           "  --db FILE              checkpoint store (default OUT/longhaul.db)\n"
           "  --defaults FILE        JSON with any of: model, out, db, chunk, checkpoint_every, device,\n"
-          "                         threads, cpu_attention, max_tokens, chat_template (flags override it)\n"
+          "                         threads, cpu_attention, max_tokens, chat_template, keep_checkpoints\n"
+          "                         (flags override it)\n"
           "  --chunk N              tokens per prefill chunk (default 4096)\n"
           "  --checkpoint-every N   checkpoint after every N chunks (default 1; 0 = never)\n"
           "  --device cpu|cuda      compute backend (default cpu)\n"
@@ -52,6 +53,8 @@ static void run_usage(FILE *f) {
           "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
           "  --force                rerun jobs that are already done or failed\n"
           "  --wait                 if another run is using --out, wait for it (default: exit 75 naming it)\n"
+          "  --keep-checkpoints N   at the end, each prefix keeps its final checkpoint and N before it with\n"
+          "                         their states (default 4; -1 keeps all); the rest keep only KV rows\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
           "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together\n"
           "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
@@ -90,6 +93,7 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     else if (cJSON_IsString(it) && !strcmp(k, "cpu_attention") && lh_cpu_attention_parse(it->valuestring) >= 0)
       p->cpu_attention = lh_cpu_attention_parse(it->valuestring);
     else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "keep_checkpoints")) p->keep_checkpoints = (int)it->valuedouble;
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
       return -1;
@@ -164,7 +168,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"force", no_argument, 0, 'f'},           {"shard", required_argument, 0, 's'},
       {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
       {"defaults", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
-      {"wait", no_argument, 0, 'W'},
+      {"wait", no_argument, 0, 'W'},            {"keep-checkpoints", required_argument, 0, 'K'},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -177,6 +181,10 @@ int lh_cmd_run(int argc, char **argv) {
     case 'T': p.chat_template = optarg; break;
     case 'f': p.force = 1; break;
     case 'W': p.wait = 1; break;
+    case 'K':
+      if (!strcmp(optarg, "-1")) p.keep_checkpoints = -1;
+      else if (parse_int("--keep-checkpoints", optarg, 0, &p.keep_checkpoints)) return LH_EXIT_USAGE;
+      break;
     case 'F': break;
     case 'c': if (parse_int("--chunk", optarg, 1, &p.chunk)) return LH_EXIT_USAGE; break;
     case 't': if (parse_int("--threads", optarg, 0, &p.threads)) return LH_EXIT_USAGE; break;
@@ -242,6 +250,13 @@ int lh_cmd_run(int argc, char **argv) {
          (long long)sum.tokens_prefilled, (long long)sum.tokens_restored, (long long)sum.tokens_shared,
          (long long)sum.tokens_decoded, sum.seconds);
   printf("  output: %s\n  errors: %s\n  store:  %s\n", sum.output_path, sum.errors_path, sum.db_path);
+  const lh_store_stats *ss = &sum.store;
+  if (ss->file_bytes)
+    printf("  the store holds %lld checkpoints (%lld with states, %lld thinned to their KV rows%s), %.1f MB: states "
+           "%.1f MB, KV %.1f MB\n",
+           (long long)ss->checkpoints, (long long)(ss->checkpoints - ss->thin_checkpoints),
+           (long long)ss->thin_checkpoints, sum.thinned ? ", some by --keep-checkpoints now" : "",
+           (double)ss->file_bytes / 1e6, (double)ss->state_bytes / 1e6, (double)ss->kv_bytes / 1e6);
   if (st == LH_EINTR) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_INTERRUPTED;

@@ -60,6 +60,7 @@ lh_runner_params lh_runner_default_params(void) {
   p.max_tokens_default = 256;
   p.shard_count = 1;
   p.max_group = 64;
+  p.keep_checkpoints = 4;
   p.progress = LH_PROGRESS_AUTO;
   return p;
 }
@@ -998,6 +999,16 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     R.writer = NULL;
     if (ws != LH_OK) env_fault(&R, ws, &we);
   }
+  if (!R.fault && p->keep_checkpoints >= 0) { /* retention: thin what no resume or reuse needs */
+    lh_store_gc_params gp = lh_store_gc_default_params();
+    gp.keep_last = p->keep_checkpoints + 1;
+    lh_store_gc_report gr;
+    lh_error ge;
+    const lh_status gs = lh_store_gc(R.store, &gp, &gr, &ge);
+    if (gs == LH_OK) sum->thinned = gr.thinned + gr.deleted;
+    else env_fault(&R, gs, &ge);
+  }
+  lh_store_get_stats(R.store, &sum->store, NULL);
   lh_error oe;
   const lh_status os = write_output(&R, &oe);
   if (os != LH_OK) env_fault(&R, os, &oe);

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "jobs/progress.h"
+#include "store/store.h"
 #include "util/err.h"
 
 typedef struct lh_runner_params {
@@ -45,6 +46,9 @@ typedef struct lh_runner_params {
   int wait;                  /* another run holds OUT: wait for it (default: fail with LH_EBUSY naming it) */
   int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
   int max_group;             /* most requests decoded together (default 64) */
+  int keep_checkpoints;      /* retention at the end of a run: each prefix keeps its final checkpoint and
+                                at most this many before it with their states (older ones keep only the KV
+                                rows their descendants need); default 4; < 0 keeps everything */
   lh_progress_mode progress;
 } lh_runner_params;
 
@@ -57,6 +61,8 @@ typedef struct lh_runner_summary {
   int64_t tokens_shared;     /* prefix tokens computed once and used by several requests */
   int64_t tokens_decoded;
   double seconds;
+  lh_store_stats store;      /* what the store holds at the end of the run */
+  int64_t thinned;           /* checkpoints that gave up their state to the retention policy */
   char output_path[4096];
   char errors_path[4096];    /* OpenAI's error file: one line per failed request */
   char db_path[4096];
