@@ -160,8 +160,8 @@ lh_model_params lh_model_default_params(void);
 
 /* Open a HuggingFace model folder: config.json plus model.safetensors or a sharded
  * model.safetensors.index.json. Validates everything (shapes against the config, byte spans,
- * dtypes, every element finite); errors name the file and tensor. Unknown tensors are logged as
- * warnings. */
+ * dtypes, every element finite, token ids of config.json and generation_config.json inside the
+ * vocabulary); errors name the file and tensor or key. Unknown tensors are logged as warnings. */
 lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err);
 void lh_model_close(lh_model *m); /* accepts NULL */
 

@@ -1,9 +1,10 @@
 /* model.c — open a model folder: config, weights, identity, backend binding (see engine.h).
  *
- * lh_model_open runs, in order: read and parse config.json (engine/config.c); map and validate
- * the safetensors files (engine/safetensors.c); build and shape-check the weight views
- * (engine/weights.c); read every byte of every file once for its digest and the finiteness scan
- * (lh_st_digest, unless the params' digest cache holds the file); compute the model id; hand the mappings to the model;
+ * lh_model_open runs, in order: read and parse config.json (engine/config.c) and check the token
+ * ids of generation_config.json when there is one; map and validate the safetensors files
+ * (engine/safetensors.c); build and shape-check the weight views (engine/weights.c); read every
+ * byte of every file once for its digest and the finiteness scan (lh_st_digest, unless the
+ * params' digest cache holds the file); compute the model id; hand the mappings to the model;
  * bind the backend (ops->open) unless the backend is "none". The cheap checks come before the
  * read of every byte, so a misnamed tensor is reported at once. Any failure undoes everything done
  * so far, so a failed open leaks nothing and leaves no half-built model.
@@ -263,6 +264,16 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   st = lh_config_parse(cb.data, cb.len, cpath, &m->cfg, err);
   lh_buf_free(&cb);
   if (st) goto fail;
+  if ((st = lh_path_join(cpath, sizeof cpath, dir, "generation_config.json"))) {
+    st = lh_error_set(err, st, "%s: path too long", dir);
+    goto fail;
+  }
+  if (lh_is_file(cpath)) {
+    if (!(st = lh_file_read(cpath, CONFIG_MAX_BYTES, &cb, err)))
+      st = lh_generation_config_check(cb.data, cb.len, cpath, &m->cfg, err);
+    lh_buf_free(&cb);
+    if (st) goto fail;
+  }
 
   if ((st = lh_st_open_dir(dir, &s, err))) goto fail;
   if ((st = lh_weights_build(m, s, err))) goto fail;
