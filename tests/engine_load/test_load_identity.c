@@ -42,7 +42,7 @@ static const char *copy_folder(const char *from, const char *name) {
     exit(1);
   }
   for (struct dirent *e; (e = readdir(d));) {
-    char a[4096], b[4096];
+    char a[4096], b[4400];
     snprintf(a, sizeof a, "%s/%s", from, e->d_name);
     if (e->d_name[0] == '.' || !lh_is_file(a)) continue;
     snprintf(b, sizeof b, "%s/%s", out, e->d_name);
