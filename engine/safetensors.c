@@ -10,6 +10,9 @@
  *
  * Names are collected in one arena while parsing (offsets, since the arena grows) and turned into
  * pointers by lh_st_finish, which also sorts the tensors by name and rejects duplicates.
+ * lh_st_digest reads every mapped byte once, leaf by leaf on a thread pool: each 64 KiB chunk is
+ * hashed, then the elements that start in it are tested for NaN/Inf while it is still in the L2
+ * cache; an element split by a chunk or leaf boundary belongs to the piece where it starts.
  * This file never copies tensor data and never writes to a mapping (they are PROT_READ).
  */
 #define _GNU_SOURCE
