@@ -83,5 +83,9 @@ void lh_state_set_sid(lh_state *s, int64_t sid);
 
 /* Parse config.json text into cfg (both forms); path is used in messages. */
 lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_config *cfg, lh_error *err);
+/* Check generation_config.json text against cfg: valid JSON, eos_token_id (an id or a list) in the
+ * vocabulary. */
+lh_status lh_generation_config_check(const char *json, size_t len, const char *path, const lh_config *cfg,
+                                     lh_error *err);
 
 #endif
