@@ -7,7 +7,7 @@
  *  2. A job's answer exists only once its state is `done` in the store: output.jsonl and the
  *     per-job folders are rebuilt from the store at the end of every run, so a crash at any moment
  *     loses at most the work since the last checkpoint, and rerunning prints the same lines.
- *  3. The shared prefix of a group (text before the documents + the documents) is computed at
+ *  3. The shared prefix of a group (its documents, which open every prompt: jobs/chat.h) is computed at
  *     most once per run and checkpointed every `checkpoint_every` chunks at chunk boundaries that
  *     are multiples of `chunk` from position 0, so an interrupted run resumes on the same chunk plan
  *     and gives bitwise the answers an uninterrupted run gives.
@@ -127,7 +127,7 @@ typedef struct run {
 typedef struct job {
   lh_request *r;
   int64_t id;
-  lh_buf before, after; /* the rendered text around the documents */
+  lh_buf after;         /* the rendered messages, which follow the documents */
   lh_i32vec suffix;     /* tokens of `after`: the job's own part of the prompt */
   lh_state *st;         /* its fork of the group's prefix */
   lh_buf text;          /* the answer */
@@ -171,14 +171,14 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
   return st;
 }
 
-static void group_key(run *R, const lh_request *r, const char *before, char out[65]) {
+/* Jobs with the same model and documents share a prefix (the documents open every prompt). */
+static void group_key(run *R, const lh_request *r, char out[65]) {
   char dk[65];
   lh_request_documents_key(r, dk);
   lh_sha256 s;
   lh_sha256_init(&s);
   lh_sha256_update(&s, lh_model_id(R->model), 64);
   lh_sha256_update(&s, dk, 64);
-  lh_sha256_update(&s, before, strlen(before));
   uint8_t d[32];
   lh_sha256_final(&s, d);
   lh_hex(d, 32, out);
@@ -237,19 +237,17 @@ static lh_status add_jobs(run *R, lh_error *err) {
   for (int i = 0; i < R->batch.n; i++) {
     lh_request *r = &R->batch.req[i];
     if (r->error.code != LH_OK) continue;
-    lh_buf before = {0}, after = {0};
+    lh_buf after = {0};
     lh_error e;
     char key[65] = "";
-    if (lh_chat_render(&R->chat, r, &before, &after, &e) != LH_OK) {
+    if (lh_chat_render(&R->chat, r, &after, &e) != LH_OK) {
       r->error = e; /* rendering problems are request errors (reported like malformed lines) */
       lh_error_prefix(&r->error, e.code, "line %d: ", r->line);
       R->batch.n_bad++;
-      lh_buf_free(&before);
       lh_buf_free(&after);
       continue;
     }
-    group_key(R, r, before.data ? before.data : "", key);
-    lh_buf_free(&before);
+    group_key(R, r, key);
     lh_buf_free(&after);
     if (R->p->shard_count > 1 && (int)(str_hash64(key) % (uint64_t)R->p->shard_count) != R->p->shard_index) {
       R->sum->not_in_shard++;
@@ -448,7 +446,6 @@ static void read_archive_version(void) {
 }
 
 static void job_free(job *J) {
-  lh_buf_free(&J->before);
   lh_buf_free(&J->after);
   lh_i32vec_free(&J->suffix);
   lh_state_free(J->st);
@@ -457,8 +454,7 @@ static void job_free(job *J) {
 
 /* ---- one group ----
  *
- * A group is the jobs claimed together: they share the text before the documents and the
- * documents (the group key), so their prompts share the prefix P. run_group takes it through
+ * A group is the jobs claimed together: they share their documents (the group key), so their prompts share the prefix P. run_group takes it through
  * the pipeline (pipeline/pipeline.h): bind the jobs to their requests, build P (ingest), admit
  * each job (its own suffix, the model's limits), prefill P as a prefix (resume, checkpoints),
  * fork it per job, feed each fork its suffix, decode the forks together, record the results. A
@@ -504,13 +500,13 @@ static int group_bind(group *g, const int64_t *ids) {
       continue;
     }
     g->J[i].r = &R->batch.req[ri];
-    lh_chat_render(&R->chat, g->J[i].r, &g->J[i].before, &g->J[i].after, NULL);
+    lh_chat_render(&R->chat, g->J[i].r, &g->J[i].after, NULL);
     if (lead < 0) lead = i;
   }
   return lead;
 }
 
-/* P = tokens of the text before the documents, then the documents. A document problem fails the
+/* P = the documents' tokens. A document problem fails the
  * whole group (400 for the input's fault, 500 otherwise). */
 static int group_ingest(group *g) {
   run *R = g->R;
@@ -518,11 +514,9 @@ static int group_ingest(group *g) {
   const double t0 = lh_now();
   lh_error e;
   lh_error_clear(&e);
-  lh_status st = tokenize_text(R, &L->before, &g->P, &e);
-  const int64_t docs_start = (int64_t)g->P.len;
-  if (st == LH_OK) st = ingest_documents(R, L->r, &g->P, &g->man, &g->mb, &e);
+  lh_status st = ingest_documents(R, L->r, &g->P, &g->man, &g->mb, &e);
   g->t_ingest = lh_now() - t0;
-  g->docs_tokens = (int64_t)g->P.len - docs_start;
+  g->docs_tokens = (int64_t)g->P.len;
   if (st == LH_OK) return 1;
   const int input = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED;
   group_fail(g, input ? 400 : 500, "document_error", e.msg);
@@ -769,7 +763,7 @@ static void group_free(group *g) {
   manifest_free(&g->man);
 }
 
-/* Run one claimed group: ids[0..n) share documents and the text before them. */
+/* Run one claimed group: ids[0..n) share their documents. */
 static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
   group g = {.R = R, .n = n, .J = calloc((size_t)n, sizeof(job))};
   if (!g.J) return lh_error_set(err, LH_ENOMEM, "out of memory");

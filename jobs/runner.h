@@ -1,25 +1,29 @@
-/* runner.h — the batch runner: OpenAI Batch API JSONL in, output.jsonl and per-job results out,
- * through ingest -> chunked prefill with checkpoints -> forked decode, resumable at any point.
+/* runner.h — the batch runner: OpenAI Batch API JSONL in, output.jsonl, errors.jsonl and per-job
+ * results out, through ingest -> the pipeline (prefill with checkpoints, forks, decode), resumable
+ * at any point.
  *
  * What one run does (jobs/runner.c has the details and the invariants):
  *
- *   1. Parse the batch (jobs/batch.h). Malformed lines become error lines in output.jsonl; the
- *      rest become jobs in the store (idempotent: rerunning the same batch finds them).
- *   2. Claim jobs a group at a time: requests with the same documents (and model) form a group
+ *   1. Lock and check the output folder (jobs/outdir.h): one run per output at a time, and a
+ *      folder that cannot be written is refused before any work.
+ *   2. Parse the batch (jobs/batch.h). Malformed lines become error lines; the rest become jobs in
+ *      the store (idempotent: rerunning the same batch finds them).
+ *   3. Claim jobs a group at a time: requests with the same documents (and model) form a group
  *      that shares one ingest and one prefill.
- *   3. Ingest the group's documents once into tokens (ingest/ingest.h), render each request with
- *      the chat format (jobs/chat.h): [text before the documents][documents][text after].
- *   4. Prefill the shared prefix (text before + documents) in chunks of `chunk` tokens, resuming
- *      from the longest checkpoint in the store and checkpointing every `checkpoint_every` chunks
- *      through the asynchronous writer (store/store.h).
- *   5. Fork the state once per request, prefill each request's own suffix, decode all forks
- *      together (greedy or seeded sampling, stop strings, max tokens), record results.
- *   6. Write OUT/output.jsonl (in batch order, atomically) and OUT/jobs/<custom_id>/{result.json,
- *      manifest.jsonl}.
+ *   4. Ingest the group's documents once into tokens (ingest/ingest.h); each request's prompt is
+ *      [documents][its messages, rendered by jobs/chat.h].
+ *   5. Prefill the documents as a prefix (pipeline/pipeline.h) in chunks of `chunk` tokens,
+ *      resuming from the longest checkpoint in the store and checkpointing every
+ *      `checkpoint_every` chunks through the asynchronous writer (store/store.h).
+ *   6. Fork the prefix once per request, feed each its own tokens, decode all forks together
+ *      (greedy or seeded sampling, stop strings, max tokens), commit results to the store.
+ *   7. Thin old checkpoints (--keep-checkpoints) and rebuild OUT/output.jsonl, OUT/errors.jsonl
+ *      (in batch order) and OUT/jobs/<custom_id>/{result.json, manifest.jsonl} from the store.
  *
  * SIGINT/SIGTERM: the current chunk finishes, its checkpoint is committed, claims are released,
- * output.jsonl is written for what is done, and lh_run_batch returns LH_EINTR. Running the same
- * command again resumes.
+ * the outputs are written for what is done, and lh_run_batch returns LH_EINTR. A full disk or an
+ * I/O error of the store or the output folder stops the run the same way (the jobs are queued
+ * again, never marked failed). Running the same command again resumes.
  */
 #ifndef LH_JOBS_RUNNER_H
 #define LH_JOBS_RUNNER_H

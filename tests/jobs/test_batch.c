@@ -94,16 +94,14 @@ int main(void) {
   /* chat rendering */
   lh_chat_format f;
   CHECK_EQ(lh_chat_format_detect(NULL, "minimax", &f, &err), LH_OK);
-  lh_buf pre = {0}, post = {0};
-  CHECK_EQ(lh_chat_render(&f, a, &pre, &post, &err), LH_OK);
-  CHECK(!strcmp(pre.data, "<beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n"
-                          "<beginning_of_sentence>user name=user\n"));
-  CHECK(!strcmp(post.data, "Which file?<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n"));
-  lh_buf_free(&pre);
+  lh_buf post = {0};
+  CHECK_EQ(lh_chat_render(&f, a, &post, &err), LH_OK); /* the documents open the prompt, then every turn */
+  CHECK(!strcmp(post.data, "<beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n"
+                           "<beginning_of_sentence>user name=user\nWhich file?<end_of_sentence>\n"
+                           "<beginning_of_sentence>ai name=assistant\n"));
   lh_buf_free(&post);
-  CHECK_EQ(lh_chat_render(&f, bb, &pre, &post, &err), LH_OK);
-  CHECK(pre.len == 0 && !strcmp(post.data, "Once"));
-  lh_buf_free(&pre);
+  CHECK_EQ(lh_chat_render(&f, bb, &post, &err), LH_OK);
+  CHECK(!strcmp(post.data, "Once"));
   lh_buf_free(&post);
   CHECK_EQ(lh_chat_format_detect(NULL, "jinja", &f, &err), LH_EINVAL);
 
