@@ -475,6 +475,8 @@ typedef struct group {
   lh_fork *forks;    /* [nf]: one per admitted job that forked */
   int *fork_job;     /* [nf]: its index in J */
   int nf;
+  volatile sig_atomic_t halt; /* stop the prefill: interrupted, or the claim was lost */
+  int lost;          /* another process took the group's jobs over (its claim expired) */
 } group;
 
 static void group_fail(group *g, int status, const char *code, const char *msg) {
@@ -562,7 +564,15 @@ static int group_admit(group *g) {
   return g->live;
 }
 
-static void on_progress(void *user, int64_t pos) { lh_progress_update(user, pos); }
+/* After each chunk of the prefix: progress, and whether to go on. A runner that stalled for a
+ * whole lease may find its jobs taken over by another process (store/store_jobs.c); it then stops
+ * at once rather than compute a prefix whose result the store would refuse. */
+static void on_prefix_chunk(void *user, int64_t pos) {
+  group *g = user;
+  lh_progress_update(g->R->prog, pos);
+  if (lh_store_job_check_claim(g->R->store, g->J[g->lead].id, NULL) == LH_EBUSY) g->lost = 1;
+  g->halt = stop_requested || g->lost;
+}
 
 /* Prefill P (resuming from the store, checkpointing per the plan) into *px. LH_OK, LH_EINTR, or
  * LH_OK with the group failed (*px NULL). */
@@ -574,7 +584,7 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   pp.store = R->store;
   pp.writer = R->writer;
   pp.job_id = g->J[g->lead].id;
-  pp.hooks = (lh_pipeline_hooks){.progress = on_progress, .user = R->prog, .stop = &stop_requested};
+  pp.hooks = (lh_pipeline_hooks){.progress = on_prefix_chunk, .user = g, .stop = &g->halt};
   lh_error e;
   lh_status st = lh_prefix_open(R->model, g->P.data, (int64_t)g->P.len, &pp, px, &e);
   if (st != LH_OK) {
@@ -593,6 +603,13 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   g->computed = lh_prefix_computed(*px);
   R->sum->tokens_prefilled += g->computed;
   g->t_prefill = lh_now() - t0;
+  if (st == LH_EINTR && g->lost) { /* the jobs are another process's now: leave them to it */
+    lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", g->label);
+    for (int i = 0; i < g->n; i++) g->J[i].failed = g->J[i].failed ? g->J[i].failed : -1;
+    lh_prefix_close(*px);
+    *px = NULL;
+    return LH_OK;
+  }
   if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
   lh_fault fault = lh_prefix_fault(*px);
   if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) fault = LH_FAULT_STORE;
