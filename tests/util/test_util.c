@@ -1,11 +1,14 @@
 /* test_util.c — util/: SHA-256 against FIPS 180-4 vectors, CRC-32C against RFC 3720's check
  * value (both the hardware and table paths agree by construction of lh_crc32c, so lengths that
- * exercise the 8-byte and tail loops are covered), half-precision conversions, buffers. */
+ * exercise the 8-byte and tail loops are covered), splitmix64 against the outputs of Vigna's
+ * reference splitmix64.c (computed by a separate Python transcription of it, not by our code),
+ * half-precision conversions, buffers. */
 #include "tests/test.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/hash.h"
+#include "util/rand.h"
 
 static void hex_of(const char *msg, size_t n, char out[65]) {
   uint8_t d[32];
@@ -46,6 +49,21 @@ int main(void) {
   uint32_t one = lh_crc32c(0, buf, sizeof buf);
   uint32_t inc = lh_crc32c(lh_crc32c(0, buf, 1001), buf + 1001, sizeof buf - 1001);
   CHECK_EQ(one, inc);
+
+  /* splitmix64: the first three outputs from seeds 0 and 1234567 */
+  uint64_t sm = 0;
+  CHECK_EQ(lh_splitmix64(&sm), 0xe220a8397b1dcdafull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x6e789e6aa1b965f4ull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x06c45d188009454full);
+  CHECK_EQ(sm, 3 * 0x9e3779b97f4a7c15ull);
+  sm = 1234567;
+  CHECK_EQ(lh_splitmix64(&sm), 0x599ed017fb08fc85ull); /* 6457827717110365317 */
+  CHECK_EQ(lh_splitmix64(&sm), 0x2c73f08458540fa5ull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x883ebce5a3f27c77ull);
+  CHECK_EQ(lh_mix64(0x9e3779b97f4a7c15ull), 0xe220a8397b1dcdafull);
+  sm = 0;
+  CHECK(lh_splitmix64_uniform(&sm) == (double)(0xe220a8397b1dcdafull >> 11) / 9007199254740992.0);
+  CHECK(lh_splitmix64_uniform(&sm) < 1.0);
 
   CHECK(lh_bf16_to_f32(lh_f32_to_bf16(1.5f)) == 1.5f);
   CHECK(lh_bf16_to_f32(0x3f80) == 1.0f);
