@@ -2,13 +2,15 @@
  * value (both the hardware and table paths agree by construction of lh_crc32c, so lengths that
  * exercise the 8-byte and tail loops are covered), splitmix64 against the outputs of Vigna's
  * reference splitmix64.c (computed by a separate Python transcription of it, not by our code),
- * half-precision conversions, buffers. */
+ * UTF-8 repair against Python's bytes.decode("utf-8", errors="replace") whole and split at every
+ * byte, half-precision conversions, buffers. */
 #include "tests/test.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/hash.h"
 #include "util/rand.h"
+#include "util/utf8.h"
 
 static void hex_of(const char *msg, size_t n, char out[65]) {
   uint8_t d[32];
@@ -64,6 +66,30 @@ int main(void) {
   sm = 0;
   CHECK(lh_splitmix64_uniform(&sm) == (double)(0xe220a8397b1dcdafull >> 11) / 9007199254740992.0);
   CHECK(lh_splitmix64_uniform(&sm) < 1.0);
+
+  /* UTF-8: an emoji, an overlong, a surrogate, a code point above U+10FFFF, a bad continuation
+   * and a cut tail; the expected text is Python's decode(errors="replace") re-encoded. */
+  static const char bad[] = "a\xF0\x9F\x98\x80" "b\xE0\x80\xAF\xED\xA0\x80" "c\xF4\x90\x80\x80\xC3(\xE2\x82";
+  static const char fixed[] = "a\xF0\x9F\x98\x80" "b\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                              "\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD(\xEF\xBF\xBD";
+  const size_t nbad = sizeof bad - 1, nfixed = sizeof fixed - 1;
+  CHECK_EQ(lh_utf8_valid_prefix((const uint8_t *)bad, nbad), 6);
+  CHECK(!lh_utf8_valid((const uint8_t *)bad, nbad) && lh_utf8_valid((const uint8_t *)fixed, nfixed));
+  size_t ulen;
+  CHECK_EQ(lh_utf8_classify((const uint8_t *)"\xE2\x82", 2, &ulen), LH_UTF8_SHORT);
+  CHECK_EQ(ulen, 2);
+  CHECK_EQ(lh_utf8_classify((const uint8_t *)"\xE0\x80", 2, &ulen), LH_UTF8_INVALID);
+  CHECK_EQ(ulen, 1);
+  for (size_t cut = 0; cut <= nbad; cut++) {
+    lh_utf8 u = {0};
+    lh_buf o = {0};
+    int64_t repl = 0;
+    CHECK_EQ(lh_utf8_repair(&u, (const uint8_t *)bad, cut, 0, &o, &repl), LH_OK);
+    CHECK_EQ(lh_utf8_repair(&u, (const uint8_t *)bad + cut, nbad - cut, 1, &o, &repl), LH_OK);
+    CHECK(o.len == nfixed && !memcmp(o.data, fixed, nfixed));
+    CHECK_EQ(repl, 12);
+    lh_buf_free(&o);
+  }
 
   CHECK(lh_bf16_to_f32(lh_f32_to_bf16(1.5f)) == 1.5f);
   CHECK(lh_bf16_to_f32(0x3f80) == 1.0f);
