@@ -607,3 +607,30 @@ lh_status lh_generation_config_check(const char *json, size_t len, const char *p
   cJSON_Delete(root);
   return st;
 }
+
+lh_config lh_config_minimax_text_01_slice(int vocab) {
+  lh_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.model_type, sizeof c.model_type, "minimax");
+  c.vocab_size = vocab;
+  c.hidden_size = 6144;
+  c.n_layers = 8;
+  c.n_heads = 64;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 9216;
+  c.n_experts = 32;
+  c.top_k = 2;
+  c.block_size = 256;
+  c.rotary_dim = 64;
+  c.rope_theta = 10000000.0;
+  c.rms_norm_eps = 1e-5;
+  c.postnorm = 1;
+  c.max_position_embeddings = 1 << 22;
+  c.bos_token_id = c.eos_token_id = -1;
+  for (int k = 0; k < 2; k++) c.attn_alpha[k] = 3.5565588200778455f, c.attn_beta[k] = 1.0f;
+  c.mlp_alpha = 3.5565588200778455f, c.mlp_beta = 1.0f;
+  for (int i = 0; i < c.n_layers; i++) c.layer_kind[i] = (i + 1) % 8 == 0 ? LH_LAYER_SOFTMAX : LH_LAYER_LIGHTNING;
+  count_kinds(&c);
+  return c;
+}

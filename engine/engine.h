@@ -76,6 +76,12 @@ typedef struct lh_config {
   int n_lightning, n_softmax;  /* counts of each kind */
 } lh_config;
 
+/* The first 8 layers of MiniMax-Text-01 at its real widths (7 lightning layers, then softmax at
+ * layer 7; hidden 6144, 64 heads x 128, 8 kv heads, rotary 64, 32 experts x 9216 top-2, alphas
+ * 3.5565588200778455, betas 1, as its config.json says), with the given vocab, context 2^22 and
+ * no bos/eos: the model the GPU benchmark and the random-weight backends run at full scale. */
+lh_config lh_config_minimax_text_01_slice(int vocab);
+
 /* How the CPU backend computes softmax attention's two products (Q K^T and P V). */
 typedef enum lh_cpu_attention {
   LH_CPU_ATTN_FP32 = 0, /* fp32 throughout (kernels/cpu/attention.c): the reference the tests and

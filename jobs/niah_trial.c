@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "jobs/niah_internal.h"
+#include "util/rand.h"
 
 /* Keys: words from the held-out split of the embedded model's training corpus (never keys in its
  * training), so the default sweep measures retrieval of unseen needles. */
@@ -20,12 +21,6 @@ static const char *const KEYS[] = {
 };
 #define N_KEYS ((int)(sizeof KEYS / sizeof *KEYS))
 
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 /* Replace {key}, {key2} and {value} in tpl. */
 static void fill(lh_buf *out, const char *tpl, const char *key, const char *key2, const char *value) {
@@ -79,7 +74,7 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
   const lh_niah_params *p = S->p;
   uint64_t rng = p->seed ^ (uint64_t)t->length * 0x9E3779B97F4A7C15ull ^ (uint64_t)llround(t->depth * 1000) << 20 ^
                  (uint64_t)t->index << 44;
-  for (int i = 0; i < 4; i++) splitmix(&rng);
+  for (int i = 0; i < 4; i++) lh_splitmix64(&rng);
   int n = 1;
   if (p->variant != LH_NIAH_SINGLE) n = p->n_needles > 0 ? p->n_needles : (p->variant == LH_NIAH_MULTIQUERY ? 2 : 4);
   if (n > 16) n = 16;
@@ -88,19 +83,19 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
   for (int i = 0; i < n; i++) {
     int k;
     do {
-      k = (int)(splitmix(&rng) % (uint64_t)N_KEYS);
+      k = (int)(lh_splitmix64(&rng) % (uint64_t)N_KEYS);
       int dup = 0;
       for (int j = 0; j < i; j++) dup |= !strcmp(t->keys[j], KEYS[k]);
       if (!dup || p->variant == LH_NIAH_MULTIVALUE) break;
     } while (1);
     snprintf(t->keys[i], sizeof t->keys[i], "%s", p->variant == LH_NIAH_MULTIVALUE && i ? t->keys[0] : KEYS[k]);
-    snprintf(t->values[i], sizeof t->values[i], "%07llu", (unsigned long long)(1000000 + splitmix(&rng) % 9000000));
+    snprintf(t->values[i], sizeof t->values[i], "%07llu", (unsigned long long)(1000000 + lh_splitmix64(&rng) % 9000000));
     lh_buf_clear(&t->needle_text[i]);
     fill(&t->needle_text[i], p->needle ? p->needle : lh_niah__default_needle(), t->keys[i], NULL, t->values[i]);
     lh_buf_append_str(&t->needle_text[i], "\n");
   }
   /* what is asked: the first needle (at the requested depth); multi-query also a random other one */
-  int q2 = n > 1 ? 1 + (int)(splitmix(&rng) % (uint64_t)(n - 1)) : 0;
+  int q2 = n > 1 ? 1 + (int)(lh_splitmix64(&rng) % (uint64_t)(n - 1)) : 0;
   lh_buf q = {0};
   fill(&q, p->question ? p->question : lh_niah__default_question(p->variant), t->keys[0], t->keys[q2], t->values[0]);
   snprintf(t->question, sizeof t->question, "%s", q.data ? q.data : "");
@@ -135,7 +130,7 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
   t->pos[0] = snap(S, (int64_t)llround(t->depth / 100.0 * (double)t->hay_len));
   for (int i = 1; i < n; i++) {
     int64_t span = t->hay_len - t->pos[0];
-    t->pos[i] = snap(S, t->pos[0] + (span > 0 ? (int64_t)(splitmix(&rng) % (uint64_t)(span + 1)) : 0));
+    t->pos[i] = snap(S, t->pos[0] + (span > 0 ? (int64_t)(lh_splitmix64(&rng) % (uint64_t)(span + 1)) : 0));
     if (t->pos[i] < t->pos[0]) t->pos[i] = t->pos[0];
   }
   /* keep positions ascending (needle order in the text follows them) */

@@ -1550,7 +1550,7 @@ int main(int argc, char **argv) {
     return g_logits_rc;
   }
   s.ops = &lh_backend_cuda;
-  s.cfg = lh_cuda_slice_config(4096);
+  s.cfg = lh_config_minimax_text_01_slice(4096);
   lk(lh_cuda_open_random_ranks(&s.cfg, 42, chunk, 0, world, &s.be, &s.err), &s.err, "open the slice");
   lh_cuda_share(s.be, &s.hl, &s.gl, &s.ranks);
   if (ranks > 1) {

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/decode_plan.h"
+#include "util/rand.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -227,10 +228,7 @@ cudaError_t lh_cuda_fill_bf16(cudaStream_t st, void *x, int64_t n, uint16_t bits
 #define LH_CUDA_HD
 #endif
 LH_CUDA_HD static inline float lh_cuda_hash_uniform(uint64_t seed, uint64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  uint64_t z = lh_mix64(seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull);
   return (float)(int64_t)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 

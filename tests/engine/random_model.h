@@ -16,6 +16,7 @@
 
 #include "engine/internal.h"
 #include "util/half.h"
+#include "util/rand.h"
 
 typedef struct rm_tensor {
   lh_tensor t;   /* what the backend sees */
@@ -36,15 +37,8 @@ typedef struct rm_model {
   int n_allocs, cap_allocs;
 } rm_model;
 
-static uint64_t rm_rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* uniform in [-1, 1) */
-static float rm_uniform(uint64_t *s) { return (float)((double)(rm_rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
+static float rm_uniform(uint64_t *s) { return (float)(lh_splitmix64_uniform(s) * 2.0 - 1.0); }
 
 static void *rm_alloc(rm_model *r, size_t bytes) {
   if (r->n_allocs == r->cap_allocs) {

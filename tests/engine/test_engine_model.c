@@ -184,7 +184,7 @@ static void ref_forward(const rm_model *r, const int32_t *tok, int T, float *log
 
 static int32_t *random_tokens(int T, int V, uint64_t seed) {
   int32_t *t = malloc(sizeof *t * T);
-  for (int i = 0; i < T; i++) t[i] = (int32_t)(rm_rng_next(&seed) % (uint64_t)V);
+  for (int i = 0; i < T; i++) t[i] = (int32_t)(lh_splitmix64(&seed) % (uint64_t)V);
   return t;
 }
 
@@ -252,7 +252,7 @@ static void check_config(const char *name, const lh_config *c, int T, lh_dtype d
     uint64_t seed = 5;
     for (int trial = 0; trial < 3; trial++) {
       int plan[64], n = 0;
-      for (int sum = 0; sum < T && n < 64; n++) sum += plan[n] = 1 + (int)(rm_rng_next(&seed) % (uint64_t)(2 * B + 3));
+      for (int sum = 0; sum < T && n < 64; n++) sum += plan[n] = 1 + (int)(lh_splitmix64(&seed) % (uint64_t)(2 * B + 3));
       lh_state *st = run_plan(m, tok, T, plan, n, got);
       snprintf(what, sizeof what, "%s: random chunk plan %d", name, trial);
       CHECK_MSG(st && meets_bound(what, got, one, (size_t)T * V), "%s", what);

@@ -399,6 +399,30 @@ static void test_token_ids(void) {
   tw_model_free(&tm);
 }
 
+/* lh_config_minimax_text_01_slice is MiniMax-Text-01's config.json cut to 8 layers: the model
+ * card's shapes (hidden 6144, 64 heads x 128, 8 kv heads, RoPE on half the head at base 1e7,
+ * 32 experts x 9216 top-2, a softmax layer after every 7 lightning layers) and DeepNorm's alphas
+ * (2 * 80 layers)^(1/4) = 3.5565588200778455, in the original form, with the slice's own vocab,
+ * context and no bos/eos. */
+static void test_minimax_text_01_slice(void) {
+  CHECK_EQ(parse("{\"model_type\":\"minimax_text_01\",\"vocab_size\":4096,\"hidden_size\":6144,"
+                 "\"intermediate_size\":9216,\"num_hidden_layers\":8,\"num_attention_heads\":64,"
+                 "\"num_key_value_heads\":8,\"head_dim\":128,\"num_local_experts\":32,\"num_experts_per_tok\":2,"
+                 "\"attn_type_list\":[0,0,0,0,0,0,0,1],\"layernorm_full_attention_alpha\":3.5565588200778455,"
+                 "\"layernorm_full_attention_beta\":1.0,\"layernorm_linear_attention_alpha\":3.5565588200778455,"
+                 "\"layernorm_linear_attention_beta\":1.0,\"layernorm_mlp_alpha\":3.5565588200778455,"
+                 "\"layernorm_mlp_beta\":1.0,\"rope_theta\":10000000,\"rotary_dim\":64,\"rms_norm_eps\":1e-05,"
+                 "\"postnorm\":true,\"shared_intermediate_size\":0,\"tie_word_embeddings\":false,"
+                 "\"max_position_embeddings\":4194304,\"bos_token_id\":null,\"eos_token_id\":null}"),
+           LH_OK);
+  lh_config a = cfg, b = lh_config_minimax_text_01_slice(4096);
+  CHECK(!strcmp(b.model_type, "minimax"));
+  CHECK(b.n_lightning == 7 && b.n_softmax == 1 && b.layer_kind[7] == LH_LAYER_SOFTMAX);
+  memset(a.model_type, 0, sizeof a.model_type);
+  memset(b.model_type, 0, sizeof b.model_type);
+  CHECK(!memcmp(&a, &b, sizeof a));
+}
+
 int main(void) {
   lh_test_begin("test_load_config");
   test_token_ids();
@@ -412,5 +436,6 @@ int main(void) {
   test_original();
   test_original_errors();
   test_form_equivalence();
+  test_minimax_text_01_slice();
   return lh_test_end();
 }

@@ -24,6 +24,7 @@
 #include "engine/backends/cuda/backend_internal.h"
 extern "C" {
 #include "util/log.h" /* a C header without C++ guards */
+#include "util/rand.h"
 }
 
 #define PAGE LH_KV_PAGE_TOKENS
@@ -596,13 +597,7 @@ static lh_status op_logits(lh_backend *be, const void *x, const int64_t *rows, i
   return LH_OK;
 }
 
-double lh_cuda_uniform(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
+double lh_cuda_uniform(uint64_t *state) { return lh_splitmix64_uniform(state); }
 
 lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
                               const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err) {
