@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "util/hash.h"
-#include "util/utf8_replace.h"
+#include "util/utf8.h"
 
 /* What a line is parsed against: the folder relative document paths resolve in, and the real
  * path of the documents root (NULL: none). */
@@ -363,8 +363,7 @@ static int check_raw(const char *line, size_t len, raw_check *rc) {
     if (s[i] == 0) {
       what = "a NUL byte";
     } else if (s[i] >= 0x80) {
-      step = lh_utf8_sequence_len(s + i, len - i);
-      if (!step) what = "bytes that are not UTF-8", step = 1;
+      if (!lh_utf8_next((const uint8_t *)s + i, len - i, &step)) what = "bytes that are not UTF-8", step = 1;
     } else if (in_str && s[i] == '\\') {
       if (i + 5 < len && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) what = "\\u0000 (NUL)";
       step = i + 1 < len ? 2 : 1;
@@ -772,7 +771,7 @@ void lh_request_documents_key(const lh_request *r, char out[65]) {
 static void add_text(cJSON *o, const char *key, const char *text) {
   if (!text) text = "";
   size_t n = strlen(text);
-  if (lh_utf8_valid_len(text, n) == n) {
+  if (lh_utf8_valid((const uint8_t *)text, n)) {
     cJSON_AddStringToObject(o, key, text);
     return;
   }

@@ -115,3 +115,19 @@ lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_b
   }
   return lh_buf_append(out, p + run, n - run);
 }
+
+lh_status lh_utf8_replace(lh_buf *out, const void *s, size_t n, size_t *replaced) {
+  const size_t keep = out->len;
+  if (lh_buf_reserve(out, n + 1) != LH_OK) return LH_ENOMEM; /* valid text needs no more; a result is terminated */
+  out->data[out->len] = 0;
+  lh_utf8 u = {0};
+  int64_t r = 0;
+  const lh_status st = lh_utf8_repair(&u, s, n, 1, out, &r);
+  if (st != LH_OK) {
+    out->len = keep;
+    if (out->data && keep < out->cap) out->data[keep] = 0;
+    return st;
+  }
+  if (replaced) *replaced = (size_t)r;
+  return LH_OK;
+}

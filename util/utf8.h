@@ -50,4 +50,11 @@ typedef struct lh_utf8 {
  * Returns LH_ENOMEM when out cannot grow (out then holds a prefix of the result), else LH_OK. */
 lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_buf *out, int64_t *replaced);
 
+/* All of s[0..n) at once, for text that longhaul writes out (output.jsonl, result.json, NIAH
+ * results): every file it writes is valid UTF-8 even when a byte-level model emitted bytes that
+ * are not, the way HF tokenizers' decode repairs them. NUL is valid UTF-8 and passes through;
+ * callers that cannot carry NUL check for it themselves. *replaced (may be NULL) counts the
+ * U+FFFD written. LH_OK or LH_ENOMEM (out then holds what it held before). */
+lh_status lh_utf8_replace(lh_buf *out, const void *s, size_t n, size_t *replaced);
+
 #endif

@@ -15,7 +15,7 @@
 #include "tests/test.h"
 #include "util/fs.h"
 #include "util/hash.h"
-#include "util/utf8_replace.h"
+#include "util/utf8.h"
 
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
@@ -33,7 +33,7 @@ static void write_bytes(const char *path, const void *data, size_t n) {
   "{\"custom_id\":\"" id "\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"user\"," \
   "\"content\":\"" content "\"}]}}"
 
-static int is_utf8(const char *s, size_t n) { return lh_utf8_valid_len(s, n) == n; }
+static int is_utf8(const char *s, size_t n) { return lh_utf8_valid((const uint8_t *)s, n); }
 
 /* A line is refused when its bytes are not UTF-8, hold NUL or \u0000 (which cJSON would decode and
  * cut the string at), or go on after the object; the message names the line, the column and the

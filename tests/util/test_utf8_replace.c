@@ -1,11 +1,11 @@
-/* test_utf8_replace.c — util/utf8_replace: lh_utf8_replace gives exactly what Python's
+/* test_utf8_replace.c — util/utf8.h: lh_utf8_replace gives exactly what Python's
  * bytes.decode("utf-8", "replace") gives (and HF tokenizers' decode: see the fixture's script) on
- * 3,011 byte strings built around every boundary of Unicode's Table 3-7; lh_utf8_valid_len and
- * lh_utf8_sequence_len agree with the replacement (valid input is exactly the input that comes out
+ * 3,011 byte strings built around every boundary of Unicode's Table 3-7; lh_utf8_valid_prefix and
+ * lh_utf8_next agree with the replacement (valid input is exactly the input that comes out
  * unchanged). The expected strings come from Python: tests/fixtures/util/make_utf8_replace.py. */
 #include "tests/test.h"
 #include "util/buf.h"
-#include "util/utf8_replace.h"
+#include "util/utf8.h"
 
 static size_t unhex(const char *h, unsigned char *out) {
   if (!strcmp(h, "-")) return 0;
@@ -40,23 +40,24 @@ int main(void) {
     int same = n == m && !memcmp(in, want, n);
     changed += !same;
     /* valid exactly when nothing was replaced, and then every sequence is whole */
-    CHECK_MSG((lh_utf8_valid_len(in, n) == n) == same, "case %d: %s valid_len %zu", cases + 1, a,
-              lh_utf8_valid_len(in, n));
+    CHECK_MSG((lh_utf8_valid_prefix(in, n) == n) == same, "case %d: %s valid_len %zu", cases + 1, a,
+              lh_utf8_valid_prefix(in, n));
     CHECK_EQ(reps == 0, same);
     if (same) {
       size_t i = 0;
       while (i < n) {
-        size_t k = lh_utf8_sequence_len(in + i, n - i);
-        CHECK(k >= 1 && k <= 4);
+        size_t k = 0;
+        CHECK(lh_utf8_next(in + i, n - i, &k) && k >= 1 && k <= 4);
         if (!k) break;
         i += k;
       }
       CHECK_EQ(i, n);
     } else {
       /* the longest valid prefix, replaced, is the same prefix of the expected string */
-      size_t v = lh_utf8_valid_len(in, n);
+      size_t v = lh_utf8_valid_prefix(in, n);
       CHECK(v < n && v <= m && !memcmp(in, want, v));
-      CHECK_EQ(lh_utf8_sequence_len(in + v, n - v), 0);
+      size_t k = 0;
+      CHECK_EQ(lh_utf8_next(in + v, n - v, &k), 0);
     }
     cases++;
   }
