@@ -13,6 +13,12 @@
 #include "jobs/niah_plot.h"
 #include "cli/commands.h"
 
+/* x floored to `decimals` places, so a printed 1.000 means every trial was right (as the heatmap) */
+static double down(double x, int decimals) {
+  const double k = pow(10, decimals);
+  return floor(x * k + 1e-9) / k;
+}
+
 static void on_signal(int sig) {
   lh_niah_request_stop();
   signal(sig, SIG_DFL);
@@ -22,6 +28,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: longhaul niah --model DIR --out DIR [options]\n"
           "       longhaul niah plot OUT      redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
+
           "\n"
           "A needle-in-a-haystack sweep: for every length x depth x trial, a needle (a key and a random\n"
           "7-digit value) is placed in a haystack of real text at that depth and the model is asked for it.\n"
@@ -168,9 +175,9 @@ int lh_cmd_niah(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
-         s.trials_run, s.trials_resumed, s.accuracy, s.exact);
+         s.trials_run, s.trials_resumed, down(s.accuracy, 3), down(s.exact, 3));
   if (fabs(s.all_values - s.accuracy) > 1e-9 || fabs(s.same_set - s.all_values) > 1e-9)
-    printf(", every value %.3f, exactly those values %.3f", s.all_values, s.same_set);
+    printf(", every value %.3f, exactly those values %.3f", down(s.all_values, 3), down(s.same_set, 3));
   printf("\n");
   for (int i = 0; i < s.n_lengths; i++) {
     const lh_niah_length *L = &s.by_length[i];
@@ -178,8 +185,8 @@ int lh_cmd_niah(int argc, char **argv) {
     if (L->length % 1048576 == 0) snprintf(len, sizeof len, "%lldM", (long long)(L->length / 1048576));
     else if (L->length % 1024 == 0) snprintf(len, sizeof len, "%lldK", (long long)(L->length / 1024));
     else snprintf(len, sizeof len, "%lld", (long long)L->length);
-    printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials, L->accuracy,
-           L->worst_depth, L->worst_score, L->worst_trials,
+    printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials,
+           down(L->accuracy, 3), L->worst_depth, down(L->worst_score, 2), L->worst_trials,
            L->worst_trials == 1 ? "" : "s");
   }
   printf("  tokens computed %lld of a naive %lld (%.1f%%); %lld restored from checkpoints in this run; %.1f s\n",

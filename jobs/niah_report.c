@@ -125,6 +125,46 @@ static int cmp_row(const void *a, const void *b) {
   return x->trial - y->trial;
 }
 
+/* The cells of rows (sorted here by length, depth, trial), in that order: each cell's mean score,
+ * its share of answers holding every expected value, and its trials. NULL when out of memory. */
+static lh_niah_cell *rows_cells(row *rows, int n, int *nc) {
+  qsort(rows, (size_t)n, sizeof *rows, cmp_row);
+  lh_niah_cell *cells = calloc((size_t)(n ? n : 1), sizeof *cells);
+  *nc = 0;
+  if (!cells) return NULL;
+  for (int i = 0; i < n; i++) {
+    if (!*nc || cells[*nc - 1].length != rows[i].length || cells[*nc - 1].depth != rows[i].depth)
+      cells[(*nc)++] = (lh_niah_cell){.length = rows[i].length, .depth = rows[i].depth};
+    lh_niah_cell *c = &cells[*nc - 1];
+    c->score += rows[i].score, c->all_values += rows[i].contains, c->trials++;
+  }
+  for (int i = 0; i < *nc; i++) cells[i].score /= cells[i].trials, cells[i].all_values /= cells[i].trials;
+  return cells;
+}
+
+/* One prompt length of cells (sorted by length): its accuracy and all-values share over its trials. */
+typedef struct length_acc {
+  int64_t length;
+  int trials;
+  double accuracy, all_values;
+} length_acc;
+
+/* Per length of cells (sorted by length), at most max lengths; returns the count. */
+static int cells_lengths(const lh_niah_cell *cells, int nc, length_acc *out, int max) {
+  int nl = 0;
+  for (int i = 0; i < nc; i++) {
+    if (i == 0 || cells[i].length != cells[i - 1].length) {
+      if (nl == max) break;
+      out[nl++] = (length_acc){.length = cells[i].length};
+    }
+    length_acc *L = &out[nl - 1];
+    L->trials += cells[i].trials;
+    L->accuracy += cells[i].score * cells[i].trials, L->all_values += cells[i].all_values * cells[i].trials;
+  }
+  for (int j = 0; j < nl; j++) out[j].accuracy /= out[j].trials, out[j].all_values /= out[j].trials;
+  return nl;
+}
+
 lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah_summary *sum, lh_error *err) {
   char path[4200];
   snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
@@ -172,22 +212,26 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   snprintf(path, sizeof path, "%s/results.csv", out_dir);
   st = lh_file_write_atomic(path, csv.data, csv.len, err);
   lh_buf_free(&csv);
-  /* cells */
-  qsort(rows, (size_t)n, sizeof *rows, cmp_row);
-  lh_niah_cell *cells = calloc((size_t)n, sizeof *cells);
-  int nc = 0;
   double acc = 0, ex = 0, all = 0, set = 0;
   int64_t computed = 0, naive = 0;
   for (int i = 0; i < n; i++) {
-    if (!nc || cells[nc - 1].length != rows[i].length || cells[nc - 1].depth != rows[i].depth)
-      cells[nc++] = (lh_niah_cell){rows[i].length, rows[i].depth, 0, 0};
-    cells[nc - 1].score += rows[i].score;
-    cells[nc - 1].trials++;
     acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains, set += rows[i].same_set;
     computed += rows[i].computed, naive += rows[i].tokens;
   }
+  int nc;
+  lh_niah_cell *cells = rows_cells(rows, n, &nc);
+  if (!cells) {
+    free(rows);
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
+  }
+  int tmin = cells[0].trials, tmax = cells[0].trials;
+  for (int i = 1; i < nc; i++) {
+    tmin = cells[i].trials < tmin ? cells[i].trials : tmin;
+    tmax = cells[i].trials > tmax ? cells[i].trials : tmax;
+  }
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "title", title);
+  cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
   cJSON_AddNumberToObject(o, "trials", n);
   cJSON_AddNumberToObject(o, "accuracy", acc / n);
   cJSON_AddNumberToObject(o, "exact", ex / n);
@@ -196,34 +240,33 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   cJSON_AddNumberToObject(o, "tokens_computed", (double)computed);
   cJSON_AddNumberToObject(o, "tokens_naive", (double)naive);
   cJSON_AddNumberToObject(o, "computed_share", naive ? (double)computed / (double)naive : 0);
+  cJSON_AddNumberToObject(o, "trials_per_cell_min", tmin);
+  cJSON_AddNumberToObject(o, "trials_per_cell_max", tmax);
   cJSON *ca = cJSON_AddArrayToObject(o, "cells");
   for (int i = 0; i < nc; i++) {
-    cells[i].score /= cells[i].trials;
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "length", (double)cells[i].length);
     cJSON_AddNumberToObject(c, "depth", cells[i].depth);
     cJSON_AddNumberToObject(c, "score", cells[i].score);
     cJSON_AddNumberToObject(c, "trials", cells[i].trials);
+    cJSON_AddNumberToObject(c, "all_values", cells[i].all_values);
     cJSON_AddItemToArray(ca, c);
   }
   /* per length (cells are sorted by length, then depth); more lengths than a sweep can have
    * (LH_NIAH_MAX_CELLS) only come from a hand-edited results.jsonl and are left out */
   lh_niah_length by[LH_NIAH_MAX_CELLS];
-  int nl = 0;
-  for (int i = 0; i < nc; i++) {
-    if (i == 0 || cells[i].length != cells[i - 1].length) {
-      if (nl == LH_NIAH_MAX_CELLS) break;
-      by[nl++] = (lh_niah_length){cells[i].length, 0, 0, 2, 0, 0};
-    }
-    lh_niah_length *L = &by[nl - 1];
-    L->trials += cells[i].trials;
-    L->accuracy += cells[i].score * cells[i].trials;
+  length_acc la_[LH_NIAH_MAX_CELLS];
+  const int nl = cells_lengths(cells, nc, la_, LH_NIAH_MAX_CELLS);
+  for (int j = 0; j < nl; j++) by[j] = (lh_niah_length){la_[j].length, la_[j].trials, la_[j].accuracy, 2, 0, 0};
+  for (int i = 0, j = -1; i < nc; i++) {
+    if (i == 0 || cells[i].length != cells[i - 1].length) j++;
+    if (j == nl) break;
+    lh_niah_length *L = &by[j];
     if (cells[i].score < L->worst_score)
       L->worst_score = cells[i].score, L->worst_depth = cells[i].depth, L->worst_trials = cells[i].trials;
   }
   cJSON *la = cJSON_AddArrayToObject(o, "lengths");
   for (int j = 0; j < nl; j++) {
-    by[j].accuracy /= by[j].trials;
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "length", (double)by[j].length);
     cJSON_AddNumberToObject(c, "trials", by[j].trials);
@@ -231,6 +274,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     cJSON_AddNumberToObject(c, "worst_cell_score", by[j].worst_score);
     cJSON_AddNumberToObject(c, "worst_cell_depth", by[j].worst_depth);
     cJSON_AddNumberToObject(c, "worst_cell_trials", by[j].worst_trials);
+    cJSON_AddNumberToObject(c, "all_values", la_[j].all_values);
     cJSON_AddItemToArray(la, c);
   }
   if (sum) {
@@ -349,3 +393,4 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
   free(a);
   return st;
 }
+
