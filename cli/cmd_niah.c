@@ -55,7 +55,11 @@ static void usage(FILE *f) {
           "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
           "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
           "  --cpu-attention fp32|bf16|auto   as in `longhaul run` (default fp32)\n"
-          "  --force                discard earlier results in OUT\n"
+          "  --force                discard earlier results in OUT and start fresh\n"
+          "  --extend               grow the sweep in OUT: this run's lengths, depths and trials must\n"
+          "                         hold all of its (its finished trials are kept, the new ones run)\n"
+          "                         (without either, a sweep into an OUT that holds another sweep, or\n"
+          "                         the same one over other lengths, depths or trials, is refused)\n"
           "  --progress auto|tty|plain|json|none\n"
           "\n"
           "writes OUT/results.jsonl, results.csv, summary.json, sweep.json, heatmap.png, heatmap.svg\n");
@@ -94,6 +98,7 @@ int lh_cmd_niah(int argc, char **argv) {
       {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 'T'},
       {"cpu-attention", required_argument, 0, 'X'},
       {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
+      {"extend", no_argument, 0, 'E'},
       {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
@@ -118,6 +123,7 @@ int lh_cmd_niah(int argc, char **argv) {
       break;
     case 'b': p.db_path = optarg; break;
     case 'f': p.force = 1; break;
+    case 'E': p.extend = 1; break;
     case 'V': {
       int v = lh_niah_variant_parse(optarg);
       if (v < 0) {
@@ -156,6 +162,10 @@ int lh_cmd_niah(int argc, char **argv) {
   }
   if (optind != argc || !p.model_dir || !p.out_dir) {
     usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  if (p.force && p.extend) {
+    fprintf(stderr, "longhaul niah: --force starts OUT afresh and --extend adds to it: pass one of them\n");
     return LH_EXIT_USAGE;
   }
   if ((p.n_lengths = lh_niah_parse_lengths(lengths, p.lengths, LH_NIAH_MAX_CELLS, &e)) < 0 ||

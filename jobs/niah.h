@@ -62,6 +62,7 @@ typedef struct lh_niah_params {
   int chunk;              /* tokens per chunk (default 4096) */
   int max_tokens;         /* answer length cap (default 128) */
   int force;              /* discard earlier results in OUT */
+  int extend;             /* grow the sweep in OUT to this grid, which holds its cells (same key) */
   lh_progress_mode progress;
 } lh_niah_params;
 

@@ -1,9 +1,12 @@
-/* niah_report.c — scoring a NIAH answer, results.jsonl, and the reports made from it
- * (results.csv, summary.json, the heatmap through niah_plot.h).
+/* niah_report.c — scoring a NIAH answer, results.jsonl, the reports made from it (results.csv,
+ * summary.json, the heatmap through niah_plot.h), and which sweep an OUT folder belongs to
+ * (sweep.json).
  *
  * results.jsonl is the record: one whole line per finished trial, appended and fsync'd before
  * the next trial starts; a torn last line (a kill during the write) is ignored and that trial
- * rerun. The reports are always rebuilt from it, never edited.
+ * rerun. The reports are always rebuilt from it, never edited. An OUT folder
+ * holds one sweep: one key and one grid (see "claiming OUT" below), so its heatmap never mixes
+ * sweeps by accident.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
@@ -391,6 +394,287 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
   *found_all = contains;
   snprintf(note, n, "%s", a);
   free(a);
+  return st;
+}
+
+/* ---- claiming OUT: one sweep per folder ----
+ *
+ * sweep.json records the sweep's key (what each trial's result depends on) and its grid (lengths,
+ * depths, trials per cell). A run goes on in a folder only when both match, so a heatmap never
+ * mixes sweeps or leaves holes by accident; --force discards the folder's results and starts
+ * fresh; --extend grows the grid when this run's grid holds every cell and trial of the recorded
+ * one (the finished trials are kept, the new ones run). A sweep.json without a grid (written
+ * before grids were recorded) is checked against results.jsonl instead: every finished trial must
+ * be in this run's grid. */
+
+typedef struct grid {
+  int64_t len[LH_NIAH_MAX_CELLS];
+  int nl;
+  double dep[LH_NIAH_MAX_CELLS];
+  int nd;
+  int trials;
+} grid;
+
+static int cmp_len(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+static int cmp_dep(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int grid_has_len(const grid *g, int64_t v) {
+  for (int i = 0; i < g->nl; i++)
+    if (g->len[i] == v) return 1;
+  return 0;
+}
+static int grid_has_dep(const grid *g, double v) {
+  for (int i = 0; i < g->nd; i++)
+    if (fabs(g->dep[i] - v) < 1e-9) return 1;
+  return 0;
+}
+static void grid_add_len(grid *g, int64_t v) {
+  if (!grid_has_len(g, v) && g->nl < LH_NIAH_MAX_CELLS) g->len[g->nl++] = v;
+}
+static void grid_add_dep(grid *g, double v) {
+  if (!grid_has_dep(g, v) && g->nd < LH_NIAH_MAX_CELLS) g->dep[g->nd++] = v;
+}
+static void grid_sort(grid *g) {
+  qsort(g->len, (size_t)g->nl, sizeof *g->len, cmp_len);
+  qsort(g->dep, (size_t)g->nd, sizeof *g->dep, cmp_dep);
+}
+
+static grid params_grid(const lh_niah_params *p) {
+  grid g = {.trials = p->trials};
+  for (int i = 0; i < p->n_lengths; i++) grid_add_len(&g, p->lengths[i]);
+  for (int i = 0; i < p->n_depths; i++) grid_add_dep(&g, p->depths[i]);
+  grid_sort(&g);
+  return g;
+}
+
+/* sweep.json's "grid"; 0 when it has none or it is malformed */
+static int json_grid(const cJSON *o, grid *g) {
+  const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "lengths"), *d = cJSON_GetObjectItemCaseSensitive(o, "depths"),
+              *t = cJSON_GetObjectItemCaseSensitive(o, "trials");
+  if (!cJSON_IsArray(l) || !cJSON_IsArray(d) || !cJSON_IsNumber(t)) return 0;
+  *g = (grid){.trials = (int)t->valuedouble};
+  const cJSON *v;
+  cJSON_ArrayForEach(v, l) grid_add_len(g, (int64_t)cJSON_GetNumberValue(v));
+  cJSON_ArrayForEach(v, d) grid_add_dep(g, cJSON_GetNumberValue(v));
+  grid_sort(g);
+  return 1;
+}
+
+static cJSON *grid_json(const grid *g) {
+  cJSON *o = cJSON_CreateObject(), *l = cJSON_AddArrayToObject(o, "lengths"), *d = cJSON_AddArrayToObject(o, "depths");
+  for (int i = 0; i < g->nl; i++) cJSON_AddItemToArray(l, cJSON_CreateNumber((double)g->len[i]));
+  for (int i = 0; i < g->nd; i++) cJSON_AddItemToArray(d, cJSON_CreateNumber(g->dep[i]));
+  cJSON_AddNumberToObject(o, "trials", g->trials);
+  return o;
+}
+
+/* Lengths as --lengths takes them back: 1k = 1024, 1m = 1048576, else the number. */
+static void lengths_text(const int64_t *v, int n, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && k < cap; i++) {
+    const char *sep = i ? "," : "";
+    if (v[i] % 1048576 == 0) k += (size_t)snprintf(out + k, cap - k, "%s%lldm", sep, (long long)(v[i] / 1048576));
+    else if (v[i] % 1024 == 0) k += (size_t)snprintf(out + k, cap - k, "%s%lldk", sep, (long long)(v[i] / 1024));
+    else k += (size_t)snprintf(out + k, cap - k, "%s%lld", sep, (long long)v[i]);
+  }
+}
+static void depths_text(const double *v, int n, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = 0;
+  for (int i = 0; i < n && k < cap; i++) k += (size_t)snprintf(out + k, cap - k, "%s%g", i ? "," : "", v[i]);
+}
+
+/* What differs between the grid in OUT (was) and this run's (now), as "lengths 1k,2k there, 1k,4k
+ * here; ..."; empty when they are the same. */
+static void grid_diff(const grid *was, const grid *now, char *out, size_t cap) {
+  char a[512], b[512];
+  size_t k = 0;
+  out[0] = 0;
+  int same_l = was->nl == now->nl, same_d = was->nd == now->nd;
+  for (int i = 0; same_l && i < was->nl; i++) same_l = was->len[i] == now->len[i];
+  for (int i = 0; same_d && i < was->nd; i++) same_d = fabs(was->dep[i] - now->dep[i]) < 1e-9;
+  if (!same_l) {
+    lengths_text(was->len, was->nl, a, sizeof a), lengths_text(now->len, now->nl, b, sizeof b);
+    k += (size_t)snprintf(out + k, cap - k, "lengths %s there, %s here", a, b);
+  }
+  if (!same_d && k < cap) {
+    depths_text(was->dep, was->nd, a, sizeof a), depths_text(now->dep, now->nd, b, sizeof b);
+    k += (size_t)snprintf(out + k, cap - k, "%sdepths %s there, %s here", k ? "; " : "", a, b);
+  }
+  if (was->trials != now->trials && k < cap)
+    snprintf(out + k, cap - k, "%strials per cell %d there, %d here", k ? "; " : "", was->trials, now->trials);
+}
+
+/* The flags of the grid holding both: what --extend needs to keep every cell of `was`. */
+static void union_flags(const grid *was, const grid *now, char *out, size_t cap) {
+  grid u = *now;
+  for (int i = 0; i < was->nl; i++) grid_add_len(&u, was->len[i]);
+  for (int i = 0; i < was->nd; i++) grid_add_dep(&u, was->dep[i]);
+  if (was->trials > u.trials) u.trials = was->trials;
+  grid_sort(&u);
+  char l[512], d[512];
+  lengths_text(u.len, u.nl, l, sizeof l);
+  depths_text(u.dep, u.nd, d, sizeof d);
+  snprintf(out, cap, "--lengths %s --depths %s --trials %d", l, d, u.trials);
+}
+
+/* The key fields that differ between sweep.json in OUT and this run, by name, into out. */
+static void key_diff(const cJSON *was, const cJSON *now, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = 0;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, now) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(was, f->string);
+    if (o && cJSON_Compare(o, f, 1)) continue;
+    if (k >= cap) break;
+    char *a = o ? cJSON_PrintUnformatted(o) : NULL, *b = cJSON_PrintUnformatted(f);
+    if (a && b && strlen(a) <= 48 && strlen(b) <= 48)
+      k += (size_t)snprintf(out + k, cap - k, "%s%s %s there, %s here", k ? "; " : "", f->string, a, b);
+    else
+      k += (size_t)snprintf(out + k, cap - k, "%s%s", k ? "; " : "", f->string);
+    free(a), free(b);
+  }
+  cJSON_ArrayForEach(f, was) {
+    if (cJSON_GetObjectItemCaseSensitive(now, f->string) || k >= cap) continue;
+    k += (size_t)snprintf(out + k, cap - k, "%s%s (only there)", k ? "; " : "", f->string);
+  }
+}
+
+/* Finished trials of rows that this run's grid does not hold, described into out (empty: none). */
+static void rows_outside(const row *rows, int n, const grid *now, char *out, size_t cap) {
+  grid extra = {0};
+  int max_trial = -1;
+  for (int i = 0; i < n; i++) {
+    if (!grid_has_len(now, rows[i].length)) grid_add_len(&extra, rows[i].length);
+    if (!grid_has_dep(now, rows[i].depth)) grid_add_dep(&extra, rows[i].depth);
+    if (rows[i].trial > max_trial) max_trial = rows[i].trial;
+  }
+  grid_sort(&extra);
+  char a[512];
+  size_t k = 0;
+  out[0] = 0;
+  if (extra.nl) {
+    lengths_text(extra.len, extra.nl, a, sizeof a);
+    k += (size_t)snprintf(out + k, cap - k, "lengths %s", a);
+  }
+  if (extra.nd && k < cap) {
+    depths_text(extra.dep, extra.nd, a, sizeof a);
+    k += (size_t)snprintf(out + k, cap - k, "%sdepths %s", k ? ", " : "", a);
+  }
+  if (max_trial >= now->trials && k < cap)
+    snprintf(out + k, cap - k, "%s%d trials per cell", k ? ", " : "", max_trial + 1);
+}
+
+/* --force: remove what an earlier sweep left in OUT (its results and the reports made from them;
+ * the checkpoint store stays, since checkpoints are keyed by model and tokens). */
+static lh_status discard_earlier(const char *out_dir, lh_error *err) {
+  static const char *const files[] = {"results.jsonl", "results.csv", "summary.json", "heatmap.png", "heatmap.svg"};
+  char path[4200];
+  snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
+  row *rows;
+  int n;
+  lh_status st = read_rows(path, &rows, &n, err);
+  if (st) return st;
+  free(rows);
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    snprintf(path, sizeof path, "%s/%s", out_dir, files[i]);
+    if (unlink(path) != 0 && errno != ENOENT)
+      return lh_error_set(err, LH_EIO, "--force: cannot remove %s: %s", path, strerror(errno));
+  }
+  if (n) lh_log_info("niah: --force: discarded the %d finished trials in %s; the sweep starts fresh", n, out_dir);
+  return LH_OK;
+}
+
+/* An earlier sweep.json (text) and results.jsonl (rows) against this run's (now, with its grid g):
+ * LH_OK when this run may go on there; title gets the earlier title. */
+static lh_status check_earlier(const lh_niah_params *p, const char *text, const cJSON *now, const grid *g,
+                               const row *rows, int nr, char *title, size_t title_n, lh_error *err) {
+  const char *out = p->out_dir;
+  char why[768], flags[1100];
+  cJSON *was = cJSON_Parse(text);
+  if (!was)
+    return lh_error_set(err, LH_EFORMAT, "%s/sweep.json is not JSON; use another --out, or --force to discard the "
+                        "folder's results and start fresh", out);
+  key_diff(cJSON_GetObjectItemCaseSensitive(was, "key"), cJSON_GetObjectItemCaseSensitive(now, "key"), why, sizeof why);
+  lh_status st = LH_OK;
+  grid old = {0};
+  if (*why) {
+    st = lh_error_set(err, LH_EINVAL, "%s holds results of a different sweep (%s); use another --out, or --force to "
+                      "discard them and start fresh", out, why);
+  } else if (json_grid(cJSON_GetObjectItemCaseSensitive(was, "grid"), &old)) {
+    grid_diff(&old, g, why, sizeof why);
+  }
+  if (st == LH_OK && *why) {
+    union_flags(&old, g, flags, sizeof flags);
+    int superset = g->trials >= old.trials;
+    for (int i = 0; i < old.nl; i++) superset &= grid_has_len(g, old.len[i]);
+    for (int i = 0; i < old.nd; i++) superset &= grid_has_dep(g, old.dep[i]);
+    if (!p->extend)
+      st = lh_error_set(err, LH_EINVAL, "%s holds a sweep over other cells (%s): one heatmap of both would have grey "
+                        "cells or mixed trial counts. Use another --out, --force to discard it and start fresh, or "
+                        "--extend %s (every cell of both) to grow it", out, why, flags);
+    else if (!superset)
+      st = lh_error_set(err, LH_EINVAL, "--extend grows the sweep in %s and keeps every cell and trial it has (%s); "
+                        "pass %s", out, why, flags);
+    else
+      lh_log_info("niah: --extend: the sweep in %s grows (%s); its %d finished trials are kept", out, why, nr);
+  }
+  if (st == LH_OK) {
+    rows_outside(rows, nr, g, why, sizeof why);
+    if (*why)
+      st = lh_error_set(err, LH_EINVAL, "%s/results.jsonl has finished trials outside this run's grid (%s); use "
+                        "another --out, or --force to discard them and start fresh", out, why);
+  }
+  const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(was, "title"));
+  if (st == LH_OK && t) snprintf(title, title_n, "%s", t);
+  cJSON_Delete(was);
+  return st;
+}
+
+lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, char *title, size_t title_n,
+                             lh_error *err) {
+  char path[4200], results[4200];
+  if (p->force && p->extend)
+    return lh_error_set(err, LH_EINVAL, "--force starts the sweep in %s afresh and --extend adds to it: pass one",
+                        p->out_dir);
+  snprintf(path, sizeof path, "%s/sweep.json", p->out_dir);
+  snprintf(results, sizeof results, "%s/results.jsonl", p->out_dir);
+  cJSON *now = cJSON_Parse(sweep_json);
+  if (!now) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  const grid g = params_grid(p);
+  cJSON_AddItemToObject(now, "grid", grid_json(&g));
+  lh_status st = LH_OK;
+  if (p->force) {
+    st = discard_earlier(p->out_dir, err);
+  } else {
+    row *rows = NULL;
+    int nr = 0;
+    st = read_rows(results, &rows, &nr, err);
+    if (st == LH_OK && lh_is_file(path)) {
+      lh_buf old = {0};
+      if ((st = lh_file_read(path, 1 << 20, &old, err)) == LH_OK)
+        st = check_earlier(p, old.data, now, &g, rows, nr, title, title_n, err);
+      lh_buf_free(&old);
+    } else if (st == LH_OK && nr) {
+      st = lh_error_set(err, LH_EINVAL, "%s holds %d finished trials but no sweep.json to say which sweep made them; "
+                        "use another --out, or --force to discard them and start fresh", results, nr);
+    }
+    free(rows);
+  }
+  if (st == LH_OK) {
+    cJSON_ReplaceItemInObjectCaseSensitive(now, "title", cJSON_CreateString(title));
+    char *js = cJSON_PrintUnformatted(now);
+    st = js ? lh_file_write_atomic(path, js, strlen(js), err) : lh_error_set(err, LH_ENOMEM, "out of memory");
+    free(js);
+  }
+  cJSON_Delete(now);
   return st;
 }
 
