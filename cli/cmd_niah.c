@@ -1,5 +1,6 @@
-/* cmd_niah.c — `longhaul niah`: a needle-in-a-haystack sweep, and `longhaul niah plot OUT` to
- * redraw its figures from results.jsonl (on any machine with cairo). */
+/* cmd_niah.c — `longhaul niah`: a needle-in-a-haystack sweep, `longhaul niah plot OUT` to redraw
+ * its figures from results.jsonl (on any machine with cairo), and `longhaul niah compare A B` to set
+ * two sweeps side by side with their difference. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <math.h>
@@ -28,7 +29,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: longhaul niah --model DIR --out DIR [options]\n"
           "       longhaul niah plot OUT      redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
-
+          "       longhaul niah compare A B [--out DIR]\n"
+          "                                   two sweeps side by side and B - A per cell, into DIR\n"
+          "                                   (default A/compare-with-<B's name>): compare.png, .svg,\n"
+          "                                   .json, .csv\n"
           "\n"
           "A needle-in-a-haystack sweep: for every length x depth x trial, a needle (a key and a random\n"
           "7-digit value) is placed in a haystack of real text at that depth and the model is asked for it.\n"
@@ -65,7 +69,85 @@ static void usage(FILE *f) {
           "writes OUT/results.jsonl, results.csv, summary.json, sweep.json, heatmap.png, heatmap.svg\n");
 }
 
+static void compare_usage(FILE *f) {
+  fprintf(f,
+          "usage: longhaul niah compare A B [--out DIR]\n"
+          "\n"
+          "Two NIAH sweeps (folders written by `longhaul niah`) side by side: A's and B's heatmaps on the\n"
+          "union of their cells, the difference B - A for every cell both have (a cell of only one is\n"
+          "marked), each sweep's overall score and accuracy per length. Writes compare.png, compare.svg,\n"
+          "compare.json and compare.csv into DIR (default A/compare-with-<B's folder name>).\n"
+          "Exit status: 0 written; 1 the figure could not be drawn (the JSON and CSV are written);\n"
+          "2 a folder holds no sweep, or the two have no cell in common.\n");
+}
+
+static int cmd_compare(int argc, char **argv) {
+  const char *dirs[2] = {0}, *out = NULL;
+  int nd = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      compare_usage(stdout);
+      return LH_EXIT_OK;
+    } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+      out = argv[++i];
+    } else if (!strncmp(argv[i], "--out=", 6)) {
+      out = argv[i] + 6;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "longhaul niah compare: unknown option %s\n", argv[i]);
+      compare_usage(stderr);
+      return LH_EXIT_USAGE;
+    } else if (nd < 2) {
+      dirs[nd++] = argv[i];
+    } else {
+      nd++;
+    }
+  }
+  if (nd != 2) {
+    compare_usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  lh_niah_comparison c;
+  lh_error e;
+  lh_error_clear(&e);
+  const lh_status st = lh_niah_compare(dirs[0], dirs[1], out, &c, &e);
+  if (st != LH_OK && st != LH_EUNSUPPORTED) {
+    fprintf(stderr, "longhaul niah compare: %s\n", e.msg);
+    return st == LH_EINVAL || st == LH_ENOTFOUND ? LH_EXIT_USAGE : LH_EXIT_FAILED;
+  }
+  char a[16], b[16], aa[16], ba[16], d[16];
+  lh_niah_score_label(c.score_a, 1, a, sizeof a);
+  lh_niah_score_label(c.all_values_a, 1, aa, sizeof aa);
+  lh_niah_score_label(c.score_b, 1, b, sizeof b);
+  lh_niah_score_label(c.all_values_b, 1, ba, sizeof ba);
+  printf("longhaul niah compare: A = %s, B = %s (score = %s)\n", dirs[0], dirs[1], LH_NIAH_SCORE_METRIC);
+  printf("  A: score %s%%, every value %s%%, %d trials in %d cells\n", a, aa, c.trials_a, c.cells_a);
+  printf("  B: score %s%%, every value %s%%, %d trials in %d cells\n", b, ba, c.trials_b, c.cells_b);
+  lh_niah_score_label(c.common_a, 1, a, sizeof a);
+  lh_niah_score_label(c.common_b, 1, b, sizeof b);
+  lh_niah_diff_label(c.common_b - c.common_a, 1, d, sizeof d);
+  printf("  %d cells in common (A only %d, B only %d): A %s%%, B %s%%, B - A %s points\n", c.common,
+         c.cells_a - c.common, c.cells_b - c.common, a, b, d);
+  printf("  %-8s %8s %8s %8s\n", "length", "A", "B", "B - A");
+  for (int i = 0; i < c.n_lengths; i++) {
+    const lh_niah_compare_length *L = &c.by_length[i];
+    char len[16];
+    lh_niah_length_label(L->length, len, sizeof len);
+    lh_niah_score_label(L->a, 1, a, sizeof a);
+    lh_niah_score_label(L->b, 1, b, sizeof b);
+    lh_niah_diff_label(L->diff, 1, d, sizeof d);
+    printf("  %-8s %8s %8s %8s\n", len, a, b, d);
+  }
+  if (st == LH_EUNSUPPORTED) {
+    fprintf(stderr, "longhaul niah compare: %s\n", e.msg);
+    printf("  wrote %s/compare.json, compare.csv (no figure)\n", c.out_dir);
+    return LH_EXIT_FAILED;
+  }
+  printf("  wrote %s/compare.png, compare.svg, compare.json, compare.csv\n", c.out_dir);
+  return LH_EXIT_OK;
+}
+
 int lh_cmd_niah(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "plot")) {
     if (argc != 3) {
       fprintf(stderr, "usage: longhaul niah plot OUT\n");

@@ -7,7 +7,7 @@
  * Layout of the heatmap (pixels at scale 1): title band (title, then the overall numbers), the grid
  * with depth labels on the left and length labels below, the axis titles, the metric under them,
  * the colour bar on the right. The figure widens past the grid when its text needs it, the grid
- * centred.
+ * centred. The comparison puts three such panels (A, B, B - A) in a row under one title band.
  * The score colours are those of gkamradt's figure (red #F0496E, yellow #EBB839, green #0CD79F),
  * interpolated linearly; the difference goes from that red through near-white to blue #2F7FD1.
  * No number is rounded up: scores are floored and differences cut toward zero (niah_plot.h).
@@ -299,6 +299,17 @@ static void stats_line(const stats *s, char *out, size_t n) {
   snprintf(out, n, "overall score %s%% \xc2\xb7 all values %s%% \xc2\xb7 %s", a, b, t);
 }
 
+/* A length's accuracy over the sweep's cells (trials weigh), NAN when it has none. */
+static double length_accuracy(const axes *x, const vals *v, int l) {
+  double sum = 0;
+  int t = 0;
+  for (int d = 0; d < x->nd; d++) {
+    const int j = d * x->nl + l;
+    if (!isnan(v->score[j])) sum += v->score[j] * v->trials[j], t += v->trials[j];
+  }
+  return t ? sum / t : NAN;
+}
+
 enum { CELL_W = 64, CELL_H = 34, LEFT = 90, TOP = 70, BOTTOM = 70, BAR_W = 22, RIGHT = 110 };
 static const double GREY[3] = {0.85, 0.85, 0.85};
 
@@ -411,10 +422,119 @@ static void heatmap_draw(canvas *c, const heatmap *f) {
   draw_bar(c, gx + x->nl * CELL_W + 30, TOP, gh, 0);
 }
 
+/* ---- the comparison: A, B, and B - A ---- */
+
+enum { CTOP = 116, CBOTTOM = 92, GAP = 28, CRIGHT = 230 };
+
+typedef struct compare {
+  const axes *x;
+  const vals *va, *vb;
+  const lh_niah_sweep_view *a, *b;
+  stats sa, sb;
+  double *diff;        /* [nd * nl] b - a where both have the cell, else NAN */
+  char *only;          /* [nd * nl] 'A', 'B' or 0 */
+  int common;
+  double mean_a, mean_b; /* over the common cells, each counted once */
+  char title[512], line[256], metric[160], head[3][3][256];
+  double px[3], pw[3], w, h; /* each panel's left edge and the width of its cells' column; figure size */
+} compare;
+
+static void compare_layout(const canvas *c, compare *f) {
+  const axes *x = f->x;
+  char sa[160], sb[160], d[32], ma[16], mb[16];
+  stats_line(&f->sa, sa, sizeof sa);
+  stats_line(&f->sb, sb, sizeof sb);
+  lh_niah_diff_label(f->mean_b - f->mean_a, 1, d, sizeof d);
+  lh_niah_score_label(f->mean_a, 1, ma, sizeof ma);
+  lh_niah_score_label(f->mean_b, 1, mb, sizeof mb);
+  snprintf(f->title, sizeof f->title, "NIAH compare: %s vs %s", f->a->name, f->b->name);
+  metric_line(f->sa.show_all || f->sb.show_all, f->metric, sizeof f->metric);
+  snprintf(f->line, sizeof f->line, "B - A over the %d cell%s both have: %s points (A %s%%, B %s%%; each cell counted once)",
+           f->common, f->common == 1 ? "" : "s", d, ma, mb);
+  snprintf(f->head[0][0], sizeof f->head[0][0], "A: %s", f->a->name);
+  snprintf(f->head[0][1], sizeof f->head[0][1], "%s", f->a->title);
+  snprintf(f->head[0][2], sizeof f->head[0][2], "%s", sa);
+  snprintf(f->head[1][0], sizeof f->head[1][0], "B: %s", f->b->name);
+  snprintf(f->head[1][1], sizeof f->head[1][1], "%s", f->b->title);
+  snprintf(f->head[1][2], sizeof f->head[1][2], "%s", sb);
+  snprintf(f->head[2][0], sizeof f->head[2][0], "B - A (points)");
+  snprintf(f->head[2][1], sizeof f->head[2][1], "per cell both sweeps have");
+  snprintf(f->head[2][2], sizeof f->head[2][2], "\"A only\" / \"B only\": a cell of one sweep");
+  double px = 12; /* a margin for the depth axis' title */
+  for (int p = 0; p < 3; p++) {
+    double wp = x->nl * CELL_W;
+    for (int k = 0; k < 3; k++) {
+      const double tw = text_width(c, f->head[p][k], k ? 10 : 12, !k);
+      if (tw > wp) wp = tw;
+    }
+    f->px[p] = px, f->pw[p] = wp;
+    px += LEFT + wp + GAP;
+  }
+  f->w = ceil(px + CRIGHT);
+  const double widths[3] = {text_width(c, f->title, 15, 1), text_width(c, f->line, 11, 0),
+                            text_width(c, f->metric, 10, 0)};
+  for (int k = 0; k < 3; k++)
+    if (widths[k] + 40 > f->w) f->w = ceil(widths[k] + 40);
+  f->h = CTOP + x->nd * CELL_H + CBOTTOM;
+}
+
+static void compare_draw(canvas *c, const compare *f) {
+  const axes *x = f->x;
+  const double white[3] = {1, 1, 1}, gh = x->nd * CELL_H;
+  rect(c, 0, 0, f->w, f->h, white, 0);
+  text(c, f->w / 2.0, 22, f->title, 15, 1, 0.5, 0.5, 0.1, 0);
+  text(c, f->w / 2.0, 44, f->line, 11, 0, 0.5, 0.5, 0.2, 0);
+  for (int p = 0; p < 3; p++) {
+    const double gx = f->px[p] + LEFT;
+    text(c, gx, CTOP - 50, f->head[p][0], 12, 1, 0, 0.5, 0.1, 0);
+    text(c, gx, CTOP - 34, f->head[p][1], 10, 0, 0, 0.5, 0.3, 0);
+    text(c, gx, CTOP - 19, f->head[p][2], 10, 0, 0, 0.5, 0.2, 0);
+    if (p < 2) {
+      draw_cells(c, gx, CTOP, x, p ? f->vb : f->va, p ? &f->sb : &f->sa);
+    } else {
+      for (int d = 0; d < x->nd; d++)
+        for (int l = 0; l < x->nl; l++) {
+          const int j = d * x->nl + l;
+          const double cx = gx + l * CELL_W, cy = CTOP + d * CELL_H;
+          double rgb[3] = {GREY[0], GREY[1], GREY[2]};
+          char lab[16];
+          if (!isnan(f->diff[j])) lh_niah_diff_color(f->diff[j], rgb);
+          rect(c, cx, cy, CELL_W, CELL_H, rgb, 1);
+          if (f->only[j]) snprintf(lab, sizeof lab, "%c only", f->only[j]);
+          else lh_niah_diff_label(f->diff[j], 0, lab, sizeof lab);
+          text(c, cx + CELL_W / 2.0, cy + CELL_H / 2.0, lab, f->only[j] ? 9 : 11, 0, 0.5, 0.5, 0.12, 0);
+        }
+    }
+    draw_ticks(c, gx, CTOP, x);
+    /* each length's accuracy over all depths (A, B), or its mean difference over the common cells */
+    text(c, gx - 8, CTOP + gh + 31, p < 2 ? "all depths" : "mean", 10, 0, 1, 0.5, 0.3, 0);
+    for (int l = 0; l < x->nl; l++) {
+      char lab[16];
+      if (p < 2) {
+        lh_niah_score_label(length_accuracy(x, p ? f->vb : f->va, l), 1, lab, sizeof lab);
+      } else {
+        double s = 0;
+        int k = 0;
+        for (int d = 0; d < x->nd; d++)
+          if (!isnan(f->diff[d * x->nl + l])) s += f->diff[d * x->nl + l], k++;
+        lh_niah_diff_label(k ? s / k : NAN, 1, lab, sizeof lab);
+      }
+      text(c, gx + l * CELL_W + CELL_W / 2.0, CTOP + gh + 31, lab, 10, 0, 0.5, 0.5, 0.3, 0);
+    }
+    text(c, gx + x->nl * CELL_W / 2.0, CTOP + gh + 46, "Context length (tokens)", 12, 0, 0.5, 0, 0.1, 0);
+  }
+  text(c, f->w / 2.0, CTOP + gh + 70, f->metric, 10, 0, 0.5, 0, 0.35, 0);
+  draw_depth_title(c, f->px[0] + 22, f->px[0] + LEFT - 8, CTOP, gh);
+  const double bx = f->px[2] + LEFT + f->pw[2] + 30;
+  draw_bar(c, bx, CTOP, gh, 0);
+  draw_bar(c, bx + BAR_W + 100, CTOP, gh, 1);
+}
+
 /* ---- rendering ---- */
 
 typedef void (*draw_fn)(canvas *c, const void *fig);
 static void heatmap_draw_any(canvas *c, const void *f) { heatmap_draw(c, f); }
+static void compare_draw_any(canvas *c, const void *f) { compare_draw(c, f); }
 
 static lh_status render(draw_fn draw, const void *fig, cairo_t *m, double w, double h, const char *title,
                         const char *png_path, const char *svg_path, lh_error *err) {
@@ -480,6 +600,48 @@ lh_status lh_niah_plot(const lh_niah_cell *cells, int n, const char *title, cons
     cairo_destroy(m);
     vals_free(&v);
   }
+  axes_free(&x);
+  return st;
+#endif
+}
+
+lh_status lh_niah_plot_compare(const lh_niah_sweep_view *a, const lh_niah_sweep_view *b, const char *png_path,
+                               const char *svg_path, lh_error *err) {
+#ifndef LH_HAVE_CAIRO
+  (void)a, (void)b, (void)png_path, (void)svg_path;
+  return lh_error_set(err, LH_EUNSUPPORTED,
+                      "this longhaul was built without cairo, so it cannot draw the comparison; compare.json and "
+                      "compare.csv hold its numbers");
+#else
+  if (a->n <= 0 || b->n <= 0) return lh_error_set(err, LH_EINVAL, "no results to compare");
+  axes x = {0};
+  vals va = {0}, vb = {0};
+  compare f = {.x = &x, .va = &va, .vb = &vb, .a = a, .b = b, .sa = cell_stats(a->cells, a->n),
+               .sb = cell_stats(b->cells, b->n)};
+  lh_status st = axes_make(a->cells, a->n, b->cells, b->n, &x, err);
+  if (st == LH_OK) st = vals_make(&x, a->cells, a->n, &va, err);
+  if (st == LH_OK) st = vals_make(&x, b->cells, b->n, &vb, err);
+  const size_t k = (size_t)x.nl * (size_t)x.nd;
+  if (st == LH_OK && (!(f.diff = malloc(k * sizeof *f.diff)) || !(f.only = calloc(k, 1))))
+    st = lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (size_t j = 0; st == LH_OK && j < k; j++) {
+    const int ia = !isnan(va.score[j]), ib = !isnan(vb.score[j]);
+    f.diff[j] = ia && ib ? vb.score[j] - va.score[j] : NAN;
+    f.only[j] = ia && !ib ? 'A' : ib && !ia ? 'B' : 0;
+    if (ia && ib) f.common++, f.mean_a += va.score[j], f.mean_b += vb.score[j];
+  }
+  if (st == LH_OK && !f.common) st = lh_error_set(err, LH_EINVAL, "the two sweeps have no cell in common");
+  if (st == LH_OK) {
+    f.mean_a /= f.common, f.mean_b /= f.common;
+    cairo_t *m = measure_open();
+    compare_layout(&(canvas){.m = m}, &f);
+    st = render(compare_draw_any, &f, m, f.w, f.h, f.title, png_path, svg_path, err);
+    cairo_destroy(m);
+  }
+  free(f.diff);
+  free(f.only);
+  vals_free(&va);
+  vals_free(&vb);
   axes_free(&x);
   return st;
 #endif

@@ -1,4 +1,5 @@
-/* niah_plot.h — the needle-in-a-haystack heatmap (context length x needle depth), as PNG and SVG.
+/* niah_plot.h — the needle-in-a-haystack heatmap (context length x needle depth), as PNG and SVG,
+ * and the figure that sets two sweeps side by side with their difference.
  *
  * The figure people know from gkamradt's LLMTest_NeedleInAHaystack, RULER and the MiniMax-01
  * paper: one column per context length, one row per depth (0% = needle at the start, at the top),
@@ -32,6 +33,14 @@ typedef struct lh_niah_cell {
   double all_values; /* share of the cell's trials whose answer holds every expected value, 0..1 */
 } lh_niah_cell;
 
+/* One sweep of a side-by-side figure: its cells, a short name (its folder) and its title. */
+typedef struct lh_niah_sweep_view {
+  const lh_niah_cell *cells;
+  int n;
+  const char *name;
+  const char *title;
+} lh_niah_sweep_view;
+
 /* 1 when this build can draw (it has cairo); without it lh_niah_plot says so and how to draw elsewhere. */
 int lh_niah_can_plot(void);
 
@@ -39,6 +48,12 @@ int lh_niah_can_plot(void);
  * (either may be NULL). Cells missing from the grid are drawn grey ("not run"). */
 lh_status lh_niah_plot(const lh_niah_cell *cells, int n, const char *title, const char *png_path,
                        const char *svg_path, lh_error *err);
+
+/* Draw a and b side by side and the difference b - a per cell (cells present in both; a cell of
+ * only one is marked "A only" / "B only"), on the union of their lengths and depths, each panel
+ * with its overall score and its accuracy per length. LH_EINVAL when the two share no cell. */
+lh_status lh_niah_plot_compare(const lh_niah_sweep_view *a, const lh_niah_sweep_view *b, const char *png_path,
+                               const char *svg_path, lh_error *err);
 
 /* Colour of a score on the red-yellow-green scale (components 0..1). */
 void lh_niah_color(double score, double rgb[3]);

@@ -1,14 +1,15 @@
 /* niah_report.c — scoring a NIAH answer, results.jsonl, the reports made from it (results.csv,
- * summary.json, the heatmap through niah_plot.h), and which sweep an OUT folder belongs to
- * (sweep.json).
+ * summary.json, the heatmap through niah_plot.h), which sweep an OUT folder belongs to
+ * (sweep.json), and the comparison of two sweeps.
  *
  * results.jsonl is the record: one whole line per finished trial, appended and fsync'd before
  * the next trial starts; a torn last line (a kill during the write) is ignored and that trial
- * rerun. The reports are always rebuilt from it, never edited. An OUT folder
+ * rerun. The reports and the comparison are always rebuilt from it, never edited. An OUT folder
  * holds one sweep: one key and one grid (see "claiming OUT" below), so its heatmap never mixes
  * sweeps by accident.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -678,3 +679,221 @@ lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, ch
   return st;
 }
 
+/* ---- two sweeps side by side ---- */
+
+typedef struct side {
+  const char *dir;
+  char name[256], title[512];
+  row *rows;
+  int n;             /* finished trials */
+  lh_niah_cell *cells;
+  int nc;
+  double score, all;
+} side;
+
+/* A sweep's finished trials, cells and title (its sweep.json's, else its folder's name). */
+static lh_status side_load(side *s, const char *dir, const char *which, lh_error *err) {
+  char path[4200], real[4096];
+  s->dir = dir;
+  if (!lh_is_dir(dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: %s is not a folder", which, dir);
+  const char *base = realpath(dir, real) ? strrchr(real, '/') : NULL;
+  snprintf(s->name, sizeof s->name, "%s", base && base[1] ? base + 1 : dir);
+  snprintf(path, sizeof path, "%s/results.jsonl", dir);
+  lh_status st = read_rows(path, &s->rows, &s->n, err);
+  if (st) return lh_error_prefix(err, st, "%s: ", which);
+  if (!s->n)
+    return lh_error_set(err, LH_ENOTFOUND, "%s: %s has no finished trials; compare takes two folders written by "
+                        "`longhaul niah`", which, path);
+  if (!(s->cells = rows_cells(s->rows, s->n, &s->nc))) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (int i = 0; i < s->n; i++) s->score += s->rows[i].score, s->all += s->rows[i].contains;
+  s->score /= s->n, s->all /= s->n;
+  if (read_title(dir, s->title, sizeof s->title, NULL) != LH_OK) snprintf(s->title, sizeof s->title, "%s", s->name);
+  return LH_OK;
+}
+
+static void side_free(side *s) {
+  free(s->rows);
+  free(s->cells);
+}
+
+static const lh_niah_cell *side_cell(const side *s, int64_t length, double depth) {
+  for (int i = 0; i < s->nc; i++)
+    if (s->cells[i].length == length && fabs(s->cells[i].depth - depth) < 1e-9) return &s->cells[i];
+  return NULL;
+}
+
+/* The sweep's cells as "lengths 1k,2k; depths 0,50,100" for a message. */
+static void side_grid_text(const side *s, char *out, size_t cap) {
+  grid g = {0};
+  for (int i = 0; i < s->nc; i++) grid_add_len(&g, s->cells[i].length), grid_add_dep(&g, s->cells[i].depth);
+  grid_sort(&g);
+  char l[512], d[512];
+  lengths_text(g.len, g.nl, l, sizeof l);
+  depths_text(g.dep, g.nd, d, sizeof d);
+  snprintf(out, cap, "lengths %s; depths %s", l, d);
+}
+
+static void csv_num(lh_buf *b, double v) {
+  if (!isnan(v)) lh_buf_printf(b, "%.10g", v);
+}
+static void json_num(cJSON *o, const char *k, double v) {
+  if (isnan(v)) cJSON_AddNullToObject(o, k);
+  else cJSON_AddNumberToObject(o, k, v);
+}
+
+static cJSON *side_json(const side *s) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "dir", s->dir);
+  cJSON_AddStringToObject(o, "name", s->name);
+  cJSON_AddStringToObject(o, "title", s->title);
+  cJSON_AddNumberToObject(o, "trials", s->n);
+  cJSON_AddNumberToObject(o, "cells", s->nc);
+  cJSON_AddNumberToObject(o, "score", s->score);
+  cJSON_AddNumberToObject(o, "all_values", s->all);
+  cJSON *la = cJSON_AddArrayToObject(o, "lengths");
+  length_acc L[LH_NIAH_MAX_CELLS];
+  const int nl = cells_lengths(s->cells, s->nc, L, LH_NIAH_MAX_CELLS);
+  for (int j = 0; j < nl; j++) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddNumberToObject(x, "length", (double)L[j].length);
+    cJSON_AddNumberToObject(x, "trials", L[j].trials);
+    cJSON_AddNumberToObject(x, "accuracy", L[j].accuracy);
+    cJSON_AddNumberToObject(x, "all_values", L[j].all_values);
+    cJSON_AddItemToArray(la, x);
+  }
+  return o;
+}
+
+lh_status lh_niah_compare(const char *a_dir, const char *b_dir, const char *out_dir, lh_niah_comparison *c,
+                          lh_error *err) {
+  memset(c, 0, sizeof *c);
+  side A = {0}, B = {0};
+  lh_status st = side_load(&A, a_dir, "A", err);
+  if (st == LH_OK) st = side_load(&B, b_dir, "B", err);
+  /* the union of the cells, by length then depth (both lists are in that order) */
+  lh_niah_cell *u = NULL;
+  int nu = 0;
+  if (st == LH_OK && !(u = calloc((size_t)(A.nc + B.nc), sizeof *u))) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (int i = 0, j = 0; st == LH_OK && (i < A.nc || j < B.nc);) {
+    const lh_niah_cell *x = i < A.nc ? &A.cells[i] : NULL, *y = j < B.nc ? &B.cells[j] : NULL;
+    int order = !x ? 1 : !y ? -1 : x->length != y->length ? (x->length < y->length ? -1 : 1)
+              : fabs(x->depth - y->depth) < 1e-9 ? 0 : x->depth < y->depth ? -1 : 1;
+    u[nu++] = order <= 0 ? *x : *y;
+    i += order <= 0, j += order >= 0;
+  }
+  if (st == LH_OK) {
+    c->cells_a = A.nc, c->cells_b = B.nc, c->trials_a = A.n, c->trials_b = B.n;
+    c->score_a = A.score, c->score_b = B.score, c->all_values_a = A.all, c->all_values_b = B.all;
+    length_acc la[LH_NIAH_MAX_CELLS], lb[LH_NIAH_MAX_CELLS];
+    const int nla = cells_lengths(A.cells, A.nc, la, LH_NIAH_MAX_CELLS),
+              nlb = cells_lengths(B.cells, B.nc, lb, LH_NIAH_MAX_CELLS);
+    for (int i = 0; i < nu; i++) {
+      const lh_niah_cell *x = side_cell(&A, u[i].length, u[i].depth), *y = side_cell(&B, u[i].length, u[i].depth);
+      if (!c->n_lengths || c->by_length[c->n_lengths - 1].length != u[i].length) {
+        lh_niah_compare_length L = {u[i].length, NAN, NAN, 0, 0};
+        for (int k = 0; k < nla; k++)
+          if (la[k].length == L.length) L.a = la[k].accuracy;
+        for (int k = 0; k < nlb; k++)
+          if (lb[k].length == L.length) L.b = lb[k].accuracy;
+        c->by_length[c->n_lengths++] = L;
+      }
+      if (x && y) {
+        lh_niah_compare_length *L = &c->by_length[c->n_lengths - 1];
+        c->common++, c->common_a += x->score, c->common_b += y->score;
+        L->common++, L->diff += y->score - x->score;
+      }
+    }
+    for (int j = 0; j < c->n_lengths; j++)
+      c->by_length[j].diff = c->by_length[j].common ? c->by_length[j].diff / c->by_length[j].common : NAN;
+    if (!c->common) {
+      char ga[1100], gb[1100];
+      side_grid_text(&A, ga, sizeof ga);
+      side_grid_text(&B, gb, sizeof gb);
+      st = lh_error_set(err, LH_EINVAL, "%s (%s) and %s (%s) have no cell (length and depth) in common, so there is "
+                        "nothing to compare; compare sweeps that share at least one cell", a_dir, ga, b_dir, gb);
+    } else {
+      c->common_a /= c->common, c->common_b /= c->common;
+    }
+  }
+  if (st == LH_OK) {
+    if (out_dir) snprintf(c->out_dir, sizeof c->out_dir, "%s", out_dir);
+    else snprintf(c->out_dir, sizeof c->out_dir, "%s/compare-with-%s", a_dir, B.name);
+    st = lh_mkdir_p(c->out_dir, err);
+  }
+  if (st == LH_OK) {
+    lh_buf csv = {0};
+    lh_buf_append_str(&csv, "length,depth,a_score,a_trials,a_all_values,b_score,b_trials,b_all_values,diff,in\n");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
+    cJSON_AddItemToObject(o, "a", side_json(&A));
+    cJSON_AddItemToObject(o, "b", side_json(&B));
+    cJSON *co = cJSON_AddObjectToObject(o, "common");
+    cJSON_AddNumberToObject(co, "cells", c->common);
+    cJSON_AddNumberToObject(co, "a_score", c->common_a);
+    cJSON_AddNumberToObject(co, "b_score", c->common_b);
+    cJSON_AddNumberToObject(co, "diff", c->common_b - c->common_a);
+    cJSON_AddStringToObject(co, "weighting", "each common cell counts once");
+    cJSON_AddNumberToObject(o, "cells_only_a", A.nc - c->common);
+    cJSON_AddNumberToObject(o, "cells_only_b", B.nc - c->common);
+    cJSON *la = cJSON_AddArrayToObject(o, "lengths");
+    for (int j = 0; j < c->n_lengths; j++) {
+      const lh_niah_compare_length *L = &c->by_length[j];
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddNumberToObject(x, "length", (double)L->length);
+      json_num(x, "a_accuracy", L->a);
+      json_num(x, "b_accuracy", L->b);
+      cJSON_AddNumberToObject(x, "common_cells", L->common);
+      json_num(x, "diff", L->diff);
+      cJSON_AddItemToArray(la, x);
+    }
+    cJSON *ca = cJSON_AddArrayToObject(o, "cells");
+    for (int i = 0; i < nu; i++) {
+      const lh_niah_cell *x = side_cell(&A, u[i].length, u[i].depth), *y = side_cell(&B, u[i].length, u[i].depth);
+      const char *in = x && y ? "both" : x ? "a" : "b";
+      const double d = x && y ? y->score - x->score : NAN;
+      cJSON *e = cJSON_CreateObject();
+      cJSON_AddNumberToObject(e, "length", (double)u[i].length);
+      cJSON_AddNumberToObject(e, "depth", u[i].depth);
+      json_num(e, "a_score", x ? x->score : NAN);
+      cJSON_AddNumberToObject(e, "a_trials", x ? x->trials : 0);
+      json_num(e, "a_all_values", x ? x->all_values : NAN);
+      json_num(e, "b_score", y ? y->score : NAN);
+      cJSON_AddNumberToObject(e, "b_trials", y ? y->trials : 0);
+      json_num(e, "b_all_values", y ? y->all_values : NAN);
+      json_num(e, "diff", d);
+      cJSON_AddStringToObject(e, "in", in);
+      cJSON_AddItemToArray(ca, e);
+      lh_buf_printf(&csv, "%lld,%.10g,", (long long)u[i].length, u[i].depth);
+      csv_num(&csv, x ? x->score : NAN);
+      lh_buf_printf(&csv, ",%d,", x ? x->trials : 0);
+      csv_num(&csv, x ? x->all_values : NAN);
+      lh_buf_append_str(&csv, ",");
+      csv_num(&csv, y ? y->score : NAN);
+      lh_buf_printf(&csv, ",%d,", y ? y->trials : 0);
+      csv_num(&csv, y ? y->all_values : NAN);
+      lh_buf_append_str(&csv, ",");
+      csv_num(&csv, d);
+      lh_buf_printf(&csv, ",%s\n", in);
+    }
+    char *js = cJSON_Print(o);
+    cJSON_Delete(o);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/compare.json", c->out_dir);
+    st = js ? lh_file_write_atomic(path, js, strlen(js), err) : lh_error_set(err, LH_ENOMEM, "out of memory");
+    free(js);
+    snprintf(path, sizeof path, "%s/compare.csv", c->out_dir);
+    if (st == LH_OK) st = lh_file_write_atomic(path, csv.data, csv.len, err);
+    lh_buf_free(&csv);
+  }
+  if (st == LH_OK) {
+    char png[4200], svg[4200];
+    snprintf(png, sizeof png, "%s/compare.png", c->out_dir);
+    snprintf(svg, sizeof svg, "%s/compare.svg", c->out_dir);
+    const lh_niah_sweep_view va = {A.cells, A.nc, A.name, A.title}, vb = {B.cells, B.nc, B.name, B.title};
+    st = lh_niah_plot_compare(&va, &vb, png, svg, err);
+  }
+  free(u);
+  side_free(&A);
+  side_free(&B);
+  return st;
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# niah_reports.sh — one sweep per OUT folder, with the embedded model on the CPU (256-1k tokens, a
-# second or two per sweep).
+# niah_reports.sh — one sweep per OUT folder, and `niah compare`, with the embedded model and the
+# tiny chat fixture on the CPU (256-1k tokens, a second or two per sweep).
 #  - A sweep into an OUT that holds another grid (lengths, depths, trials per cell) or another key
 #    (seed) is refused with exit 2, a message naming what differs and the ways out, and the folder
 #    untouched; results.jsonl without sweep.json is refused too.
@@ -10,6 +10,9 @@
 #  - A sweep.json without a grid (older builds) goes on when its trials fit this run's grid.
 #  - heatmap.svg carries the overall score (recomputed here from results.jsonl, floored) and the
 #    metric as text; summary.json has the per-cell all-values share.
+#  - `niah compare A B` writes PNG, SVG, JSON and CSV into A/compare-with-<B> (or --out), whose
+#    numbers match the two results.jsonl (recomputed here); two sweeps without a common cell are
+#    refused with exit 2 and nothing written.
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
 cd "${LH_SOURCE_DIR:-.}"
@@ -128,4 +131,74 @@ for c in s["cells"]:
     assert c["all_values"] == sum(r["contains"] for r in rs) / len(rs), (c, rs)
 PY
 
+# ---- niah compare ----
+niah_expect 0 "$T/b.log" "${base[@]}" --lengths 256,512 --depths 0,100 --trials 2 --out "$T/A"
+niah_expect 0 "$T/c.log" --model tests/fixtures/runner/tiny-chat --chunk 256 --progress none \
+  --lengths 512,1k --depths 0,100 --out "$T/B"
+rc=0
+"$LH" niah compare "$T/A" "$T/B" > "$T/cmp.log" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { cat "$T/cmp.log"; fail "compare exited $rc"; }
+cat "$T/cmp.log"
+for f in compare.png compare.svg compare.json compare.csv; do
+  [ -s "$T/A/compare-with-B/$f" ] || fail "compare wrote no $f"
+done
+python3 - "$T/A" "$T/B" "$T/A/compare-with-B" <<'PY'
+import collections, csv, json, math, os, sys
+A, B, out = sys.argv[1:4]
+def cells(d):
+    by = collections.defaultdict(list)
+    for l in open(os.path.join(d, "results.jsonl")):
+        r = json.loads(l)
+        by[(r["length"], r["depth"])].append(r["score"])
+    return {k: (sum(v) / len(v), len(v)) for k, v in by.items()}
+ca, cb = cells(A), cells(B)
+keys = sorted(set(ca) | set(cb))
+rows = list(csv.DictReader(open(os.path.join(out, "compare.csv"))))
+assert [(int(r["length"]), float(r["depth"])) for r in rows] == keys, (rows, keys)
+for r in rows:
+    k = (int(r["length"]), float(r["depth"]))
+    want_in = "both" if k in ca and k in cb else "a" if k in ca else "b"
+    assert r["in"] == want_in, (r, want_in)
+    if k in ca: assert abs(float(r["a_score"]) - ca[k][0]) < 1e-9 and int(r["a_trials"]) == ca[k][1], r
+    if k in cb: assert abs(float(r["b_score"]) - cb[k][0]) < 1e-9 and int(r["b_trials"]) == cb[k][1], r
+    if want_in == "both": assert abs(float(r["diff"]) - (cb[k][0] - ca[k][0])) < 1e-9, r
+    else: assert r["diff"] == "", r
+common = [k for k in keys if k in ca and k in cb]
+assert len(common) == 2, common
+j = json.load(open(os.path.join(out, "compare.json")))
+assert j["common"]["cells"] == 2 and j["cells_only_a"] == 2 and j["cells_only_b"] == 2, j
+assert abs(j["common"]["diff"] - sum(cb[k][0] - ca[k][0] for k in common) / 2) < 1e-9, j["common"]
+for side, c, d in (("a", ca, A), ("b", cb, B)):
+    rs = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))]
+    assert abs(j[side]["score"] - sum(r["score"] for r in rs) / len(rs)) < 1e-9, j[side]
+    for L in j[side]["lengths"]:
+        xs = [r["score"] for r in rs if r["length"] == L["length"]]
+        assert L["trials"] == len(xs) and abs(L["accuracy"] - sum(xs) / len(xs)) < 1e-9, L
+for L in j["lengths"]:
+    ks = [k for k in common if k[0] == L["length"]]
+    assert L["common_cells"] == len(ks), L
+    if ks: assert abs(L["diff"] - sum(cb[k][0] - ca[k][0] for k in ks) / len(ks)) < 1e-9, L
+    else: assert L["diff"] is None, L
+svg = open(os.path.join(out, "compare.svg")).read()
+for s in (">A only</text>", ">B only</text>", ">NIAH compare: A vs B</text>",
+          ">score = RULER string_match_all (share of expected values found)</text>"):
+    assert s in svg, s
+PY
+grep -qF "2 cells in common (A only 2, B only 2)" "$T/cmp.log" || fail "compare's summary line"
+# --out, and the exit status of a compare with nothing in common, a missing folder, bad usage
+"$LH" niah compare "$T/B" "$T/A" --out "$T/ba" > /dev/null || fail "compare --out failed"
+[ -s "$T/ba/compare.svg" ] || fail "compare --out wrote nothing"
+niah_expect 0 "$T/far.log" "${base[@]}" --lengths 1k --depths 50 --out "$T/far"
+rc=0
+"$LH" niah compare "$T/A" "$T/far" > "$T/none.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$T/none.log"; fail "compare without a common cell exited $rc, expected 2"; }
+has "$T/none.log" "have no cell (length and depth) in common"
+[ ! -e "$T/A/compare-with-far" ] || fail "a refused compare wrote its folder"
+rc=0
+"$LH" niah compare "$T/A" "$T/missing" > "$T/miss.log" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$T/miss.log"; fail "compare with a missing folder exited $rc, expected 2"; }
+has "$T/miss.log" "B: $T/missing is not a folder"
+rc=0
+"$LH" niah compare "$T/A" > /dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "compare with one folder exited $rc, expected 2"
 echo "niah_reports: ok"

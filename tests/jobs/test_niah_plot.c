@@ -1,7 +1,8 @@
 /* test_niah_plot.c — the heatmap PNG decodes, has the size the layout implies, and its cells carry
  * the colours of their scores; the SVG is written, with its labels as text: the overall score,
  * the all-values share, the trials per cell and the metric; labels read as people expect, and no
- * number is rounded up (a cell at 99.6% reads 99, never 100). */
+ * number is rounded up (a cell at 99.6% reads 99, never 100). The comparison marks the cells of
+ * one sweep and prints the differences; two sweeps without a common cell are refused. */
 #include "jobs/niah_plot.h"
 #include "tests/test.h"
 #include "util/fs.h"
@@ -123,6 +124,21 @@ int main(void) {
   CHECK_EQ(n100, 1);
   lh_buf_free(&b);
 
+  /* the comparison: B gains 25 points at (1K, 0%); (1K, 100%) is A's only, (4K, 0%) B's only */
+  const lh_niah_cell ca[2] = {{1024, 0, 0.5, 2, 0.5}, {1024, 100, 1.0, 2, 1.0}};
+  const lh_niah_cell cb[2] = {{1024, 0, 0.75, 4, 0.75}, {4096, 0, 0.0, 4, 0.0}};
+  const lh_niah_sweep_view va = {ca, 2, "a", "NIAH single: model a"}, vb = {cb, 2, "b", "NIAH single: model b"};
+  CHECK_EQ(lh_niah_plot_compare(&va, &vb, png, svg, &err), LH_OK);
+  CHECK_EQ(lh_file_read(svg, 1 << 24, &b, NULL), LH_OK);
+  CHECK_STR_CONTAINS(b.data, ">NIAH compare: a vs b</text>");
+  CHECK_STR_CONTAINS(b.data, ">+25</text>");
+  CHECK_STR_CONTAINS(b.data, ">A only</text>");
+  CHECK_STR_CONTAINS(b.data, ">B only</text>");
+  CHECK_STR_CONTAINS(b.data, ">B - A over the 1 cell both have: +25.0 points (A 50.0%, B 75.0%; each cell counted once)</text>");
+  CHECK_STR_CONTAINS(b.data, ">overall score 75.0% \xc2\xb7 all values 75.0% \xc2\xb7 2 trials per cell</text>"); /* A: (0.5*2 + 1*2) / 4 */
+  lh_buf_free(&b);
+  const lh_niah_sweep_view vc = {cb + 1, 1, "c", "c"};
+  CHECK_EQ(lh_niah_plot_compare(&va, &vc, png, svg, &err), LH_EINVAL);
 #endif
   return lh_test_end();
 }
