@@ -229,40 +229,19 @@ static lh_status sweep_open(sweep *S, const char *corpus, lh_progress *prog, lh_
   return load_haystack(S, corpus, maxlen, prog, err);
 }
 
-/* sweep.json: a rerun into the same folder must be the same sweep (same key); --force starts over.
- * title receives the sweep's title (the first run's date is kept). */
+/* sweep.json: a rerun into the same folder must be the same sweep (same key and grid; --force
+ * starts over, --extend grows the grid: lh_niah__claim_out). title receives the sweep's title (the
+ * first run's date is kept). */
 static lh_status sweep_claim_out(sweep *S, const char *corpus, char *title, size_t title_n, lh_error *err) {
   const lh_niah_params *p = S->p;
-  char date[32], path[4200], results[4200];
+  char date[32];
   lh_utc_now(date, sizeof date);
   date[10] = 0;
   snprintf(title, title_n, "NIAH %s: %s, %s, %s", lh_niah_variant_name(p->variant), S->model_name,
            p->device ? p->device : "cpu", date);
-  snprintf(path, sizeof path, "%s/sweep.json", p->out_dir);
-  snprintf(results, sizeof results, "%s/results.jsonl", p->out_dir);
   char *sj = NULL;
   if (sweep_json(p, lh_model_id(S->model), corpus, title, &sj)) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  lh_buf old = {0};
-  lh_status st = LH_OK;
-  if (!p->force && lh_file_read(path, 1 << 20, &old, NULL) == LH_OK) {
-    cJSON *a = cJSON_Parse(old.data), *b = cJSON_Parse(sj);
-    const int same = a && b && cJSON_Compare(cJSON_GetObjectItem(a, "key"), cJSON_GetObjectItem(b, "key"), 1);
-    const char *ot = cJSON_GetStringValue(cJSON_GetObjectItem(a, "title"));
-    if (same && ot) snprintf(title, title_n, "%s", ot);
-    cJSON_Delete(a);
-    cJSON_Delete(b);
-    if (!same)
-      st = lh_error_set(err, LH_EINVAL, "%s holds results of a different sweep (model, corpus, variant, needle or "
-                        "seed differ); use another --out or --force to discard them", p->out_dir);
-    free(sj);
-    sj = NULL;
-    if (st == LH_OK && sweep_json(p, lh_model_id(S->model), corpus, title, &sj))
-      st = lh_error_set(err, LH_ENOMEM, "out of memory");
-  } else if (p->force) {
-    unlink(results);
-  }
-  lh_buf_free(&old);
-  if (st == LH_OK) st = lh_file_write_atomic(path, sj, strlen(sj), err);
+  const lh_status st = lh_niah__claim_out(p, sj, title, title_n, err);
   free(sj);
   return st;
 }

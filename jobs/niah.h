@@ -62,6 +62,7 @@ typedef struct lh_niah_params {
   int chunk;              /* tokens per chunk (default 4096) */
   int max_tokens;         /* answer length cap (default 128) */
   int force;              /* discard earlier results in OUT */
+  int extend;             /* grow the sweep in OUT to this grid, which holds its cells (same key) */
   lh_progress_mode progress;
 } lh_niah_params;
 
@@ -105,6 +106,35 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
 
 /* Redraw OUT/heatmap.{png,svg} and rewrite results.csv and summary.json from OUT/results.jsonl. */
 lh_status lh_niah_plot_dir(const char *out_dir, lh_error *err);
+
+/* Two sweeps side by side: the cells of OUT folders a_dir and b_dir, the difference b - a per cell
+ * both have, each sweep's overall score and accuracy per length. */
+typedef struct lh_niah_compare_length {
+  int64_t length;
+  double a, b;      /* accuracy over the sweep's trials at this length; NAN when it has none */
+  int common;       /* cells of this length both sweeps have */
+  double diff;      /* mean of b - a over those cells; NAN when none */
+} lh_niah_compare_length;
+
+typedef struct lh_niah_comparison {
+  char out_dir[4096];               /* where the files went */
+  int cells_a, cells_b, common;     /* cells of each, and of both */
+  int trials_a, trials_b;
+  double score_a, score_b;          /* over every trial of each sweep */
+  double all_values_a, all_values_b;
+  double common_a, common_b;        /* mean score over the common cells, each counted once */
+  int n_lengths;                    /* the union of both sweeps' lengths, ascending */
+  lh_niah_compare_length by_length[2 * LH_NIAH_MAX_CELLS];
+} lh_niah_comparison;
+
+/* Compare the sweeps in a_dir and b_dir (folders written by lh_niah_run) into out_dir (NULL:
+ * a_dir/compare-with-<b_dir's name>): compare.png and compare.svg (A, B and B - A heatmaps on the
+ * union of their grids, cells of only one marked), compare.json and compare.csv (every cell of
+ * either, with both scores and the difference). LH_ENOTFOUND when a folder has no finished trials,
+ * LH_EINVAL when the two have no cell in common (nothing is written then), LH_EUNSUPPORTED when
+ * built without cairo (the JSON and CSV are written). c gets the numbers and the folder. */
+lh_status lh_niah_compare(const char *a_dir, const char *b_dir, const char *out_dir, lh_niah_comparison *c,
+                          lh_error *err);
 
 void lh_niah_request_stop(void);
 

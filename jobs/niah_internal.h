@@ -89,6 +89,15 @@ typedef struct lh_niah__measure {
  * progress line; size n). */
 lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_variant v, const char *answer,
                           const lh_niah__measure *m, int *found, char *note, size_t n, lh_error *err);
+/* Claim p->out_dir for this sweep before it runs: sweep_json is this run's sweep.json (title, key,
+ * device, chunk); the grid (lengths, depths, trials per cell) is added here. An earlier sweep there
+ * must have the same key and grid, or, with p->extend, the same key and a grid this run's holds;
+ * otherwise LH_EINVAL names what differs and the ways out (another --out, --force, --extend).
+ * p->force discards the earlier results and reports first (and says so). Writes OUT/sweep.json;
+ * title gets the earlier sweep's title when it goes on. */
+lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, char *title, size_t title_n,
+                             lh_error *err);
+
 /* results.csv, summary.json and the heatmap from results.jsonl; sum (may be NULL) gets the totals. */
 lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah_summary *sum, lh_error *err);
 
