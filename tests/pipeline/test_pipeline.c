@@ -145,6 +145,7 @@ static void test_kill_and_resume(lh_model *m, const int32_t *tok, const lh_buf *
     CHECK_MSG(ck[i].pos % (2 * CHUNK) == 0 || ck[i].pos == N_TOK, "checkpoint at %lld", (long long)ck[i].pos);
   CHECK_MSG(nck >= 2 && ck[nck - 1].pos == N_TOK, "the end of the advance is checkpointed");
   free(ck);
+  lh_store_close(s);
 
   /* a third process finds the whole prefix in the store and computes nothing */
   prefix_in_store(m, db, tok, N_TOK, (lh_pipeline_hooks){0}, &px, &s, &w);
