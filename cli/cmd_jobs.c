@@ -27,7 +27,7 @@ static void on_signal(int sig) {
 
 static void run_usage(FILE *f) {
   fprintf(f,
-          "usage: longhaul run BATCH.jsonl --model DIR --out DIR [options]\n"
+          "usage: longhaul run BATCH.jsonl|- --model DIR --out DIR [options]   (-: the batch on standard input)\n"
           "\n"
           "Runs every request of an OpenAI Batch API file (/v1/chat/completions or /v1/completions lines;\n"
           "body.documents lists archives, folders or files to read before the messages) and writes\n"
@@ -39,7 +39,8 @@ static void run_usage(FILE *f) {
           "  --out DIR              output folder\n"
           "  --db FILE              checkpoint store (default OUT/longhaul.db)\n"
           "  --defaults FILE        JSON with any of: model, out, db, chunk, checkpoint_every, device,\n"
-          "                         threads, cpu_attention, max_tokens, chat_template, keep_checkpoints\n"
+          "                         threads, cpu_attention, max_tokens, chat_template, keep_checkpoints,\n"
+          "                         documents_root\n"
           "                         (flags override it)\n"
           "  --chunk N              tokens per prefill chunk (default 4096)\n"
           "  --checkpoint-every N   checkpoint after every N chunks (default 1; 0 = never)\n"
@@ -53,6 +54,8 @@ static void run_usage(FILE *f) {
           "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
           "  --force                rerun jobs that are already done or failed\n"
           "  --wait                 if another run is using --out, wait for it (default: exit 75 naming it)\n"
+          "  --documents-root DIR   every document must lie in DIR (after symbolic links): for batch files\n"
+          "                         written by others; a document outside it fails its line with a 400\n"
           "  --keep-checkpoints N   at the end, each prefix keeps its final checkpoint and N before it with\n"
           "                         their states (default 4; -1 keeps all); the rest keep only KV rows\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
@@ -94,6 +97,7 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
       p->cpu_attention = lh_cpu_attention_parse(it->valuestring);
     else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
     else if (cJSON_IsNumber(it) && !strcmp(k, "keep_checkpoints")) p->keep_checkpoints = (int)it->valuedouble;
+    else if (cJSON_IsString(it) && !strcmp(k, "documents_root")) p->documents_root = it->valuestring;
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
       return -1;
@@ -169,6 +173,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
       {"defaults", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
       {"wait", no_argument, 0, 'W'},            {"keep-checkpoints", required_argument, 0, 'K'},
+      {"documents-root", required_argument, 0, 'R'},
       {0, 0, 0, 0}};
   optind = 1;
   int c;
@@ -181,6 +186,7 @@ int lh_cmd_run(int argc, char **argv) {
     case 'T': p.chat_template = optarg; break;
     case 'f': p.force = 1; break;
     case 'W': p.wait = 1; break;
+    case 'R': p.documents_root = optarg; break;
     case 'K':
       if (!strcmp(optarg, "-1")) p.keep_checkpoints = -1;
       else if (parse_int("--keep-checkpoints", optarg, 0, &p.keep_checkpoints)) return LH_EXIT_USAGE;

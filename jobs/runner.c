@@ -65,11 +65,16 @@ lh_runner_params lh_runner_default_params(void) {
   return p;
 }
 
-void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz) {
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, int line, char *out, size_t outsz) {
   lh_sha256 s;
   lh_sha256_init(&s);
   lh_sha256_update(&s, batch_digest, strlen(batch_digest) + 1);
   lh_sha256_update(&s, custom_id, strlen(custom_id));
+  if (line > 0) { /* a refused line: its own id, even when its custom_id repeats an earlier line's */
+    char l[32];
+    const int n = snprintf(l, sizeof l, "\nline %d", line);
+    lh_sha256_update(&s, l, (size_t)n);
+  }
   uint8_t d[32];
   lh_sha256_final(&s, d);
   char hex[65];
@@ -193,18 +198,6 @@ static uint64_t str_hash64(const char *s) {
 }
 
 /* ---- set-up ---- */
-
-static lh_status batch_digest(const char *path, char out[65], lh_error *err) {
-  lh_buf b = {0};
-  lh_status st = lh_file_read(path, (size_t)1 << 34, &b, err);
-  if (st == LH_OK) {
-    uint8_t d[32];
-    lh_sha256_buf(b.data, b.len, d);
-    lh_hex(d, 32, out);
-  }
-  lh_buf_free(&b);
-  return st;
-}
 
 static void collect_stop_ids(run *R) {
   R->n_stop_ids = 0;
@@ -877,7 +870,7 @@ static lh_status write_output(run *R, lh_error *err) {
   for (int i = 0; i < R->batch.n && st == LH_OK; i++) {
     const lh_request *r = &R->batch.req[i];
     char rid[64];
-    lh_runner_request_id(R->batch_digest, r->custom_id, rid, sizeof rid);
+    lh_runner_request_id(R->batch_digest, r->custom_id, r->error.code != LH_OK ? r->line : 0, rid, sizeof rid);
     if (r->error.code != LH_OK) {
       st = lh_output_error(&out, r->custom_id, rid, 400, "invalid_request", r->error.msg);
       if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "invalid_request", r->error.msg);
@@ -987,8 +980,11 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
    * time, writable), the batch, the store */
   lh_status st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
   if (st) return st;
-  if ((st = batch_digest(p->batch_path, R.batch_digest, err)) != LH_OK) goto done;
-  if ((st = lh_batch_load(p->batch_path, &R.batch, err)) != LH_OK) goto done;
+  /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
+  lh_batch_params bp = lh_batch_default_params();
+  bp.documents_root = p->documents_root;
+  if ((st = lh_batch_load_params(p->batch_path, &bp, &R.batch, err)) != LH_OK) goto done;
+  snprintf(R.batch_digest, sizeof R.batch_digest, "%s", R.batch.sha256);
   sum->bad_lines = R.batch.n_bad;
   lh_store_params sp = lh_store_default_params();
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;

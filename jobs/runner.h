@@ -35,7 +35,8 @@
 #include "util/err.h"
 
 typedef struct lh_runner_params {
-  const char *batch_path;    /* the batch JSONL file */
+  const char *batch_path;    /* the batch JSONL file; "-": standard input */
+  const char *documents_root; /* NULL, or the folder every document must lie in (jobs/batch.h) */
   const char *model_dir;
   const char *out_dir;
   const char *db_path;       /* NULL: OUT/longhaul.db (OUT/longhaul-shard-I-of-N.db with a shard) */
@@ -82,8 +83,10 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
 void lh_runner_request_stop(void);
 
 /* A deterministic request id for output lines: "batch_req_" + 24 hex chars of
- * SHA-256(batch digest, custom_id). out >= 40 bytes. */
-void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz);
+ * SHA-256(batch digest, custom_id), and the line number for a refused line (line > 0; 0 for a
+ * request that ran), so a refused duplicate never shares its id with the line that ran.
+ * out >= 40 bytes. */
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, int line, char *out, size_t outsz);
 
 /* custom_id made safe as a single file-name component (bytes outside [A-Za-z0-9._-] as %XX; a
  * leading '.' escaped; over 200 bytes shortened with a hash suffix). out >= 256 bytes. */
