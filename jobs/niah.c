@@ -36,6 +36,7 @@
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/utf8.h"
 
 #ifndef LH_DATA_DIR
 #define LH_DATA_DIR "examples"
@@ -309,10 +310,14 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
   }
   lh_buf ans = {0};
   if (st == LH_OK) {
-    lh_tokenizer_decode(S->tok, f.tokens.data, f.tokens.len, 1, &ans, NULL);
+    lh_buf raw = {0};
+    lh_tokenizer_decode(S->tok, f.tokens.data, f.tokens.len, 1, &raw, NULL);
+    lh_utf8_replace(&ans, raw.data ? raw.data : "", raw.len, NULL); /* results files are valid UTF-8 */
+    lh_buf_free(&raw);
     const lh_niah__measure m = {
         .tokens = total, .needle_token = (int64_t)S->head.len + t->pos[0], .seconds = lh_now() - t0,
-        .tokens_computed = total - fork_at + lh_prefix_computed(mainpx) - main_before + (int64_t)f.tokens.len};
+        .tokens_computed = total - fork_at + lh_prefix_computed(mainpx) - main_before + (int64_t)f.tokens.len,
+        .answer_ids = f.tokens.data, .n_answer_ids = f.tokens.len};
     int ok = 0;
     char got[512];
     st = lh_niah__record(rf, results, t, p->variant, ans.data, &m, &ok, got, sizeof got, err);

@@ -43,6 +43,7 @@
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/testpoint.h"
+#include "util/utf8.h"
 
 #ifndef LH_VERSION
 #define LH_VERSION "0"
@@ -692,7 +693,13 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
-  cJSON_AddStringToObject(o, "answer", J->text.data ? J->text.data : "");
+  /* the answer as text is valid UTF-8 whatever bytes the model chose (each invalid sequence one
+   * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
+  lh_buf answer = {0};
+  lh_utf8_replace(&answer, J->text.data ? J->text.data : "", J->text.len, NULL);
+  cJSON_AddStringToObject(o, "answer", answer.data ? answer.data : "");
+  lh_buf_free(&answer);
+  cJSON_AddItemToObject(o, "completion_token_ids", cJSON_CreateIntArray(F->tokens.data, (int)F->tokens.len));
   cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
   cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
   cJSON_AddStringToObject(o, "model", R->model_name);
