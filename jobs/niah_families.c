@@ -276,7 +276,7 @@ static lh_status value_kinds(loader *L, const cJSON *root, lh_niah__families *F)
     char where[64], field[96];
     snprintf(where, sizeof where, "value_kinds[%d]", F->n_kinds);
     if (!cJSON_IsObject(o)) return bad(L, where, "expected an object%s", "");
-    lh_niah__value_kind *k = &F->kinds[F->n_kinds];
+    lh_niah__value_kind *k = &F->kinds[F->n_kinds++]; /* counted now: freed if a later check fails */
     lh_status st = LH_OK;
     k->name = member_str(L, o, "name", where, 0, &st);
     if (st) return st;
@@ -306,7 +306,6 @@ static lh_status value_kinds(loader *L, const cJSON *root, lh_niah__families *F)
       }
       k->patterns[k->n_patterns++] = p->valuestring;
     }
-    F->n_kinds++;
   }
   return LH_OK;
 }
