@@ -136,6 +136,11 @@ static int shard_order(const void *a, const void *b) {
 int lh_args_stores(const char *cmd, const char *db, const char *out, const char *fallback, char ***paths, size_t *n) {
   *paths = NULL;
   *n = 0;
+  if (!db && !out && fallback && !lh_is_file(fallback)) {
+    fprintf(stderr, "longhaul %s: no %s here; name the store with --out DIR (the folder of `longhaul run --out DIR`) "
+                    "or --db FILE\n", cmd, fallback);
+    return -1;
+  }
   if (db || (!out && fallback)) {
     char **v = malloc(sizeof *v);
     if (!v || !(v[0] = strdup(db ? db : fallback))) {

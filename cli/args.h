@@ -36,7 +36,7 @@ int lh_args_unknown_option(const char *cmd, const char *arg, const char *const *
  * with --shard I/N, every DIR/longhaul-shard-I-of-N.db (in shard order). With neither,
  * `fallback` (NULL: an error). On success *paths holds *n >= 1 malloc'd strings (free with
  * lh_args_stores_free) and 0 is returned; otherwise a message naming what is missing is printed
- * and -1 returned. A --db FILE need not exist here (opening it says so). */
+ * and -1 returned. A --db FILE need not exist here (opening it says so); the fallback must. */
 int lh_args_stores(const char *cmd, const char *db, const char *out, const char *fallback, char ***paths, size_t *n);
 void lh_args_stores_free(char **paths, size_t n);
 

@@ -90,6 +90,7 @@ int main(void) {
   char missing[700];
   snprintf(missing, sizeof missing, "%s/absent", dir);
   CHECK(lh_args_stores("test", NULL, missing, NULL, &v, &n) == -1);
+  CHECK(lh_args_stores("test", NULL, NULL, missing, &v, &n) == -1); /* a default store that is not there */
 
   /* devices */
   lh_error e, e2;
