@@ -125,6 +125,10 @@ static int parse_args(int argc, char **argv, engine_args *a) {
     return 0;
   }
   lh_error e;
+  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "gpu")) {
+    fprintf(stderr, "longhaul %s: --device must be cpu or cuda (also called gpu); got '%s'\n", cmd, a->device);
+    return 0;
+  }
   if (lh_backend_check(a->device, &e) != LH_OK) {
     fprintf(stderr, "longhaul %s: --device %s: %s\n", cmd, a->device, e.msg);
     return 0;
