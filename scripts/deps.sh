@@ -7,9 +7,11 @@ what=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libarchive-dev libcjson-dev
   libopenblas-dev libpcre2-dev libutf8proc-dev libcairo2-dev)
 # Open MPI: optional for a build (runs over several processes, issue 10), installed for the tests.
+# slurm-wlm and munge: tests/slurm/slurm_array.sh starts its own single-node Slurm (the packages'
+# own services are not used).
 test_pkgs=(clang libclang-rt-14-dev python3 python3-venv python3-pip sqlite3 libarchive-tools
   zip unzip p7zip-full cpio xorriso genisoimage gzip bzip2 xz-utils zstd lz4 tar
-  libopenmpi-dev openmpi-bin)
+  libopenmpi-dev openmpi-bin slurm-wlm munge)
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
 missing=()
