@@ -14,7 +14,7 @@ make_repo
 # temporary folder, a split that leaves a shard empty (about one in ten) is tried again with new names.
 q() { printf '{"custom_id":"%s","url":"/v1/completions","body":{"prompt":"%s","max_tokens":3,"temperature":0,"documents":["%s"]}}\n' "$@"; }
 make_batch() { # $1: a prefix for the notes' names
-  for n in $(seq 12); do printf 'Note %d: the answer is %d.\n' $n $((n * 7)) > "$T/$1note$n.txt"; done
+  for n in $(seq 12); do printf 'Note %d: the answer is %d.\n' "$n" $((n * 7)) > "$T/$1note$n.txt"; done
   printf '%s\n' '{"custom_id":"d1","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"How long is the key rotation interval?"}],"max_tokens":4,"temperature":0,"documents":["repo.tar.gz"]}}'
   q p1 "Line 1:" "$1note1.txt"
   q p1 "the same custom_id again, right after it" "$1note3.txt"
@@ -22,7 +22,7 @@ make_batch() { # $1: a prefix for the notes' names
   q p2 "Line 2:" "$1note2.txt"
   q gone "x" missing.tar
   printf '%s\n' '{"custom_id":"d2","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_crc32c?"}],"max_tokens":4,"temperature":0,"documents":["repo.tar.gz"]}}'
-  for n in $(seq 3 12); do q p$n "Line $n:" "$1note$n.txt"; done
+  for n in $(seq 3 12); do q "p$n" "Line $n:" "$1note$n.txt"; done
   printf '%s\n' '{"custom_id":"c1","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Line 9"}],"max_tokens":3,"temperature":0}}'
 }
 RUN=("$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 256 --progress none)
@@ -37,7 +37,7 @@ for try in a b c d e f; do
   [ $spread = 1 ] && break
   echo "note: try $try left a shard without an answered request; new names"
 done
-[ $spread = 1 ] || fail "six splits in a row left a shard without an answered request"
+[ "$spread" = 1 ] || fail "six splits in a row left a shard without an answered request"
 "${RUN[@]}" --out "$T/one" > "$T/one.log" 2>&1 && fail "the whole run exited 0 although lines are malformed"
 nocreated() { sed 's/"created":[0-9]*/"created":0/' "$1"; }
 same_as_one() {
@@ -47,7 +47,7 @@ same_as_one() {
   done
 }
 # fresh copies of the shard runs' OUT for each case
-case_dir() { rm -rf "$T/$1"; cp -r "$T/sh" "$T/$1"; echo "$T/$1"; }
+case_dir() { rm -rf "${T:?}/$1"; cp -r "$T/sh" "$T/$1"; echo "$T/$1"; }
 # merge must refuse with the status and a message matching the pattern, and write nothing
 refuses() {
   local want=$1 pat=$2 dir=$3; shift 3
