@@ -19,8 +19,9 @@
  *     and every line's id is the one this batch gives its custom_id.
  *  2. Lines are copied byte for byte; nothing is re-rendered.
  *  3. OUT/output.jsonl and OUT/errors.jsonl are written atomically under OUT/longhaul.lock, after
- *     each shard's lock was found free (a shard that is running has not written its final file).
- * It must never write or remove a shard's own files.
+ *     each shard's lock was found free (a shard that is running has not written its final file);
+ *     taking a shard's lock for that moment rewrites the holder text in its lock file, as any run does.
+ * It must never write or remove a shard's output, errors or record files, or its store.
  */
 #define _GNU_SOURCE
 #include "jobs/merge.h"
