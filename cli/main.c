@@ -22,6 +22,7 @@ static const command commands[] = {
     {"run", lh_cmd_run, "run a batch file of jobs (OpenAI Batch API JSONL with documents)"},
     {"status", lh_cmd_status, "show jobs in a store"},
     {"results", lh_cmd_results, "print a finished job's result"},
+    {"merge", lh_cmd_merge, "assemble the output files of `run --shard I/N` runs in batch order"},
     {"niah", lh_cmd_niah, "run a needle-in-a-haystack sweep and draw its heatmap"},
     {"ingest", lh_cmd_ingest, "turn archives, folders and files into tokens and a manifest"},
     {"tokenize", lh_cmd_tokenize, "encode or decode text with a HF tokenizer.json"},
