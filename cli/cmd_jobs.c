@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "jobs/runner.h"
+#include "jobs/shard.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "store/store.h"
@@ -61,7 +62,9 @@ static void run_usage(FILE *f) {
           "  --keep-checkpoints N   at the end, each prefix keeps its final checkpoint and N before it with\n"
           "                         their states (default 4; -1 keeps all); the rest keep only KV rows\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
-          "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together\n"
+          "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together.\n"
+          "                         Without it, a Slurm array task runs shard (SLURM_ARRAY_TASK_ID - MIN) / STEP\n"
+          "                         of SLURM_ARRAY_TASK_COUNT; `longhaul merge OUT` joins the shards\n"
           "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
           "\n"
           "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 75 stopped by a full disk,\n"
@@ -178,7 +181,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"documents-root", required_argument, 0, 'R'},
       {0, 0, 0, 0}};
   optind = 1;
-  int c;
+  int c, shard_given = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'm': p.model_dir = optarg; break;
@@ -210,6 +213,7 @@ int lh_cmd_run(int argc, char **argv) {
         fprintf(stderr, "longhaul run: --shard %s: expected I/N with 0 <= I < N\n", optarg);
         return LH_EXIT_USAGE;
       }
+      shard_given = 1;
       break;
     case 'P': {
       int m = lh_progress_mode_parse(optarg);
@@ -234,6 +238,13 @@ int lh_cmd_run(int argc, char **argv) {
     fprintf(stderr, "longhaul run: --model and --out are required (or a --defaults file naming them)\n");
     return LH_EXIT_USAGE;
   }
+  /* a task of a Slurm job array runs its own shard without --shard (jobs/shard.h) */
+  char shard_note[256] = "";
+  if (!shard_given && lh_shard_from_env(&p.shard_index, &p.shard_count, shard_note, sizeof shard_note) < 0) {
+    fprintf(stderr, "longhaul run: %s\n", shard_note);
+    return LH_EXIT_USAGE;
+  }
+  p.shard_note = shard_note;
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   lh_runner_summary sum;

@@ -54,6 +54,7 @@ typedef struct line {
   size_t n;
   int lineno;      /* 1-based, for messages */
   char *custom_id;
+  char *id;        /* the response id, checked against the batch line it answers */
   char *error;     /* the "error" member rendered compactly; NULL when it is null */
   int status;      /* response.status_code; 0 when absent */
   int after;       /* lines after this one in the same file with the same custom_id */
@@ -326,22 +327,13 @@ static lh_status read_file(merge *M, sfile *f, int s, lh_error *err) {
       problem(M, "%s line %d is not a batch output line (it needs custom_id, id and error): the file was edited", path,
               lineno);
       bad = 1;
-    } else {
-      char want[64];
-      lh_runner_request_id(M->digest, cid, want, sizeof want);
-      if (strcmp(id, want)) {
-        problem(M,
-                "%s line %d (custom_id %.60s) has id %.40s where this batch gives %s: shard %d/%d ran another "
-                "batch (or this file before an edit)",
-                path, lineno, cid, id, want, s, M->nshards);
-        bad = 1;
-      }
     }
     if (!bad) {
       l->custom_id = strdup(cid);
+      l->id = strdup(id);
       l->error = cJSON_IsObject(e) ? cJSON_PrintUnformatted(e) : NULL;
       l->status = cJSON_IsNumber(sc) ? (int)sc->valuedouble : 0;
-      if (!l->custom_id || (cJSON_IsObject(e) && !l->error)) bad = -1;
+      if (!l->custom_id || !l->id || (cJSON_IsObject(e) && !l->error)) bad = -1;
       f->n++;
     }
     cJSON_Delete(o);
@@ -395,7 +387,15 @@ static lh_status walk(merge *M, lh_buf *out, lh_buf *errs, lh_merge_report *rep,
       same = h->n == first->n && !memcmp(h->p, first->p, h->n);
     }
     const int everyone = same && first->error && first->status == 400; /* rejected before grouping */
-    if (r->error.code != LH_OK && !everyone) {
+    char want[80];
+    /* the id this batch gives line i (a line the parser refused has its own, jobs/runner.h) */
+    lh_runner_request_id(M->digest, c, r->error.code != LH_OK ? r->line : 0, want, sizeof want);
+    if (first && strcmp(first->id, want)) {
+      problem(M,
+              "%s line %d (custom_id %.60s) has id %.40s where this batch gives %s: shard %d/%d ran another batch (or "
+              "this file before an edit)",
+              M->out[claim[0]].name, first->lineno, c, first->id, want, claim[0], N);
+    } else if (r->error.code != LH_OK && !everyone) {
       problem(M, "batch line %d (custom_id %.60s) is malformed and every shard reports it, but %s", r->line, c,
               k < N ? "some shards lack its line" : "the shards' lines differ");
     } else if (!k) {
@@ -509,6 +509,7 @@ done:
     for (int t = 0; t < 2; t++) {
       for (int k = 0; k < fs[t]->n; k++) {
         free(fs[t]->lines[k].custom_id);
+        free(fs[t]->lines[k].id);
         free(fs[t]->lines[k].error);
       }
       free(fs[t]->lines);

@@ -37,6 +37,7 @@
 #include "jobs/batch.h"
 #include "jobs/chat.h"
 #include "jobs/outdir.h"
+#include "jobs/shard.h"
 #include "pipeline/pipeline.h"
 #include "store/store.h"
 #include "util/fs.h"
@@ -915,6 +916,15 @@ static lh_status write_output(run *R, lh_error *err) {
   if (st == LH_OK) st = lh_outdir_put(R->out, errname, errs.data ? errs.data : "", errs.len, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", outname, NULL, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", errname, NULL, err);
+  if (st == LH_OK && R->p->shard_count > 1 && strcmp(R->p->batch_path, "-")) {
+    /* the record that lets `longhaul merge OUT` find and check the batch (a batch read from
+     * standard input has no path: merge needs --batch then) */
+    char rec[64];
+    lh_shard_record_name(R->p->shard_index, R->p->shard_count, rec, sizeof rec);
+    lh_buf_clear(&out);
+    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, R->p->shard_index, R->p->shard_count, &out, err);
+    if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
+  }
   lh_buf_free(&out);
   lh_buf_free(&errs);
   return st;
@@ -1006,6 +1016,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   lh_store_params sp = lh_store_default_params();
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
   R.prog = lh_progress_open(p->progress, stderr, 10);
+  if (p->shard_note && *p->shard_note) lh_progress_note(R.prog, "%s", p->shard_note);
   if ((st = open_model(&R, err)) != LH_OK) goto done;
   if ((st = lh_store_model_register(R.store, R.model, err)) != LH_OK) goto done;
   char bname[4200];

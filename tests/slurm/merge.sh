@@ -71,11 +71,15 @@ cp "$D/output.jsonl" "$T/first.jsonl"
 cmp "$T/first.jsonl" "$D/output.jsonl" || fail "a second merge changed output.jsonl"
 
 # -- the batch from the shards' records; without records and without --batch: usage
-D=$(case_dir rec)
+# (each `run --shard I/N` writes OUT/shard-I-of-N.json; they are removed here to see the refusal)
+D=$(case_dir norec)
+rm -f "$D"/shard-*-of-4.json
 refuses 2 "--batch" "$D"
+D=$(case_dir rec)
 sha=$(sha256sum "$T/batch.jsonl" | cut -c1-64)
 for s in 0 1 2 3; do
-  printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s"}\n' $s "$T/batch.jsonl" "$sha" > "$D/shard-$s-of-4.json"
+  want=$(printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s"}' $s "$(realpath "$T/batch.jsonl")" "$sha")
+  [ "$(cat "$D/shard-$s-of-4.json")" = "$want" ] || { cat "$D/shard-$s-of-4.json"; fail "shard $s's record is not $want"; }
 done
 "$LH" merge "$D" > "$T/rec.log" || { cat "$T/rec.log"; fail "merge through the records failed"; }
 same_as_one "$D"
@@ -97,7 +101,10 @@ done
 refuses 1 "the file changed since the shards ran" "$D"
 
 # -- a shard of another (edited) batch: every line's id tells
+# (the records say so first; without them, the ids)
 D=$(case_dir edited)
+refuses 1 "the shards ran another batch than $T/edited.jsonl" "$D" --batch "$T/edited.jsonl"
+rm -f "$D"/shard-*-of-4.json
 refuses 1 "shard 0/4 ran another batch" "$D" --batch "$T/edited.jsonl"
 
 # -- a missing shard

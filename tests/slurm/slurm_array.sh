@@ -117,6 +117,10 @@ for f in "$T"/out/slurm-*.log; do echo "== $f"; cat "$f"; done
 # every task ran its own shard, and said so
 for s in 0 1 2 3; do
   grep -l "longhaul shard $s/4 " "$T"/out/slurm-"${array}"_*.log > /dev/null || fail "no task ran shard $s/4"
+  # run itself took the shard from SLURM_ARRAY_* (shard.sbatch passes no --shard in an array)
+  grep -l "shard $s/4 from the Slurm array: SLURM_ARRAY_TASK_ID=$s of 0-3" "$T"/out/slurm-"${array}"_*.log > /dev/null \
+    || fail "no task's run said it took shard $s/4 from the Slurm array"
+  [ -f "$T/out/shard-$s-of-4.json" ] || fail "shard $s wrote no shard-$s-of-4.json record"
   [ -f "$T/out/output-$s-of-4.jsonl" ] || fail "shard $s wrote no output-$s-of-4.jsonl"
 done
 grep -q "longhaul merge: 4 shards" "$T"/out/slurm-merge-"$merge".log || fail "the merge step did not merge"
