@@ -718,6 +718,9 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON_AddNumberToObject(t, "shared_prefix", (double)g->P.len);
   cJSON_AddNumberToObject(t, "own_suffix", (double)J->suffix.len);
   cJSON_AddNumberToObject(t, "completion", (double)F->tokens.len);
+  /* cached: the prompt tokens this request did not compute. The group's prefix is computed once,
+   * after what a checkpoint restored; its first request pays for that part, the others reuse it. */
+  cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed)));
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
   cJSON_AddBoolToObject(c, "hit", g->restored > 0);
   cJSON_AddNumberToObject(c, "tokens_reused", (double)g->restored);
@@ -856,6 +859,7 @@ static lh_status done_line(run *R, const lh_request *r, int64_t job, const char 
         .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
         .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
         .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
+        .cached_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "cached")),
         .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
         /* the model that answered, whatever the request named (README, "Outputs") */
         .model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
