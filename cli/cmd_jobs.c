@@ -181,6 +181,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"documents-root", required_argument, 0, 'R'},
       {0, 0, 0, 0}};
   optind = 1;
+  opterr = 0;
   int c, shard_given = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -225,7 +226,7 @@ int lh_cmd_run(int argc, char **argv) {
       break;
     }
     case 'h': run_usage(stdout); return LH_EXIT_OK;
-    default: run_usage(stderr); return LH_EXIT_USAGE;
+    default: return lh_args_bad_option("run", argv, opts);
     }
   }
   if (optind + 1 != argc) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "jobs/merge.h"
 
@@ -41,6 +42,7 @@ int lh_cmd_merge(int argc, char **argv) {
                                        {"out", required_argument, 0, 'o'},   {"wait", no_argument, 0, 'W'},
                                        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   optind = 1;
+  opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -58,7 +60,7 @@ int lh_cmd_merge(int argc, char **argv) {
       break;
     }
     case 'h': merge_usage(stdout); return LH_EXIT_OK;
-    default: merge_usage(stderr); return LH_EXIT_USAGE;
+    default: return lh_args_bad_option("merge", argv, opts);
     }
   }
   if (optind < argc && !p.out_dir) p.out_dir = argv[optind++];

@@ -1009,7 +1009,10 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   run_paths(p, sum, lock, sizeof lock);
   /* everything that can be checked without the model first: the output folder (one run at a
    * time, writable), the batch, the store */
-  lh_status st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
+  /* a model folder that is not there, or a backend this build lacks, creates nothing */
+  lh_status st = lh_model_check(p->model_dir, p->device, err);
+  if (st != LH_OK) return lh_error_prefix(err, st, "--model: ");
+  st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
   if (st) return st;
   /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
   lh_batch_params bp = lh_batch_default_params();

@@ -159,4 +159,14 @@ says hf "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
 says hf "downloads nothing"
 run 2 hf2 "$LH" run "$T/batch.jsonl" --model MiniMaxAI/MiniMax-Text-01 --out "$T/hf" --progress none
 says hf2 "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
+# a model that is not there, or a backend this build lacks, leaves no --out behind
+[ ! -e "$T/hf" ] || fail "run with a missing --model created --out"
+[ -n "$(grep -l 'built without CUDA' "$T/dev.out")" ] && [ -e "$T/dev" ] && fail "run with an absent backend created --out"
+run 2 nomodel "$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$T/nomodel" --progress none
+says nomodel "--model: $T/no-such-model: not a model folder"
+[ ! -e "$T/nomodel" ] || fail "run with a missing --model created --out"
+# run's options are suggested too
+run 2 runopt "$LH" run "$T/batch.jsonl" --modle "$MODEL" --out "$T/x"
+says runopt "longhaul run: unknown option --modle; did you mean --model?"
+lines runopt 2
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids: ok"

@@ -25,7 +25,7 @@ out = sys.argv[1]
 def clean(o):
     if isinstance(o, dict):
         return {k: clean(v) for k, v in o.items()
-                if k not in ("created", "timings_s", "rates", "cache", "path", "cached_tokens", "prompt_tokens_details")}
+                if k not in ("created", "timings_s", "rates", "cache", "cached", "path", "cached_tokens", "prompt_tokens_details")}
     if isinstance(o, list):
         return [clean(v) for v in o]
     return o
