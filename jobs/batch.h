@@ -152,6 +152,9 @@ typedef struct lh_completion {
   const char *finish_reason; /* "stop" | "length" */
   int64_t prompt_tokens;
   int64_t completion_tokens;
+  int64_t cached_tokens;     /* prompt tokens not computed for this request: restored from a
+                                checkpoint, or a prefix another request of the same group computed
+                                (usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM) */
   int64_t created;           /* unix time */
   const char *model;         /* model name to report */
 } lh_completion;
