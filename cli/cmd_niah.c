@@ -46,6 +46,8 @@ static void usage(FILE *f) {
           "  --depths SPEC          FROM:TO:STEP or a list, in percent (default 0:100:10)\n"
           "  --trials N             trials per cell, each with its own key and value (default 1)\n"
           "  --variant V            single | multikey | multivalue | multiquery (RULER's; default single)\n"
+          "                         | whichfile (with --families: the path of the document that holds\n"
+          "                         the fact is asked for)\n"
           "  --needles N            needles per trial for the multi variants (default 4; multiquery 2)\n"
           "                         (a trial's score is RULER's: the share of its expected values the\n"
           "                         answer holds; summary.json's all_values counts answers with all,\n"
@@ -54,6 +56,13 @@ static void usage(FILE *f) {
           "                         (default \"The special magic {key} number is: {value}.\")\n"
           "  --question TPL         question template ({key}; {key2} for multiquery)\n"
           "  --answer TPL           expected answer template (default \"{value}\")\n"
+          "  --families FILE        draw every trial's fact from a grammar of facts instead (needle of\n"
+          "                         many kinds of text, question, value kind, attribute, key), e.g.\n"
+          "                         tools/train_tiny/heldout_families.json (its README has the format);\n"
+          "                         with single, multikey, multivalue or whichfile, not with --needle,\n"
+          "                         --question or --answer. results.jsonl says each trial's family and\n"
+          "                         summary.json gives the accuracy per needle kind and value kind\n"
+          "  --save-prompts         write each trial's prompt to OUT/prompts/L<len>-D<depth>-T<trial>.txt\n"
           "  --seed N               (default 20261201)\n"
           "  --chunk N              tokens per prefill chunk and checkpoint (default 4096)\n"
           "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
@@ -180,7 +189,8 @@ int lh_cmd_niah(int argc, char **argv) {
       {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 'T'},
       {"cpu-attention", required_argument, 0, 'X'},
       {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
-      {"extend", no_argument, 0, 'E'},
+      {"extend", no_argument, 0, 'E'},       {"families", required_argument, 0, 'F'},
+      {"save-prompts", no_argument, 0, 'S'},
       {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
@@ -196,6 +206,8 @@ int lh_cmd_niah(int argc, char **argv) {
     case 'N': p.needle = optarg; break;
     case 'Q': p.question = optarg; break;
     case 'A': p.answer = optarg; break;
+    case 'F': p.families = optarg; break;
+    case 'S': p.save_prompts = 1; break;
     case 'd': p.device = optarg; break;
     case 'X':
       if ((p.cpu_attention = lh_cpu_attention_parse(optarg)) < 0) {
@@ -209,7 +221,8 @@ int lh_cmd_niah(int argc, char **argv) {
     case 'V': {
       int v = lh_niah_variant_parse(optarg);
       if (v < 0) {
-        fprintf(stderr, "longhaul niah: --variant %s: expected single, multikey, multivalue or multiquery\n", optarg);
+        fprintf(stderr, "longhaul niah: --variant %s: expected single, multikey, multivalue, multiquery or whichfile\n",
+                optarg);
         return LH_EXIT_USAGE;
       }
       p.variant = (lh_niah_variant)v;
@@ -280,6 +293,12 @@ int lh_cmd_niah(int argc, char **argv) {
     printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials,
            down(L->accuracy, 3), L->worst_depth, down(L->worst_score, 2), L->worst_trials,
            L->worst_trials == 1 ? "" : "s");
+  }
+  for (int g = 0; g < 2; g++) { /* with --families: by the needle's kind of text, by the value's kind */
+    const lh_niah_group *G = g ? s.by_value_kind : s.by_needle_kind;
+    const int n = g ? s.n_value_kinds : s.n_needle_kinds;
+    if (n) printf("  by %s:", g ? "value kind" : "needle kind");
+    for (int i = 0; i < n; i++) printf(" %s %.2f (%d)%s", G[i].name, down(G[i].accuracy, 2), G[i].trials, i + 1 < n ? "," : "\n");
   }
   printf("  tokens computed %lld of a naive %lld (%.1f%%); %lld restored from checkpoints in this run; %.1f s\n",
          (long long)s.tokens_computed, (long long)s.tokens_naive,

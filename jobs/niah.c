@@ -2,8 +2,9 @@
  *
  * Invariants
  *  1. H (the haystack stream) and every trial's needles are pure functions of the corpus, the
- *     tokenizer and (seed, length, depth, trial): a rerun rebuilds exactly the same prompts, so
- *     finished trials in results.jsonl can be trusted and skipped.
+ *     tokenizer, the families file (its SHA-256 is in the sweep's key) and (seed, length, depth,
+ *     trial): a rerun rebuilds exactly the same prompts, so finished trials in results.jsonl can
+ *     be trusted and skipped.
  *  2. The main state only moves forward along [head][H], in chunks whose boundaries are multiples
  *     of `chunk` from position 0, and is checkpointed at each boundary: a killed sweep restores it
  *     from the store at the last boundary it reached.
@@ -45,7 +46,7 @@
 static volatile sig_atomic_t niah_stop;
 void lh_niah_request_stop(void) { niah_stop = 1; }
 
-static const char *const VARIANT_NAMES[] = {"single", "multikey", "multivalue", "multiquery"};
+static const char *const VARIANT_NAMES[] = {"single", "multikey", "multivalue", "multiquery", "whichfile"};
 
 const char *lh_niah_variant_name(lh_niah_variant v) {
   return (int)v >= 0 && v < LH_NIAH_VARIANT_COUNT ? VARIANT_NAMES[v] : "unknown";
@@ -57,6 +58,7 @@ int lh_niah_variant_parse(const char *s) {
   if (!strcmp(s, "multi-key")) return LH_NIAH_MULTIKEY;
   if (!strcmp(s, "multi-value")) return LH_NIAH_MULTIVALUE;
   if (!strcmp(s, "multi-query")) return LH_NIAH_MULTIQUERY;
+  if (!strcmp(s, "which-file")) return LH_NIAH_WHICHFILE;
   return -1;
 }
 
@@ -146,6 +148,17 @@ static const char *builtin_corpus(char *buf, size_t n) {
   return lh_is_file(buf) ? buf : NULL;
 }
 
+/* One more document start (they come in ascending order). */
+static lh_status doc_add(sweep *S, int64_t start, lh_error *err) {
+  if ((S->n_docs & (S->n_docs - 1)) == 0) { /* 0, 1, 2, 4, ...: double */
+    int64_t *d = realloc(S->doc_start, (size_t)(S->n_docs ? 2 * S->n_docs : 1) * sizeof *d);
+    if (!d) return lh_error_set(err, LH_ENOMEM, "out of memory");
+    S->doc_start = d;
+  }
+  S->doc_start[S->n_docs++] = start;
+  return LH_OK;
+}
+
 static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_progress *prog, lh_error *err) {
   lh_ingest_params ip = lh_ingest_default_params();
   ip.tokenizer = S->tok;
@@ -158,6 +171,9 @@ static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_pr
   lh_progress_begin(prog, "haystack", "ingest", st == LH_OK && is.source_total > 0 ? is.source_total : 0, "B");
   while (st == LH_OK && (st = lh_ingest_next(ing, &b, err)) == LH_OK) {
     lh_i32vec_append(&S->H, b.tokens, b.n_tokens);
+    for (size_t i = 0; i < b.n_entries && st == LH_OK; i++)
+      if (b.entries[i].token_start >= 0 && b.entries[i].token_end > b.entries[i].token_start)
+        st = doc_add(S, b.entries[i].token_start, err);
     lh_ingest_stats_get(ing, &is);
     lh_progress_update(prog, is.source_bytes);
     if (b.done) break;
@@ -186,8 +202,8 @@ static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_pr
 
 static void on_progress(void *user, int64_t pos) { lh_progress_update(user, pos); }
 
-static lh_status sweep_json(const lh_niah_params *p, const char *model_id, const char *corpus, const char *title,
-                            char **out) {
+static lh_status sweep_json(const lh_niah_params *p, const char *model_id, const char *corpus,
+                            const lh_niah__families *fam, const char *title, char **out) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "title", title);
   cJSON *k = cJSON_AddObjectToObject(o, "key"); /* what the results depend on */
@@ -195,16 +211,38 @@ static lh_status sweep_json(const lh_niah_params *p, const char *model_id, const
   cJSON_AddStringToObject(k, "corpus", corpus);
   cJSON_AddStringToObject(k, "variant", lh_niah_variant_name(p->variant));
   cJSON_AddNumberToObject(k, "n_needles", p->n_needles);
-  cJSON_AddStringToObject(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
-  cJSON_AddStringToObject(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
-  cJSON_AddStringToObject(k, "answer", p->answer ? p->answer : "{value}");
+  if (fam) { /* the grammar, by content: a file edited in place is another sweep */
+    cJSON_AddStringToObject(k, "families", fam->sha256);
+  } else {
+    cJSON_AddStringToObject(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
+    cJSON_AddStringToObject(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
+    cJSON_AddStringToObject(k, "answer", p->answer ? p->answer : "{value}");
+  }
   cJSON_AddNumberToObject(k, "seed", (double)p->seed);
   cJSON_AddNumberToObject(k, "max_tokens", p->max_tokens);
   cJSON_AddStringToObject(o, "device", p->device ? p->device : "cpu");
   cJSON_AddNumberToObject(o, "chunk", p->chunk);
+  if (fam) cJSON_AddStringToObject(o, "families_file", p->families);
   *out = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return *out ? LH_OK : LH_ENOMEM;
+}
+
+/* p->families read and checked against the variant (whichfile needs one; the templates it
+ * replaces are refused beside it). */
+static lh_status sweep_families(sweep *S, lh_error *err) {
+  const lh_niah_params *p = S->p;
+  if (!p->families)
+    return p->variant == LH_NIAH_WHICHFILE
+               ? lh_error_set(err, LH_EINVAL, "--variant whichfile asks a families file's file_questions; pass "
+                              "--families FILE (e.g. tools/train_tiny/heldout_families.json)")
+               : LH_OK;
+  if (p->needle || p->question || p->answer)
+    return lh_error_set(err, LH_EINVAL, "--families draws every trial's needle, question and answer from %s; drop "
+                        "--needle, --question and --answer", p->families);
+  const lh_status st = lh_niah__families_load(p->families, &S->fam, err);
+  return st ? st : lh_niah__families_check(S->fam, p->families, p->variant, lh_niah__needles(p),
+                                           lh_niah__builtin_keys(), err);
 }
 
 /* The model, its tokenizer and chat format, the stop ids and the haystack stream. */
@@ -244,10 +282,11 @@ static lh_status sweep_claim_out(sweep *S, const char *corpus, char *title, size
   char date[32];
   lh_utc_now(date, sizeof date);
   date[10] = 0;
-  snprintf(title, title_n, "NIAH %s: %s, %s, %s", lh_niah_variant_name(p->variant), S->model_name,
-           p->device ? p->device : "cpu", date);
+  snprintf(title, title_n, "NIAH %s%s: %s, %s, %s", lh_niah_variant_name(p->variant),
+           S->fam ? " (families)" : "", S->model_name, p->device ? p->device : "cpu", date);
   char *sj = NULL;
-  if (sweep_json(p, lh_model_id(S->model), corpus, title, &sj)) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (sweep_json(p, lh_model_id(S->model), corpus, S->fam, title, &sj))
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
   const lh_status st = lh_niah__claim_out(p, sj, title, title_n, err);
   free(sj);
   return st;
@@ -285,6 +324,20 @@ static lh_status sweep_trials(sweep *S, const char *results, lh_niah_summary *su
   return st;
 }
 
+/* --save-prompts: trial t's prompt (toks) as text, in OUT/prompts/L<length>-D<depth>-T<trial>.txt. */
+static lh_status save_prompt(sweep *S, const trial *t, const lh_i32vec *toks, lh_error *err) {
+  char dir[4200], path[4400];
+  snprintf(dir, sizeof dir, "%s/prompts", S->p->out_dir);
+  lh_status st = lh_mkdir_p(dir, err);
+  if (st) return st;
+  snprintf(path, sizeof path, "%s/L%lld-D%g-T%d.txt", dir, (long long)t->length, t->depth, t->index);
+  lh_buf b = {0};
+  st = lh_tokenizer_decode(S->tok, toks->data, toks->len, 0, &b, err);
+  if (st == LH_OK) st = lh_file_write_atomic(path, b.data ? b.data : "", b.len, err);
+  lh_buf_free(&b);
+  return st;
+}
+
 /* One trial: advance the main prefix to the chunk boundary at or before the first needle, fork
  * it, feed the rest of the prompt, decode greedily, record the line. */
 static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, const char *results,
@@ -301,7 +354,9 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
   char label[96], lab[16];
   lh_niah_length_label(t->length, lab, sizeof lab);
   snprintf(label, sizeof label, "%s @%g%% #%d", lab, t->depth, t->index);
-  if ((st = lh_niah__trial_tokens(S, t, &toks, &total, err)) == LH_OK) st = lh_prefix_fork(mainpx, &f.state, err);
+  st = lh_niah__trial_tokens(S, t, &toks, &total, err);
+  if (st == LH_OK && p->save_prompts) st = save_prompt(S, t, &toks, err);
+  if (st == LH_OK) st = lh_prefix_fork(mainpx, &f.state, err);
   if (st == LH_OK) {
     lh_pipeline_hooks h = {.progress = on_progress, .user = prog, .stop = &niah_stop};
     lh_progress_begin(prog, label, "prefill", total, "tok");
@@ -341,14 +396,18 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
 }
 
 static void sweep_close(sweep *S) {
-  for (int i = 0; S->T && i < S->nt; i++)
+  for (int i = 0; S->T && i < S->nt; i++) {
     for (int j = 0; j < 16; j++) lh_buf_free(&S->T[i].needle_text[j]);
+    lh_buf_free(&S->T[i].family);
+  }
   free(S->T);
   free(S->order);
   lh_i32vec_free(&S->H);
   lh_i32vec_free(&S->head);
   lh_i32vec_free(&S->main);
   free(S->line_end);
+  free(S->doc_start);
+  lh_niah__families_free(S->fam);
   lh_tokenizer_close(S->tok);
   lh_model_close(S->model);
 }
@@ -370,8 +429,12 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   if (!corpus)
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "
                                             "pass --corpus with an archive, folder or file");
-  lh_status st = lh_mkdir_p(p->out_dir, err);
-  if (st) return st;
+  lh_status st = sweep_families(&S, err); /* before OUT is made: a bad file leaves no folder */
+  if (st == LH_OK) st = lh_mkdir_p(p->out_dir, err);
+  if (st) {
+    lh_niah__families_free(S.fam);
+    return st;
+  }
   lh_progress *prog = lh_progress_open(p->progress, stderr, 10);
   snprintf(results, sizeof results, "%s/results.jsonl", p->out_dir);
   snprintf(db, sizeof db, "%s/niah.db", p->out_dir);

@@ -281,6 +281,12 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     cJSON_AddNumberToObject(c, "all_values", la_[j].all_values);
     cJSON_AddItemToArray(la, c);
   }
+  cJSON *fb = lh_niah__family_breakdown(out_dir, sum); /* NULL without a families file */
+  if (fb) {
+    cJSON_AddItemToObject(o, "by_needle_kind", cJSON_DetachItemFromObject(fb, "by_needle_kind"));
+    cJSON_AddItemToObject(o, "by_value_kind", cJSON_DetachItemFromObject(fb, "by_value_kind"));
+    cJSON_Delete(fb);
+  }
   if (sum) {
     sum->trials = n;
     sum->accuracy = acc / n;
@@ -376,6 +382,10 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
   cJSON_AddStringToObject(o, "needle", nd.data ? nd.data : "");
   lh_buf_free(&nd);
   cJSON_AddStringToObject(o, "question", t->question);
+  if (t->family.len) { /* what a families trial drew (niah_families.c made this JSON) */
+    cJSON *fam = cJSON_ParseWithLength(t->family.data, t->family.len);
+    if (fam) cJSON_AddItemToObject(o, "family", fam);
+  }
   cJSON_AddStringToObject(o, "expected", t->expected);
   cJSON_AddStringToObject(o, "answer", a);
   cJSON_AddItemToObject(o, "answer_token_ids", cJSON_CreateIntArray(m->answer_ids, (int)m->n_answer_ids));

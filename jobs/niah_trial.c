@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,38 +71,41 @@ static const char *chat_tail_fmt(const sweep *S) {
   return S->chat.kind == LH_CHAT_MINIMAX ? "%s<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n" : "%s\n";
 }
 
-lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
-  const lh_niah_params *p = S->p;
-  uint64_t rng = p->seed ^ (uint64_t)t->length * 0x9E3779B97F4A7C15ull ^ (uint64_t)llround(t->depth * 1000) << 20 ^
-                 (uint64_t)t->index << 44;
-  for (int i = 0; i < 4; i++) lh_splitmix64(&rng);
-  int n = 1;
-  if (p->variant != LH_NIAH_SINGLE) n = p->n_needles > 0 ? p->n_needles : (p->variant == LH_NIAH_MULTIQUERY ? 2 : 4);
+int lh_niah__builtin_keys(void) { return N_KEYS; }
+
+int lh_niah__needles(const lh_niah_params *p) {
+  if (p->variant == LH_NIAH_SINGLE || p->variant == LH_NIAH_WHICHFILE) return 1;
+  int n = p->n_needles > 0 ? p->n_needles : (p->variant == LH_NIAH_MULTIQUERY ? 2 : 4);
   if (n > 16) n = 16;
   if (p->variant == LH_NIAH_MULTIQUERY && n < 2) n = 2;
-  t->n_needles = n;
+  return n;
+}
+
+/* RULER's needles: built-in keys, 7-digit values, p's templates (or the defaults). */
+static void draw_ruler(sweep *S, trial *t, int n, uint64_t *rng) {
+  const lh_niah_params *p = S->p;
   for (int i = 0; i < n; i++) {
     int k;
     do {
-      k = (int)(lh_splitmix64(&rng) % (uint64_t)N_KEYS);
+      k = (int)(lh_splitmix64(rng) % (uint64_t)N_KEYS);
       int dup = 0;
       for (int j = 0; j < i; j++) dup |= !strcmp(t->keys[j], KEYS[k]);
       if (!dup || p->variant == LH_NIAH_MULTIVALUE) break;
     } while (1);
     snprintf(t->keys[i], sizeof t->keys[i], "%s", p->variant == LH_NIAH_MULTIVALUE && i ? t->keys[0] : KEYS[k]);
-    snprintf(t->values[i], sizeof t->values[i], "%07llu", (unsigned long long)(1000000 + lh_splitmix64(&rng) % 9000000));
+    snprintf(t->values[i], sizeof t->values[i], "%07llu", (unsigned long long)(1000000 + lh_splitmix64(rng) % 9000000));
     lh_buf_clear(&t->needle_text[i]);
     fill(&t->needle_text[i], p->needle ? p->needle : lh_niah__default_needle(), t->keys[i], NULL, t->values[i]);
     lh_buf_append_str(&t->needle_text[i], "\n");
   }
   /* what is asked: the first needle (at the requested depth); multi-query also a random other one */
-  int q2 = n > 1 ? 1 + (int)(lh_splitmix64(&rng) % (uint64_t)(n - 1)) : 0;
+  int q2 = n > 1 ? 1 + (int)(lh_splitmix64(rng) % (uint64_t)(n - 1)) : 0;
   lh_buf q = {0};
   fill(&q, p->question ? p->question : lh_niah__default_question(p->variant), t->keys[0], t->keys[q2], t->values[0]);
   snprintf(t->question, sizeof t->question, "%s", q.data ? q.data : "");
   lh_buf_free(&q);
   if (p->variant == LH_NIAH_MULTIVALUE) {
-    t->n_expected = n; /* the list itself is written once the needles are in text order, below */
+    t->n_expected = n; /* the list itself is written once the needles are in text order */
   } else if (p->variant == LH_NIAH_MULTIQUERY) {
     t->n_expected = 2;
     snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%s", t->values[0]);
@@ -112,8 +116,98 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
     lh_buf a = {0};
     fill(&a, p->answer ? p->answer : "{value}", t->keys[0], NULL, t->values[0]);
     snprintf(t->expected, sizeof t->expected, "%s", a.data ? a.data : "");
-    snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%s", p->answer ? t->expected : t->values[0]);
+    snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%.255s", p->answer ? t->expected : t->values[0]);
     lh_buf_free(&a);
+  }
+  for (int i = 0; i < 16; i++) t->fam_needle[i] = t->fam_kind[i] = -1;
+}
+
+/* Swap needles a and b of t (everything kept per needle). */
+static void swap_needles(trial *t, int a, int b) {
+  char kb[sizeof t->keys[0]], vb[sizeof t->values[0]];
+  const int64_t tp = t->pos[a];
+  t->pos[a] = t->pos[b], t->pos[b] = tp;
+  memcpy(kb, t->keys[a], sizeof kb), memcpy(t->keys[a], t->keys[b], sizeof kb), memcpy(t->keys[b], kb, sizeof kb);
+  memcpy(vb, t->values[a], sizeof vb), memcpy(t->values[a], t->values[b], sizeof vb), memcpy(t->values[b], vb, sizeof vb);
+  const lh_buf tb = t->needle_text[a];
+  t->needle_text[a] = t->needle_text[b], t->needle_text[b] = tb;
+  int x = t->fam_needle[a];
+  t->fam_needle[a] = t->fam_needle[b], t->fam_needle[b] = x;
+  x = t->fam_kind[a];
+  t->fam_kind[a] = t->fam_kind[b], t->fam_kind[b] = x;
+}
+
+/* The index just past the end of the line H[p] is on (searching at most 4096 tokens); -1 if none. */
+static int64_t line_after(sweep *S, int64_t p) {
+  for (int64_t q = p; q < (int64_t)S->H.len && q < p + 4096; q++)
+    if (ends_line(S, q)) return q + 1;
+  return -1;
+}
+
+/* The document of the corpus copy holding H[p]: the index d of its start in S->doc_start, and
+ * that start in H (*start). The corpus's first document starts at its first token. */
+static int doc_at(const sweep *S, int64_t p, int64_t *start) {
+  const int64_t base = p / S->corpus_tokens * S->corpus_tokens, c = p - base;
+  int lo = 0, hi = S->n_docs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (S->doc_start[mid] <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  *start = base + S->doc_start[lo];
+  return lo;
+}
+
+/* whichfile: move t's needle inside a document (past its header line; a needle at a document's
+ * first token would sit between two documents, so it goes back to the start of the previous
+ * document's last line, before its closing tag) and make that document's path, as its header
+ * `<document path="...">` writes it, the expected answer. */
+static lh_status place_in_document(sweep *S, trial *t, lh_error *err) {
+  if (!S->n_docs)
+    return lh_error_set(err, LH_EINVAL, "--variant whichfile plants the fact in a document of the haystack, and the "
+                        "haystack has no documents");
+  int64_t p = t->pos[0], start;
+  for (int tries = 0; tries < 4; tries++) {
+    doc_at(S, p, &start);
+    if (p != start) break;
+    const int64_t q = p > 0 ? snap(S, p - 1) : line_after(S, p);
+    if (q < 0 || q == p) break;
+    p = q;
+  }
+  const int64_t body = line_after(S, start);
+  if (body < 0 || p < body || p > t->hay_len)
+    return lh_error_set(err, LH_EINVAL, "length %lld at depth %g%%: no line inside a document near the needle's place "
+                        "for --variant whichfile; try another length or depth", (long long)t->length, t->depth);
+  t->pos[0] = p;
+  lh_buf h = {0};
+  lh_status st = lh_tokenizer_decode(S->tok, &S->H.data[start], (size_t)(body - start), 0, &h, err);
+  const char *a = st ? NULL : h.data ? strstr(h.data, "path=\"") : NULL;
+  const char *b = a ? strchr(a + 6, '"') : NULL;
+  if (!st && (!b || b - (a + 6) < 1 || b - (a + 6) >= (ptrdiff_t)sizeof t->expected_vals[0]))
+    st = lh_error_set(err, LH_EINVAL, "--variant whichfile: the document header at token %lld (\"%.80s\") does not "
+                      "name a path of 1 to %zu bytes as <document path=\"...\">", (long long)start,
+                      h.data ? h.data : "", sizeof t->expected_vals[0] - 1);
+  if (!st) {
+    snprintf(t->expected, sizeof t->expected, "%.*s", (int)(b - (a + 6)), a + 6);
+    snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%.255s", t->expected);
+    t->n_expected = 1;
+  }
+  lh_buf_free(&h);
+  return st;
+}
+
+lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
+  const lh_niah_params *p = S->p;
+  uint64_t rng = p->seed ^ (uint64_t)t->length * 0x9E3779B97F4A7C15ull ^ (uint64_t)llround(t->depth * 1000) << 20 ^
+                 (uint64_t)t->index << 44;
+  for (int i = 0; i < 4; i++) lh_splitmix64(&rng);
+  const int n = lh_niah__needles(p);
+  t->n_needles = n;
+  if (S->fam) {
+    lh_status st = lh_niah__families_draw(S->fam, p->variant, n, KEYS, N_KEYS, &rng, t, err);
+    if (st) return st;
+  } else {
+    draw_ruler(S, t, n, &rng);
   }
   /* geometry: length = head + haystack + needles + tail */
   char tail[1024];
@@ -135,15 +229,8 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
   }
   /* keep positions ascending (needle order in the text follows them) */
   for (int i = 2; i < n; i++)
-    for (int j = i; j > 1 && t->pos[j] < t->pos[j - 1]; j--) {
-      int64_t tp = t->pos[j];
-      t->pos[j] = t->pos[j - 1], t->pos[j - 1] = tp;
-      char kb[48], vb[16];
-      memcpy(kb, t->keys[j], 48), memcpy(t->keys[j], t->keys[j - 1], 48), memcpy(t->keys[j - 1], kb, 48);
-      memcpy(vb, t->values[j], 16), memcpy(t->values[j], t->values[j - 1], 16), memcpy(t->values[j - 1], vb, 16);
-      lh_buf tb = t->needle_text[j];
-      t->needle_text[j] = t->needle_text[j - 1], t->needle_text[j - 1] = tb;
-    }
+    for (int j = i; j > 1 && t->pos[j] < t->pos[j - 1]; j--) swap_needles(t, j, j - 1);
+  if (p->variant == LH_NIAH_WHICHFILE) return place_in_document(S, t, err);
   if (p->variant == LH_NIAH_MULTIVALUE) { /* the expected list in the order the values appear in the text */
     t->expected[0] = 0;
     for (int i = 0; i < n; i++) {

@@ -17,9 +17,10 @@ cp "$build/tests/gpu/gpu_parity" "$build/bench/cuda/bench_cuda" "$dest/bin/"
 if [ -x "$build/tests/gpu/gpu_model_parity" ]; then cp "$build/tests/gpu/gpu_model_parity" "$dest/bin/"; fi
 if [ -x "$build/tests/gpu/nccl_world" ]; then cp "$build/tests/gpu/nccl_world" "$dest/bin/"; fi
 if [ -x "$build/tests/gpu/gpu_ranks" ]; then cp "$build/tests/gpu/gpu_ranks" "$dest/bin/"; fi  # run_device_ranks.sh
-if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for run_device_niah.sh
+if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for run_device_niah*.sh
 cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" \
   "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" \
+  "$here/bench/cuda/run_device_niah_families.sh" \
   "$here/bench/cuda/run_device_ranks.sh" "$here/bench/cuda/run_device_lightning.sh" \
   "$here/bench/cuda/ncu_lightning.sh" "$here/bench/cuda/sanitize_lightning.sh" \
   "$here/bench/cuda/run_device_sdpa.sh" "$dest/"
