@@ -12,12 +12,14 @@
 # Payload: bench/cuda/make_payload.sh BUILD (a CUDA build with -DLH_CAIRO=OFF; copies longhaul and
 # this script). On the box, from the repo root (models/, examples/ and tools/ are there):
 #   bash .dev/cuda/run_device_niah_families.sh        (carry [".dev/cuda"], timeout_s 600)
+# MODEL=DIR sweeps another model folder (default models/haul-tiny), e.g. a copy carried in .dev/cuda.
 # $OUT gets niah.log, the two single sweeps' summary.json and families.tar.gz (every sweep's
 # results.jsonl, results.csv, summary.json and sweep.json, in a folder per sweep).
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH=$D/libs:${LD_LIBRARY_PATH:-}
 L=$D/bin/longhaul
+M=${MODEL:-models/haul-tiny}
 F=tools/train_tiny/heldout_families.json
 W=/tmp/niah-families
 t0=$(date +%s)
@@ -26,14 +28,14 @@ sweep() { # NAME TIMEOUT ARGS...: one sweep into $W/NAME
   local name=$1 limit=$2
   shift 2
   step "$name: $*"
-  timeout "$limit" "$L" niah --model models/haul-tiny --families "$F" --out "$W/$name" --db "$W/$name.db" \
+  timeout "$limit" "$L" niah --model "$M" --families "$F" --out "$W/$name" --db "$W/$name.db" \
     --device cuda --chunk 16384 --progress none --force "$@"
   echo "rc=$?"
 }
 mkdir -p "$W"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
-  sha256sum "$F"
+  sha256sum "$F" "$M/model.safetensors"
   sweep single-1k-64k 150 --lengths 1k,2k,4k,8k,16k,32k,64k --depths 0:100:10 --trials 10
   sweep single-256k-1m 240 --lengths 256k,1m --depths 0:100:10 --trials 2
   sweep multivalue-32k 60 --variant multivalue --needles 4 --lengths 32k --depths 0:100:25 --trials 8
