@@ -42,7 +42,7 @@ static void usage(FILE *f, const char *cmd) {
   fprintf(f, "  --ids FILE     whitespace-separated token ids\n"
              "  --chunk N      feed the prompt in calls of N tokens (default: as few calls as possible)\n"
              "  --threads N    CPU threads (default: all cores)\n"
-             "  --device D     cpu (default) or cuda\n"
+             "  --device D     cpu (default) or cuda (also called gpu)\n"
              "  -v             report timings on stderr\n");
 }
 
@@ -124,13 +124,13 @@ static int parse_args(int argc, char **argv, engine_args *a) {
     usage(stderr, cmd);
     return 0;
   }
-  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda")) {
-    fprintf(stderr, "longhaul %s: --device must be cpu or cuda (got '%s')\n", cmd, a->device);
+  lh_error e;
+  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "gpu")) {
+    fprintf(stderr, "longhaul %s: --device must be cpu or cuda (also called gpu); got '%s'\n", cmd, a->device);
     return 0;
   }
-  if (!strcmp(a->device, "cuda") && !lh_backend_find("cuda")) {
-    fprintf(stderr, "longhaul %s: this build has no CUDA backend (configure with -DLH_CUDA=ON on a machine with "
-                    "the CUDA toolkit, or use --device cpu)\n", cmd);
+  if (lh_backend_check(a->device, &e) != LH_OK) {
+    fprintf(stderr, "longhaul %s: --device %s: %s\n", cmd, a->device, e.msg);
     return 0;
   }
   return 1;
@@ -186,7 +186,7 @@ static int setup(const char *cmd, const engine_args *a, lh_i32vec *ids, lh_model
   mp.backend = a->device;
   mp.threads = a->threads;
   mp.verbose = a->verbose;
-  if (a->chunk > 0 && a->chunk < mp.max_chunk) mp.max_chunk = (int)a->chunk;
+  if (a->chunk > 0 && a->chunk < mp.max_rows) mp.max_rows = (int)a->chunk;
   lh_error err;
   if (lh_model_open(a->model, &mp, m, &err)) {
     fprintf(stderr, "longhaul %s: %s\n", cmd, err.msg);
@@ -226,9 +226,9 @@ int lh_cmd_logits(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   int64_t T = (int64_t)ids.len, V = lh_model_config(m)->vocab_size;
-  /* default plan: calls of max_chunk tokens, fewer when the vocabulary is large, so that the
+  /* default plan: calls of max_rows tokens, fewer when the vocabulary is large, so that the
    * logits buffer stays under 256 MiB (a 200K vocabulary would need 6.5 GB at 8192 rows) */
-  int64_t step = a.chunk > 0 ? a.chunk : lh_model_default_params().max_chunk;
+  int64_t step = a.chunk > 0 ? a.chunk : lh_model_default_params().max_rows;
   if (a.chunk <= 0 && step * V > ((int64_t)64 << 20)) step = ((int64_t)64 << 20) / V > 0 ? ((int64_t)64 << 20) / V : 1;
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", a.out, (long)getpid());

@@ -1,5 +1,6 @@
-/* cmd_niah.c — `longhaul niah`: a needle-in-a-haystack sweep, and `longhaul niah plot OUT` to
- * redraw its figures from results.jsonl (on any machine with cairo). */
+/* cmd_niah.c — `longhaul niah`: a needle-in-a-haystack sweep, `longhaul niah plot OUT` to redraw
+ * its figures from results.jsonl (on any machine with cairo), and `longhaul niah compare A B` to set
+ * two sweeps side by side with their difference. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <math.h>
@@ -13,6 +14,12 @@
 #include "jobs/niah_plot.h"
 #include "cli/commands.h"
 
+/* x floored to `decimals` places, so a printed 1.000 means every trial was right (as the heatmap) */
+static double down(double x, int decimals) {
+  const double k = pow(10, decimals);
+  return floor(x * k + 1e-9) / k;
+}
+
 static void on_signal(int sig) {
   lh_niah_request_stop();
   signal(sig, SIG_DFL);
@@ -22,6 +29,10 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: longhaul niah --model DIR --out DIR [options]\n"
           "       longhaul niah plot OUT      redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
+          "       longhaul niah compare A B [--out DIR]\n"
+          "                                   two sweeps side by side and B - A per cell, into DIR\n"
+          "                                   (default A/compare-with-<B's name>): compare.png, .svg,\n"
+          "                                   .json, .csv\n"
           "\n"
           "A needle-in-a-haystack sweep: for every length x depth x trial, a needle (a key and a random\n"
           "7-digit value) is placed in a haystack of real text at that depth and the model is asked for it.\n"
@@ -35,6 +46,8 @@ static void usage(FILE *f) {
           "  --depths SPEC          FROM:TO:STEP or a list, in percent (default 0:100:10)\n"
           "  --trials N             trials per cell, each with its own key and value (default 1)\n"
           "  --variant V            single | multikey | multivalue | multiquery (RULER's; default single)\n"
+          "                         | whichfile (with --families: the path of the document that holds\n"
+          "                         the fact is asked for)\n"
           "  --needles N            needles per trial for the multi variants (default 4; multiquery 2)\n"
           "                         (a trial's score is RULER's: the share of its expected values the\n"
           "                         answer holds; summary.json's all_values counts answers with all,\n"
@@ -43,18 +56,107 @@ static void usage(FILE *f) {
           "                         (default \"The special magic {key} number is: {value}.\")\n"
           "  --question TPL         question template ({key}; {key2} for multiquery)\n"
           "  --answer TPL           expected answer template (default \"{value}\")\n"
+          "  --families FILE        draw every trial's fact from a grammar of facts instead (needle of\n"
+          "                         many kinds of text, question, value kind, attribute, key), e.g.\n"
+          "                         tools/train_tiny/heldout_families.json (its README has the format);\n"
+          "                         with single, multikey, multivalue or whichfile, not with --needle,\n"
+          "                         --question or --answer. results.jsonl says each trial's family and\n"
+          "                         summary.json gives the accuracy per needle kind and value kind\n"
+          "  --save-prompts         write each trial's prompt to OUT/prompts/L<len>-D<depth>-T<trial>.txt\n"
           "  --seed N               (default 20261201)\n"
           "  --chunk N              tokens per prefill chunk and checkpoint (default 4096)\n"
           "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
           "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
           "  --cpu-attention fp32|bf16|auto   as in `longhaul run` (default fp32)\n"
-          "  --force                discard earlier results in OUT\n"
+          "  --force                discard earlier results in OUT and start fresh\n"
+          "  --extend               grow the sweep in OUT: this run's lengths, depths and trials must\n"
+          "                         hold all of its (its finished trials are kept, the new ones run)\n"
+          "                         (without either, a sweep into an OUT that holds another sweep, or\n"
+          "                         the same one over other lengths, depths or trials, is refused)\n"
           "  --progress auto|tty|plain|json|none\n"
           "\n"
           "writes OUT/results.jsonl, results.csv, summary.json, sweep.json, heatmap.png, heatmap.svg\n");
 }
 
+static void compare_usage(FILE *f) {
+  fprintf(f,
+          "usage: longhaul niah compare A B [--out DIR]\n"
+          "\n"
+          "Two NIAH sweeps (folders written by `longhaul niah`) side by side: A's and B's heatmaps on the\n"
+          "union of their cells, the difference B - A for every cell both have (a cell of only one is\n"
+          "marked), each sweep's overall score and accuracy per length. Writes compare.png, compare.svg,\n"
+          "compare.json and compare.csv into DIR (default A/compare-with-<B's folder name>).\n"
+          "Exit status: 0 written; 1 the figure could not be drawn (the JSON and CSV are written);\n"
+          "2 a folder holds no sweep, or the two have no cell in common.\n");
+}
+
+static int cmd_compare(int argc, char **argv) {
+  const char *dirs[2] = {0}, *out = NULL;
+  int nd = 0;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      compare_usage(stdout);
+      return LH_EXIT_OK;
+    } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+      out = argv[++i];
+    } else if (!strncmp(argv[i], "--out=", 6)) {
+      out = argv[i] + 6;
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "longhaul niah compare: unknown option %s\n", argv[i]);
+      compare_usage(stderr);
+      return LH_EXIT_USAGE;
+    } else if (nd < 2) {
+      dirs[nd++] = argv[i];
+    } else {
+      nd++;
+    }
+  }
+  if (nd != 2) {
+    compare_usage(stderr);
+    return LH_EXIT_USAGE;
+  }
+  lh_niah_comparison c;
+  lh_error e;
+  lh_error_clear(&e);
+  const lh_status st = lh_niah_compare(dirs[0], dirs[1], out, &c, &e);
+  if (st != LH_OK && st != LH_EUNSUPPORTED) {
+    fprintf(stderr, "longhaul niah compare: %s\n", e.msg);
+    return st == LH_EINVAL || st == LH_ENOTFOUND ? LH_EXIT_USAGE : LH_EXIT_FAILED;
+  }
+  char a[16], b[16], aa[16], ba[16], d[16];
+  lh_niah_score_label(c.score_a, 1, a, sizeof a);
+  lh_niah_score_label(c.all_values_a, 1, aa, sizeof aa);
+  lh_niah_score_label(c.score_b, 1, b, sizeof b);
+  lh_niah_score_label(c.all_values_b, 1, ba, sizeof ba);
+  printf("longhaul niah compare: A = %s, B = %s (score = %s)\n", dirs[0], dirs[1], LH_NIAH_SCORE_METRIC);
+  printf("  A: score %s%%, every value %s%%, %d trials in %d cells\n", a, aa, c.trials_a, c.cells_a);
+  printf("  B: score %s%%, every value %s%%, %d trials in %d cells\n", b, ba, c.trials_b, c.cells_b);
+  lh_niah_score_label(c.common_a, 1, a, sizeof a);
+  lh_niah_score_label(c.common_b, 1, b, sizeof b);
+  lh_niah_diff_label(c.common_b - c.common_a, 1, d, sizeof d);
+  printf("  %d cells in common (A only %d, B only %d): A %s%%, B %s%%, B - A %s points\n", c.common,
+         c.cells_a - c.common, c.cells_b - c.common, a, b, d);
+  printf("  %-8s %8s %8s %8s\n", "length", "A", "B", "B - A");
+  for (int i = 0; i < c.n_lengths; i++) {
+    const lh_niah_compare_length *L = &c.by_length[i];
+    char len[16];
+    lh_niah_length_label(L->length, len, sizeof len);
+    lh_niah_score_label(L->a, 1, a, sizeof a);
+    lh_niah_score_label(L->b, 1, b, sizeof b);
+    lh_niah_diff_label(L->diff, 1, d, sizeof d);
+    printf("  %-8s %8s %8s %8s\n", len, a, b, d);
+  }
+  if (st == LH_EUNSUPPORTED) {
+    fprintf(stderr, "longhaul niah compare: %s\n", e.msg);
+    printf("  wrote %s/compare.json, compare.csv (no figure)\n", c.out_dir);
+    return LH_EXIT_FAILED;
+  }
+  printf("  wrote %s/compare.png, compare.svg, compare.json, compare.csv\n", c.out_dir);
+  return LH_EXIT_OK;
+}
+
 int lh_cmd_niah(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "plot")) {
     if (argc != 3) {
       fprintf(stderr, "usage: longhaul niah plot OUT\n");
@@ -87,6 +189,8 @@ int lh_cmd_niah(int argc, char **argv) {
       {"device", required_argument, 0, 'd'},  {"threads", required_argument, 0, 'T'},
       {"cpu-attention", required_argument, 0, 'X'},
       {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
+      {"extend", no_argument, 0, 'E'},       {"families", required_argument, 0, 'F'},
+      {"save-prompts", no_argument, 0, 'S'},
       {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
@@ -102,6 +206,8 @@ int lh_cmd_niah(int argc, char **argv) {
     case 'N': p.needle = optarg; break;
     case 'Q': p.question = optarg; break;
     case 'A': p.answer = optarg; break;
+    case 'F': p.families = optarg; break;
+    case 'S': p.save_prompts = 1; break;
     case 'd': p.device = optarg; break;
     case 'X':
       if ((p.cpu_attention = lh_cpu_attention_parse(optarg)) < 0) {
@@ -111,10 +217,12 @@ int lh_cmd_niah(int argc, char **argv) {
       break;
     case 'b': p.db_path = optarg; break;
     case 'f': p.force = 1; break;
+    case 'E': p.extend = 1; break;
     case 'V': {
       int v = lh_niah_variant_parse(optarg);
       if (v < 0) {
-        fprintf(stderr, "longhaul niah: --variant %s: expected single, multikey, multivalue or multiquery\n", optarg);
+        fprintf(stderr, "longhaul niah: --variant %s: expected single, multikey, multivalue, multiquery or whichfile\n",
+                optarg);
         return LH_EXIT_USAGE;
       }
       p.variant = (lh_niah_variant)v;
@@ -151,6 +259,10 @@ int lh_cmd_niah(int argc, char **argv) {
     usage(stderr);
     return LH_EXIT_USAGE;
   }
+  if (p.force && p.extend) {
+    fprintf(stderr, "longhaul niah: --force starts OUT afresh and --extend adds to it: pass one of them\n");
+    return LH_EXIT_USAGE;
+  }
   if ((p.n_lengths = lh_niah_parse_lengths(lengths, p.lengths, LH_NIAH_MAX_CELLS, &e)) < 0 ||
       (p.n_depths = lh_niah_parse_depths(depths, p.depths, LH_NIAH_MAX_CELLS, &e)) < 0) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
@@ -168,9 +280,9 @@ int lh_cmd_niah(int argc, char **argv) {
     return LH_EXIT_USAGE;
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
-         s.trials_run, s.trials_resumed, s.accuracy, s.exact);
+         s.trials_run, s.trials_resumed, down(s.accuracy, 3), down(s.exact, 3));
   if (fabs(s.all_values - s.accuracy) > 1e-9 || fabs(s.same_set - s.all_values) > 1e-9)
-    printf(", every value %.3f, exactly those values %.3f", s.all_values, s.same_set);
+    printf(", every value %.3f, exactly those values %.3f", down(s.all_values, 3), down(s.same_set, 3));
   printf("\n");
   for (int i = 0; i < s.n_lengths; i++) {
     const lh_niah_length *L = &s.by_length[i];
@@ -178,9 +290,15 @@ int lh_cmd_niah(int argc, char **argv) {
     if (L->length % 1048576 == 0) snprintf(len, sizeof len, "%lldM", (long long)(L->length / 1048576));
     else if (L->length % 1024 == 0) snprintf(len, sizeof len, "%lldK", (long long)(L->length / 1024));
     else snprintf(len, sizeof len, "%lld", (long long)L->length);
-    printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials, L->accuracy,
-           L->worst_depth, L->worst_score, L->worst_trials,
+    printf("  %-6s %5d trials: accuracy %.3f; worst depth %g%%: %.2f over %d trial%s\n", len, L->trials,
+           down(L->accuracy, 3), L->worst_depth, down(L->worst_score, 2), L->worst_trials,
            L->worst_trials == 1 ? "" : "s");
+  }
+  for (int g = 0; g < 2; g++) { /* with --families: by the needle's kind of text, by the value's kind */
+    const lh_niah_group *G = g ? s.by_value_kind : s.by_needle_kind;
+    const int n = g ? s.n_value_kinds : s.n_needle_kinds;
+    if (n) printf("  by %s:", g ? "value kind" : "needle kind");
+    for (int i = 0; i < n; i++) printf(" %s %.2f (%d)%s", G[i].name, down(G[i].accuracy, 2), G[i].trials, i + 1 < n ? "," : "\n");
   }
   printf("  tokens computed %lld of a naive %lld (%.1f%%); %lld restored from checkpoints in this run; %.1f s\n",
          (long long)s.tokens_computed, (long long)s.tokens_naive,

@@ -30,7 +30,8 @@
  * Keys of the other form are ignored by the code that defines each form, so they are ignored here
  * too, with a warning. Shared keys: vocab_size, hidden_size, intermediate_size, num_hidden_layers,
  * num_attention_heads (all required), rms_norm_eps (1e-5), tie_word_embeddings (false),
- * max_position_embeddings (131072), bos_token_id (1), eos_token_id (2; a list gives its first id).
+ * max_position_embeddings (131072), bos_token_id (1), eos_token_id (2; a list gives its first id;
+ * every id given must be in [0, vocab_size), -1 or null meaning none).
  * Where the forms were confirmed: attn_type_list's codes and the residual/`postnorm` semantics in
  * vLLM's model_executor/models/minimax_text_01.py (MiniMaxText01Model maps "linear_attention" to 0
  * and "full_attention" to 1; the decoder layer builds lightning attention for type 0), the partial
@@ -39,7 +40,9 @@
  *
  * Invariants: on LH_OK every lh_config field is filled and consistent (head counts divide, top_k <=
  * experts, layers <= LH_MAX_LAYERS, rotary_dim even and <= head_dim); on failure *cfg is
- * unspecified. Errors name the file and the key. The parser never trusts the input: any byte
+ * unspecified. Errors name the file and the key. lh_generation_config_check holds a model folder's
+ * generation_config.json to the same rule for its eos_token_id (the key longhaul's runner reads
+ * from it: more ids that end an answer). The parser never trusts the input: any byte
  * string is handled without reading past len (the fuzz target fuzz_config checks this).
  */
 #include <math.h>
@@ -131,11 +134,21 @@ static lh_status get_bool(const pctx *c, const char *key, int def, int *out) {
   return LH_OK;
 }
 
-/* Token ids: an integer, null (-1), or a list whose first element is used. */
-static lh_status get_token_id(const pctx *c, const char *key, int def, int *out) {
+/* Token ids: an integer, null or -1 (none: -1), or a list whose first element is used. Every id
+ * given must lie in [0, vocab): a model that names a token it does not have would never stop, or
+ * start, where its config says. An absent key gives def, or -1 when def is not in the vocabulary. */
+static lh_status token_in_vocab(const pctx *c, const char *key, int index, double v, int vocab) {
+  if (v >= 0 && v < vocab) return LH_OK;
+  char at[32] = "";
+  if (index >= 0) snprintf(at, sizeof at, "[%d]", index);
+  return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s'%s is %.0f, outside the vocabulary [0, %d)", c->path, key, at, v,
+                      vocab);
+}
+
+static lh_status get_token_id(const pctx *c, const char *key, int def, int vocab, int *out) {
   const cJSON *v = get(c, key);
   if (!v) {
-    *out = def;
+    *out = def >= 0 && def < vocab ? def : -1;
     return LH_OK;
   }
   if (cJSON_IsNull(v)) {
@@ -144,16 +157,26 @@ static lh_status get_token_id(const pctx *c, const char *key, int def, int *out)
   }
   if (cJSON_IsArray(v)) {
     const cJSON *e;
+    int i = 0;
+    lh_status st;
     cJSON_ArrayForEach(e, v) {
-      if (!cJSON_IsNumber(e) || !is_integral(e->valuedouble) || e->valuedouble < 0)
+      if (!cJSON_IsNumber(e) || !is_integral(e->valuedouble))
         return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s' must list non-negative integers", c->path, key);
+      if ((st = token_in_vocab(c, key, i, e->valuedouble, vocab))) return st;
+      i++;
     }
     *out = v->child ? (int)v->child->valuedouble : -1;
     return LH_OK;
   }
   if (!cJSON_IsNumber(v) || !is_integral(v->valuedouble) || v->valuedouble < -1)
     return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s' must be a token id, found %s", c->path, key,
-                        json_kind(v));
+                        cJSON_IsNumber(v) ? "a negative or non-integral number" : json_kind(v));
+  if (v->valuedouble == -1) {
+    *out = -1;
+    return LH_OK;
+  }
+  lh_status st = token_in_vocab(c, key, -1, v->valuedouble, vocab);
+  if (st) return st;
   *out = (int)v->valuedouble;
   return LH_OK;
 }
@@ -271,8 +294,8 @@ static lh_status parse_shape(const pctx *c, lh_config *cfg) {
   if ((st = get_int(c, "max_position_embeddings", 0, 4096 * 32, 1, CFG_INT_MAX, &cfg->max_position_embeddings)))
     return st;
   if ((st = get_int(c, "block_size", 0, 256, 1, 1 << 16, &cfg->block_size))) return st;
-  if ((st = get_token_id(c, "bos_token_id", 1, &cfg->bos_token_id))) return st;
-  if ((st = get_token_id(c, "eos_token_id", 2, &cfg->eos_token_id))) return st;
+  if ((st = get_token_id(c, "bos_token_id", 1, cfg->vocab_size, &cfg->bos_token_id))) return st;
+  if ((st = get_token_id(c, "eos_token_id", 2, cfg->vocab_size, &cfg->eos_token_id))) return st;
   return LH_OK;
 }
 
@@ -567,4 +590,47 @@ lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_con
 out:
   cJSON_Delete(root);
   return st;
+}
+
+lh_status lh_generation_config_check(const char *json, size_t len, const char *path, const lh_config *cfg,
+                                     lh_error *err) {
+  if (!path) path = "generation_config.json";
+  cJSON *root = json ? cJSON_ParseWithLength(json, len) : NULL;
+  if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
+  pctx c = {root, path, err};
+  lh_status st = LH_OK;
+  int id;
+  if (!cJSON_IsObject(root))
+    st = lh_error_set(err, LH_EFORMAT, "%s: must be a JSON object, found %s", path, json_kind(root));
+  else
+    st = get_token_id(&c, "eos_token_id", -1, cfg->vocab_size, &id);
+  cJSON_Delete(root);
+  return st;
+}
+
+lh_config lh_config_minimax_text_01_slice(int vocab) {
+  lh_config c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.model_type, sizeof c.model_type, "minimax");
+  c.vocab_size = vocab;
+  c.hidden_size = 6144;
+  c.n_layers = 8;
+  c.n_heads = 64;
+  c.n_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 9216;
+  c.n_experts = 32;
+  c.top_k = 2;
+  c.block_size = 256;
+  c.rotary_dim = 64;
+  c.rope_theta = 10000000.0;
+  c.rms_norm_eps = 1e-5;
+  c.postnorm = 1;
+  c.max_position_embeddings = 1 << 22;
+  c.bos_token_id = c.eos_token_id = -1;
+  for (int k = 0; k < 2; k++) c.attn_alpha[k] = 3.5565588200778455f, c.attn_beta[k] = 1.0f;
+  c.mlp_alpha = 3.5565588200778455f, c.mlp_beta = 1.0f;
+  for (int i = 0; i < c.n_layers; i++) c.layer_kind[i] = (i + 1) % 8 == 0 ? LH_LAYER_SOFTMAX : LH_LAYER_LIGHTNING;
+  count_kinds(&c);
+  return c;
 }

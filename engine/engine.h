@@ -2,7 +2,7 @@
  *
  * The engine is the reference that everything else in longhaul is checked against. Its numbers are
  * HF transformers' `MiniMaxForCausalLM` (models/minimax, transformers 5.17) computed in fp32; the
- * model's math is in shared/DESIGN.md and in the header comment of engine/forward.c.
+ * model's math is in docs/design.md and in the header comment of engine/forward.c.
  *
  * Lifecycle
  *
@@ -76,6 +76,12 @@ typedef struct lh_config {
   int n_lightning, n_softmax;  /* counts of each kind */
 } lh_config;
 
+/* The first 8 layers of MiniMax-Text-01 at its real widths (7 lightning layers, then softmax at
+ * layer 7; hidden 6144, 64 heads x 128, 8 kv heads, rotary 64, 32 experts x 9216 top-2, alphas
+ * 3.5565588200778455, betas 1, as its config.json says), with the given vocab, context 2^22 and
+ * no bos/eos: the model the GPU benchmark and the random-weight backends run at full scale. */
+lh_config lh_config_minimax_text_01_slice(int vocab);
+
 /* How the CPU backend computes softmax attention's two products (Q K^T and P V). */
 typedef enum lh_cpu_attention {
   LH_CPU_ATTN_FP32 = 0, /* fp32 throughout (kernels/cpu/attention.c): the reference the tests and
@@ -91,12 +97,58 @@ typedef enum lh_cpu_attention {
 int lh_cpu_attention_parse(const char *s);
 const char *lh_cpu_attention_name(int mode);
 
+/* ---- weight digests ------------------------------------------------------------------------
+ *
+ * lh_model_open reads every byte of the model's safetensors files once: it computes each file's
+ * digest (a tree of SHA-256 over 64 MiB leaves, engine/safetensors.h, hashed on several threads)
+ * and, in the same pass, checks that every F32/BF16/F16 element is finite. A digest cache lets
+ * the caller (the store) remember both per file, so a file already read is not read again while
+ * its identity stays the same.
+ */
+
+/* What names one weight file's content without reading it: the key of the digest cache. Taken
+ * from fstat of the descriptor the file is mapped through. Any write, truncation, rename or chmod
+ * changes ctime_ns (which no user call can set back), so an equal identity means unchanged bytes
+ * short of tampering with the clock or the disk. */
+typedef struct lh_file_identity {
+  char path[4096];       /* realpath() of the file, NUL-terminated */
+  uint64_t size;         /* st_size, bytes */
+  int64_t mtime_ns;      /* st_mtim, ns since the epoch */
+  int64_t ctime_ns;      /* st_ctim, ns since the epoch */
+  uint64_t inode;        /* st_ino */
+  uint64_t device;       /* st_dev */
+} lh_file_identity;
+
+/* What reading one file taught: its digest and the finiteness scan's result. */
+typedef struct lh_file_digest {
+  uint8_t sha256[32];    /* the file digest (the tree of SHA-256 in engine/safetensors.h) */
+  int64_t nonfinite_at;  /* byte offset in the file of the first element (in file order) that is NaN or
+                            infinite, -1 when every element of every tensor is finite */
+} lh_file_digest;
+
+/* A cache of lh_file_digest by lh_file_identity, supplied by the caller. Both callbacks run on the
+ * thread that calls lh_model_open, one file at a time, and never after it returns; key and value
+ * point to memory valid for the call only. */
+typedef struct lh_digest_cache {
+  /* Fill *out and return 1 when the cache holds an entry whose every key field equals *key (path,
+   * size, mtime_ns, ctime_ns, inode, device); return 0 otherwise (including on the cache's own
+   * errors: a miss only costs a read of the file). */
+  int (*get)(void *user, const lh_file_identity *key, lh_file_digest *out);
+  /* Remember *value for *key, replacing any entry for the same path. Called after a file was read
+   * in full and its identity was unchanged by the end of the read; errors are the cache's own. */
+  void (*put)(void *user, const lh_file_identity *key, const lh_file_digest *value);
+  void *user;
+} lh_digest_cache;
+
 typedef struct lh_model_params {
   const char *backend;   /* "cpu" (default) or "cuda" */
   int threads;           /* CPU threads; 0 = all online cores */
   int device;            /* CUDA device ordinal */
-  int max_chunk;         /* largest n a single lh_prefill call will process at once; larger calls are
-                            split internally. Bounds the activation workspace. Default 8192. */
+  int max_rows;          /* the engine's workspace: the most rows (tokens) one backend call carries
+                            through the layers. A longer lh_prefill is cut into pieces of at most
+                            max_rows internally (same function, other rounding). Bounds the
+                            activation memory. Default 8192. A pipeline plan's chunk is a different
+                            idea (where checkpoints may fall): pipeline/pipeline.h couples the two. */
   int verbose;           /* log loading details */
   int tp_ranks;          /* tensor/expert-parallel ranks (issue 10; 0 or 1: none). The CPU backend runs
                             all ranks in this process, one after another, each on its shard of the
@@ -109,15 +161,23 @@ typedef struct lh_model_params {
                             a world of one rank: this process alone. Defaults to lh_comm_world(), so a
                             binary started by mpirun spreads every model it opens over its ranks. The
                             backend's open sees it only when the model spans two ranks or more. */
+  const lh_digest_cache *digest_cache; /* NULL (default): every byte of every file is read at each open.
+                            The ranks other than 0 of a spread model open without one. */
 } lh_model_params;
 
 lh_model_params lh_model_default_params(void);
 
 /* Open a HuggingFace model folder: config.json plus model.safetensors or a sharded
  * model.safetensors.index.json. Validates everything (shapes against the config, byte spans,
- * dtypes); errors name the file and tensor. Unknown tensors are logged as warnings. */
+ * dtypes, every element finite, token ids of config.json and generation_config.json inside the
+ * vocabulary); errors name the file and tensor or key. Unknown tensors are logged as warnings. */
 lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err);
 void lh_model_close(lh_model *m); /* accepts NULL */
+/* The checks lh_model_open makes before reading anything, for a command to make before it
+ * creates files: dir is a folder (LH_ENOTFOUND otherwise; for a path shaped like a Hugging Face
+ * repo id, "owner/name", the message says that nothing is downloaded and how to fetch the folder)
+ * and backend (NULL: "cpu") is in this build (lh_backend_check's LH_EUNSUPPORTED). */
+lh_status lh_model_check(const char *dir, const char *backend, lh_error *err);
 
 const lh_config *lh_model_config(const lh_model *m);
 const char *lh_model_dir(const lh_model *m);
@@ -128,8 +188,9 @@ int lh_model_cpu_attention(const lh_model *m);
 /* What computes those products, for a progress line: "AMX tiles", "AVX512-BF16" or "none (fp32)"
  * (a static string). */
 const char *lh_model_cpu_attention_unit(const lh_model *m);
-/* 64 hex chars: SHA-256 over the normalised config and the tensor index (names, dtypes, shapes,
- * and a digest of the bytes). Two folders with the same weights have the same id. */
+/* 64 hex chars: SHA-256 over the normalised config, the weights' roles, dtypes and shapes, and the
+ * digests of the weight files' every byte (engine/model.c). Any changed byte of any file changes
+ * it; the same files in another folder (shards under other names too) give the same id. */
 const char *lh_model_id(const lh_model *m);
 
 typedef struct lh_model_stats {

@@ -31,7 +31,7 @@ struct lh_model {
   int n_owned;
   const lh_backend_ops *ops; /* NULL for backend "none" (config + weights only) */
   lh_backend *be;
-  int64_t max_rows;          /* rows per backend call (params.max_chunk) */
+  int64_t max_rows;          /* rows per backend call (params.max_rows) */
   /* ranks (engine/ranks.c): set when params.comm has several ranks and a backend is bound */
   lh_comm *comm;             /* NULL: this process alone */
   int64_t next_sid;          /* rank 0: the id the next state gets */
@@ -64,7 +64,7 @@ typedef struct lh_rank_cmd {
 typedef struct lh_rank_open {
   char dir[4096];
   char backend[16];
-  int32_t threads, device, max_chunk, verbose, tp_ranks, cpu_attention;
+  int32_t threads, device, max_rows, verbose, tp_ranks, cpu_attention;
 } lh_rank_open;
 
 /* 1 when m spans several ranks; rank 0 is the one that tells. */
@@ -83,5 +83,9 @@ void lh_state_set_sid(lh_state *s, int64_t sid);
 
 /* Parse config.json text into cfg (both forms); path is used in messages. */
 lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_config *cfg, lh_error *err);
+/* Check generation_config.json text against cfg: valid JSON, eos_token_id (an id or a list) in the
+ * vocabulary. */
+lh_status lh_generation_config_check(const char *json, size_t len, const char *path, const lh_config *cfg,
+                                     lh_error *err);
 
 #endif

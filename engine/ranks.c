@@ -141,7 +141,7 @@ static int serve_one(server *sv, const lh_rank_cmd *cmd) {
       o.dir[sizeof o.dir - 1] = o.backend[sizeof o.backend - 1] = 0;
       lh_model_params p = lh_model_default_params();
       p.backend = o.backend;
-      p.threads = o.threads, p.device = o.device, p.max_chunk = o.max_chunk, p.verbose = o.verbose;
+      p.threads = o.threads, p.device = o.device, p.max_rows = o.max_rows, p.verbose = o.verbose;
       p.tp_ranks = o.tp_ranks;
       p.cpu_attention = o.cpu_attention;
       p.comm = sv->c;

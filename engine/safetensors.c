@@ -10,6 +10,9 @@
  *
  * Names are collected in one arena while parsing (offsets, since the arena grows) and turned into
  * pointers by lh_st_finish, which also sorts the tensors by name and rejects duplicates.
+ * lh_st_digest reads every mapped byte once, leaf by leaf on a thread pool: each 64 KiB chunk is
+ * hashed, then the elements that start in it are tested for NaN/Inf while it is still in the L2
+ * cache; an element split by a chunk or leaf boundary belongs to the piece where it starts.
  * This file never copies tensor data and never writes to a mapping (they are PROT_READ).
  */
 #define _GNU_SOURCE
@@ -17,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +30,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "kernels/cpu/ops.h"
 #include "util/buf.h"
 #include "util/fs.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 #define JSON_INT_MAX 9007199254740992.0 /* 2^53: larger integers are not exact in a double */
@@ -308,10 +314,23 @@ lh_st_tensor *lh_st_find(const lh_st_set *s, const char *name) {
   return NULL;
 }
 
+static void identity_of(const struct stat *sb, lh_file_identity *id) {
+  id->size = (uint64_t)sb->st_size;
+  id->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+  id->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
+  id->inode = (uint64_t)sb->st_ino;
+  id->device = (uint64_t)sb->st_dev;
+}
+
 lh_status lh_st_add_file(lh_st_set *s, const char *path, lh_error *err) {
   lh_mapping *nm = realloc(s->maps, (size_t)(s->n_maps + 1) * sizeof *nm);
   if (!nm) return lh_error_set(err, LH_ENOMEM, "%s: out of memory", path);
   s->maps = nm;
+  lh_file_identity *ni = realloc(s->ident, (size_t)(s->n_maps + 1) * sizeof *ni);
+  if (!ni) return lh_error_set(err, LH_ENOMEM, "%s: out of memory", path);
+  s->ident = ni;
+  lh_file_identity *id = &s->ident[s->n_maps];
+  memset(id, 0, sizeof *id);
   lh_mapping *m = &s->maps[s->n_maps];
   memset(m, 0, sizeof *m);
   if (snprintf(m->path, sizeof m->path, "%s", path) >= (int)sizeof m->path)
@@ -333,6 +352,13 @@ lh_status lh_st_add_file(lh_st_set *s, const char *path, lh_error *err) {
     return lh_error_set(err, LH_EFORMAT, "%s: %lld bytes is too short for a safetensors file", path,
                         (long long)sb.st_size);
   }
+  char real[PATH_MAX];
+  if (!realpath(path, real) || snprintf(id->path, sizeof id->path, "%s", real) >= (int)sizeof id->path) {
+    int e = errno;
+    close(fd);
+    return lh_error_set(err, LH_EIO, "%s: cannot resolve its real path: %s", path, strerror(e));
+  }
+  identity_of(&sb, id);
   void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
   close(fd);
@@ -482,6 +508,8 @@ void lh_st_close(lh_st_set *s) {
   for (int i = 0; i < s->n_maps; i++)
     if (s->maps[i].base) munmap(s->maps[i].base, s->maps[i].size);
   free(s->maps);
+  free(s->ident);
+  free(s->digest);
   free(s->t);
   st_priv *p = priv(s);
   free(p->name_off);
@@ -498,7 +526,302 @@ lh_status lh_st_move_to_model(lh_st_set *s, lh_model *m, lh_error *err) {
   m->owned[m->n_owned++] = p->names.data;
   m->maps = s->maps;
   m->n_maps = s->n_maps;
+  free(s->ident);
+  free(s->digest);
   free(p->name_off);
   free(s);
   return LH_OK;
+}
+
+/* ---- digests and the finiteness scan (see safetensors.h) ------------------------------------ */
+
+#define DIGEST_CHUNK ((uint64_t)64 << 10) /* hashed, then scanned while it is still in the L2 cache */
+#define SCAN_BLOCK 4096                    /* elements tested together before the first bad one is sought */
+
+/* Non-finite (NaN or an infinity) means every exponent bit set. */
+static uint32_t exp_bits(lh_dtype dt) { return dt == LH_F32 ? 0x7f800000u : dt == LH_BF16 ? 0x7f80u : 0x7c00u; }
+
+static int64_t first_bad_plain(const uint8_t *p, int64_t n, lh_dtype dt) {
+  uint32_t m = exp_bits(dt);
+  if (dt == LH_F32) {
+    for (int64_t i = 0; i < n; i++) {
+      uint32_t x;
+      memcpy(&x, p + 4 * i, 4);
+      if ((x & m) == m) return i;
+    }
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      uint16_t x;
+      memcpy(&x, p + 2 * i, 2);
+      if ((x & m) == m) return i;
+    }
+  }
+  return -1;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 1 when any of the n elements at p (any alignment) is not finite. */
+__attribute__((target("avx2"))) static int any_bad_avx2(const uint8_t *p, int64_t n, lh_dtype dt) {
+  int64_t bytes = n * (int64_t)lh_dtype_size(dt), i = 0;
+  __m256i acc = _mm256_setzero_si256();
+  if (dt == LH_F32) {
+    const __m256i m = _mm256_set1_epi32((int)exp_bits(dt));
+    for (; i + 32 <= bytes; i += 32) {
+      __m256i x = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + i)), m);
+      acc = _mm256_or_si256(acc, _mm256_cmpeq_epi32(x, m));
+    }
+  } else {
+    const __m256i m = _mm256_set1_epi16((short)exp_bits(dt));
+    for (; i + 32 <= bytes; i += 32) {
+      __m256i x = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + i)), m);
+      acc = _mm256_or_si256(acc, _mm256_cmpeq_epi16(x, m));
+    }
+  }
+  if (!_mm256_testz_si256(acc, acc)) return 1;
+  int64_t es = (int64_t)lh_dtype_size(dt);
+  return first_bad_plain(p + i, (bytes - i) / es, dt) >= 0;
+}
+#endif
+
+/* Index of the first of n elements at p that is not finite, -1 when all are. */
+static int64_t first_bad(const uint8_t *p, int64_t n, lh_dtype dt) {
+  int64_t es = (int64_t)lh_dtype_size(dt);
+  for (int64_t i0 = 0; i0 < n; i0 += SCAN_BLOCK) {
+    int64_t k = n - i0 < SCAN_BLOCK ? n - i0 : SCAN_BLOCK;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && !any_bad_avx2(p + i0 * es, k, dt)) continue;
+#endif
+    int64_t j = first_bad_plain(p + i0 * es, k, dt);
+    if (j >= 0) return i0 + j;
+  }
+  return -1;
+}
+
+typedef struct dg_seg {
+  uint64_t b, e; /* a tensor's bytes in its file */
+  lh_dtype dt;
+} dg_seg;
+
+typedef struct dg_file {
+  const uint8_t *base;
+  uint64_t size;
+  dg_seg *seg; /* sorted by b */
+  int nseg;
+  int64_t first_task, n_leaves;
+} dg_file;
+
+typedef struct dg_job {
+  dg_file *f;
+  uint64_t leaf;
+  int *task_file;
+  uint8_t (*dig)[32]; /* per task (leaf) */
+  int64_t *bad;       /* per task: file offset of the first non-finite element starting in the leaf, or -1 */
+} dg_job;
+
+static int seg_cmp(const void *a, const void *b) {
+  const dg_seg *x = a, *y = b;
+  return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* One leaf: hash its bytes chunk by chunk and scan the elements that start in each chunk. */
+static void digest_task(void *ctx, int64_t task, int worker) {
+  (void)worker;
+  dg_job *j = ctx;
+  const dg_file *f = &j->f[j->task_file[task]];
+  uint64_t a = (uint64_t)(task - f->first_task) * j->leaf, b = f->size - a < j->leaf ? f->size : a + j->leaf;
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)(f->base + a)) & ~(uintptr_t)(page > 0 ? page - 1 : 4095);
+  madvise((void *)lo, (size_t)((uintptr_t)(f->base + b) - lo), MADV_WILLNEED); /* a hint: failure is harmless */
+  lh_sha256 h;
+  lh_sha256_init(&h);
+  int64_t bad = -1;
+  int lo_seg = 0, hi_seg = f->nseg; /* the first segment ending after a */
+  while (lo_seg < hi_seg) {
+    int mid = lo_seg + (hi_seg - lo_seg) / 2;
+    if (f->seg[mid].e <= a)
+      lo_seg = mid + 1;
+    else
+      hi_seg = mid;
+  }
+  int si = lo_seg;
+  for (uint64_t c0 = a; c0 < b;) {
+    uint64_t c1 = b - c0 < DIGEST_CHUNK ? b : c0 + DIGEST_CHUNK;
+    lh_sha256_update(&h, f->base + c0, (size_t)(c1 - c0));
+    while (si < f->nseg && f->seg[si].e <= c0) si++;
+    for (int k = si; bad < 0 && k < f->nseg && f->seg[k].b < c1; k++) {
+      const dg_seg *g = &f->seg[k];
+      uint64_t es = lh_dtype_size(g->dt), s0 = c0 > g->b ? c0 : g->b, s1 = c1 < g->e ? c1 : g->e;
+      uint64_t i0 = (s0 - g->b + es - 1) / es, i1 = (s1 - g->b + es - 1) / es; /* elements starting in [s0, s1) */
+      if (i1 <= i0) continue;
+      int64_t r = first_bad(f->base + g->b + i0 * es, (int64_t)(i1 - i0), g->dt);
+      if (r >= 0) bad = (int64_t)(g->b + (i0 + (uint64_t)r) * es);
+    }
+    c0 = c1;
+  }
+  lh_sha256_final(&h, j->dig[task]);
+  j->bad[task] = bad;
+}
+
+static int same_identity(const lh_file_identity *a, const lh_file_identity *b) {
+  return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns && a->inode == b->inode &&
+         a->device == b->device;
+}
+
+/* The error for the non-finite element at byte off of file i. */
+static lh_status nonfinite_error(const lh_st_set *s, int i, int64_t off, lh_error *err) {
+  const char *path = s->maps[i].path;
+  const uint8_t *base = s->maps[i].base;
+  for (int k = 0; k < s->n; k++) {
+    const lh_st_tensor *t = &s->t[k];
+    if (t->file != i || !t->data) continue;
+    int64_t b = (const uint8_t *)t->data - base;
+    if (off < b || off >= b + (int64_t)t->nbytes) continue;
+    int64_t es = (int64_t)lh_dtype_size(t->dtype), e = (off - b) / es;
+    uint32_t m = exp_bits(t->dtype), x = 0, mant = 0, neg = 0;
+    if (t->dtype == LH_F32) {
+      memcpy(&x, (const uint8_t *)t->data + e * es, 4);
+      mant = x & 0x7fffffu, neg = x >> 31;
+    } else {
+      uint16_t y;
+      memcpy(&y, (const uint8_t *)t->data + e * es, 2);
+      x = y, mant = y & ~m & 0x7fffu, neg = y >> 15;
+    }
+    const char *what = (x & m) != m ? "a value that is not finite (the file changed since it was read)"
+                       : mant       ? "NaN"
+                       : neg        ? "-infinity"
+                                    : "+infinity";
+    char idx[256];
+    int64_t rest = e, stride = 1;
+    for (int d = 0; d < t->ndim; d++) stride *= t->shape[d];
+    size_t n = (size_t)snprintf(idx, sizeof idx, "[");
+    for (int d = 0; d < t->ndim && n < sizeof idx; d++) {
+      stride = t->shape[d] ? stride / t->shape[d] : 1;
+      int64_t v = stride ? rest / stride : 0;
+      rest -= v * stride;
+      n += (size_t)snprintf(idx + n, sizeof idx - n, "%s%lld", d ? ", " : "", (long long)v);
+    }
+    if (n < sizeof idx) snprintf(idx + n, sizeof idx - n, "]");
+    return lh_error_set(err, LH_EFORMAT,
+                        "%s: tensor '%s' (%s) holds %s at element %lld, index %s: weights must be finite; the "
+                        "checkpoint is damaged or diverged (download or convert it again)",
+                        path, t->name, lh_dtype_name(t->dtype), what, (long long)e, idx);
+  }
+  return lh_error_set(err, LH_EFORMAT,
+                      "%s: a non-finite value is recorded at byte %lld, which belongs to no tensor (a wrong digest "
+                      "cache entry?)",
+                      path, (long long)off);
+}
+
+lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest_cache *cache, lh_error *err) {
+  if (!leaf) leaf = LH_ST_DIGEST_LEAF;
+  int nf = s->n_maps;
+  lh_status st = LH_OK;
+  free(s->digest);
+  s->digest = calloc((size_t)(nf ? nf : 1), sizeof *s->digest);
+  dg_file *f = calloc((size_t)(nf ? nf : 1), sizeof *f);
+  dg_seg *segs = calloc((size_t)(s->n ? s->n : 1), sizeof *segs);
+  char *hit = calloc((size_t)(nf ? nf : 1), 1);
+  int *task_file = NULL;
+  uint8_t(*dig)[32] = NULL;
+  int64_t *bad = NULL;
+  lh_pool *pool = NULL;
+  if (!s->digest || !f || !segs || !hit) {
+    st = lh_error_set(err, LH_ENOMEM, "out of memory digesting the weight files");
+    goto out;
+  }
+  for (int i = 0; i < nf; i++)
+    if (cache && cache->get && cache->get(cache->user, &s->ident[i], &s->digest[i])) hit[i] = 1;
+
+  /* each file's tensors, in file order */
+  int *count = calloc((size_t)(nf ? nf : 1), sizeof *count);
+  if (!count) {
+    st = lh_error_set(err, LH_ENOMEM, "out of memory digesting the weight files");
+    goto out;
+  }
+  for (int k = 0; k < s->n; k++)
+    if (s->t[k].data) count[s->t[k].file]++;
+  for (int i = 0, at = 0; i < nf; i++) {
+    f[i].base = s->maps[i].base;
+    f[i].size = s->maps[i].size;
+    f[i].seg = segs + at;
+    at += count[i];
+  }
+  free(count);
+  for (int k = 0; k < s->n; k++) {
+    const lh_st_tensor *t = &s->t[k];
+    if (!t->data) continue;
+    dg_file *g = &f[t->file];
+    uint64_t b = (uint64_t)((const uint8_t *)t->data - g->base);
+    g->seg[g->nseg++] = (dg_seg){b, b + t->nbytes, t->dtype};
+  }
+  int64_t ntasks = 0;
+  for (int i = 0; i < nf; i++) {
+    qsort(f[i].seg, (size_t)f[i].nseg, sizeof *f[i].seg, seg_cmp);
+    if (hit[i]) continue;
+    f[i].first_task = ntasks;
+    f[i].n_leaves = f[i].size ? (int64_t)((f[i].size + leaf - 1) / leaf) : 1;
+    ntasks += f[i].n_leaves;
+  }
+  if (ntasks) {
+    task_file = malloc((size_t)ntasks * sizeof *task_file);
+    dig = malloc((size_t)ntasks * sizeof *dig);
+    bad = malloc((size_t)ntasks * sizeof *bad);
+    if (!task_file || !dig || !bad) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory digesting the weight files");
+      goto out;
+    }
+    for (int i = 0; i < nf; i++)
+      for (int64_t l = 0; !hit[i] && l < f[i].n_leaves; l++) task_file[f[i].first_task + l] = i;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t nt = threads > 0 ? threads : cores > 0 ? cores : 1;
+    if (nt > ntasks) nt = ntasks;
+    if (nt > 1) pool = lh_pool_new((int)nt); /* NULL: one thread does it all */
+    dg_job j = {.f = f, .leaf = leaf, .task_file = task_file, .dig = dig, .bad = bad};
+    lh_pool_run(pool, ntasks, digest_task, &j);
+  }
+  for (int i = 0; i < nf; i++) {
+    if (hit[i]) continue;
+    lh_sha256 h;
+    lh_sha256_init(&h);
+    static const char tag[] = "longhaul file digest v1\n";
+    lh_sha256_update(&h, tag, sizeof tag - 1);
+    uint8_t le[16];
+    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(f[i].size >> (8 * b)), le[8 + b] = (uint8_t)(leaf >> (8 * b));
+    lh_sha256_update(&h, le, 16);
+    s->digest[i].nonfinite_at = -1;
+    for (int64_t l = 0; l < f[i].n_leaves; l++) {
+      lh_sha256_update(&h, dig[f[i].first_task + l], 32);
+      if (s->digest[i].nonfinite_at < 0) s->digest[i].nonfinite_at = bad[f[i].first_task + l];
+    }
+    lh_sha256_final(&h, s->digest[i].sha256);
+    /* What was read is the file the identity names only if nothing changed it meanwhile. */
+    struct stat sb;
+    lh_file_identity now = s->ident[i];
+    if (stat(s->maps[i].path, &sb) == 0) identity_of(&sb, &now);
+    else
+      now.inode = ~s->ident[i].inode;
+    if (!same_identity(&now, &s->ident[i])) {
+      st = lh_error_set(err, LH_EIO,
+                        "%s: the file changed (or was replaced) while longhaul read it; open the model again once "
+                        "nothing writes to it",
+                        s->maps[i].path);
+      goto out;
+    }
+    if (cache && cache->put) cache->put(cache->user, &s->ident[i], &s->digest[i]);
+  }
+  for (int i = 0; i < nf; i++)
+    if (s->digest[i].nonfinite_at >= 0) {
+      st = nonfinite_error(s, i, s->digest[i].nonfinite_at, err);
+      goto out;
+    }
+out:
+  lh_pool_free(pool);
+  free(task_file);
+  free(dig);
+  free(bad);
+  free(hit);
+  free(segs);
+  free(f);
+  return st;
 }

@@ -13,13 +13,7 @@
 
 #include "engine/engine.h"
 #include "kernels/cpu/ops.h"
-
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+#include "util/rand.h"
 
 typedef struct cand {
   float logit;
@@ -64,7 +58,7 @@ int32_t lh_sample(const float *logits, int vocab, const lh_sampler_params *p, ui
   }
   uint64_t dummy = p->seed;
   uint64_t *rs = rng_state ? rng_state : &dummy;
-  double u = (double)(splitmix64(rs) >> 11) * (1.0 / 9007199254740992.0) * sum, acc = 0;
+  double u = lh_splitmix64_uniform(rs) * sum, acc = 0;
   int32_t pick = c[n - 1].id;
   for (int i = 0; i < n; i++) {
     acc += exp(((double)c[i].logit - mx) / t);

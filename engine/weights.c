@@ -5,7 +5,7 @@
  *   lightning: self_attn.qkv_proj.weight [3*H*d, hidden], self_attn.output_gate.weight [H*d, hidden],
  *              self_attn.out_proj.weight [hidden, H*d], self_attn.norm.weight [H*d]; optional buffers
  *              self_attn.slope_rate [H,1,1], query_decay [H,B,1], key_decay [H,B,1], diagonal_decay [1,H,B,B]
- *              (transformers' save_pretrained writes them)
+ *              (transformers' save_pretrained writes them) at any block length B, not only the config's
  *   softmax:   self_attn.{q,o}_proj.weight [H*d, hidden] / [hidden, H*d], self_attn.{k,v}_proj.weight
  *              [Hkv*d, hidden]
  *   MoE, under block_sparse_moe. or mlp. (transformers' conversion for "minimax" -> "mixtral" renames
@@ -23,7 +23,9 @@
  * array of its dtype. Each tensor of the index is used at most once; any left over is reported as
  * unknown (a warning, never an error). A lightning layer's slopes come from its stored slope_rate
  * when there is one (transformers loads that buffer, so its values are the ones it computes with)
- * and from lh_lightning_slopes otherwise.
+ * and from lh_lightning_slopes otherwise. The decay tables are derived data: each is checked
+ * against the slopes at its own block length (decay_table) and never used, since the engine
+ * computes every decay from the slopes at the config's block length.
  */
 #include "engine/weights.h"
 
@@ -166,9 +168,64 @@ static float to_f32(const void *p, lh_dtype dt, int64_t i) {
 
 static double dtype_tol(lh_dtype dt) { return dt == LH_F32 ? 1e-5 : dt == LH_BF16 ? 1.0 / 128 : 1.0 / 1024; }
 
+/* A decay table transformers saved (k: 0 query_decay [H, B, 1], 1 key_decay [H, B, 1], 2
+ * diagonal_decay [1, H, B, B]), made at its own block length B, which need not be the config's:
+ * the tables are derived data, and longhaul computes every decay from the slopes at its own block
+ * length, so the table is only checked against the slopes at B, element by element:
+ *     query_decay[h, j] = exp(-s_h (j + 1)),  key_decay[h, j] = exp(-s_h (B - j - 1)),
+ *     diagonal_decay[h, i, j] = exp(-s_h (i - j)) for i >= j, 0 above the diagonal.
+ * A mismatch is a warning (transformers would compute with the table inside each block), not an
+ * error; a shape of another form is an error. */
+static lh_status decay_table(wctx *c, lh_st_tensor *t, int k, int H, const float *slope) {
+  int diag = k == 2;
+  int64_t B = diag ? (t->ndim == 4 ? t->shape[2] : 0) : (t->ndim == 3 ? t->shape[1] : 0);
+  int64_t want[4] = {diag ? 1 : H, diag ? H : B, diag ? B : 1, B};
+  if (B < 1 || B > (1 << 16)) {
+    char got[128];
+    fmt_dims(got, sizeof got, t->shape, t->ndim);
+    return lh_error_set(c->err, LH_EFORMAT,
+                        "%s: tensor '%s' has shape %s but a decay table must be %s with this config's %d heads and "
+                        "any block length B (1 to 65536)",
+                        file_of(c, t), t->name, got, diag ? "[1, H, B, B]" : "[H, B, 1]", H);
+  }
+  lh_tensor v = {0};
+  lh_status st = view(c, t, diag ? 4 : 3, want, &v);
+  if (st) return st;
+  double *e = malloc(sizeof *e * (size_t)(B + 1)), tol = 2 * dtype_tol(v.dtype);
+  if (!e) return lh_error_set(c->err, LH_ENOMEM, "out of memory checking tensor '%s'", t->name);
+  int64_t bad = -1, n = diag ? B * B : B;
+  double bad_got = 0, bad_want = 0;
+  for (int h = 0; h < H && bad < 0; h++) {
+    for (int64_t d = 0; d <= B; d++) e[d] = exp(-(double)slope[h] * (double)d);
+    for (int64_t x = 0; x < n && bad < 0; x++) {
+      int64_t i = diag ? x / B : x, j = diag ? x % B : 0;
+      double w = !diag ? e[k == 0 ? i + 1 : B - i - 1] : i >= j ? e[i - j] : 0;
+      double g = to_f32(v.data, v.dtype, (int64_t)h * n + x);
+      if (!(fabs(g - w) <= tol * (w > 1e-30 ? w : 1e-30) + 1e-30)) bad = (int64_t)h * n + x, bad_got = g, bad_want = w;
+    }
+  }
+  free(e);
+  if (bad >= 0)
+    lh_log_warn("%s: tensor '%s' does not match the slopes at its block length %lld (element %lld is %.9g, the "
+                "slopes give %.9g); transformers uses the stored table inside each lightning block, longhaul "
+                "computes the decays from the slopes, so results will differ from transformers on this checkpoint",
+                file_of(c, t), t->name, (long long)B, (long long)bad, bad_got, bad_want);
+  else if (v.dtype != LH_F32 && !c->warned_lowprec_decay) {
+    c->warned_lowprec_decay = 1;
+    lh_log_warn("%s: the lightning decay tables (e.g. '%s') are stored in %s; transformers uses these rounded "
+                "tables inside each block while longhaul computes exact fp32 decays, so expect differences of "
+                "the order of %s rounding against transformers on this checkpoint",
+                file_of(c, t), t->name, lh_dtype_name(v.dtype), lh_dtype_name(v.dtype));
+  }
+  if (B != c->m->cfg.block_size)
+    lh_log_debug("%s: tensor '%s' was made with block length %lld; longhaul computes the decays from the slopes "
+                 "at block_size %d", file_of(c, t), t->name, (long long)B, c->m->cfg.block_size);
+  return LH_OK;
+}
+
 static lh_status lightning_buffers(wctx *c, int layer, const char *p, lh_layer_weights *lw) {
   const lh_config *cfg = &c->m->cfg;
-  int H = cfg->n_heads, B = cfg->block_size;
+  int H = cfg->n_heads;
   char name[512];
   lh_lightning_slopes(cfg, layer, lw->slope);
   snprintf(name, sizeof name, "%sself_attn.slope_rate", p);
@@ -198,30 +255,7 @@ static lh_status lightning_buffers(wctx *c, int layer, const char *p, lh_layer_w
     snprintf(name, sizeof name, "%sself_attn.%s", p, tables[k]);
     t = find(c, name);
     if (!t) continue;
-    int64_t w4[4] = {1, H, B, B}, w3[3] = {H, B, 1};
-    if ((st = view(c, t, k == 2 ? 4 : 3, k == 2 ? w4 : w3, &v))) return st;
-    if (k != 0) continue;
-    /* transformers computes inside each block with these stored tables; longhaul derives the
-     * decays from the slope. They agree when the table matches the slope (checked at both ends). */
-    int bad = 0;
-    for (int h = 0; h < H && !bad; h++)
-      for (int j = 0; j < B; j += B > 1 ? B - 1 : 1) {
-        double want = exp(-(double)lw->slope[h] * (j + 1)), got = to_f32(v.data, v.dtype, (int64_t)h * B + j);
-        if (fabs(got - want) > 2 * dtype_tol(v.dtype) * (want > 1e-30 ? want : 1e-30) + 1e-30) bad = 1;
-        if (B == 1) break;
-      }
-    if (bad)
-      lh_log_warn("%s: tensor '%s' does not match exp(-slope_rate * position); transformers uses the stored table "
-                  "inside each lightning block, longhaul computes the decays from slope_rate, so results will differ "
-                  "from transformers on this checkpoint",
-                  file_of(c, t), name);
-    else if (v.dtype != LH_F32 && !c->warned_lowprec_decay) {
-      c->warned_lowprec_decay = 1;
-      lh_log_warn("%s: the lightning decay tables (e.g. '%s') are stored in %s; transformers uses these rounded "
-                  "tables inside each block while longhaul computes exact fp32 decays, so expect differences of "
-                  "the order of %s rounding against transformers on this checkpoint",
-                  file_of(c, t), name, lh_dtype_name(v.dtype), lh_dtype_name(v.dtype));
-    }
+    if ((st = decay_table(c, t, k, H, lw->slope))) return st;
   }
   return LH_OK;
 }

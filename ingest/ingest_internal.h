@@ -2,7 +2,7 @@
  *
  * The pieces, each in its own file:
  *   ingest_glob.c     glob patterns compiled once, matched by a position-set simulation
- *   frame_utf8.c      streaming UTF-8 repair (maximal subparts to U+FFFD) and the sniff test
+ *   frame_utf8.c      the binary sniff (the UTF-8 decoder and repair are util/utf8.c's)
  *   frame.c           templates, and the per-entry decisions and document framing (lh_doc_*)
  *   manifest.c        names, JSON lines, terminal-safe display, XML attribute escaping
  *   archive.c         libarchive inputs (files, stdin, memory), caps, --sort path windows
@@ -24,6 +24,7 @@
 
 #include "ingest/ingest.h"
 #include "util/hash.h"
+#include "util/utf8.h"
 
 /* ---- globs (ingest_glob.c) ---- */
 
@@ -39,16 +40,8 @@ void lh_globset_free(lh_globset *gs);
  * pattern matches a leading directory of the path (exclude semantics). */
 int lh_globset_match(const lh_globset *gs, const char *path, size_t len, int any_prefix);
 
-/* ---- UTF-8 (frame_utf8.c) ---- */
+/* ---- UTF-8 (util/utf8.h; the sniff in frame_utf8.c) ---- */
 
-typedef struct lh_utf8 {
-  uint8_t pend[4]; /* a valid but unfinished sequence carried to the next piece */
-  uint8_t npend;
-} lh_utf8;
-
-/* Append p[0..n) to out with every maximal invalid subpart replaced by U+FFFD. final: the input
- * ends here (a carried unfinished sequence becomes U+FFFD). Adds substitutions to *replaced. */
-lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_buf *out, int64_t *replaced);
 /* The binary sniff. *nul_at receives the offset of the first NUL byte or -1 (and then nothing
  * else is counted). Otherwise returns the number of bytes of p[0..n) inside invalid subparts (an
  * unfinished tail counting as valid when !final), counting stops once past stop_above; *clean
@@ -56,11 +49,6 @@ lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_b
  * the result is 0, p[0..*clean) needs no repair. */
 size_t lh_utf8_invalid_bytes(const uint8_t *p, size_t n, int final, size_t stop_above, int64_t *nul_at,
                              size_t *clean);
-/* The sequence at s[0..avail) (avail >= 1): 1 when valid, 0 when not; *len is its length or the
- * length of the maximal invalid subpart (an unfinished sequence at the end counts as invalid). */
-int lh_utf8_next(const uint8_t *s, size_t avail, size_t *len);
-/* 1 when p[0..n) is entirely valid UTF-8. */
-int lh_utf8_valid(const uint8_t *p, size_t n);
 
 /* ---- escaping (manifest.c) ---- */
 

@@ -75,37 +75,25 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
   return st;
 }
 
-lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *before, lh_buf *after, lh_error *err) {
+lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *after, lh_error *err) {
   if (r->endpoint == LH_EP_COMPLETIONS) return lh_buf_append_str(after, r->prompt ? r->prompt : "");
   if (f->kind == 0)
     return lh_error_set(err, LH_EUNSUPPORTED,
                         "the model has no chat_template in tokenizer_config.json; pass --chat-template minimax or "
                         "--chat-template raw, or use /v1/completions");
-  int first_user = -1;
-  for (int i = 0; i < r->n_messages; i++)
-    if (!strcmp(r->messages[i].role, "user")) {
-      first_user = i;
-      break;
-    }
-  if (first_user < 0 && r->n_documents > 0)
-    return lh_error_set(err, LH_EINVAL, "line %d: documents need a user message to go into", r->line);
-  lh_buf *cur = before;
-  if (first_user < 0) cur = after;
   for (int i = 0; i < r->n_messages; i++) {
     const lh_message *m = &r->messages[i];
     if (f->kind == LH_CHAT_RAW) {
-      if (i == first_user) cur = after;
-      lh_buf_append_str(cur, m->content);
-      if (i + 1 < r->n_messages) lh_buf_append_str(cur, "\n");
+      lh_buf_append_str(after, m->content);
+      if (i + 1 < r->n_messages) lh_buf_append_str(after, "\n");
       continue;
     }
     const char *head = !strcmp(m->role, "system") ? BOS_TURN "system ai_setting=assistant\n"
                        : !strcmp(m->role, "user") ? BOS_TURN "user name=user\n"
                                                   : BOS_TURN "ai name=assistant\n";
-    lh_buf_append_str(cur, head);
-    if (i == first_user) cur = after;
-    lh_buf_append_str(cur, m->content);
-    lh_buf_append_str(cur, EOS_TURN "\n");
+    lh_buf_append_str(after, head);
+    lh_buf_append_str(after, m->content);
+    lh_buf_append_str(after, EOS_TURN "\n");
   }
   if (f->kind == LH_CHAT_MINIMAX) lh_buf_append_str(after, BOS_TURN "ai name=assistant\n");
   return LH_OK;

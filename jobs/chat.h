@@ -10,10 +10,13 @@
  *
  * followed by the generation prompt `<beginning_of_sentence>ai name=assistant\n`.
  *
- * Documents go at the start of the first user turn, right after its role line, so every request
- * over the same documents (and the same system message) shares the token prefix up to the end of
- * the documents: the rendering is split into the text before the documents and the text after.
- * Completions (/v1/completions) are raw: documents, then the prompt.
+ * Documents open the prompt, before the first message: [documents][system turn][user turn]...
+ * [generation prompt]. So every request over the same documents shares the token prefix up to
+ * their end, whatever its system message or turns, and its own part starts right after them
+ * (one prefill for many questions; the fork is at the first token that can differ). The embedded
+ * model answers the same in this layout as with the documents inside the first user turn (both
+ * demo questions, with and without a system message). Completions (/v1/completions) are the
+ * same: documents, then the prompt.
  */
 #ifndef LH_JOBS_CHAT_H
 #define LH_JOBS_CHAT_H
@@ -34,8 +37,8 @@ typedef struct lh_chat_format {
  * for completions and an error for chat requests (reported by lh_chat_render). */
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err);
 
-/* Render r into the text before its documents and the text after them (both appended). */
-lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *before_docs, lh_buf *after_docs,
-                         lh_error *err);
+/* Render r into the text that follows its documents (appended to after_docs; no text precedes
+ * the documents). */
+lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *after_docs, lh_error *err);
 
 #endif

@@ -7,7 +7,7 @@
  *  2. A job's answer exists only once its state is `done` in the store: output.jsonl and the
  *     per-job folders are rebuilt from the store at the end of every run, so a crash at any moment
  *     loses at most the work since the last checkpoint, and rerunning prints the same lines.
- *  3. The shared prefix of a group (text before the documents + the documents) is computed at
+ *  3. The shared prefix of a group (its documents, which open every prompt: jobs/chat.h) is computed at
  *     most once per run and checkpointed every `checkpoint_every` chunks at chunk boundaries that
  *     are multiples of `chunk` from position 0, so an interrupted run resumes on the same chunk plan
  *     and gives bitwise the answers an uninterrupted run gives.
@@ -36,10 +36,15 @@
 #include "tokenizer/tokenizer.h"
 #include "jobs/batch.h"
 #include "jobs/chat.h"
+#include "jobs/outdir.h"
+#include "jobs/shard.h"
+#include "pipeline/pipeline.h"
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/testpoint.h"
+#include "util/utf8.h"
 
 #ifndef LH_VERSION
 #define LH_VERSION "0"
@@ -57,15 +62,21 @@ lh_runner_params lh_runner_default_params(void) {
   p.max_tokens_default = 256;
   p.shard_count = 1;
   p.max_group = 64;
+  p.keep_checkpoints = 4;
   p.progress = LH_PROGRESS_AUTO;
   return p;
 }
 
-void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz) {
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, int line, char *out, size_t outsz) {
   lh_sha256 s;
   lh_sha256_init(&s);
   lh_sha256_update(&s, batch_digest, strlen(batch_digest) + 1);
   lh_sha256_update(&s, custom_id, strlen(custom_id));
+  if (line > 0) { /* a refused line: its own id, even when its custom_id repeats an earlier line's */
+    char l[32];
+    const int n = snprintf(l, sizeof l, "\nline %d", line);
+    lh_sha256_update(&s, l, (size_t)n);
+  }
   uint8_t d[32];
   lh_sha256_final(&s, d);
   char hex[65];
@@ -108,37 +119,47 @@ typedef struct run {
   lh_progress *prog;
   int64_t batch_id;
   int64_t *job_ids;   /* [batch.n], 0 for bad lines and other shards */
+  struct job_line *by_job; /* [n_by_job] (job id, line index), sorted by job id */
+  int n_by_job;
+  int todo;           /* requests of this run's shard not already done: the progress's batch */
+  lh_plan plan;
   char model_name[256];
   int32_t stop_ids[8];
   int n_stop_ids;
   lh_runner_summary *sum;
+  lh_outdir *out;
+  lh_status fault;    /* the first failure of the store or the output folder: the run stops */
+  lh_error fault_err;
 } run;
 
 typedef struct job {
   lh_request *r;
   int64_t id;
-  lh_buf before, after;
-  lh_i32vec suffix;
-  lh_state *st;
-  lh_i32vec gen;
-  lh_buf text;
-  lh_sampler_params sp;
-  uint64_t rng;
+  lh_buf after;         /* the rendered messages, which follow the documents */
+  lh_i32vec suffix;     /* tokens of `after`: the job's own part of the prompt */
+  lh_state *st;         /* its fork of the group's prefix */
+  lh_buf text;          /* the answer */
+  int cut;              /* text was cut at a stop string */
   int max_tokens;
-  int done;
-  const char *finish;
-  double t_start, t_decode;
   int64_t prompt_tokens;
-  int failed;
-  int fail_status;
-  char fail_code[32];
-  lh_error err;
+  int failed;           /* 1: failed (recorded in the store); -1: not this run's job */
+  int recorded;         /* its result is committed to the store */
 } job;
 
 static char *render_json_string(cJSON *o) {
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
+}
+
+/* A failure of the store or of the output folder (a full disk, an I/O error, a damaged or locked
+ * database) is not the job's: the run stops at once, its unfinished jobs go back to the queue, and
+ * a rerun resumes them from their last good checkpoint. The first such failure is kept. */
+static void env_fault(run *R, lh_status st, const lh_error *e) {
+  if (R->fault != LH_OK) return;
+  R->fault = st != LH_OK ? st : LH_EIO;
+  R->fault_err = *e;
+  R->fault_err.code = R->fault;
 }
 
 /* The store keeps a failed job's error as a small JSON object so output.jsonl can be rebuilt with
@@ -152,19 +173,20 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
   lh_error e;
   lh_status st = lh_store_job_fail(R->store, id, s ? s : msg, &e);
   free(s);
-  if (st != LH_OK) lh_log_warn("could not record the failure of job %lld: %s", (long long)id, e.msg);
-  R->sum->failed++;
+  if (st == LH_OK) R->sum->failed++;
+  else if (st == LH_EBUSY) lh_log_warn("job %lld was taken over by another process: %s", (long long)id, e.msg);
+  else env_fault(R, st, &e);
   return st;
 }
 
-static void group_key(run *R, const lh_request *r, const char *before, char out[65]) {
+/* Jobs with the same model and documents share a prefix (the documents open every prompt). */
+static void group_key(run *R, const lh_request *r, char out[65]) {
   char dk[65];
   lh_request_documents_key(r, dk);
   lh_sha256 s;
   lh_sha256_init(&s);
   lh_sha256_update(&s, lh_model_id(R->model), 64);
   lh_sha256_update(&s, dk, 64);
-  lh_sha256_update(&s, before, strlen(before));
   uint8_t d[32];
   lh_sha256_final(&s, d);
   lh_hex(d, 32, out);
@@ -179,18 +201,6 @@ static uint64_t str_hash64(const char *s) {
 }
 
 /* ---- set-up ---- */
-
-static lh_status batch_digest(const char *path, char out[65], lh_error *err) {
-  lh_buf b = {0};
-  lh_status st = lh_file_read(path, (size_t)1 << 34, &b, err);
-  if (st == LH_OK) {
-    uint8_t d[32];
-    lh_sha256_buf(b.data, b.len, d);
-    lh_hex(d, 32, out);
-  }
-  lh_buf_free(&b);
-  return st;
-}
 
 static void collect_stop_ids(run *R) {
   R->n_stop_ids = 0;
@@ -216,12 +226,6 @@ static void collect_stop_ids(run *R) {
   lh_buf_free(&b);
 }
 
-static int is_stop_id(const run *R, int32_t id) {
-  for (int i = 0; i < R->n_stop_ids; i++)
-    if (R->stop_ids[i] == id) return 1;
-  return 0;
-}
-
 /* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force. */
 static lh_status add_jobs(run *R, lh_error *err) {
   R->job_ids = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->job_ids);
@@ -229,19 +233,17 @@ static lh_status add_jobs(run *R, lh_error *err) {
   for (int i = 0; i < R->batch.n; i++) {
     lh_request *r = &R->batch.req[i];
     if (r->error.code != LH_OK) continue;
-    lh_buf before = {0}, after = {0};
+    lh_buf after = {0};
     lh_error e;
     char key[65] = "";
-    if (lh_chat_render(&R->chat, r, &before, &after, &e) != LH_OK) {
+    if (lh_chat_render(&R->chat, r, &after, &e) != LH_OK) {
       r->error = e; /* rendering problems are request errors (reported like malformed lines) */
       lh_error_prefix(&r->error, e.code, "line %d: ", r->line);
       R->batch.n_bad++;
-      lh_buf_free(&before);
       lh_buf_free(&after);
       continue;
     }
-    group_key(R, r, before.data ? before.data : "", key);
-    lh_buf_free(&before);
+    group_key(R, r, key);
     lh_buf_free(&after);
     if (R->p->shard_count > 1 && (int)(str_hash64(key) % (uint64_t)R->p->shard_count) != R->p->shard_index) {
       R->sum->not_in_shard++;
@@ -276,10 +278,32 @@ static lh_status add_jobs(run *R, lh_error *err) {
   return LH_OK;
 }
 
-static int find_request(const run *R, int64_t job_id) {
+typedef struct job_line {
+  int64_t job;
+  int line; /* index in batch.req */
+} job_line;
+
+static int cmp_job_line(const void *a, const void *b) {
+  const int64_t x = ((const job_line *)a)->job, y = ((const job_line *)b)->job;
+  return (x > y) - (x < y);
+}
+
+/* The map from job ids to the requests this run added (a lookup per claimed job must not scan
+ * the batch: a batch of N lines would cost O(N^2)). */
+static lh_status index_jobs(run *R, lh_error *err) {
+  R->by_job = malloc((size_t)(R->batch.n ? R->batch.n : 1) * sizeof *R->by_job);
+  if (!R->by_job) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  R->n_by_job = 0;
   for (int i = 0; i < R->batch.n; i++)
-    if (R->job_ids[i] == job_id) return i;
-  return -1;
+    if (R->job_ids[i]) R->by_job[R->n_by_job++] = (job_line){R->job_ids[i], i};
+  qsort(R->by_job, (size_t)R->n_by_job, sizeof *R->by_job, cmp_job_line);
+  return LH_OK;
+}
+
+static int find_request(const run *R, int64_t job_id) {
+  const job_line key = {job_id, 0};
+  const job_line *hit = bsearch(&key, R->by_job, (size_t)R->n_by_job, sizeof key, cmp_job_line);
+  return hit ? hit->line : -1;
 }
 
 /* ---- one group ---- */
@@ -356,7 +380,9 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     }
     int64_t offset = (int64_t)P->len;
     lh_ingest_batch b;
-    lh_progress_begin(R->prog, r->custom_id, "ingest", 0, "B");
+    lh_ingest_stats is;
+    lh_ingest_stats_get(ing, &is);
+    lh_progress_begin(R->prog, NULL, "ingest", is.source_total > 0 ? is.source_total : 0, "B");
     while ((st = lh_ingest_next(ing, &b, err)) == LH_OK) {
       if (lh_i32vec_append(P, b.tokens, b.n_tokens) != LH_OK) {
         st = lh_error_set(err, LH_ENOMEM, "out of memory holding the prompt's tokens");
@@ -365,15 +391,16 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
       for (size_t i = 0; i < b.n_entries; i++)
         if ((st = manifest_add(man, &b.entries[i], offset)) != LH_OK) break;
       if (st != LH_OK) break;
-      lh_ingest_stats is;
       lh_ingest_stats_get(ing, &is);
+      lh_testpoint("ingest");
       lh_progress_update(R->prog, is.source_bytes);
       if (b.done) break;
     }
-    lh_ingest_stats is;
     lh_ingest_stats_get(ing, &is);
     *mb += (double)is.source_bytes / 1e6;
-    lh_progress_end(R->prog);
+    lh_progress_update(R->prog, is.source_bytes);
+    if (st == LH_OK) lh_progress_end(R->prog);
+    else lh_progress_stop(R->prog, "failed");
     lh_ingest_close(ing);
     if (st != LH_OK) return lh_error_prefix(err, st, "document %s: ", di->path);
   }
@@ -383,38 +410,6 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
 static lh_status tokenize_text(run *R, const lh_buf *b, lh_i32vec *out, lh_error *err) {
   if (!b->len) return LH_OK;
   return lh_tokenizer_encode(R->tok, b->data, b->len, 0, out, err);
-}
-
-/* Prefill tokens[pos:n] into st in chunks aligned to multiples of chunk, checkpointing. */
-static lh_status prefill_prefix(run *R, lh_state *st, lh_store_cursor *cur, const int32_t *tokens, int64_t n,
-                                const char *label, int checkpoint, lh_error *err) {
-  int64_t pos = lh_state_pos(st), chunk = R->p->chunk, since = 0;
-  if (pos >= n) return LH_OK;
-  lh_progress_begin(R->prog, label, "prefill", n, "tok");
-  lh_progress_prefill(R->prog, pos);
-  while (pos < n) {
-    int64_t next = (pos / chunk + 1) * chunk;
-    if (next > n) next = n;
-    lh_status s = lh_prefill(st, tokens + pos, next - pos, NULL, NULL, err);
-    if (s != LH_OK) return s;
-    if (cur) lh_store_cursor_feed(cur, tokens + pos, next - pos);
-    R->sum->tokens_prefilled += next - pos;
-    pos = next;
-    since++;
-    int last = pos == n;
-    if (checkpoint && R->writer && cur && R->p->checkpoint_every > 0 &&
-        (since >= R->p->checkpoint_every || last || stop_requested)) {
-      if ((s = lh_store_checkpoint_state(R->writer, st, cur, err)) != LH_OK) return s;
-      since = 0;
-    }
-    lh_progress_update(R->prog, pos);
-    if (stop_requested && !last) {
-      lh_progress_end(R->prog);
-      return lh_error_set(err, LH_EINTR, "interrupted at token %lld of %lld", (long long)pos, (long long)n);
-    }
-  }
-  lh_progress_end(R->prog);
-  return LH_OK;
 }
 
 /* Does text contain a stop string? Returns the cut position or -1. */
@@ -427,16 +422,16 @@ static long find_stop(const lh_request *r, const char *text) {
   return cut;
 }
 
-static lh_status write_job_files(run *R, job *J, const manifest *man, const char *result_json, lh_error *err) {
-  char dir[4096], name[256], path[4200];
+/* OUT/jobs/<custom_id>/{result.json,manifest.jsonl}, each replaced whole (jobs/outdir.h). */
+static lh_status write_job_files(run *R, const job *J, const char *result_json, const char *manifest, size_t mlen,
+                                 lh_error *err) {
+  char name[256], rel[512];
   lh_runner_job_dirname(J->r->custom_id, name, sizeof name);
-  snprintf(dir, sizeof dir, "%s/jobs/%s", R->p->out_dir, name);
-  lh_status st = lh_mkdir_p(dir, err);
-  if (st) return st;
-  snprintf(path, sizeof path, "%s/result.json", dir);
-  if ((st = lh_file_write_atomic(path, result_json, strlen(result_json), err))) return st;
-  snprintf(path, sizeof path, "%s/manifest.jsonl", dir);
-  return lh_file_write_atomic(path, man->jsonl.data ? man->jsonl.data : "", man->jsonl.len, err);
+  snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+  lh_status st = lh_outdir_put(R->out, rel, result_json, strlen(result_json), err);
+  snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
+  if (st == LH_OK) st = lh_outdir_put(R->out, rel, manifest ? manifest : "", mlen, err);
+  return st;
 }
 
 /* libarchive's version string, read once: archive_version_details() rebuilds its static string on
@@ -448,35 +443,297 @@ static void read_archive_version(void) {
   snprintf(g_archive_version, sizeof g_archive_version, "%s", archive_version_details());
 }
 
-static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens, int64_t restored, int64_t computed,
-                         int group_size, double t_ingest, double mb, double t_prefill) {
+static void job_free(job *J) {
+  lh_buf_free(&J->after);
+  lh_i32vec_free(&J->suffix);
+  lh_state_free(J->st);
+  lh_buf_free(&J->text);
+}
+
+/* ---- one group ----
+ *
+ * A group is the jobs claimed together: they share their documents (the group key), so their prompts share the prefix P. run_group takes it through
+ * the pipeline (pipeline/pipeline.h): bind the jobs to their requests, build P (ingest), admit
+ * each job (its own suffix, the model's limits), prefill P as a prefix (resume, checkpoints),
+ * fork it per job, feed each fork its suffix, decode the forks together, record the results. A
+ * job that fails on its own fails alone; a failure of P fails the group; only an interrupt
+ * leaves jobs for a rerun.
+ */
+
+typedef struct group {
+  run *R;
+  job *J;
+  int n, lead;
+  char label[128];
+  lh_i32vec P;       /* the shared prefix's tokens */
+  manifest man;
+  int64_t docs_tokens, restored, computed;
+  double t_ingest, mb, t_prefill;
+  int live;          /* jobs admitted */
+  lh_fork *forks;    /* [nf]: one per admitted job that forked */
+  int *fork_job;     /* [nf]: its index in J */
+  int nf;
+  volatile sig_atomic_t halt; /* stop the prefill: interrupted, or the claim was lost */
+  int lost;          /* another process took the group's jobs over (its claim expired) */
+} group;
+
+static void group_fail(group *g, int status, const char *code, const char *msg) {
+  for (int i = 0; i < g->n; i++)
+    if (!g->J[i].failed) {
+      fail_job(g->R, g->J[i].id, status, code, msg);
+      g->J[i].failed = 1;
+    }
+  g->live = 0;
+}
+
+/* Bind each claimed id to its request in this run's batch; ids this run did not add (another
+ * shard's, or an edited batch's) are released. Returns the first bound job, or -1. */
+static int group_bind(group *g, const int64_t *ids) {
+  run *R = g->R;
+  int lead = -1;
+  for (int i = 0; i < g->n; i++) {
+    const int ri = find_request(R, ids[i]);
+    g->J[i].id = ids[i];
+    if (ri < 0) {
+      lh_store_job_release(R->store, ids[i], NULL);
+      g->J[i].failed = -1;
+      continue;
+    }
+    g->J[i].r = &R->batch.req[ri];
+    lh_chat_render(&R->chat, g->J[i].r, &g->J[i].after, NULL);
+    if (lead < 0) lead = i;
+  }
+  return lead;
+}
+
+/* P = the documents' tokens. A document problem fails the
+ * whole group (400 for the input's fault, 500 otherwise). */
+static int group_ingest(group *g) {
+  run *R = g->R;
+  const job *L = &g->J[g->lead];
+  const double t0 = lh_now();
+  lh_error e;
+  lh_error_clear(&e);
+  lh_status st = ingest_documents(R, L->r, &g->P, &g->man, &g->mb, &e);
+  g->t_ingest = lh_now() - t0;
+  g->docs_tokens = (int64_t)g->P.len;
+  if (st == LH_OK) return 1;
+  const int input = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED;
+  group_fail(g, input ? 400 : 500, "document_error", e.msg);
+  lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+  return 0;
+}
+
+/* Each job's own suffix and the model's limits; returns how many jobs are admitted. */
+static int group_admit(group *g) {
+  run *R = g->R;
+  const int64_t limit = R->cfg->max_position_embeddings;
+  g->live = 0;
+  for (int i = 0; i < g->n; i++) {
+    job *J = &g->J[i];
+    if (J->failed) continue;
+    J->max_tokens = J->r->max_tokens > 0 ? J->r->max_tokens : R->p->max_tokens_default;
+    lh_error e;
+    if (tokenize_text(R, &J->after, &J->suffix, &e) != LH_OK) {
+      fail_job(R, J->id, 500, "tokenizer_error", e.msg);
+      J->failed = 1;
+      continue;
+    }
+    J->prompt_tokens = (int64_t)(g->P.len + J->suffix.len);
+    if (J->prompt_tokens == 0) {
+      fail_job(R, J->id, 400, "invalid_request", "the prompt is empty");
+      J->failed = 1;
+      continue;
+    }
+    if (limit > 0 && J->prompt_tokens + J->max_tokens > limit) {
+      char msg[512];
+      snprintf(msg, sizeof msg,
+               "request over the model's limits: %lld prompt tokens (%lld from documents) + max_tokens %d > the "
+               "model's context of %lld tokens",
+               (long long)J->prompt_tokens, (long long)g->docs_tokens, J->max_tokens, (long long)limit);
+      fail_job(R, J->id, 400, "context_length_exceeded", msg);
+      lh_progress_note(R->prog, "%s: %s", J->r->custom_id, msg);
+      J->failed = 1;
+      continue;
+    }
+    lh_store_job_set_tokens(R->store, J->id, J->prompt_tokens, NULL);
+    g->live++;
+  }
+  return g->live;
+}
+
+/* After each chunk of the prefix: progress, and whether to go on. A runner that stalled for a
+ * whole lease may find its jobs taken over by another process (store/store_jobs.c); it then stops
+ * at once rather than compute a prefix whose result the store would refuse. */
+static void on_prefix_chunk(void *user, int64_t pos) {
+  group *g = user;
+  lh_progress_update(g->R->prog, pos);
+  if (lh_store_job_check_claim(g->R->store, g->J[g->lead].id, NULL) == LH_EBUSY) g->lost = 1;
+  g->halt = stop_requested || g->lost;
+}
+
+/* Prefill P (resuming from the store, checkpointing per the plan) into *px. LH_OK, LH_EINTR, or
+ * LH_OK with the group failed (*px NULL). */
+static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
+  run *R = g->R;
+  const double t0 = lh_now();
+  lh_prefix_params pp = lh_prefix_default_params();
+  pp.plan = R->plan;
+  pp.store = R->store;
+  pp.writer = R->writer;
+  pp.job_id = g->J[g->lead].id;
+  pp.hooks = (lh_pipeline_hooks){.progress = on_prefix_chunk, .user = g, .stop = &g->halt};
+  lh_error e;
+  lh_status st = lh_prefix_open(R->model, g->P.data, (int64_t)g->P.len, &pp, px, &e);
+  if (st != LH_OK) {
+    env_fault(R, st, &e); /* resuming reads the store (and makes the state) */
+    return LH_OK;
+  }
+  g->restored = lh_prefix_restored(*px);
+  R->sum->tokens_restored += g->restored;
+  if (g->restored)
+    lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", g->label,
+                     (long long)g->restored, (long long)g->P.len);
+  lh_progress_begin(R->prog, NULL, "prefill", (int64_t)g->P.len, "tok");
+  lh_progress_prefill(R->prog, g->restored);
+  st = lh_prefix_advance(*px, (int64_t)g->P.len, &e);
+  if (st == LH_OK) lh_progress_end(R->prog);
+  else lh_progress_stop(R->prog, g->lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
+  g->computed = lh_prefix_computed(*px);
+  R->sum->tokens_prefilled += g->computed;
+  g->t_prefill = lh_now() - t0;
+  if (st == LH_EINTR && g->lost) { /* the jobs are another process's now: leave them to it */
+    lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", g->label);
+    for (int i = 0; i < g->n; i++) g->J[i].failed = g->J[i].failed ? g->J[i].failed : -1;
+    lh_prefix_close(*px);
+    *px = NULL;
+    return LH_OK;
+  }
+  if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  lh_fault fault = lh_prefix_fault(*px);
+  if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) fault = LH_FAULT_STORE;
+  if (st != LH_OK) {
+    if (fault == LH_FAULT_STORE) {
+      env_fault(R, st, &e);
+    } else {
+      group_fail(g, 500, "engine_error", e.msg);
+      lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
+    }
+    lh_prefix_close(*px);
+    *px = NULL;
+    return LH_OK;
+  }
+  if (g->live > 1) R->sum->tokens_shared += (int64_t)g->P.len;
+  return LH_OK;
+}
+
+/* lh_decode_params.on_token: the answer's text so far, cut at the first stop string. */
+static int on_token(void *user, int i, lh_fork *f) {
+  group *g = user;
+  job *J = &g->J[g->fork_job[i]];
+  if (!J->r->n_stop) return 0;
+  lh_buf_clear(&J->text);
+  lh_tokenizer_decode(g->R->tok, f->tokens.data, f->tokens.len, 1, &J->text, NULL);
+  const long cut = find_stop(J->r, J->text.data ? J->text.data : "");
+  if (cut < 0) return 0;
+  J->text.len = (size_t)cut;
+  J->text.data[cut] = 0;
+  J->cut = 1;
+  return 1;
+}
+
+static void on_decoded(void *user, int64_t generated) { lh_progress_update(((group *)user)->R->prog, generated); }
+
+/* Fork P per admitted job, feed each fork its suffix, decode them together. LH_OK (jobs that
+ * failed have failed alone), LH_EINTR, or LH_ENOMEM. */
+static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
+  run *R = g->R;
+  g->forks = calloc((size_t)g->n, sizeof *g->forks);
+  g->fork_job = calloc((size_t)g->n, sizeof *g->fork_job);
+  if (!g->forks || !g->fork_job) return lh_error_set(err, LH_ENOMEM, "out of memory for %d forks", g->n);
+  lh_pipeline_hooks quiet = {.stop = &stop_requested};
+  for (int i = 0; i < g->n; i++) {
+    job *J = &g->J[i];
+    if (J->failed) continue;
+    lh_error e;
+    lh_status st = lh_prefix_fork(px, &J->st, &e);
+    if (st == LH_OK) st = lh_pipeline_feed(J->st, J->suffix.data, (int64_t)J->suffix.len, &R->plan, &quiet, NULL, &e);
+    if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+    R->sum->tokens_prefilled += (int64_t)J->suffix.len;
+    if (st != LH_OK) {
+      fail_job(R, J->id, 500, "engine_error", e.msg);
+      J->failed = 1;
+      continue;
+    }
+    const lh_request *r = J->r;
+    g->forks[g->nf] = (lh_fork){
+        .state = J->st,
+        .max_tokens = J->max_tokens,
+        .sampler = {.temperature = (float)r->temperature, .top_p = (float)r->top_p, .top_k = 0,
+                    .seed = r->has_seed ? r->seed : str_hash64(r->custom_id)}};
+    g->fork_job[g->nf++] = i;
+  }
+  lh_decode_params dp = {.stop_ids = R->stop_ids, .n_stop_ids = R->n_stop_ids,
+                         .context_limit = R->cfg->max_position_embeddings, .on_token = on_token,
+                         .progress = on_decoded, .user = g, .stop = &stop_requested};
+  int64_t most = 0; /* the decode's bound: every fork to its max_tokens */
+  for (int f = 0; f < g->nf; f++) most += g->forks[f].max_tokens;
+  lh_progress_begin(R->prog, NULL, "decode", most, "tok");
+  lh_status st = lh_decode_forks(g->forks, g->nf, &dp, err);
+  if (st == LH_OK) lh_progress_end(R->prog);
+  else lh_progress_stop(R->prog, st == LH_EINTR ? "interrupted" : "failed");
+  for (int f = 0; f < g->nf; f++) {
+    const lh_fork *F = &g->forks[f];
+    job *J = &g->J[g->fork_job[f]];
+    R->sum->tokens_decoded += (int64_t)F->tokens.len;
+    if (F->status != LH_OK) {
+      fail_job(R, J->id, 500, "engine_error", F->err.msg);
+      J->failed = 1;
+    } else if (F->finish != LH_FINISH_NONE && !J->cut) {
+      lh_tokenizer_decode(R->tok, F->tokens.data, F->tokens.len, 1, &J->text, NULL);
+    }
+  }
+  return st;
+}
+
+static char *result_json(const group *g, const job *J, const lh_fork *F) {
+  const run *R = g->R;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
-  cJSON_AddStringToObject(o, "answer", J->text.data ? J->text.data : "");
-  cJSON_AddStringToObject(o, "finish_reason", J->finish);
+  /* the answer as text is valid UTF-8 whatever bytes the model chose (each invalid sequence one
+   * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
+  lh_buf answer = {0};
+  lh_utf8_replace(&answer, J->text.data ? J->text.data : "", J->text.len, NULL);
+  cJSON_AddStringToObject(o, "answer", answer.data ? answer.data : "");
+  lh_buf_free(&answer);
+  cJSON_AddItemToObject(o, "completion_token_ids", cJSON_CreateIntArray(F->tokens.data, (int)F->tokens.len));
+  cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
   cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
   cJSON_AddStringToObject(o, "model", R->model_name);
   cJSON_AddNumberToObject(o, "created", (double)time(NULL));
   cJSON *t = cJSON_AddObjectToObject(o, "tokens");
   cJSON_AddNumberToObject(t, "prompt", (double)J->prompt_tokens);
-  cJSON_AddNumberToObject(t, "documents", (double)docs_tokens);
-  cJSON_AddNumberToObject(t, "shared_prefix", (double)prefix_len);
+  cJSON_AddNumberToObject(t, "documents", (double)g->docs_tokens);
+  cJSON_AddNumberToObject(t, "shared_prefix", (double)g->P.len);
   cJSON_AddNumberToObject(t, "own_suffix", (double)J->suffix.len);
-  cJSON_AddNumberToObject(t, "completion", (double)J->gen.len);
+  cJSON_AddNumberToObject(t, "completion", (double)F->tokens.len);
+  /* cached: the prompt tokens this request did not compute. The group's prefix is computed once,
+   * after what a checkpoint restored; its first request pays for that part, the others reuse it. */
+  cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed)));
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
-  cJSON_AddBoolToObject(c, "hit", restored > 0);
-  cJSON_AddNumberToObject(c, "tokens_reused", (double)restored);
-  cJSON_AddNumberToObject(c, "prefix_tokens_computed", (double)computed);
-  cJSON_AddNumberToObject(c, "requests_sharing_prefix", group_size);
+  cJSON_AddBoolToObject(c, "hit", g->restored > 0);
+  cJSON_AddNumberToObject(c, "tokens_reused", (double)g->restored);
+  cJSON_AddNumberToObject(c, "prefix_tokens_computed", (double)g->computed);
+  cJSON_AddNumberToObject(c, "requests_sharing_prefix", g->live);
   cJSON *tm = cJSON_AddObjectToObject(o, "timings_s");
-  cJSON_AddNumberToObject(tm, "ingest", t_ingest);
-  cJSON_AddNumberToObject(tm, "prefill", t_prefill);
-  cJSON_AddNumberToObject(tm, "decode", J->t_decode);
+  cJSON_AddNumberToObject(tm, "ingest", g->t_ingest);
+  cJSON_AddNumberToObject(tm, "prefill", g->t_prefill);
+  cJSON_AddNumberToObject(tm, "decode", F->seconds);
   cJSON *rt = cJSON_AddObjectToObject(o, "rates");
-  cJSON_AddNumberToObject(rt, "ingest_mb_per_s", t_ingest > 0 ? mb / t_ingest : 0);
-  cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", t_prefill > 0 ? (double)computed / t_prefill : 0);
-  cJSON_AddNumberToObject(rt, "decode_tokens_per_s", J->t_decode > 0 ? (double)J->gen.len / J->t_decode : 0);
+  cJSON_AddNumberToObject(rt, "ingest_mb_per_s", g->t_ingest > 0 ? g->mb / g->t_ingest : 0);
+  cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", g->t_prefill > 0 ? (double)g->computed / g->t_prefill : 0);
+  cJSON_AddNumberToObject(rt, "decode_tokens_per_s", F->seconds > 0 ? (double)F->tokens.len / F->seconds : 0);
   cJSON *s = cJSON_AddObjectToObject(o, "store");
   cJSON_AddStringToObject(s, "path", R->sum->db_path);
   cJSON_AddNumberToObject(s, "job_id", (double)J->id);
@@ -484,7 +741,7 @@ static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens
   cJSON_AddStringToObject(m, "model_dir", lh_model_dir(R->model));
   cJSON_AddStringToObject(m, "model_id", lh_model_id(R->model));
   cJSON_AddStringToObject(m, "backend", lh_model_backend(R->model));
-  cJSON_AddNumberToObject(m, "chunk", R->p->chunk);
+  cJSON_AddNumberToObject(m, "chunk", (double)R->plan.chunk);
   cJSON *v = cJSON_AddObjectToObject(o, "versions");
   cJSON_AddStringToObject(v, "longhaul", LH_VERSION);
   cJSON_AddStringToObject(v, "sqlite", sqlite3_libversion());
@@ -493,442 +750,329 @@ static char *result_json(run *R, job *J, int64_t prefix_len, int64_t docs_tokens
   return render_json_string(o);
 }
 
-static void job_free(job *J) {
-  lh_buf_free(&J->before);
-  lh_buf_free(&J->after);
-  lh_i32vec_free(&J->suffix);
-  lh_state_free(J->st);
-  lh_i32vec_free(&J->gen);
-  lh_buf_free(&J->text);
-}
-
-/* Run one claimed group: ids[0..n) share documents and the text before them. */
-static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
-  job *J = calloc((size_t)n, sizeof *J);
-  manifest man = {0};
-  lh_i32vec P = {0};
-  lh_state *base = NULL;
-  float *logits = NULL;
-  lh_state **batch_states = NULL;
-  int32_t *batch_tokens = NULL;
-  int *batch_job = NULL;
-  lh_status st = LH_OK;
-  int vocab = R->cfg->vocab_size;
-  if (!J) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  for (int i = 0; i < n; i++) {
-    int ri = find_request(R, ids[i]);
-    J[i].id = ids[i];
-    if (ri < 0) { /* a job of this batch that this run did not add (other shard or edited batch) */
-      lh_store_job_release(R->store, ids[i], NULL);
-      J[i].failed = -1;
-      continue;
-    }
-    J[i].r = &R->batch.req[ri];
-    lh_chat_render(&R->chat, J[i].r, &J[i].before, &J[i].after, NULL);
-  }
-  int lead = -1;
-  for (int i = 0; i < n && lead < 0; i++)
-    if (!J[i].failed) lead = i;
-  if (lead < 0) goto out;
-  const lh_request *r0 = J[lead].r;
-  char label[128];
-  snprintf(label, sizeof label, "%s%s", r0->custom_id, n > 1 ? "+" : "");
-
-  /* 1. shared prefix tokens: the text before the documents, then the documents */
-  double t0 = lh_now(), mb = 0;
-  lh_error e;
-  lh_error_clear(&e);
-  st = tokenize_text(R, &J[lead].before, &P, &e);
-  int64_t docs_start = (int64_t)P.len;
-  if (st == LH_OK) st = ingest_documents(R, r0, &P, &man, &mb, &e);
-  double t_ingest = lh_now() - t0;
-  if (st != LH_OK) {
-    int status = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED ? 400 : 500;
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, status, "document_error", e.msg);
-    lh_progress_note(R->prog, "%s: %s", label, e.msg);
-    st = LH_OK; /* the group failed, the run goes on */
-    goto out;
-  }
-  int64_t docs_tokens = (int64_t)P.len - docs_start;
-
-  /* 2. each request's own suffix and its limits */
-  int64_t limit = R->cfg->max_position_embeddings;
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed) continue;
-    J[i].max_tokens = J[i].r->max_tokens > 0 ? J[i].r->max_tokens : R->p->max_tokens_default;
-    if ((st = tokenize_text(R, &J[i].after, &J[i].suffix, &e)) != LH_OK) {
-      fail_job(R, J[i].id, 500, "tokenizer_error", e.msg);
-      J[i].failed = 1;
-      st = LH_OK;
-      continue;
-    }
-    J[i].prompt_tokens = (int64_t)(P.len + J[i].suffix.len);
-    if (J[i].prompt_tokens == 0) {
-      fail_job(R, J[i].id, 400, "invalid_request", "the prompt is empty");
-      J[i].failed = 1;
-      continue;
-    }
-    if (limit > 0 && J[i].prompt_tokens + J[i].max_tokens > limit) {
-      char msg[512];
-      snprintf(msg, sizeof msg,
-               "request over the model's limits: %lld prompt tokens (%lld from documents) + max_tokens %d > the "
-               "model's context of %lld tokens",
-               (long long)J[i].prompt_tokens, (long long)docs_tokens, J[i].max_tokens, (long long)limit);
-      fail_job(R, J[i].id, 400, "context_length_exceeded", msg);
-      lh_progress_note(R->prog, "%s: %s", J[i].r->custom_id, msg);
-      J[i].failed = 1;
-    }
-  }
-  int live = 0;
-  for (int i = 0; i < n; i++) live += !J[i].failed;
-  if (!live) goto out;
-  for (int i = 0; i < n; i++)
-    if (!J[i].failed) lh_store_job_set_tokens(R->store, J[i].id, J[i].prompt_tokens, NULL);
-
-  /* 3. the shared prefix: resume from the store, prefill the rest with checkpoints */
-  double t1 = lh_now();
-  lh_store_cursor cur;
-  int64_t restored = 0, computed = 0;
-  if ((st = lh_store_resume(R->store, R->model, P.data, (int64_t)P.len, J[lead].id, &base, &cur, &e)) != LH_OK) {
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, 500, "store_error", e.msg);
-    st = LH_OK;
-    goto out;
-  }
-  restored = lh_state_pos(base);
-  R->sum->tokens_restored += restored;
-  if (restored) lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", label,
-                                 (long long)restored, (long long)P.len);
-  st = prefill_prefix(R, base, &cur, P.data, (int64_t)P.len, label, 1, &e);
-  computed = (int64_t)P.len - restored;
-  double t_prefill = lh_now() - t1;
-  if (st == LH_EINTR) goto interrupted;
-  if (st == LH_OK && R->writer) st = lh_store_writer_flush(R->writer, &e);
-  if (st != LH_OK) {
-    for (int i = 0; i < n; i++)
-      if (!J[i].failed) fail_job(R, J[i].id, 500, "engine_error", e.msg);
-    lh_progress_note(R->prog, "%s: %s", label, e.msg);
-    st = LH_OK;
-    goto out;
-  }
-  if (live > 1) R->sum->tokens_shared += (int64_t)P.len;
-
-  /* 4. fork per request, prefill its suffix, decode everyone together */
-  logits = malloc((size_t)n * (size_t)vocab * sizeof *logits);
-  batch_states = calloc((size_t)n, sizeof *batch_states);
-  batch_tokens = calloc((size_t)n, sizeof *batch_tokens);
-  batch_job = calloc((size_t)n, sizeof *batch_job);
-  if (!logits || !batch_states || !batch_tokens || !batch_job) {
-    st = lh_error_set(err, LH_ENOMEM, "out of memory for decoding %d requests", n);
-    goto out;
-  }
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed) continue;
-    J[i].t_start = lh_now();
-    st = lh_state_fork(base, &J[i].st, &e);
-    if (st == LH_OK && J[i].suffix.len) {
-      int64_t done = 0, len = (int64_t)J[i].suffix.len;
-      while (done < len && st == LH_OK) {
-        int64_t take = len - done < R->p->chunk ? len - done : R->p->chunk;
-        st = lh_prefill(J[i].st, J[i].suffix.data + done, take, logits + (size_t)i * (size_t)vocab, NULL, &e);
-        done += take;
-        R->sum->tokens_prefilled += take;
-      }
-    } else if (st == LH_OK) {
-      const float *ll = lh_state_last_logits(J[i].st);
-      if (ll) memcpy(logits + (size_t)i * (size_t)vocab, ll, (size_t)vocab * sizeof *logits);
-      else st = lh_error_set(&e, LH_EINVAL, "nothing to continue from");
-    }
-    if (st != LH_OK) {
-      fail_job(R, J[i].id, 500, "engine_error", e.msg);
-      J[i].failed = 1;
-      st = LH_OK;
-      continue;
-    }
-    J[i].sp = (lh_sampler_params){.temperature = (float)J[i].r->temperature, .top_p = (float)J[i].r->top_p,
-                                  .top_k = 0, .seed = J[i].r->has_seed ? J[i].r->seed : str_hash64(J[i].r->custom_id)};
-    J[i].rng = J[i].sp.seed;
-  }
-  int64_t decoded = 0;
-  lh_progress_begin(R->prog, label, "decode", 0, "tok");
-  for (;;) {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-      if (J[i].failed || J[i].done) continue;
-      int32_t t = lh_sample(logits + (size_t)i * (size_t)vocab, vocab, &J[i].sp, &J[i].rng);
-      if (is_stop_id(R, t)) {
-        J[i].done = 1;
-        J[i].finish = "stop";
-      } else {
-        lh_i32vec_push(&J[i].gen, t);
-        decoded++;
-        lh_buf_clear(&J[i].text);
-        lh_tokenizer_decode(R->tok, J[i].gen.data, J[i].gen.len, 1, &J[i].text, NULL);
-        long cut = J[i].r->n_stop ? find_stop(J[i].r, J[i].text.data ? J[i].text.data : "") : -1;
-        if (cut >= 0) {
-          J[i].text.len = (size_t)cut;
-          J[i].text.data[cut] = 0;
-          J[i].done = 1;
-          J[i].finish = "stop";
-        } else if ((int)J[i].gen.len >= J[i].max_tokens ||
-                   (limit > 0 && lh_state_pos(J[i].st) + 1 >= limit)) {
-          J[i].done = 1;
-          J[i].finish = "length";
-        }
-      }
-      if (J[i].done) {
-        J[i].t_decode = lh_now() - J[i].t_start;
-        continue;
-      }
-      batch_states[k] = J[i].st;
-      batch_tokens[k] = t;
-      batch_job[k] = i;
-      k++;
-    }
-    if (!k) break;
-    lh_progress_update(R->prog, decoded);
-    /* logits rows are compacted for the batch, then spread back to each job's row */
-    float *tmp = malloc((size_t)k * (size_t)vocab * sizeof *tmp);
-    if (!tmp) {
-      st = lh_error_set(err, LH_ENOMEM, "out of memory while decoding");
-      goto out;
-    }
-    st = lh_decode_batch(batch_states, k, batch_tokens, tmp, &e);
-    for (int q = 0; q < k && st == LH_OK; q++)
-      memcpy(logits + (size_t)batch_job[q] * (size_t)vocab, tmp + (size_t)q * (size_t)vocab,
-             (size_t)vocab * sizeof *tmp);
-    free(tmp);
-    if (st != LH_OK) {
-      for (int q = 0; q < k; q++) {
-        fail_job(R, J[batch_job[q]].id, 500, "engine_error", e.msg);
-        J[batch_job[q]].failed = 1;
-      }
-      st = LH_OK;
-    }
-    if (stop_requested) {
-      lh_progress_end(R->prog);
-      goto interrupted;
-    }
-  }
-  lh_progress_end(R->prog);
-  R->sum->tokens_decoded += decoded;
-
-  /* 5. results */
-  for (int i = 0; i < n; i++) {
-    if (J[i].failed || !J[i].done) continue;
-    char *rj = result_json(R, &J[i], (int64_t)P.len, docs_tokens, restored, computed, live, t_ingest, mb, t_prefill);
-    lh_status s2 = rj ? lh_store_job_set_documents(R->store, J[i].id, man.docs, man.n, &e) : LH_ENOMEM;
-    if (s2 == LH_OK) s2 = lh_store_job_done(R->store, J[i].id, rj, NULL, 0, &e);
-    if (s2 == LH_OK) s2 = write_job_files(R, &J[i], &man, rj, &e);
-    if (s2 == LH_OK) {
+/* Record each finished job: documents, result and the job's files. */
+static void group_record(group *g) {
+  run *R = g->R;
+  for (int f = 0; f < g->nf; f++) {
+    const lh_fork *F = &g->forks[f];
+    job *J = &g->J[g->fork_job[f]];
+    if (J->failed || F->finish == LH_FINISH_NONE) continue;
+    if (R->fault) return;
+    lh_error e;
+    lh_error_set(&e, LH_ENOMEM, "out of memory");
+    char *rj = result_json(g, J, F);
+    /* the store first (the result exists once committed), then the job's folder; a kill between
+     * the two is mended by the next run, which rebuilds every job folder from the store */
+    lh_status s = rj ? lh_store_job_set_documents(R->store, J->id, g->man.docs, g->man.n, &e) : LH_ENOMEM;
+    if (s == LH_OK)
+      s = lh_store_job_done(R->store, J->id, rj, g->man.jsonl.data ? g->man.jsonl.data : "", g->man.jsonl.len, &e);
+    if (s == LH_OK) {
+      lh_testpoint("commit");
+      J->recorded = 1;
       R->sum->done++;
-    } else {
-      lh_progress_note(R->prog, "%s: could not record the result: %s", J[i].r->custom_id, e.msg);
-      R->sum->failed++;
+      s = write_job_files(R, J, rj, g->man.jsonl.data, g->man.jsonl.len, &e);
     }
     free(rj);
-  }
-  goto out;
-
-interrupted:
-  for (int i = 0; i < n; i++)
-    if (!J[i].failed) {
-      lh_store_job_release(R->store, J[i].id, NULL);
-      R->sum->interrupted_left++;
+    if (s == LH_EBUSY && !J->recorded) {
+      lh_progress_note(R->prog, "%s: taken over by another process; its result is theirs: %s", J->r->custom_id, e.msg);
+    } else if (s != LH_OK) {
+      env_fault(R, s, &e);
     }
-  if (R->writer) lh_store_writer_flush(R->writer, NULL);
-  st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+  }
+}
 
+static void group_free(group *g) {
+  for (int i = 0; i < g->n; i++) job_free(&g->J[i]);
+  for (int f = 0; f < g->nf; f++) lh_fork_clear(&g->forks[f]);
+  free(g->J);
+  free(g->forks);
+  free(g->fork_job);
+  lh_i32vec_free(&g->P);
+  manifest_free(&g->man);
+}
+
+/* Run one claimed group: ids[0..n) share their documents. */
+static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
+  group g = {.R = R, .n = n, .J = calloc((size_t)n, sizeof(job))};
+  if (!g.J) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_prefix *px = NULL;
+  lh_status st = LH_OK;
+  if ((g.lead = group_bind(&g, ids)) < 0) goto out;
+  if (n > 1) snprintf(g.label, sizeof g.label, "%s +%d", g.J[g.lead].r->custom_id, n - 1);
+  else snprintf(g.label, sizeof g.label, "%s", g.J[g.lead].r->custom_id);
+  lh_progress_job(R->prog, g.J[g.lead].r->custom_id, n);
+  if (!group_ingest(&g) || R->fault || !group_admit(&g) || R->fault) goto out;
+  if ((st = group_prefill(&g, &px, err)) != LH_OK || !px) goto out;
+  if ((st = group_decode(&g, px, err)) != LH_OK || R->fault) goto out;
+  group_record(&g);
 out:
-  for (int i = 0; i < n; i++) job_free(&J[i]);
-  free(J);
-  lh_state_free(base);
-  lh_i32vec_free(&P);
-  manifest_free(&man);
-  free(logits);
-  free(batch_states);
-  free(batch_tokens);
-  free(batch_job);
+  if (st == LH_OK && R->fault) st = R->fault;
+  if (st == LH_EINTR || R->fault) { /* claims go back; the checkpoints are committed; a rerun resumes */
+    for (int i = 0; i < n; i++)
+      if (!g.J[i].failed && !g.J[i].recorded) {
+        lh_store_job_release(R->store, g.J[i].id, NULL);
+        R->sum->interrupted_left++;
+      }
+    if (R->writer) lh_store_writer_flush(R->writer, NULL);
+    if (st == LH_EINTR)
+      lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
+  }
+  lh_prefix_close(px);
+  group_free(&g);
   return st;
 }
 
-/* ---- output.jsonl from the store ---- */
+/* ---- the output files, rebuilt from the store ----
+ *
+ * At the end of every run (interrupted, stopped by a fault, or finished) output.jsonl and
+ * errors.jsonl are written anew from the store in batch order, and every done job's folder is
+ * made to hold its stored result and manifest: a kill after a commit, a full output disk or a
+ * deleted file is mended by the next run. Files that already hold the right bytes are not
+ * rewritten.
+ */
+
+/* OpenAI's error file line: {"id", "custom_id", "response": null, "error": {"code", "message"}}. */
+static lh_status error_line(lh_buf *errs, const char *custom_id, const char *rid, const char *code, const char *msg) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", rid);
+  cJSON_AddStringToObject(o, "custom_id", custom_id);
+  cJSON_AddNullToObject(o, "response");
+  cJSON *e = cJSON_AddObjectToObject(o, "error");
+  cJSON_AddStringToObject(e, "code", code);
+  cJSON_AddStringToObject(e, "message", msg);
+  char *line = render_json_string(o);
+  lh_status st = line ? lh_buf_append_str(errs, line) : LH_ENOMEM;
+  if (st == LH_OK) st = lh_buf_append(errs, "\n", 1);
+  free(line);
+  return st;
+}
+
+/* A done job: its output line, and its folder brought in line with the store. */
+static lh_status done_line(run *R, const lh_request *r, int64_t job, const char *rid, lh_buf *out, lh_error *err) {
+  lh_buf js = {0}, man = {0};
+  lh_status st = lh_store_job_result(R->store, job, &js, &man, err);
+  cJSON *o = st == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
+  if (o) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    lh_completion c = {
+        .text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")),
+        .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
+        .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
+        .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
+        .cached_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "cached")),
+        .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
+        /* the model that answered, whatever the request named (README, "Outputs") */
+        .model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
+    if (!c.text) c.text = "";
+    if (!c.finish_reason) c.finish_reason = "stop";
+    st = lh_output_success(out, r, rid, &c);
+    cJSON_Delete(o);
+    char name[256], rel[512], path[8400];
+    lh_runner_job_dirname(r->custom_id, name, sizeof name);
+    snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+    if (st == LH_OK) st = lh_outdir_put(R->out, rel, js.data, js.len, err);
+    snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
+    snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
+    /* results stored before manifests were kept in the store have none: keep the file there is */
+    if (st == LH_OK && (man.len || !lh_is_file(path))) st = lh_outdir_put(R->out, rel, man.data ? man.data : "", man.len, err);
+    snprintf(rel, sizeof rel, "jobs/%s", name);
+    if (st == LH_OK) st = lh_outdir_sweep(R->out, rel, NULL, NULL, err);
+  } else if (st == LH_OK) {
+    st = lh_output_error(out, r->custom_id, rid, 500, "internal_error", "the stored result is not valid JSON");
+  }
+  lh_buf_free(&js);
+  lh_buf_free(&man);
+  return st;
+}
 
 static lh_status write_output(run *R, lh_error *err) {
-  lh_buf out = {0};
+  lh_buf out = {0}, errs = {0};
   lh_status st = LH_OK;
   for (int i = 0; i < R->batch.n && st == LH_OK; i++) {
     const lh_request *r = &R->batch.req[i];
     char rid[64];
-    lh_runner_request_id(R->batch_digest, r->custom_id, rid, sizeof rid);
+    lh_runner_request_id(R->batch_digest, r->custom_id, r->error.code != LH_OK ? r->line : 0, rid, sizeof rid);
     if (r->error.code != LH_OK) {
       st = lh_output_error(&out, r->custom_id, rid, 400, "invalid_request", r->error.msg);
+      if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "invalid_request", r->error.msg);
       continue;
     }
     if (!R->job_ids[i]) continue; /* another shard's */
     lh_store_job_info info;
     if ((st = lh_store_job_get(R->store, R->job_ids[i], &info, err)) != LH_OK) break;
     if (info.state == LH_JOB_DONE) {
-      lh_buf js = {0};
-      st = lh_store_job_result(R->store, R->job_ids[i], &js, NULL, err);
-      cJSON *o = st == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
-      if (o) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
-        lh_completion c = {
-            .text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "answer")),
-            .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
-            .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
-            .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
-            .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
-            .model = r->model ? r->model : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
-        if (!c.text) c.text = "";
-        if (!c.finish_reason) c.finish_reason = "stop";
-        st = lh_output_success(&out, r, rid, &c);
-        cJSON_Delete(o);
-      } else if (st == LH_OK) {
-        st = lh_output_error(&out, r->custom_id, rid, 500, "internal_error", "the stored result is not valid JSON");
-      }
-      lh_buf_free(&js);
+      st = done_line(R, r, R->job_ids[i], rid, &out, err);
     } else if (info.state == LH_JOB_FAILED) {
       cJSON *o = info.error ? cJSON_Parse(info.error) : NULL;
       const char *code = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "code")) : NULL;
       const char *msg = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : NULL;
       const cJSON *sc = o ? cJSON_GetObjectItemCaseSensitive(o, "status_code") : NULL;
-      st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500,
-                           code ? code : "internal_error", msg ? msg : (info.error ? info.error : "failed"));
+      if (!code) code = "internal_error";
+      if (!msg) msg = info.error ? info.error : "failed";
+      st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500, code, msg);
+      if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, code, msg);
       cJSON_Delete(o);
     }
     lh_store_job_info_clear(&info);
   }
-  if (st == LH_OK) st = lh_file_write_atomic(R->sum->output_path, out.data ? out.data : "", out.len, err);
+  const char *outname = strrchr(R->sum->output_path, '/') + 1, *errname = strrchr(R->sum->errors_path, '/') + 1;
+  if (st == LH_OK) st = lh_outdir_put(R->out, outname, out.data ? out.data : "", out.len, err);
+  if (st == LH_OK) st = lh_outdir_put(R->out, errname, errs.data ? errs.data : "", errs.len, err);
+  if (st == LH_OK) st = lh_outdir_sweep(R->out, "", outname, NULL, err);
+  if (st == LH_OK) st = lh_outdir_sweep(R->out, "", errname, NULL, err);
+  if (st == LH_OK && R->p->shard_count > 1 && strcmp(R->p->batch_path, "-")) {
+    /* the record that lets `longhaul merge OUT` find and check the batch (a batch read from
+     * standard input has no path: merge needs --batch then) */
+    char rec[64];
+    lh_shard_record_name(R->p->shard_index, R->p->shard_count, rec, sizeof rec);
+    lh_buf_clear(&out);
+    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, R->p->shard_index, R->p->shard_count, &out, err);
+    if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
+  }
   lh_buf_free(&out);
+  lh_buf_free(&errs);
   return st;
 }
 
 /* ---- the run ---- */
 
+/* Where a run writes: OUT/output.jsonl, errors.jsonl, longhaul.db and its lock, or the shard's own. */
+static void run_paths(const lh_runner_params *p, lh_runner_summary *sum, char *lock, size_t lock_n) {
+  char tag[64] = "";
+  if (p->shard_count > 1) snprintf(tag, sizeof tag, "-%d-of-%d", p->shard_index, p->shard_count);
+  snprintf(sum->output_path, sizeof sum->output_path, "%s/output%s.jsonl", p->out_dir, tag);
+  snprintf(sum->errors_path, sizeof sum->errors_path, "%s/errors%s.jsonl", p->out_dir, tag);
+  if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
+  else if (p->shard_count > 1) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard%s.db", p->out_dir, tag);
+  else snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
+  snprintf(lock, lock_n, "longhaul%s.lock", p->shard_count > 1 ? tag : "");
+}
+
+/* The model, its tokenizer, chat format and stop ids. */
+static lh_status open_model(run *R, lh_error *err) {
+  const lh_runner_params *p = R->p;
+  lh_model_params mp = lh_model_default_params();
+  mp.backend = p->device ? p->device : "cpu";
+  mp.threads = p->threads;
+  mp.cpu_attention = p->cpu_attention;
+  mp.max_rows = lh_plan_max_rows(&R->plan, mp.max_rows);
+  lh_status st = lh_model_open(p->model_dir, &mp, &R->model, err);
+  if (st != LH_OK) return lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
+  R->cfg = lh_model_config(R->model);
+  if (!strcmp(lh_model_backend(R->model), "cpu")) {
+    const int bf16 = lh_model_cpu_attention(R->model) == LH_CPU_ATTN_BF16;
+    lh_progress_note(R->prog, "%s: softmax attention in %s on the CPU%s%s%s", p->model_dir,
+                     lh_cpu_attention_name(lh_model_cpu_attention(R->model)), bf16 ? " (bf16 products on " : "",
+                     bf16 ? lh_model_cpu_attention_unit(R->model) : "", bf16 ? ")" : "");
+  }
+  if (mp.comm && lh_comm_size(mp.comm) > 1)
+    lh_progress_note(R->prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
+                     p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
+  const char *slash = strrchr(p->model_dir, '/');
+  snprintf(R->model_name, sizeof R->model_name, "%s", slash && slash[1] ? slash + 1 : p->model_dir);
+  if ((st = lh_tokenizer_open(p->model_dir, &R->tok, err)) != LH_OK)
+    return lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
+  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R->chat, err)) != LH_OK) return st;
+  collect_stop_ids(R);
+  return LH_OK;
+}
+
+/* Claim groups of jobs and run them until none is left, an interrupt, or a fault. */
+static lh_status run_jobs(run *R, lh_error *err) {
+  int64_t *ids = calloc((size_t)R->p->max_group, sizeof *ids);
+  if (!ids) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_status st = LH_OK;
+  while (st == LH_OK) {
+    int nids = 0;
+    if (stop_requested) st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
+    else if ((st = lh_store_job_claim_next(R->store, R->batch_id, R->p->max_group, ids, &nids, err)) == LH_OK) {
+      st = run_group(R, ids, nids, err);
+      lh_progress_batch(R->prog, "request", R->sum->done, R->sum->failed, R->todo);
+    } else if (st == LH_ENOTFOUND) break;
+    else env_fault(R, st, err);
+  }
+  free(ids);
+  return st == LH_ENOTFOUND ? LH_OK : st;
+}
+
 lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err) {
-  run R = {0};
-  R.p = p;
-  R.sum = sum;
+  run R = {.p = p, .sum = sum, .plan = {.chunk = p->chunk, .checkpoint_every = p->checkpoint_every}};
   memset(sum, 0, sizeof *sum);
-  double t0 = lh_now();
+  const double t0 = lh_now();
   stop_requested = 0;
   if (!p->batch_path || !p->model_dir || !p->out_dir)
     return lh_error_set(err, LH_EINVAL, "a batch file, --model and --out are required");
   if (p->chunk < 1) return lh_error_set(err, LH_EINVAL, "--chunk must be at least 1 (got %d)", p->chunk);
   if (p->shard_count < 1 || p->shard_index < 0 || p->shard_index >= p->shard_count)
     return lh_error_set(err, LH_EINVAL, "--shard %d/%d: need 0 <= i < n", p->shard_index, p->shard_count);
-  lh_status st = lh_mkdir_p(p->out_dir, err);
+  char lock[128];
+  run_paths(p, sum, lock, sizeof lock);
+  /* everything that can be checked without the model first: the output folder (one run at a
+   * time, writable), the batch, the store */
+  /* a model folder that is not there, or a backend this build lacks, creates nothing */
+  lh_status st = lh_model_check(p->model_dir, p->device, err);
+  if (st != LH_OK) return lh_error_prefix(err, st, "--model: ");
+  st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
   if (st) return st;
-  if (p->shard_count > 1) {
-    snprintf(sum->output_path, sizeof sum->output_path, "%s/output-%d-of-%d.jsonl", p->out_dir, p->shard_index,
-             p->shard_count);
-    if (!p->db_path)
-      snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard-%d-of-%d.db", p->out_dir, p->shard_index,
-               p->shard_count);
-  } else {
-    snprintf(sum->output_path, sizeof sum->output_path, "%s/output.jsonl", p->out_dir);
-    if (!p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
-  }
-  if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
-
-  if ((st = batch_digest(p->batch_path, R.batch_digest, err)) != LH_OK) return st;
-  if ((st = lh_batch_load(p->batch_path, &R.batch, err)) != LH_OK) return st;
+  /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
+  lh_batch_params bp = lh_batch_default_params();
+  bp.documents_root = p->documents_root;
+  if ((st = lh_batch_load_params(p->batch_path, &bp, &R.batch, err)) != LH_OK) goto done;
+  snprintf(R.batch_digest, sizeof R.batch_digest, "%s", R.batch.sha256);
   sum->bad_lines = R.batch.n_bad;
-  R.prog = lh_progress_open(p->progress, stderr, 10);
-
-  lh_model_params mp = lh_model_default_params();
-  mp.backend = p->device ? p->device : "cpu";
-  mp.threads = p->threads;
-  mp.cpu_attention = p->cpu_attention;
-  if (p->chunk > mp.max_chunk) mp.max_chunk = p->chunk;
-  if ((st = lh_model_open(p->model_dir, &mp, &R.model, err)) != LH_OK) {
-    lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
-    goto done;
-  }
-  R.cfg = lh_model_config(R.model);
-  if (!strcmp(lh_model_backend(R.model), "cpu")) {
-    const int bf16 = lh_model_cpu_attention(R.model) == LH_CPU_ATTN_BF16;
-    lh_progress_note(R.prog, "%s: softmax attention in %s on the CPU%s%s%s", p->model_dir,
-                     lh_cpu_attention_name(lh_model_cpu_attention(R.model)), bf16 ? " (bf16 products on " : "",
-                     bf16 ? lh_model_cpu_attention_unit(R.model) : "", bf16 ? ")" : "");
-  }
-  if (mp.comm && lh_comm_size(mp.comm) > 1)
-    lh_progress_note(R.prog, "%s: over %d ranks, one process each (each computes 1/%d of the heads and experts)",
-                     p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
-  {
-    const char *slash = strrchr(p->model_dir, '/');
-    const char *base = slash && slash[1] ? slash + 1 : p->model_dir;
-    snprintf(R.model_name, sizeof R.model_name, "%s", base);
-  }
-  if ((st = lh_tokenizer_open(p->model_dir, &R.tok, err)) != LH_OK) {
-    lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
-    goto done;
-  }
-  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R.chat, err)) != LH_OK) goto done;
-  collect_stop_ids(&R);
-
   lh_store_params sp = lh_store_default_params();
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
+  R.prog = lh_progress_open(p->progress, stderr, 10);
+  if (p->shard_note && *p->shard_note) lh_progress_note(R.prog, "%s", p->shard_note);
+  if ((st = open_model(&R, err)) != LH_OK) goto done;
   if ((st = lh_store_model_register(R.store, R.model, err)) != LH_OK) goto done;
   char bname[4200];
   snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
   if ((st = lh_store_batch_put(R.store, bname, &R.batch_id, err)) != LH_OK) goto done;
-  if ((st = add_jobs(&R, err)) != LH_OK) goto done;
+  if ((st = add_jobs(&R, err)) != LH_OK || (st = index_jobs(&R, err)) != LH_OK) goto done;
+  R.todo = sum->requests - sum->skipped_done;
+  lh_progress_batch(R.prog, "request", 0, 0, R.todo);
   if (p->checkpoint_every > 0) {
     lh_store_writer_params wp = lh_store_writer_default_params();
     if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;
   }
-
-  for (;;) {
-    if (stop_requested) {
-      st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
-      break;
-    }
-    int64_t *ids = calloc((size_t)p->max_group, sizeof *ids);
-    int nids = 0;
-    if (!ids) {
-      st = lh_error_set(err, LH_ENOMEM, "out of memory");
-      break;
-    }
-    st = lh_store_job_claim_next(R.store, R.batch_id, p->max_group, ids, &nids, err);
-    if (st == LH_ENOTFOUND) {
-      free(ids);
-      st = LH_OK;
-      break;
-    }
-    if (st == LH_OK) st = run_group(&R, ids, nids, err);
-    free(ids);
-    if (st != LH_OK) break;
-  }
+  st = run_jobs(&R, err);
   if (R.writer) {
     lh_error we;
-    lh_status ws = lh_store_writer_close(R.writer, &we);
+    const lh_status ws = lh_store_writer_close(R.writer, &we);
     R.writer = NULL;
-    if (ws != LH_OK && st == LH_OK) {
-      st = ws;
-      if (err) *err = we;
-    }
+    if (ws != LH_OK) env_fault(&R, ws, &we);
   }
-  {
-    lh_error oe;
-    lh_status os = write_output(&R, &oe);
-    if (os != LH_OK && (st == LH_OK || st == LH_EINTR)) {
-      st = os;
-      if (err) *err = oe;
-    }
+  if (!R.fault && p->keep_checkpoints >= 0) { /* retention: thin what no resume or reuse needs */
+    lh_store_gc_params gp = lh_store_gc_default_params();
+    gp.keep_last = p->keep_checkpoints + 1;
+    lh_store_gc_report gr;
+    lh_error ge;
+    const lh_status gs = lh_store_gc(R.store, &gp, &gr, &ge);
+    if (gs == LH_OK) sum->thinned = gr.thinned + gr.deleted;
+    else env_fault(&R, gs, &ge);
+  }
+  lh_store_get_stats(R.store, &sum->store, NULL);
+  lh_error oe;
+  const lh_status os = write_output(&R, &oe);
+  if (os != LH_OK) env_fault(&R, os, &oe);
+  if (R.fault) {
+    st = R.fault;
+    lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "
+                 "disk space, make the folder writable) and rerun the same command, which resumes from the last "
+                 "good checkpoint", R.fault_err.msg, sum->interrupted_left, sum->interrupted_left == 1 ? " is" : "s are");
   }
 
 done:
   sum->seconds = lh_now() - t0;
-  if (R.writer) lh_store_writer_close(R.writer, NULL);
+  lh_store_writer_close(R.writer, NULL);
   lh_store_close(R.store);
   lh_tokenizer_close(R.tok);
   lh_model_close(R.model);
   lh_progress_close(R.prog);
+  lh_outdir_close(R.out);
   free(R.job_ids);
+  free(R.by_job);
   lh_batch_free(&R.batch);
   return st;
 }

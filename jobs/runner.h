@@ -1,25 +1,29 @@
-/* runner.h — the batch runner: OpenAI Batch API JSONL in, output.jsonl and per-job results out,
- * through ingest -> chunked prefill with checkpoints -> forked decode, resumable at any point.
+/* runner.h — the batch runner: OpenAI Batch API JSONL in, output.jsonl, errors.jsonl and per-job
+ * results out, through ingest -> the pipeline (prefill with checkpoints, forks, decode), resumable
+ * at any point.
  *
  * What one run does (jobs/runner.c has the details and the invariants):
  *
- *   1. Parse the batch (jobs/batch.h). Malformed lines become error lines in output.jsonl; the
- *      rest become jobs in the store (idempotent: rerunning the same batch finds them).
- *   2. Claim jobs a group at a time: requests with the same documents (and model) form a group
+ *   1. Lock and check the output folder (jobs/outdir.h): one run per output at a time, and a
+ *      folder that cannot be written is refused before any work.
+ *   2. Parse the batch (jobs/batch.h). Malformed lines become error lines; the rest become jobs in
+ *      the store (idempotent: rerunning the same batch finds them).
+ *   3. Claim jobs a group at a time: requests with the same documents (and model) form a group
  *      that shares one ingest and one prefill.
- *   3. Ingest the group's documents once into tokens (ingest/ingest.h), render each request with
- *      the chat format (jobs/chat.h): [text before the documents][documents][text after].
- *   4. Prefill the shared prefix (text before + documents) in chunks of `chunk` tokens, resuming
- *      from the longest checkpoint in the store and checkpointing every `checkpoint_every` chunks
- *      through the asynchronous writer (store/store.h).
- *   5. Fork the state once per request, prefill each request's own suffix, decode all forks
- *      together (greedy or seeded sampling, stop strings, max tokens), record results.
- *   6. Write OUT/output.jsonl (in batch order, atomically) and OUT/jobs/<custom_id>/{result.json,
- *      manifest.jsonl}.
+ *   4. Ingest the group's documents once into tokens (ingest/ingest.h); each request's prompt is
+ *      [documents][its messages, rendered by jobs/chat.h].
+ *   5. Prefill the documents as a prefix (pipeline/pipeline.h) in chunks of `chunk` tokens,
+ *      resuming from the longest checkpoint in the store and checkpointing every
+ *      `checkpoint_every` chunks through the asynchronous writer (store/store.h).
+ *   6. Fork the prefix once per request, feed each its own tokens, decode all forks together
+ *      (greedy or seeded sampling, stop strings, max tokens), commit results to the store.
+ *   7. Thin old checkpoints (--keep-checkpoints) and rebuild OUT/output.jsonl, OUT/errors.jsonl
+ *      (in batch order) and OUT/jobs/<custom_id>/{result.json, manifest.jsonl} from the store.
  *
  * SIGINT/SIGTERM: the current chunk finishes, its checkpoint is committed, claims are released,
- * output.jsonl is written for what is done, and lh_run_batch returns LH_EINTR. Running the same
- * command again resumes.
+ * the outputs are written for what is done, and lh_run_batch returns LH_EINTR. A full disk or an
+ * I/O error of the store or the output folder stops the run the same way (the jobs are queued
+ * again, never marked failed). Running the same command again resumes.
  */
 #ifndef LH_JOBS_RUNNER_H
 #define LH_JOBS_RUNNER_H
@@ -27,10 +31,12 @@
 #include <stdint.h>
 
 #include "jobs/progress.h"
+#include "store/store.h"
 #include "util/err.h"
 
 typedef struct lh_runner_params {
-  const char *batch_path;    /* the batch JSONL file */
+  const char *batch_path;    /* the batch JSONL file; "-": standard input */
+  const char *documents_root; /* NULL, or the folder every document must lie in (jobs/batch.h) */
   const char *model_dir;
   const char *out_dir;
   const char *db_path;       /* NULL: OUT/longhaul.db (OUT/longhaul-shard-I-of-N.db with a shard) */
@@ -42,8 +48,13 @@ typedef struct lh_runner_params {
   int checkpoint_every;      /* checkpoint after every N chunks (default 1; 0 = never) */
   int max_tokens_default;    /* when a request gives no max_tokens (default 256) */
   int force;                 /* rerun jobs that are already done or failed */
+  int wait;                  /* another run holds OUT: wait for it (default: fail with LH_EBUSY naming it) */
   int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
+  const char *shard_note;    /* NULL, or where the shard came from (jobs/shard.h), for the first progress line */
   int max_group;             /* most requests decoded together (default 64) */
+  int keep_checkpoints;      /* retention at the end of a run: each prefix keeps its final checkpoint and
+                                at most this many before it with their states (older ones keep only the KV
+                                rows their descendants need); default 4; < 0 keeps everything */
   lh_progress_mode progress;
 } lh_runner_params;
 
@@ -56,20 +67,27 @@ typedef struct lh_runner_summary {
   int64_t tokens_shared;     /* prefix tokens computed once and used by several requests */
   int64_t tokens_decoded;
   double seconds;
+  lh_store_stats store;      /* what the store holds at the end of the run */
+  int64_t thinned;           /* checkpoints that gave up their state to the retention policy */
   char output_path[4096];
+  char errors_path[4096];    /* OpenAI's error file: one line per failed request */
   char db_path[4096];
 } lh_runner_summary;
 
 /* Run a batch. Returns LH_OK when every job of the shard ended (done or failed: see summary),
- * LH_EINTR when interrupted (resumable), or the set-up error (model, store, output folder). */
+ * LH_EINTR when interrupted (resumable), LH_EBUSY when another run holds the output folder, a
+ * fault of the store or the output folder (LH_EFULL, LH_EIO, LH_ECORRUPT: the run stopped early,
+ * its jobs are queued again, and a rerun resumes), or the set-up error (model, batch). */
 lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_error *err);
 
 /* Ask a running lh_run_batch to stop at the next chunk boundary (async-signal-safe). */
 void lh_runner_request_stop(void);
 
 /* A deterministic request id for output lines: "batch_req_" + 24 hex chars of
- * SHA-256(batch digest, custom_id). out >= 40 bytes. */
-void lh_runner_request_id(const char *batch_digest, const char *custom_id, char *out, size_t outsz);
+ * SHA-256(batch digest, custom_id), and the line number for a refused line (line > 0; 0 for a
+ * request that ran), so a refused duplicate never shares its id with the line that ran.
+ * out >= 40 bytes. */
+void lh_runner_request_id(const char *batch_digest, const char *custom_id, int line, char *out, size_t outsz);
 
 /* custom_id made safe as a single file-name component (bytes outside [A-Za-z0-9._-] as %XX; a
  * leading '.' escaped; over 200 bytes shortened with a hash suffix). out >= 256 bytes. */

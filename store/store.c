@@ -1,5 +1,6 @@
-/* store.c — the store's connection: open, durability settings, schema and forward migrations, and
- * the mapping of SQLite failures to lh_status with messages a user can act on.
+/* store.c — the store's connection: open, durability settings, schema and forward migrations, the
+ * mapping of SQLite failures to lh_status with messages a user can act on, and the statement
+ * helpers (lh_store__run, __row, __query) every store file runs its SQL through.
  *
  * Invariants:
  *   1. A file is a longhaul store when its application_id is LH_STORE_APP_ID; an empty file becomes
@@ -143,12 +144,9 @@ int64_t lh_store__now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-lh_status lh_store__sql_error(lh_store *s, int rc, lh_error *err, const char *fmt, ...) {
+static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt, va_list ap) {
   char what[512];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
   const char *path = s ? s->path : "store";
   const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   int sys = s && s->db ? sqlite3_system_errno(s->db) : 0;
@@ -200,6 +198,14 @@ lh_status lh_store__sql_error(lh_store *s, int rc, lh_error *err, const char *fm
   }
 }
 
+lh_status lh_store__sql_error(lh_store *s, int rc, lh_error *err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lh_status st = sql_verror(s, rc, err, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
 lh_status lh_store__exec(lh_store *s, const char *sql, lh_error *err) {
   int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
   if (rc != SQLITE_OK) return lh_store__sql_error(s, rc, err, "%.60s", sql);
@@ -240,19 +246,94 @@ void lh_store__rollback(lh_store *s) {
   if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+lh_status lh_store__end(lh_store *s, lh_status st, const char *what, lh_error *err) {
+  if (st) {
+    lh_store__rollback(s);
+    return st;
+  }
+  return lh_store__commit(s, what, err);
+}
+
 char *lh_store__col_strdup(sqlite3_stmt *st, int col) {
   const unsigned char *t = sqlite3_column_text(st, col);
   return t ? strdup((const char *)t) : NULL;
 }
 
-static lh_status pragma_int(lh_store *s, const char *sql, int64_t *out, lh_error *err) {
-  sqlite3_stmt *st;
-  lh_status rs = lh_store__prepare(s, sql, &st, err);
-  if (rs) return rs;
-  int rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "reading %s", sql);
+/* ---- statements ---------------------------------------------------------------------------- */
+
+void lh_store__bind(sqlite3_stmt *q, const lh_store__arg *a, int n) {
+  for (int i = 0; i < n; i++) {
+    const lh_store__arg *x = &a[i];
+    switch (x->kind) {
+      case 'o':
+        if (!x->i) {
+          sqlite3_bind_null(q, i + 1);
+          break;
+        }
+        /* fall through */
+      case 'i': sqlite3_bind_int64(q, i + 1, x->i); break;
+      case 't': sqlite3_bind_text(q, i + 1, x->p, -1, SQLITE_STATIC); break;
+      case 'b':
+        if (x->p)
+          sqlite3_bind_blob64(q, i + 1, x->p, x->n, SQLITE_STATIC);
+        else
+          sqlite3_bind_null(q, i + 1);
+        break;
+      case 'z': sqlite3_bind_zeroblob64(q, i + 1, x->n); break;
+      default: sqlite3_bind_null(q, i + 1); break;
+    }
+  }
+}
+
+lh_status lh_store__query(lh_store *s, lh_error *err, sqlite3_stmt **q, const char *sql, const lh_store__arg *a,
+                          int n) {
+  lh_status st = lh_store__prepare(s, sql, q, err);
+  if (st) return st;
+  lh_store__bind(*q, a, n);
+  return LH_OK;
+}
+
+lh_status lh_store__run(lh_store *s, lh_error *err, const char *sql, const lh_store__arg *a, int n, const char *what,
+                        ...) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__query(s, err, &q, sql, a, n);
+  if (st) return st;
+  int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc == SQLITE_DONE) return LH_OK;
+  va_list ap;
+  va_start(ap, what);
+  st = sql_verror(s, rc, err, what, ap);
+  va_end(ap);
+  return st;
+}
+
+lh_status lh_store__row(lh_store *s, lh_error *err, sqlite3_stmt **q, const char *sql, const lh_store__arg *a, int n,
+                        const char *what, ...) {
+  lh_status st = lh_store__query(s, err, q, sql, a, n);
+  if (st) {
+    *q = NULL;
+    return st;
+  }
+  int rc = sqlite3_step(*q);
+  if (rc == SQLITE_ROW) return LH_OK;
+  sqlite3_finalize(*q);
+  *q = NULL;
+  if (rc == SQLITE_DONE) return LH_ENOTFOUND;
+  va_list ap;
+  va_start(ap, what);
+  st = sql_verror(s, rc, err, what, ap);
+  va_end(ap);
+  return st;
+}
+
+lh_status lh_store__int(lh_store *s, const char *sql, int64_t *out, lh_error *err) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__row(s, err, &q, sql, SQL_NO_ARGS, "reading %.40s", sql);
+  if (st == LH_ENOTFOUND) return lh_store__sql_error(s, SQLITE_DONE, err, "reading %.40s", sql);
+  if (st) return st;
+  *out = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
   return LH_OK;
 }
 
@@ -310,8 +391,9 @@ static void owner_init(lh_store_owner *o) {
 /* What the file is: schema version, application id, number of schema objects. */
 static lh_status identify(lh_store *s, int64_t *v, int64_t *app, int64_t *tables, lh_error *err) {
   lh_status st;
-  if ((st = pragma_int(s, "PRAGMA user_version", v, err)) || (st = pragma_int(s, "PRAGMA application_id", app, err)) ||
-      (st = pragma_int(s, "SELECT count(*) FROM sqlite_schema", tables, err)))
+  if ((st = lh_store__int(s, "PRAGMA user_version", v, err)) ||
+      (st = lh_store__int(s, "PRAGMA application_id", app, err)) ||
+      (st = lh_store__int(s, "SELECT count(*) FROM sqlite_schema", tables, err)))
     return st;
   return LH_OK;
 }
@@ -387,13 +469,12 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
     return lh_error_set(err, LH_EINVAL, "%s: bad journal_mode '%s' or synchronous '%s'", s->path, jm, sy);
   snprintf(sql, sizeof sql, "PRAGMA journal_mode = %s", jm);
   sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s, sql, &q, err))) return st;
-  int rc = sqlite3_step(q);
+  st = lh_store__row(s, err, &q, sql, SQL_NO_ARGS, "setting journal_mode %s", jm);
+  if (st == LH_ENOTFOUND) return lh_store__sql_error(s, SQLITE_DONE, err, "setting journal_mode %s", jm);
+  if (st) return st;
   char got[32] = "";
-  if (rc == SQLITE_ROW && sqlite3_column_text(q, 0))
-    snprintf(got, sizeof got, "%s", (const char *)sqlite3_column_text(q, 0));
+  if (sqlite3_column_text(q, 0)) snprintf(got, sizeof got, "%s", (const char *)sqlite3_column_text(q, 0));
   sqlite3_finalize(q);
-  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "setting journal_mode %s", jm);
   if (strcasecmp(got, jm) != 0)
     return lh_error_set(err, LH_EBUSY,
                         "%s: could not switch the journal mode to %s (it stays %s): another process has the "
@@ -403,7 +484,7 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
   if ((st = lh_store__exec(s, sql, err))) return st;
   if (s->p.max_db_bytes > 0) {
     int64_t page = 0;
-    if ((st = pragma_int(s, "PRAGMA page_size", &page, err))) return st;
+    if ((st = lh_store__int(s, "PRAGMA page_size", &page, err))) return st;
     int64_t pages = s->p.max_db_bytes / (page > 0 ? page : LH_STORE_PAGE_SIZE);
     if (pages < 1) pages = 1;
     snprintf(sql, sizeof sql, "PRAGMA max_page_count = %lld", (long long)pages);
@@ -501,18 +582,9 @@ lh_status lh_store_model_put(lh_store *s, const char *model_id, const char *name
     return lh_error_set(err, LH_EINVAL, "%s: model id must be 64 hex characters", s->path);
   lh_status st = lh_store__writable(s, "recording a model", err);
   if (st) return st;
-  sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s,
-                              "INSERT INTO models(id, name, info, created_ms) VALUES(?1, ?2, ?3, ?4) "
-                              "ON CONFLICT(id) DO UPDATE SET name = coalesce(?2, name), info = coalesce(?3, info)",
-                              &q, err)))
-    return st;
-  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 3, info_json, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 4, lh_store__now_ms());
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "recording model %.12s", model_id);
-  return LH_OK;
+  return lh_store__run(s, err,
+                       "INSERT INTO models(id, name, info, created_ms) VALUES(?1, ?2, ?3, ?4) "
+                       "ON CONFLICT(id) DO UPDATE SET name = coalesce(?2, name), info = coalesce(?3, info)",
+                       SQL_ARGS(SQL_TEXT(model_id), SQL_TEXT(name), SQL_TEXT(info_json), SQL_INT(lh_store__now_ms())),
+                       "recording model %.12s", model_id);
 }

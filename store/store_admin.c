@@ -30,34 +30,24 @@ static int64_t file_size(const char *path) {
   return stat(path, &sb) == 0 ? (int64_t)sb.st_size : 0;
 }
 
-static lh_status scalar(lh_store *s, const char *sql, int64_t *out, lh_error *err) {
-  sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, sql, &q, err);
-  if (st) return st;
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) *out = sqlite3_column_int64(q, 0);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "reading %.40s", sql);
-  return LH_OK;
-}
-
 lh_status lh_store_get_stats(lh_store *s, lh_store_stats *st, lh_error *err) {
   memset(st, 0, sizeof *st);
   st->file_bytes = file_size(s->path);
   lh_status rs;
-  if ((rs = scalar(s, "PRAGMA page_size", &st->page_size, err)) || (rs = scalar(s, "PRAGMA page_count", &st->page_count, err)) ||
-      (rs = scalar(s, "PRAGMA freelist_count", &st->freelist_pages, err)) ||
-      (rs = scalar(s, "SELECT count(*) FROM batches", &st->batches, err)) ||
-      (rs = scalar(s, "SELECT count(*) FROM checkpoints", &st->checkpoints, err)) ||
-      (rs = scalar(s, "SELECT count(*) FROM checkpoints WHERE has_state = 0", &st->thin_checkpoints, err)) ||
-      (rs = scalar(s, "SELECT coalesce(sum(state_bytes), 0) FROM checkpoints", &st->state_bytes, err)) ||
-      (rs = scalar(s, "SELECT coalesce(sum(kv_bytes), 0) FROM checkpoints", &st->kv_bytes, err)))
+  if ((rs = lh_store__int(s, "PRAGMA page_size", &st->page_size, err)) ||
+      (rs = lh_store__int(s, "PRAGMA page_count", &st->page_count, err)) ||
+      (rs = lh_store__int(s, "PRAGMA freelist_count", &st->freelist_pages, err)) ||
+      (rs = lh_store__int(s, "SELECT count(*) FROM batches", &st->batches, err)) ||
+      (rs = lh_store__int(s, "SELECT count(*) FROM checkpoints", &st->checkpoints, err)) ||
+      (rs = lh_store__int(s, "SELECT count(*) FROM checkpoints WHERE has_state = 0", &st->thin_checkpoints, err)) ||
+      (rs = lh_store__int(s, "SELECT coalesce(sum(state_bytes), 0) FROM checkpoints", &st->state_bytes, err)) ||
+      (rs = lh_store__int(s, "SELECT coalesce(sum(kv_bytes), 0) FROM checkpoints", &st->kv_bytes, err)))
     return rs;
   static const char *const q[LH_JOB_STATE_COUNT] = {
       "SELECT count(*) FROM jobs WHERE state = 'queued'", "SELECT count(*) FROM jobs WHERE state = 'running'",
       "SELECT count(*) FROM jobs WHERE state = 'done'", "SELECT count(*) FROM jobs WHERE state = 'failed'"};
   for (int i = 0; i < LH_JOB_STATE_COUNT; i++)
-    if ((rs = scalar(s, q[i], &st->jobs[i], err))) return rs;
+    if ((rs = lh_store__int(s, q[i], &st->jobs[i], err))) return rs;
   return LH_OK;
 }
 
@@ -139,9 +129,9 @@ lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh
     if (!cs && !row.has_state) {
       int64_t extra = 0;
       sqlite3_stmt *x;
-      if (!lh_store__prepare(s, "SELECT count(*) FROM ckpt_pages WHERE ckpt_id = ?1 AND part != 1", &x, NULL)) {
-        sqlite3_bind_int64(x, 1, row.id);
-        if (sqlite3_step(x) == SQLITE_ROW) extra = sqlite3_column_int64(x, 0);
+      if (!lh_store__row(s, NULL, &x, "SELECT count(*) FROM ckpt_pages WHERE ckpt_id = ?1 AND part != 1",
+                         SQL_ARGS(SQL_INT(row.id)), "counting state pages")) {
+        extra = sqlite3_column_int64(x, 0);
         sqlite3_finalize(x);
       }
       if (extra)
@@ -360,7 +350,7 @@ lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_rep
     for (int i = 0; i < n && !st; i++) { /* pos-descending: children before parents */
       if (!v[i].del) continue;
       sqlite3_reset(q);
-      sqlite3_bind_int64(q, 1, v[i].id);
+      lh_store__bind(q, SQL_ARGS(SQL_INT(v[i].id)));
       int rc = sqlite3_step(q);
       if (rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "deleting checkpoint %lld", (long long)v[i].id);
     }

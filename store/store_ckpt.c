@@ -179,13 +179,8 @@ static lh_status write_pages(lh_store *s, sqlite3_stmt *ins, int64_t ckid, lh_st
     size_t len = n - off < page ? n - off : page;
     uint32_t crc = lh_crc32c(0, data + off, len);
     sqlite3_reset(ins);
-    sqlite3_bind_int64(ins, 1, ckid);
-    sqlite3_bind_int(ins, 2, (int)part);
-    sqlite3_bind_int(ins, 3, layer);
-    sqlite3_bind_int64(ins, 4, (int64_t)seq);
-    sqlite3_bind_int64(ins, 5, (int64_t)len);
-    sqlite3_bind_int64(ins, 6, (int64_t)crc);
-    sqlite3_bind_zeroblob64(ins, 7, len);
+    lh_store__bind(ins, SQL_ARGS(SQL_INT(ckid), SQL_INT(part), SQL_INT(layer), SQL_INT(seq), SQL_INT(len), SQL_INT(crc),
+                                 SQL_ZEROBLOB(len)));
     int rc = sqlite3_step(ins);
     if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "writing a checkpoint page");
     sqlite3_blob *b;
@@ -217,32 +212,19 @@ lh_status lh_store__ckpt_write_ex(lh_store *s, const lh_store_ckpt *ck, int64_t 
   snprintf(what, sizeof what, "writing the checkpoint at %lld", (long long)ck->pos);
   lh_status st = lh_store__begin(s, what, err);
   if (st) return st;
-  sqlite3_stmt *q = NULL, *ins = NULL;
-  int64_t now = lh_store__now_ms(), id = 0;
-  int rc;
+  sqlite3_stmt *q, *ins = NULL;
+  const int64_t now = lh_store__now_ms(), state_bytes = (int64_t)(ck->kv_off + (size_t)ck->lay.vocab_size * 4);
+  int64_t id = 0;
   lh_store__ckrow row;
-  if ((st = lh_store__prepare(s, "INSERT INTO models(id, created_ms) VALUES(?1, ?2) ON CONFLICT(id) DO NOTHING", &q, err)))
+  if ((st = lh_store__run(s, err, "INSERT INTO models(id, created_ms) VALUES(?1, ?2) ON CONFLICT(id) DO NOTHING",
+                          SQL_ARGS(SQL_TEXT(ck->model_id), SQL_INT(now)), "%s", what)))
     goto out;
-  sqlite3_bind_text(q, 1, ck->model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 2, now);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  q = NULL;
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "%s", what);
-    goto out;
-  }
   if (ck->job_id) {
-    if ((st = lh_store__prepare(s, "SELECT 1 FROM jobs WHERE id = ?1", &q, err))) goto out;
-    sqlite3_bind_int64(q, 1, ck->job_id);
-    rc = sqlite3_step(q);
+    st = lh_store__row(s, err, &q, "SELECT 1 FROM jobs WHERE id = ?1", SQL_ARGS(SQL_INT(ck->job_id)), "%s", what);
+    if (st == LH_ENOTFOUND)
+      st = lh_error_set(err, LH_ENOTFOUND, "%s: %s: no job %lld", s->path, what, (long long)ck->job_id);
+    if (st) goto out;
     sqlite3_finalize(q);
-    q = NULL;
-    if (rc != SQLITE_ROW) {
-      st = rc == SQLITE_DONE ? lh_error_set(err, LH_ENOTFOUND, "%s: %s: no job %lld", s->path, what, (long long)ck->job_id)
-                             : lh_store__sql_error(s, rc, err, "%s", what);
-      goto out;
-    }
   }
   if ((st = lh_store__prepare(s,
                               "INSERT INTO ckpt_pages(ckpt_id, part, layer, seq, nbytes, crc32c, data) "
@@ -260,19 +242,10 @@ lh_status lh_store__ckpt_write_ex(lh_store *s, const lh_store_ckpt *ck, int64_t 
     if (skipped) *skipped = 1;
     if (!row.has_state && layout_equal(&row.lay, &ck->lay)) {
       if ((st = write_state_pages(s, ins, id, ck, err))) goto out;
-      if ((st = lh_store__prepare(s, "UPDATE checkpoints SET has_state = 1, state_bytes = ?2, last_used_ms = ?3 "
-                                     "WHERE id = ?1", &q, err)))
+      if ((st = lh_store__run(s, err,
+                              "UPDATE checkpoints SET has_state = 1, state_bytes = ?2, last_used_ms = ?3 WHERE id = ?1",
+                              SQL_ARGS(SQL_INT(id), SQL_INT(state_bytes), SQL_INT(now)), "%s", what)))
         goto out;
-      sqlite3_bind_int64(q, 1, id);
-      sqlite3_bind_int64(q, 2, (int64_t)(ck->kv_off + (size_t)ck->lay.vocab_size * 4));
-      sqlite3_bind_int64(q, 3, now);
-      rc = sqlite3_step(q);
-      sqlite3_finalize(q);
-      q = NULL;
-      if (rc != SQLITE_DONE) {
-        st = lh_store__sql_error(s, rc, err, "%s", what);
-        goto out;
-      }
       if (skipped) *skipped = 0;
     }
   } else {
@@ -299,41 +272,19 @@ lh_status lh_store__ckpt_write_ex(lh_store *s, const lh_store_ckpt *ck, int64_t 
       }
       parent_id = pr.id;
     }
-    if ((st = lh_store__prepare(s,
-                                "INSERT INTO checkpoints(model_id, prefix_hash, pos, parent_id, parent_pos, job_id, "
-                                "has_state, n_lightning, lightning_bytes, n_softmax, kv_dtype, kv_row_bytes, "
-                                "vocab_size, state_bytes, kv_bytes, created_ms, last_used_ms) "
-                                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
-                                &q, err)))
+    if ((st = lh_store__run(s, err,
+                            "INSERT INTO checkpoints(model_id, prefix_hash, pos, parent_id, parent_pos, job_id, "
+                            "has_state, n_lightning, lightning_bytes, n_softmax, kv_dtype, kv_row_bytes, "
+                            "vocab_size, state_bytes, kv_bytes, created_ms, last_used_ms) "
+                            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
+                            SQL_ARGS(SQL_TEXT(ck->model_id), SQL_BLOB(ck->hash, 32), SQL_INT(ck->pos),
+                                     SQL_ID(parent_id), SQL_INT(ck->parent_pos), SQL_ID(ck->job_id),
+                                     SQL_INT(ck->lay.n_lightning), SQL_INT(ck->lay.lightning_bytes),
+                                     SQL_INT(ck->lay.n_softmax), SQL_INT(ck->lay.kv_dtype),
+                                     SQL_INT(ck->lay.kv_row_bytes), SQL_INT(ck->lay.vocab_size), SQL_INT(state_bytes),
+                                     SQL_INT(ck->logits_off - ck->kv_off), SQL_INT(now)),
+                            "%s", what)))
       goto out;
-    sqlite3_bind_text(q, 1, ck->model_id, -1, SQLITE_STATIC);
-    sqlite3_bind_blob(q, 2, ck->hash, 32, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, ck->pos);
-    if (parent_id)
-      sqlite3_bind_int64(q, 4, parent_id);
-    else
-      sqlite3_bind_null(q, 4);
-    sqlite3_bind_int64(q, 5, ck->parent_pos);
-    if (ck->job_id)
-      sqlite3_bind_int64(q, 6, ck->job_id);
-    else
-      sqlite3_bind_null(q, 6);
-    sqlite3_bind_int(q, 7, ck->lay.n_lightning);
-    sqlite3_bind_int64(q, 8, (int64_t)ck->lay.lightning_bytes);
-    sqlite3_bind_int(q, 9, ck->lay.n_softmax);
-    sqlite3_bind_int(q, 10, (int)ck->lay.kv_dtype);
-    sqlite3_bind_int64(q, 11, (int64_t)ck->lay.kv_row_bytes);
-    sqlite3_bind_int(q, 12, ck->lay.vocab_size);
-    sqlite3_bind_int64(q, 13, (int64_t)(ck->kv_off + (size_t)ck->lay.vocab_size * 4));
-    sqlite3_bind_int64(q, 14, (int64_t)(ck->logits_off - ck->kv_off));
-    sqlite3_bind_int64(q, 15, now);
-    rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    q = NULL;
-    if (rc != SQLITE_DONE) {
-      st = lh_store__sql_error(s, rc, err, "%s", what);
-      goto out;
-    }
     id = sqlite3_last_insert_rowid(s->db);
     size_t rows = (size_t)(ck->pos - ck->parent_pos);
     for (int j = 0; j < ck->lay.n_softmax && !st; j++)
@@ -345,29 +296,14 @@ lh_status lh_store__ckpt_write_ex(lh_store *s, const lh_store_ckpt *ck, int64_t 
       goto out;
     }
   }
-  if (ck->job_id) {
-    if ((st = lh_store__prepare(s, "UPDATE jobs SET ckpt_id = ?1, updated_ms = ?2 WHERE id = ?3", &q, err))) goto out;
-    sqlite3_bind_int64(q, 1, id);
-    sqlite3_bind_int64(q, 2, now);
-    sqlite3_bind_int64(q, 3, ck->job_id);
-    rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    q = NULL;
-    if (rc != SQLITE_DONE) {
-      st = lh_store__sql_error(s, rc, err, "%s", what);
-      goto out;
-    }
-  }
+  if (ck->job_id)
+    st = lh_store__run(s, err, "UPDATE jobs SET ckpt_id = ?1, updated_ms = ?2 WHERE id = ?3",
+                       SQL_ARGS(SQL_INT(id), SQL_INT(now), SQL_INT(ck->job_id)), "%s", what);
+out:
   sqlite3_finalize(ins);
-  ins = NULL;
-  if ((st = lh_store__commit(s, what, err))) return st;
+  if ((st = lh_store__end(s, st, what, err))) return st;
   if (id_out) *id_out = id;
   return LH_OK;
-out:
-  sqlite3_finalize(q);
-  sqlite3_finalize(ins);
-  lh_store__rollback(s);
-  return st;
 }
 
 lh_status lh_store_ckpt_write(lh_store *s, const lh_store_ckpt *ck, int64_t *id, lh_error *err) {
@@ -406,30 +342,25 @@ static void read_ckrow(sqlite3_stmt *q, lh_store__ckrow *r) {
 
 static int find_key(lh_store *s, const char *model_id, const uint8_t hash[32], lh_store__ckrow *row, lh_error *err) {
   sqlite3_stmt *q;
-  if (lh_store__prepare(s, "SELECT " CKROW_COLS " FROM checkpoints WHERE model_id = ?1 AND prefix_hash = ?2", &q, err))
-    return -1;
-  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_blob(q, 2, hash, 32, SQLITE_STATIC);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) read_ckrow(q, row);
+  lh_status st = lh_store__row(s, err, &q,
+                               "SELECT " CKROW_COLS " FROM checkpoints WHERE model_id = ?1 AND prefix_hash = ?2",
+                               SQL_ARGS(SQL_TEXT(model_id), SQL_BLOB(hash, 32)), "looking up a checkpoint");
+  if (st == LH_ENOTFOUND) return 0;
+  if (st) return -1;
+  read_ckrow(q, row);
   sqlite3_finalize(q);
-  if (rc == SQLITE_ROW) return 1;
-  if (rc == SQLITE_DONE) return 0;
-  lh_store__sql_error(s, rc, err, "looking up a checkpoint");
-  return -1;
+  return 1;
 }
 
 lh_status lh_store__ckpt_row(lh_store *s, int64_t id, lh_store__ckrow *row, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT " CKROW_COLS " FROM checkpoints WHERE id = ?1", &q, err);
+  lh_status st = lh_store__row(s, err, &q, "SELECT " CKROW_COLS " FROM checkpoints WHERE id = ?1",
+                               SQL_ARGS(SQL_INT(id)), "reading checkpoint %lld", (long long)id);
+  if (st == LH_ENOTFOUND) return lh_error_set(err, LH_ENOTFOUND, "%s: no checkpoint %lld", s->path, (long long)id);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, id);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) read_ckrow(q, row);
+  read_ckrow(q, row);
   sqlite3_finalize(q);
-  if (rc == SQLITE_ROW) return LH_OK;
-  if (rc == SQLITE_DONE) return lh_error_set(err, LH_ENOTFOUND, "%s: no checkpoint %lld", s->path, (long long)id);
-  return lh_store__sql_error(s, rc, err, "reading checkpoint %lld", (long long)id);
+  return LH_OK;
 }
 
 static lh_status info_from_row(lh_store *s, const lh_store__ckrow *r, lh_store_ckpt_info *in, lh_error *err) {
@@ -448,17 +379,15 @@ static lh_status info_from_row(lh_store *s, const lh_store__ckrow *r, lh_store_c
   in->last_used_ms = r->last_used_ms;
   in->layout = r->lay;
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT (SELECT count(*) FROM ckpt_pages WHERE ckpt_id = ?1), "
-                                      "(SELECT count(*) FROM checkpoints WHERE parent_id = ?1)", &q, err);
+  lh_status st = lh_store__row(s, err, &q,
+                               "SELECT (SELECT count(*) FROM ckpt_pages WHERE ckpt_id = ?1), "
+                               "(SELECT count(*) FROM checkpoints WHERE parent_id = ?1)",
+                               SQL_ARGS(SQL_INT(r->id)), "reading checkpoint %lld", (long long)r->id);
+  if (st == LH_ENOTFOUND) return lh_store__sql_error(s, SQLITE_DONE, err, "reading checkpoint %lld", (long long)r->id);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, r->id);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
-    in->n_pages = sqlite3_column_int64(q, 0);
-    in->n_children = sqlite3_column_int(q, 1);
-  }
+  in->n_pages = sqlite3_column_int64(q, 0);
+  in->n_children = sqlite3_column_int(q, 1);
   sqlite3_finalize(q);
-  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "reading checkpoint %lld", (long long)r->id);
   return LH_OK;
 }
 
@@ -549,8 +478,7 @@ lh_status lh_store_prefix_lookup(lh_store *s, const char *model_id, const int32_
                                  &q, err))) {
       for (size_t i = nc; i-- > 0;) {
         sqlite3_reset(q);
-        sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
-        sqlite3_bind_blob(q, 2, hashes[i], 32, SQLITE_STATIC);
+        lh_store__bind(q, SQL_ARGS(SQL_TEXT(model_id), SQL_BLOB(hashes[i], 32)));
         rc = sqlite3_step(q);
         if (rc == SQLITE_ROW) {
           *id = sqlite3_column_int64(q, 0);
@@ -575,13 +503,11 @@ lh_status lh_store_prefix_positions(lh_store *s, const char *model_id, int64_t m
   *pos = NULL;
   *n = 0;
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s,
-                                   "SELECT DISTINCT pos FROM checkpoints WHERE model_id = ?1 AND has_state = 1 AND "
-                                   "pos <= ?2 ORDER BY pos",
-                                   &q, err);
+  lh_status st = lh_store__query(s, err, &q,
+                                 "SELECT DISTINCT pos FROM checkpoints WHERE model_id = ?1 AND has_state = 1 AND "
+                                 "pos <= ?2 ORDER BY pos",
+                                 SQL_ARGS(SQL_TEXT(model_id), SQL_INT(max_pos)));
   if (st) return st;
-  sqlite3_bind_text(q, 1, model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 2, max_pos);
   size_t cap = 0;
   int64_t *v = NULL;
   int rc;
@@ -631,13 +557,11 @@ lh_status lh_store__ckpt_check_part(lh_store *s, const lh_store__ckrow *r, lh_st
   size_t unit = part == LH_PART_KV ? r->lay.kv_row_bytes : part == LH_PART_LOGITS ? 4 : 1;
   if (expect == 0 || nlayers == 0) return LH_OK;
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s,
-                                   "SELECT id, layer, seq, nbytes, crc32c, length(data) FROM ckpt_pages WHERE "
-                                   "ckpt_id = ?1 AND part = ?2 ORDER BY layer, seq",
-                                   &q, err);
+  lh_status st = lh_store__query(s, err, &q,
+                                 "SELECT id, layer, seq, nbytes, crc32c, length(data) FROM ckpt_pages WHERE "
+                                 "ckpt_id = ?1 AND part = ?2 ORDER BY layer, seq",
+                                 SQL_ARGS(SQL_INT(r->id), SQL_INT(part)));
   if (st) return st;
-  sqlite3_bind_int64(q, 1, r->id);
-  sqlite3_bind_int(q, 2, (int)part);
   /* Whole-layer parts are assembled in buf; KV pages are delivered one by one. */
   unsigned char *buf = NULL;
   size_t bufcap = 0;
@@ -729,24 +653,19 @@ done:
 }
 
 lh_status lh_store__drop_subtree(lh_store *s, int64_t id, int64_t *n, lh_error *err) {
-  static const char *const sub =
-      "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT c.id FROM checkpoints c JOIN sub ON c.parent_id = sub.id) ";
-  char sql[512];
+#define SUBTREE \
+  "WITH RECURSIVE sub(id) AS (SELECT ?1 UNION ALL SELECT c.id FROM checkpoints c JOIN sub ON c.parent_id = sub.id) "
   sqlite3_stmt *q;
-  snprintf(sql, sizeof sql, "%sSELECT count(*) FROM sub", sub);
-  lh_status st = lh_store__prepare(s, sql, &q, err);
+  lh_status st = lh_store__row(s, err, &q, SUBTREE "SELECT count(*) FROM sub", SQL_ARGS(SQL_INT(id)),
+                               "dropping checkpoint %lld", (long long)id);
+  if (st == LH_ENOTFOUND) return lh_store__sql_error(s, SQLITE_DONE, err, "dropping checkpoint %lld", (long long)id);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, id);
-  int rc = sqlite3_step(q);
-  int64_t count = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
+  int64_t count = sqlite3_column_int64(q, 0);
   sqlite3_finalize(q);
-  if (rc != SQLITE_ROW) return lh_store__sql_error(s, rc, err, "dropping checkpoint %lld", (long long)id);
-  snprintf(sql, sizeof sql, "%sDELETE FROM checkpoints WHERE id IN sub", sub);
-  if ((st = lh_store__prepare(s, sql, &q, err))) return st;
-  sqlite3_bind_int64(q, 1, id);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "dropping checkpoint %lld", (long long)id);
+  if ((st = lh_store__run(s, err, SUBTREE "DELETE FROM checkpoints WHERE id IN sub", SQL_ARGS(SQL_INT(id)),
+                          "dropping checkpoint %lld", (long long)id)))
+    return st;
+#undef SUBTREE
   if (n) *n = count;
   return LH_OK;
 }
@@ -839,9 +758,9 @@ static void drop_damaged(lh_store *s, int64_t bad, int state_only, const lh_erro
   lh_error_clear(&e2);
   int64_t children = 0;
   sqlite3_stmt *q;
-  if (state_only && !lh_store__prepare(s, "SELECT count(*) FROM checkpoints WHERE parent_id = ?1", &q, NULL)) {
-    sqlite3_bind_int64(q, 1, bad);
-    if (sqlite3_step(q) == SQLITE_ROW) children = sqlite3_column_int64(q, 0);
+  if (state_only && !lh_store__row(s, NULL, &q, "SELECT count(*) FROM checkpoints WHERE parent_id = ?1",
+                                   SQL_ARGS(SQL_INT(bad)), "counting children")) {
+    children = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
   }
   if (state_only && children > 0) {
@@ -867,20 +786,12 @@ static void drop_damaged(lh_store *s, int64_t bad, int state_only, const lh_erro
 }
 
 lh_status lh_store__thin(lh_store *s, int64_t id, lh_error *err) {
-  sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "DELETE FROM ckpt_pages WHERE ckpt_id = ?1 AND part != 1", &q, err);
-  if (st) return st;
-  sqlite3_bind_int64(q, 1, id);
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "thinning checkpoint %lld", (long long)id);
-  if ((st = lh_store__prepare(s, "UPDATE checkpoints SET has_state = 0, state_bytes = 0 WHERE id = ?1", &q, err)))
-    return st;
-  sqlite3_bind_int64(q, 1, id);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "thinning checkpoint %lld", (long long)id);
-  return LH_OK;
+  lh_status st = lh_store__run(s, err, "DELETE FROM ckpt_pages WHERE ckpt_id = ?1 AND part != 1", SQL_ARGS(SQL_INT(id)),
+                               "thinning checkpoint %lld", (long long)id);
+  if (!st)
+    st = lh_store__run(s, err, "UPDATE checkpoints SET has_state = 0, state_bytes = 0 WHERE id = ?1",
+                       SQL_ARGS(SQL_INT(id)), "thinning checkpoint %lld", (long long)id);
+  return st;
 }
 
 lh_status lh_store_ckpt_load(lh_store *s, int64_t id, lh_store_load_cb cb, void *user, lh_error *err) {
@@ -914,18 +825,14 @@ lh_status lh_store_ckpt_load(lh_store *s, int64_t id, lh_store_load_cb cb, void 
   if (st == LH_ECORRUPT) {
     drop_damaged(s, bad, state_part, err);
   } else if (!st && !s->p.read_only) {
-    sqlite3_stmt *q;
-    if (!lh_store__prepare(s,
-                           "WITH RECURSIVE up(id) AS (SELECT ?1 UNION ALL SELECT c.parent_id FROM checkpoints c "
-                           "JOIN up ON c.id = up.id WHERE c.parent_id IS NOT NULL) "
-                           "UPDATE checkpoints SET last_used_ms = ?2 WHERE id IN up",
-                           &q, NULL)) {
-      sqlite3_bind_int64(q, 1, id);
-      sqlite3_bind_int64(q, 2, lh_store__now_ms());
-      if (sqlite3_step(q) != SQLITE_DONE)
-        lh_log_debug("%s: could not mark checkpoint %lld used: %s", s->path, (long long)id, sqlite3_errmsg(s->db));
-      sqlite3_finalize(q);
-    }
+    lh_error e2;
+    if (lh_store__run(s, &e2,
+                      "WITH RECURSIVE up(id) AS (SELECT ?1 UNION ALL SELECT c.parent_id FROM checkpoints c "
+                      "JOIN up ON c.id = up.id WHERE c.parent_id IS NOT NULL) "
+                      "UPDATE checkpoints SET last_used_ms = ?2 WHERE id IN up",
+                      SQL_ARGS(SQL_INT(id), SQL_INT(lh_store__now_ms())), "marking checkpoint %lld used",
+                      (long long)id))
+      lh_log_debug("%s", e2.msg);
   }
   free(chain);
   return st;

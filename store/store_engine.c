@@ -83,18 +83,8 @@ lh_status lh_store_restore(lh_store *s, lh_model *m, int64_t id, lh_state **out,
 
 static lh_status set_resume_point(lh_store *s, int64_t job_id, int64_t ckpt_id, lh_error *err) {
   if (!job_id || s->p.read_only) return LH_OK;
-  sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "UPDATE jobs SET ckpt_id = ?1 WHERE id = ?2", &q, err);
-  if (st) return st;
-  if (ckpt_id)
-    sqlite3_bind_int64(q, 1, ckpt_id);
-  else
-    sqlite3_bind_null(q, 1);
-  sqlite3_bind_int64(q, 2, job_id);
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "recording job %lld's resume point", (long long)job_id);
-  return LH_OK;
+  return lh_store__run(s, err, "UPDATE jobs SET ckpt_id = ?1 WHERE id = ?2", SQL_ARGS(SQL_ID(ckpt_id), SQL_INT(job_id)),
+                       "recording job %lld's resume point", (long long)job_id);
 }
 
 lh_status lh_store_resume(lh_store *s, lh_model *m, const int32_t *tokens, int64_t n, int64_t job_id, lh_state **out,

@@ -1,8 +1,9 @@
 /* store_internal.h — the store's private structures and helpers, shared by the store's .c files only.
  *
- * store.c owns the connection (open, pragmas, schema, error mapping); store_jobs.c the job state
- * machine and claims; store_ckpt.c checkpoint pages, chains and prefix lookup; store_writer.c the
- * asynchronous writer; store_admin.c stats, verify and gc; store_engine.c the engine glue.
+ * store.c owns the connection (open, pragmas, schema, error mapping, statements); store_jobs.c the
+ * job state machine and claims; store_ckpt.c checkpoint pages, chains and prefix lookup;
+ * store_writer.c the asynchronous writer; store_admin.c stats, verify and gc; store_engine.c the
+ * engine glue.
  */
 #ifndef LH_STORE_INTERNAL_H
 #define LH_STORE_INTERNAL_H
@@ -61,6 +62,55 @@ lh_status lh_store__prepare(lh_store *s, const char *sql, sqlite3_stmt **st, lh_
 lh_status lh_store__begin(lh_store *s, const char *what, lh_error *err);
 lh_status lh_store__commit(lh_store *s, const char *what, lh_error *err);
 void lh_store__rollback(lh_store *s);
+/* End the transaction lh_store__begin opened: commit when st is LH_OK (returning the commit's
+ * status), else roll back and return st. */
+lh_status lh_store__end(lh_store *s, lh_status st, const char *what, lh_error *err);
+
+/* ---- statements ----------------------------------------------------------------------------
+ *
+ * A statement is one call that reads as its SQL; its arguments bind ?1, ?2, ... in order:
+ *
+ *     st = lh_store__run(s, err, "UPDATE jobs SET ckpt_id = ?1 WHERE id = ?2",
+ *                        SQL_ARGS(SQL_ID(ckpt_id), SQL_INT(job_id)),
+ *                        "recording job %lld's resume point", (long long)job_id);
+ *
+ * The trailing printf format says what was being done, for the message of a failed step (as
+ * lh_store__sql_error words it); a failed prepare reads "preparing '<sql>'" (lh_store__prepare).
+ * Text and blobs are bound without a copy: they must stay valid until the statement is finalized
+ * or reset (for lh_store__run, the call). A NULL text or blob binds SQL NULL.
+ */
+typedef struct lh_store__arg {
+  char kind;     /* 'i' integer; 'o' integer, NULL when 0 (an optional row id); 't' text; 'b' blob;
+                    'z' a zeroblob of n bytes */
+  int64_t i;
+  const void *p;
+  size_t n;
+} lh_store__arg;
+#define SQL_INT(x) ((lh_store__arg){'i', (int64_t)(x), NULL, 0})
+#define SQL_ID(x) ((lh_store__arg){'o', (int64_t)(x), NULL, 0})
+#define SQL_TEXT(x) ((lh_store__arg){'t', 0, (const char *)(x), 0})
+#define SQL_BLOB(p, n) ((lh_store__arg){'b', 0, (p), (size_t)(n)})
+#define SQL_ZEROBLOB(n) ((lh_store__arg){'z', 0, NULL, (size_t)(n)})
+/* The (array, count) pair every statement helper takes. */
+#define SQL_ARGS(...) \
+  (const lh_store__arg[]){__VA_ARGS__}, (int)(sizeof((const lh_store__arg[]){__VA_ARGS__}) / sizeof(lh_store__arg))
+#define SQL_NO_ARGS NULL, 0
+
+/* Bind a[0..n) to ?1..?n of q (after prepare, or after sqlite3_reset to run q again). */
+void lh_store__bind(sqlite3_stmt *q, const lh_store__arg *a, int n);
+/* Prepare sql and bind a: the caller steps *q and finalizes it. */
+lh_status lh_store__query(lh_store *s, lh_error *err, sqlite3_stmt **q, const char *sql, const lh_store__arg *a,
+                          int n);
+/* Run a statement that returns no rows, to completion. */
+lh_status lh_store__run(lh_store *s, lh_error *err, const char *sql, const lh_store__arg *a, int n, const char *what,
+                        ...) __attribute__((format(printf, 6, 7)));
+/* Step a query to its first row. LH_OK: *q is on that row (read its columns, then finalize it).
+ * LH_ENOTFOUND: there is none, *q is NULL and err is left alone (the caller says what was missing).
+ * Anything else: *q is NULL and err says what failed. */
+lh_status lh_store__row(lh_store *s, lh_error *err, sqlite3_stmt **q, const char *sql, const lh_store__arg *a, int n,
+                        const char *what, ...) __attribute__((format(printf, 7, 8)));
+/* The first column of the one row sql returns (a pragma or an aggregate). */
+lh_status lh_store__int(lh_store *s, const char *sql, int64_t *out, lh_error *err);
 /* LH_EINVAL with a message if the handle is read-only. */
 lh_status lh_store__writable(lh_store *s, const char *what, lh_error *err);
 

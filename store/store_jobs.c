@@ -60,6 +60,12 @@ static lh_job_state state_from_text(const unsigned char *t) {
   return LH_JOB_FAILED;
 }
 
+/* The rows this handle's process holds (?2..?4 are its identity; MINE_ARGS binds ?1 too). */
+#define MINE "state = 'running' AND owner_host = ?2 AND owner_pid = ?3 AND owner_start = ?4"
+#define MINE_ARGS(s, first) SQL_INT(first), SQL_TEXT((s)->me.host), SQL_INT((s)->me.pid), SQL_INT((s)->me.start)
+#define OWNED "id = ?1 AND " MINE
+#define HEARTBEAT_SQL "UPDATE jobs SET heartbeat_ms = ?1 WHERE " MINE
+
 int lh_store__owner_alive(const lh_store *s, const char *host, int64_t pid, int64_t start, int64_t heartbeat_ms,
                           int64_t now_ms) {
   if (!host) return 0;
@@ -108,15 +114,9 @@ static void *heartbeat_main(void *arg) {
     if (s->hb_stop) break;
     pthread_mutex_unlock(&s->hb_mu);
     sqlite3_stmt *q = NULL;
-    int rc = sqlite3_prepare_v2(db,
-                                "UPDATE jobs SET heartbeat_ms = ?1 WHERE state = 'running' AND owner_host = ?2 "
-                                "AND owner_pid = ?3 AND owner_start = ?4",
-                                -1, &q, NULL);
+    int rc = sqlite3_prepare_v2(db, HEARTBEAT_SQL, -1, &q, NULL);
     if (rc == SQLITE_OK) {
-      sqlite3_bind_int64(q, 1, lh_store__now_ms());
-      sqlite3_bind_text(q, 2, s->me.host, -1, SQLITE_STATIC);
-      sqlite3_bind_int64(q, 3, s->me.pid);
-      sqlite3_bind_int64(q, 4, s->me.start);
+      lh_store__bind(q, SQL_ARGS(MINE_ARGS(s, lh_store__now_ms())));
       rc = sqlite3_step(q);
     }
     sqlite3_finalize(q);
@@ -152,50 +152,29 @@ void lh_store__heartbeat_stop(lh_store *s) {
 lh_status lh_store_job_heartbeat(lh_store *s, lh_error *err) {
   lh_status st = lh_store__writable(s, "refreshing claims", err);
   if (st) return st;
-  sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s,
-                              "UPDATE jobs SET heartbeat_ms = ?1 WHERE state = 'running' AND owner_host = ?2 "
-                              "AND owner_pid = ?3 AND owner_start = ?4",
-                              &q, err)))
-    return st;
-  sqlite3_bind_int64(q, 1, lh_store__now_ms());
-  sqlite3_bind_text(q, 2, s->me.host, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 3, s->me.pid);
-  sqlite3_bind_int64(q, 4, s->me.start);
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "refreshing claims");
-  return LH_OK;
+  return lh_store__run(s, err, HEARTBEAT_SQL, SQL_ARGS(MINE_ARGS(s, lh_store__now_ms())), "refreshing claims");
 }
 
 /* ---- batches ------------------------------------------------------------------------------- */
 
 lh_status lh_store_batch_find(lh_store *s, const char *name, int64_t *batch_id, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT id FROM batches WHERE name = ?1", &q, err);
+  lh_status st = lh_store__row(s, err, &q, "SELECT id FROM batches WHERE name = ?1", SQL_ARGS(SQL_TEXT(name)),
+                               "finding batch '%s'", name);
+  if (st == LH_ENOTFOUND) return lh_error_set(err, LH_ENOTFOUND, "%s: no batch named '%s'", s->path, name);
   if (st) return st;
-  sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) *batch_id = sqlite3_column_int64(q, 0);
+  *batch_id = sqlite3_column_int64(q, 0);
   sqlite3_finalize(q);
-  if (rc == SQLITE_ROW) return LH_OK;
-  if (rc == SQLITE_DONE) return lh_error_set(err, LH_ENOTFOUND, "%s: no batch named '%s'", s->path, name);
-  return lh_store__sql_error(s, rc, err, "finding batch '%s'", name);
+  return LH_OK;
 }
 
 lh_status lh_store_batch_put(lh_store *s, const char *name, int64_t *batch_id, lh_error *err) {
   if (!name || !*name) return lh_error_set(err, LH_EINVAL, "%s: a batch needs a name", s->path);
   lh_status st = lh_store__writable(s, "adding a batch", err);
   if (st) return st;
-  sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s, "INSERT INTO batches(name, created_ms) VALUES(?1, ?2) ON CONFLICT(name) DO NOTHING",
-                              &q, err)))
+  if ((st = lh_store__run(s, err, "INSERT INTO batches(name, created_ms) VALUES(?1, ?2) ON CONFLICT(name) DO NOTHING",
+                          SQL_ARGS(SQL_TEXT(name), SQL_INT(lh_store__now_ms())), "adding batch '%s'", name)))
     return st;
-  sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 2, lh_store__now_ms());
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "adding batch '%s'", name);
   return lh_store_batch_find(s, name, batch_id, err);
 }
 
@@ -203,29 +182,23 @@ lh_status lh_store_batch_put(lh_store *s, const char *name, int64_t *batch_id, l
 
 lh_status lh_store_job_find(lh_store *s, int64_t batch_id, const char *custom_id, int64_t *job_id, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT id FROM jobs WHERE (?1 = 0 OR batch_id = ?1) AND custom_id = ?2 LIMIT 2",
-                                   &q, err);
-  if (st) return st;
-  sqlite3_bind_int64(q, 1, batch_id);
-  sqlite3_bind_text(q, 2, custom_id, -1, SQLITE_STATIC);
-  int rc = sqlite3_step(q), found = 0;
-  if (rc == SQLITE_ROW) {
-    *job_id = sqlite3_column_int64(q, 0);
-    found = 1;
-    rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) found = 2;
-  }
-  sqlite3_finalize(q);
-  if (found == 2)
-    return lh_error_set(err, LH_EINVAL, "%s: custom_id '%s' is in more than one batch; name the batch", s->path,
-                        custom_id);
-  if (found == 1 && rc == SQLITE_DONE) return LH_OK;
-  if (rc == SQLITE_DONE) {
+  lh_status st = lh_store__row(s, err, &q,
+                               "SELECT id FROM jobs WHERE (?1 = 0 OR batch_id = ?1) AND custom_id = ?2 LIMIT 2",
+                               SQL_ARGS(SQL_INT(batch_id), SQL_TEXT(custom_id)), "finding job '%s'", custom_id);
+  if (st == LH_ENOTFOUND) {
     if (batch_id)
       return lh_error_set(err, LH_ENOTFOUND, "%s: batch %lld has no job '%s'", s->path, (long long)batch_id, custom_id);
     return lh_error_set(err, LH_ENOTFOUND, "%s: no job '%s'", s->path, custom_id);
   }
-  return lh_store__sql_error(s, rc, err, "finding job '%s'", custom_id);
+  if (st) return st;
+  *job_id = sqlite3_column_int64(q, 0);
+  int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc == SQLITE_ROW)
+    return lh_error_set(err, LH_EINVAL, "%s: custom_id '%s' is in more than one batch; name the batch", s->path,
+                        custom_id);
+  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "finding job '%s'", custom_id);
+  return LH_OK;
 }
 
 lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spec *spec, int64_t *job_id,
@@ -235,61 +208,34 @@ lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spe
     return lh_error_set(err, LH_EINVAL, "%s: a job needs a custom_id and a request", s->path);
   lh_status st = lh_store__begin(s, "adding a job", err);
   if (st) return st;
-  sqlite3_stmt *q = NULL;
-  int rc;
-  if ((st = lh_store__prepare(s, "SELECT id, request FROM jobs WHERE batch_id = ?1 AND custom_id = ?2", &q, err)))
-    goto out;
-  sqlite3_bind_int64(q, 1, batch_id);
-  sqlite3_bind_text(q, 2, spec->custom_id, -1, SQLITE_STATIC);
-  rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
+  sqlite3_stmt *q;
+  st = lh_store__row(s, err, &q, "SELECT id, request FROM jobs WHERE batch_id = ?1 AND custom_id = ?2",
+                     SQL_ARGS(SQL_INT(batch_id), SQL_TEXT(spec->custom_id)), "adding job '%s'", spec->custom_id);
+  if (st == LH_OK) { /* there already: the same request is the same job */
     const char *old = (const char *)sqlite3_column_text(q, 1);
     if (old && strcmp(old, spec->request_json) != 0) {
       st = lh_error_set(err, LH_EINVAL,
                         "%s: custom_id '%s' is already in this batch with a different request; custom_ids must be "
                         "unique (use a new batch to change a request)",
                         s->path, spec->custom_id);
-      goto out;
+    } else {
+      *job_id = sqlite3_column_int64(q, 0);
+      if (existed) *existed = 1;
     }
-    *job_id = sqlite3_column_int64(q, 0);
-    if (existed) *existed = 1;
     sqlite3_finalize(q);
-    q = NULL;
-    st = lh_store__commit(s, "adding a job", err);
-    return st;
+  } else if (st == LH_ENOTFOUND) {
+    st = lh_store__run(s, err,
+                       "INSERT INTO jobs(batch_id, custom_id, group_key, model_id, request, state, created_ms, "
+                       "updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6)",
+                       SQL_ARGS(SQL_INT(batch_id), SQL_TEXT(spec->custom_id), SQL_TEXT(spec->group_key),
+                                SQL_TEXT(spec->model_id), SQL_TEXT(spec->request_json), SQL_INT(lh_store__now_ms())),
+                       "adding job '%s'", spec->custom_id);
+    if (st && (sqlite3_errcode(s->db) & 0xff) == SQLITE_CONSTRAINT) /* the batch's foreign key */
+      st = lh_error_set(err, LH_ENOTFOUND, "%s: no batch %lld to add job '%s' to", s->path, (long long)batch_id,
+                        spec->custom_id);
+    if (!st) *job_id = sqlite3_last_insert_rowid(s->db);
   }
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "adding job '%s'", spec->custom_id);
-    goto out;
-  }
-  sqlite3_finalize(q);
-  q = NULL;
-  if ((st = lh_store__prepare(s,
-                              "INSERT INTO jobs(batch_id, custom_id, group_key, model_id, request, state, created_ms, "
-                              "updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6)",
-                              &q, err)))
-    goto out;
-  sqlite3_bind_int64(q, 1, batch_id);
-  sqlite3_bind_text(q, 2, spec->custom_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 3, spec->group_key, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 4, spec->model_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 5, spec->request_json, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 6, lh_store__now_ms());
-  rc = sqlite3_step(q);
-  if (rc != SQLITE_DONE) {
-    st = (rc & 0xff) == SQLITE_CONSTRAINT
-             ? lh_error_set(err, LH_ENOTFOUND, "%s: no batch %lld to add job '%s' to", s->path, (long long)batch_id,
-                            spec->custom_id)
-             : lh_store__sql_error(s, rc, err, "adding job '%s'", spec->custom_id);
-    goto out;
-  }
-  *job_id = sqlite3_last_insert_rowid(s->db);
-  sqlite3_finalize(q);
-  return lh_store__commit(s, "adding a job", err);
-out:
-  sqlite3_finalize(q);
-  lh_store__rollback(s);
-  return st;
+  return lh_store__end(s, st, "adding a job", err);
 }
 
 typedef struct claimable {
@@ -327,39 +273,26 @@ static int row_claimable(lh_store *s, sqlite3_stmt *q, int64_t now, claimable *c
 /* Move one claimable job to running (or to failed when it used up its attempts). Returns 1 if we now
  * hold it, 0 if it was failed instead, -1 on error. */
 static int take(lh_store *s, const claimable *c, int64_t now, lh_error *err) {
-  sqlite3_stmt *q;
-  int rc;
   if (c->stale && s->p.max_attempts > 0 && c->attempts >= s->p.max_attempts) {
-    if (lh_store__prepare(s, "UPDATE jobs SET state = 'failed', error = ?2, finished_ms = ?3, updated_ms = ?3, "
-                             "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL WHERE id = ?1",
-                          &q, err))
-      return -1;
     char msg[512];
     snprintf(msg, sizeof msg, "gave up after %d attempts: the process running it (last %s) died each time",
              c->attempts, c->old_owner ? c->old_owner : "?");
-    sqlite3_bind_int64(q, 1, c->id);
-    sqlite3_bind_text(q, 2, msg, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(q, 3, now);
-    rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "failing job %lld", (long long)c->id), -1;
+    if (lh_store__run(s, err,
+                      "UPDATE jobs SET state = 'failed', error = ?2, finished_ms = ?3, updated_ms = ?3, "
+                      "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL WHERE id = ?1",
+                      SQL_ARGS(SQL_INT(c->id), SQL_TEXT(msg), SQL_INT(now)), "failing job %lld", (long long)c->id))
+      return -1;
     lh_log_warn("%s: job %lld failed: %s", s->path, (long long)c->id, msg);
     return 0;
   }
-  if (lh_store__prepare(s, "UPDATE jobs SET state = 'running', attempts = attempts + 1, owner_host = ?2, "
-                           "owner_name = ?3, owner_pid = ?4, owner_start = ?5, heartbeat_ms = ?6, "
-                           "started_ms = coalesce(started_ms, ?6), updated_ms = ?6, error = NULL WHERE id = ?1",
-                        &q, err))
+  if (lh_store__run(s, err,
+                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, owner_host = ?2, "
+                    "owner_name = ?3, owner_pid = ?4, owner_start = ?5, heartbeat_ms = ?6, "
+                    "started_ms = coalesce(started_ms, ?6), updated_ms = ?6, error = NULL WHERE id = ?1",
+                    SQL_ARGS(SQL_INT(c->id), SQL_TEXT(s->me.host), SQL_TEXT(s->me.hostname), SQL_INT(s->me.pid),
+                             SQL_INT(s->me.start), SQL_INT(now)),
+                    "claiming job %lld", (long long)c->id))
     return -1;
-  sqlite3_bind_int64(q, 1, c->id);
-  sqlite3_bind_text(q, 2, s->me.host, -1, SQLITE_STATIC);
-  sqlite3_bind_text(q, 3, s->me.hostname, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 4, s->me.pid);
-  sqlite3_bind_int64(q, 5, s->me.start);
-  sqlite3_bind_int64(q, 6, now);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "claiming job %lld", (long long)c->id), -1;
   if (c->stale)
     lh_log_info("%s: job %lld taken over from %s (dead or silent for %d s)", s->path, (long long)c->id,
                 c->old_owner ? c->old_owner : "?", s->p.lease_s);
@@ -379,10 +312,9 @@ static lh_status collect(lh_store *s, const char *sql, int64_t a, const char *b,
   *out = NULL;
   *n = 0;
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, sql, &q, err);
+  const lh_store__arg args[2] = {SQL_INT(a), SQL_TEXT(b)};
+  lh_status st = lh_store__query(s, err, &q, sql, args, b ? 2 : 1);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, a);
-  if (b) sqlite3_bind_text(q, 2, b, -1, SQLITE_STATIC);
   int cap = 0, rc;
   claimable *v = NULL;
   while ((limit <= 0 || *n < limit) && (rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -493,19 +425,12 @@ lh_status lh_store_job_claim(lh_store *s, int64_t job_id, lh_error *err) {
   lh_status st = lh_store__begin(s, "claiming a job", err);
   if (st) return st;
   int64_t now = lh_store__now_ms();
-  sqlite3_stmt *q = NULL;
+  sqlite3_stmt *q;
   claimable c = {0};
-  if ((st = lh_store__prepare(s, "SELECT " JOB_CLAIM_COLS " FROM jobs WHERE id = ?1", &q, err))) goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_DONE) {
-    st = lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
-    goto out;
-  }
-  if (rc != SQLITE_ROW) {
-    st = lh_store__sql_error(s, rc, err, "claiming job %lld", (long long)job_id);
-    goto out;
-  }
+  st = lh_store__row(s, err, &q, "SELECT " JOB_CLAIM_COLS " FROM jobs WHERE id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                     "claiming job %lld", (long long)job_id);
+  if (st == LH_ENOTFOUND) st = lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
+  if (st) goto out;
   lh_job_state js = state_from_text(sqlite3_column_text(q, 1));
   if (js == LH_JOB_RUNNING && !strcmp((const char *)sqlite3_column_text(q, 4), s->me.host) &&
       sqlite3_column_int64(q, 5) == s->me.pid && sqlite3_column_int64(q, 6) == s->me.start) {
@@ -552,11 +477,10 @@ out:
 /* Explain why an owner-checked UPDATE of a running job changed nothing. */
 static lh_status not_ours(lh_store *s, int64_t job_id, const char *what, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT state, owner_name, owner_pid FROM jobs WHERE id = ?1", &q, err);
+  lh_status st = lh_store__query(s, err, &q, "SELECT state, owner_name, owner_pid FROM jobs WHERE id = ?1",
+                                 SQL_ARGS(SQL_INT(job_id)));
   if (st) return st;
-  sqlite3_bind_int64(q, 1, job_id);
-  int rc = sqlite3_step(q);
-  if (rc != SQLITE_ROW) {
+  if (sqlite3_step(q) != SQLITE_ROW) {
     sqlite3_finalize(q);
     return lh_error_set(err, LH_ENOTFOUND, "%s: %s: no job %lld", s->path, what, (long long)job_id);
   }
@@ -575,43 +499,26 @@ static lh_status not_ours(lh_store *s, int64_t job_id, const char *what, lh_erro
   return st;
 }
 
-#define OWNED "id = ?1 AND state = 'running' AND owner_host = ?2 AND owner_pid = ?3 AND owner_start = ?4"
-
-static void bind_owned(lh_store *s, sqlite3_stmt *q, int64_t job_id) {
-  sqlite3_bind_int64(q, 1, job_id);
-  sqlite3_bind_text(q, 2, s->me.host, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(q, 3, s->me.pid);
-  sqlite3_bind_int64(q, 4, s->me.start);
-}
-
 /* One owner-checked transition: UPDATE jobs SET <set> WHERE OWNED, with ?5 = now and ?6 = text. */
 static lh_status owned_update(lh_store *s, int64_t job_id, const char *set, const char *text, const char *what,
                               lh_error *err) {
   char sql[512];
   snprintf(sql, sizeof sql, "UPDATE jobs SET %s WHERE " OWNED, set);
-  sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, sql, &q, err);
+  const lh_store__arg args[6] = {MINE_ARGS(s, job_id), SQL_INT(lh_store__now_ms()), SQL_TEXT(text)};
+  lh_status st = lh_store__run(s, err, sql, args, text ? 6 : 5, "%s job %lld", what, (long long)job_id);
   if (st) return st;
-  bind_owned(s, q, job_id);
-  sqlite3_bind_int64(q, 5, lh_store__now_ms());
-  if (text) sqlite3_bind_text(q, 6, text, -1, SQLITE_STATIC);
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "%s job %lld", what, (long long)job_id);
   if (sqlite3_changes(s->db) == 0) return not_ours(s, job_id, what, err);
   return LH_OK;
 }
 
 lh_status lh_store_job_check_claim(lh_store *s, int64_t job_id, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT 1 FROM jobs WHERE " OWNED, &q, err);
+  lh_status st = lh_store__row(s, err, &q, "SELECT 1 FROM jobs WHERE " OWNED, SQL_ARGS(MINE_ARGS(s, job_id)),
+                               "checking the claim of job %lld", (long long)job_id);
+  if (st == LH_ENOTFOUND) return not_ours(s, job_id, "checking the claim", err);
   if (st) return st;
-  bind_owned(s, q, job_id);
-  int rc = sqlite3_step(q);
   sqlite3_finalize(q);
-  if (rc == SQLITE_ROW) return LH_OK;
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "checking the claim of job %lld", (long long)job_id);
-  return not_ours(s, job_id, "checking the claim", err);
+  return LH_OK;
 }
 
 #define CLEAR_OWNER "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL, heartbeat_ms = NULL"
@@ -621,118 +528,68 @@ lh_status lh_store_job_done(lh_store *s, int64_t job_id, const char *result_json
   if (!result_json) return lh_error_set(err, LH_EINVAL, "%s: job %lld: a result needs JSON", s->path, (long long)job_id);
   lh_status st = lh_store__begin(s, "finishing a job", err);
   if (st) return st;
-  if ((st = owned_update(s, job_id, "state = 'done', finished_ms = ?5, updated_ms = ?5, error = NULL, " CLEAR_OWNER,
-                         NULL, "finishing", err)))
-    goto out;
-  sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s, "INSERT OR REPLACE INTO results(job_id, json, blob, created_ms) VALUES(?1, ?2, ?3, ?4)",
-                              &q, err)))
-    goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  sqlite3_bind_text(q, 2, result_json, -1, SQLITE_STATIC);
-  if (blob)
-    sqlite3_bind_blob64(q, 3, blob, blob_len, SQLITE_STATIC);
-  else
-    sqlite3_bind_null(q, 3);
-  sqlite3_bind_int64(q, 4, lh_store__now_ms());
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "storing the result of job %lld", (long long)job_id);
-    goto out;
-  }
-  return lh_store__commit(s, "finishing a job", err);
-out:
-  lh_store__rollback(s);
-  return st;
+  st = owned_update(s, job_id, "state = 'done', finished_ms = ?5, updated_ms = ?5, error = NULL, " CLEAR_OWNER, NULL,
+                    "finishing", err);
+  if (!st)
+    st = lh_store__run(s, err, "INSERT OR REPLACE INTO results(job_id, json, blob, created_ms) VALUES(?1, ?2, ?3, ?4)",
+                       SQL_ARGS(SQL_INT(job_id), SQL_TEXT(result_json), SQL_BLOB(blob, blob_len),
+                                SQL_INT(lh_store__now_ms())),
+                       "storing the result of job %lld", (long long)job_id);
+  return lh_store__end(s, st, "finishing a job", err);
 }
 
 lh_status lh_store_job_fail(lh_store *s, int64_t job_id, const char *message, lh_error *err) {
   lh_status st = lh_store__begin(s, "failing a job", err);
   if (st) return st;
-  if ((st = owned_update(s, job_id, "state = 'failed', finished_ms = ?5, updated_ms = ?5, error = ?6, " CLEAR_OWNER,
-                         message ? message : "failed", "failing", err))) {
-    lh_store__rollback(s);
-    return st;
-  }
-  return lh_store__commit(s, "failing a job", err);
+  st = owned_update(s, job_id, "state = 'failed', finished_ms = ?5, updated_ms = ?5, error = ?6, " CLEAR_OWNER,
+                    message ? message : "failed", "failing", err);
+  return lh_store__end(s, st, "failing a job", err);
 }
 
 lh_status lh_store_job_release(lh_store *s, int64_t job_id, lh_error *err) {
   lh_status st = lh_store__begin(s, "releasing a job", err);
   if (st) return st;
-  if ((st = owned_update(s, job_id, "state = 'queued', updated_ms = ?5, " CLEAR_OWNER, NULL, "releasing", err))) {
-    lh_store__rollback(s);
-    return st;
-  }
-  return lh_store__commit(s, "releasing a job", err);
+  st = owned_update(s, job_id, "state = 'queued', updated_ms = ?5, " CLEAR_OWNER, NULL, "releasing", err);
+  return lh_store__end(s, st, "releasing a job", err);
 }
 
 lh_status lh_store_job_requeue(lh_store *s, int64_t job_id, lh_error *err) {
   lh_status st = lh_store__begin(s, "requeueing a job", err);
   if (st) return st;
-  sqlite3_stmt *q = NULL;
-  if ((st = lh_store__prepare(s, "SELECT " JOB_CLAIM_COLS " FROM jobs WHERE id = ?1", &q, err))) goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  int rc = sqlite3_step(q);
-  if (rc != SQLITE_ROW) {
-    st = rc == SQLITE_DONE ? lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id)
-                           : lh_store__sql_error(s, rc, err, "requeueing job %lld", (long long)job_id);
-    goto out;
+  sqlite3_stmt *q;
+  st = lh_store__row(s, err, &q, "SELECT " JOB_CLAIM_COLS " FROM jobs WHERE id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                     "requeueing job %lld", (long long)job_id);
+  if (st == LH_ENOTFOUND) st = lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
+  if (!st) {
+    if (state_from_text(sqlite3_column_text(q, 1)) == LH_JOB_RUNNING &&
+        lh_store__owner_alive(s, (const char *)sqlite3_column_text(q, 4), sqlite3_column_int64(q, 5),
+                              sqlite3_column_int64(q, 6), sqlite3_column_int64(q, 7), lh_store__now_ms())) {
+      const char *name = (const char *)sqlite3_column_text(q, 8);
+      st = lh_error_set(err, LH_EBUSY, "%s: job %lld is running under %s pid %lld, which is alive", s->path,
+                        (long long)job_id, name ? name : "?", (long long)sqlite3_column_int64(q, 5));
+    }
+    sqlite3_finalize(q);
   }
-  if (state_from_text(sqlite3_column_text(q, 1)) == LH_JOB_RUNNING &&
-      lh_store__owner_alive(s, (const char *)sqlite3_column_text(q, 4), sqlite3_column_int64(q, 5),
-                            sqlite3_column_int64(q, 6), sqlite3_column_int64(q, 7), lh_store__now_ms())) {
-    const char *name = (const char *)sqlite3_column_text(q, 8);
-    st = lh_error_set(err, LH_EBUSY, "%s: job %lld is running under %s pid %lld, which is alive", s->path,
-                      (long long)job_id, name ? name : "?", (long long)sqlite3_column_int64(q, 5));
-    goto out;
-  }
-  sqlite3_finalize(q);
-  q = NULL;
-  if ((st = lh_store__prepare(s,
-                              "UPDATE jobs SET state = 'queued', attempts = 0, error = NULL, finished_ms = NULL, "
-                              "updated_ms = ?2, " CLEAR_OWNER " WHERE id = ?1",
-                              &q, err)))
-    goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  sqlite3_bind_int64(q, 2, lh_store__now_ms());
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  q = NULL;
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "requeueing job %lld", (long long)job_id);
-    goto out;
-  }
-  if ((st = lh_store__prepare(s, "DELETE FROM results WHERE job_id = ?1", &q, err))) goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  q = NULL;
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "requeueing job %lld", (long long)job_id);
-    goto out;
-  }
-  return lh_store__commit(s, "requeueing a job", err);
-out:
-  sqlite3_finalize(q);
-  lh_store__rollback(s);
-  return st;
+  if (!st)
+    st = lh_store__run(s, err,
+                       "UPDATE jobs SET state = 'queued', attempts = 0, error = NULL, finished_ms = NULL, "
+                       "updated_ms = ?2, " CLEAR_OWNER " WHERE id = ?1",
+                       SQL_ARGS(SQL_INT(job_id), SQL_INT(lh_store__now_ms())), "requeueing job %lld",
+                       (long long)job_id);
+  if (!st)
+    st = lh_store__run(s, err, "DELETE FROM results WHERE job_id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                       "requeueing job %lld", (long long)job_id);
+  return lh_store__end(s, st, "requeueing a job", err);
 }
 
 lh_status lh_store_job_set_tokens(lh_store *s, int64_t job_id, int64_t tokens_total, lh_error *err) {
   lh_status st = lh_store__writable(s, "recording job progress", err);
   if (st) return st;
   if (tokens_total < 0) return LH_OK;
-  sqlite3_stmt *q;
-  if ((st = lh_store__prepare(s, "UPDATE jobs SET tokens_total = ?2, updated_ms = ?3 WHERE id = ?1", &q, err)))
+  if ((st = lh_store__run(s, err, "UPDATE jobs SET tokens_total = ?2, updated_ms = ?3 WHERE id = ?1",
+                          SQL_ARGS(SQL_INT(job_id), SQL_INT(tokens_total), SQL_INT(lh_store__now_ms())),
+                          "recording progress of job %lld", (long long)job_id)))
     return st;
-  sqlite3_bind_int64(q, 1, job_id);
-  sqlite3_bind_int64(q, 2, tokens_total);
-  sqlite3_bind_int64(q, 3, lh_store__now_ms());
-  int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "recording progress of job %lld", (long long)job_id);
   if (sqlite3_changes(s->db) == 0) return lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
   return LH_OK;
 }
@@ -799,19 +656,13 @@ void lh_store_job_list_free(lh_store_job_info *list, size_t n) {
 lh_status lh_store_job_get(lh_store *s, int64_t job_id, lh_store_job_info *info, lh_error *err) {
   memset(info, 0, sizeof *info);
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, JOB_INFO_SQL "WHERE j.id = ?1", &q, err);
+  lh_status st = lh_store__row(s, err, &q, JOB_INFO_SQL "WHERE j.id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                               "reading job %lld", (long long)job_id);
+  if (st == LH_ENOTFOUND) return lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, job_id);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
-    if (fill_info(s, q, lh_store__now_ms(), info)) {
-      lh_store_job_info_clear(info);
-      st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading job %lld", s->path, (long long)job_id);
-    }
-  } else if (rc == SQLITE_DONE) {
-    st = lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
-  } else {
-    st = lh_store__sql_error(s, rc, err, "reading job %lld", (long long)job_id);
+  if (fill_info(s, q, lh_store__now_ms(), info)) {
+    lh_store_job_info_clear(info);
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading job %lld", s->path, (long long)job_id);
   }
   sqlite3_finalize(q);
   return st;
@@ -821,9 +672,9 @@ lh_status lh_store_job_list(lh_store *s, int64_t batch_id, lh_store_job_info **o
   *out = NULL;
   *n = 0;
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, JOB_INFO_SQL "WHERE ?1 = 0 OR j.batch_id = ?1 ORDER BY j.id", &q, err);
+  lh_status st = lh_store__query(s, err, &q, JOB_INFO_SQL "WHERE ?1 = 0 OR j.batch_id = ?1 ORDER BY j.id",
+                                 SQL_ARGS(SQL_INT(batch_id)));
   if (st) return st;
-  sqlite3_bind_int64(q, 1, batch_id);
   int64_t now = lh_store__now_ms();
   size_t cap = 0;
   lh_store_job_info *v = NULL;
@@ -859,24 +710,19 @@ lh_status lh_store_job_list(lh_store *s, int64_t batch_id, lh_store_job_info **o
 
 lh_status lh_store_job_result(lh_store *s, int64_t job_id, lh_buf *json, lh_buf *blob, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(s, "SELECT json, blob FROM results WHERE job_id = ?1", &q, err);
+  lh_status st = lh_store__row(s, err, &q, "SELECT json, blob FROM results WHERE job_id = ?1",
+                               SQL_ARGS(SQL_INT(job_id)), "reading the result of job %lld", (long long)job_id);
+  if (st == LH_ENOTFOUND)
+    return lh_error_set(err, LH_ENOTFOUND, "%s: job %lld has no result", s->path, (long long)job_id);
   if (st) return st;
-  sqlite3_bind_int64(q, 1, job_id);
-  int rc = sqlite3_step(q);
-  if (rc == SQLITE_ROW) {
-    const void *t = sqlite3_column_text(q, 0);
-    int tn = sqlite3_column_bytes(q, 0);
-    if (json && (lh_buf_append(json, t, (size_t)tn) || lh_buf_append(json, "", 0)))
-      st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
-    const void *b = sqlite3_column_blob(q, 1);
-    int bn = sqlite3_column_bytes(q, 1);
-    if (!st && blob && b && lh_buf_append(blob, b, (size_t)bn))
-      st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
-  } else if (rc == SQLITE_DONE) {
-    st = lh_error_set(err, LH_ENOTFOUND, "%s: job %lld has no result", s->path, (long long)job_id);
-  } else {
-    st = lh_store__sql_error(s, rc, err, "reading the result of job %lld", (long long)job_id);
-  }
+  const void *t = sqlite3_column_text(q, 0);
+  int tn = sqlite3_column_bytes(q, 0);
+  if (json && (lh_buf_append(json, t, (size_t)tn) || lh_buf_append(json, "", 0)))
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
+  const void *b = sqlite3_column_blob(q, 1);
+  int bn = sqlite3_column_bytes(q, 1);
+  if (!st && blob && b && lh_buf_append(blob, b, (size_t)bn))
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
   sqlite3_finalize(q);
   return st;
 }
@@ -887,57 +733,39 @@ lh_status lh_store_job_set_documents(lh_store *s, int64_t job_id, const lh_store
   lh_status st = lh_store__begin(s, "recording documents", err);
   if (st) return st;
   sqlite3_stmt *q = NULL;
-  int rc;
-  if ((st = lh_store__prepare(s, "DELETE FROM documents WHERE job_id = ?1", &q, err))) goto out;
-  sqlite3_bind_int64(q, 1, job_id);
-  rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  q = NULL;
-  if (rc != SQLITE_DONE) {
-    st = lh_store__sql_error(s, rc, err, "recording documents of job %lld", (long long)job_id);
-    goto out;
-  }
-  if ((st = lh_store__prepare(s,
-                              "INSERT INTO documents(job_id, seq, path, bytes, sha256, tok_start, tok_end, meta) "
-                              "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                              &q, err)))
-    goto out;
-  for (size_t i = 0; i < n; i++) {
-    if (!docs[i].path) {
+  st = lh_store__run(s, err, "DELETE FROM documents WHERE job_id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                     "recording documents of job %lld", (long long)job_id);
+  if (!st)
+    st = lh_store__prepare(s,
+                           "INSERT INTO documents(job_id, seq, path, bytes, sha256, tok_start, tok_end, meta) "
+                           "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                           &q, err);
+  for (size_t i = 0; i < n && !st; i++) {
+    const lh_store_doc *d = &docs[i];
+    if (!d->path) {
       st = lh_error_set(err, LH_EINVAL, "%s: job %lld: document %zu has no path", s->path, (long long)job_id, i);
-      goto out;
+      break;
     }
     sqlite3_reset(q);
-    sqlite3_bind_int64(q, 1, job_id);
-    sqlite3_bind_int64(q, 2, (int64_t)i);
-    sqlite3_bind_text(q, 3, docs[i].path, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 4, docs[i].bytes);
-    sqlite3_bind_text(q, 5, docs[i].sha256_hex, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 6, docs[i].tok_start);
-    sqlite3_bind_int64(q, 7, docs[i].tok_end);
-    sqlite3_bind_text(q, 8, docs[i].meta_json, -1, SQLITE_STATIC);
-    rc = sqlite3_step(q);
-    if (rc != SQLITE_DONE) {
+    lh_store__bind(q, SQL_ARGS(SQL_INT(job_id), SQL_INT(i), SQL_TEXT(d->path), SQL_INT(d->bytes),
+                               SQL_TEXT(d->sha256_hex), SQL_INT(d->tok_start), SQL_INT(d->tok_end),
+                               SQL_TEXT(d->meta_json)));
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_DONE)
       st = (rc & 0xff) == SQLITE_CONSTRAINT
                ? lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld to record documents for", s->path, (long long)job_id)
                : lh_store__sql_error(s, rc, err, "recording documents of job %lld", (long long)job_id);
-      goto out;
-    }
   }
   sqlite3_finalize(q);
-  return lh_store__commit(s, "recording documents", err);
-out:
-  sqlite3_finalize(q);
-  lh_store__rollback(s);
-  return st;
+  return lh_store__end(s, st, "recording documents", err);
 }
 
 lh_status lh_store_job_documents(lh_store *s, int64_t job_id, lh_store_doc_cb cb, void *user, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__prepare(
-      s, "SELECT path, bytes, sha256, tok_start, tok_end, meta FROM documents WHERE job_id = ?1 ORDER BY seq", &q, err);
+  lh_status st = lh_store__query(
+      s, err, &q, "SELECT path, bytes, sha256, tok_start, tok_end, meta FROM documents WHERE job_id = ?1 ORDER BY seq",
+      SQL_ARGS(SQL_INT(job_id)));
   if (st) return st;
-  sqlite3_bind_int64(q, 1, job_id);
   int rc;
   while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
     lh_store_doc d = {(const char *)sqlite3_column_text(q, 0), sqlite3_column_int64(q, 1),

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "store/store_internal.h"
+#include "util/testpoint.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -68,6 +69,7 @@ static void *writer_main(void *arg) {
     int skipped = 0;
     double t0 = lh_now();
     if (!skip) st = lh_store__ckpt_write_ex(w->s, ck, NULL, &skipped, &e);
+    if (!skip && st == LH_OK) lh_testpoint("checkpoint"); /* committed, not yet acknowledged */
     double dt = lh_now() - t0;
 
     pthread_mutex_lock(&w->mu);

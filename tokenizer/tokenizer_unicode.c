@@ -21,6 +21,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/tokenizer_int.h"
+#include "util/utf8.h"
 
 extern const uint32_t tk_ud_rust_numeric[][2], tk_ud_rust_word[][2], tk_ud_hf_norm_active[][2];
 extern const size_t tk_ud_rust_numeric_n, tk_ud_rust_word_n, tk_ud_hf_norm_active_n;
@@ -60,75 +61,23 @@ uint32_t tk_utf8_prev(const uint8_t *s, size_t end, size_t *start) {
   return tk_utf8_next(s, &j);
 }
 
-/* The byte range a continuation byte must fall in, for each position of a sequence. */
-static int seq_shape(uint8_t b, uint8_t lo[3], uint8_t hi[3]) {
-  lo[0] = lo[1] = lo[2] = 0x80;
-  hi[0] = hi[1] = hi[2] = 0xBF;
-  if (b >= 0xC2 && b <= 0xDF) return 1;
-  if (b >= 0xE0 && b <= 0xEF) {
-    if (b == 0xE0) lo[0] = 0xA0;
-    if (b == 0xED) hi[0] = 0x9F;
-    return 2;
-  }
-  if (b >= 0xF0 && b <= 0xF4) {
-    if (b == 0xF0) lo[0] = 0x90;
-    if (b == 0xF4) hi[0] = 0x8F;
-    return 3;
-  }
-  return -1;
-}
+/* Validation and repair are util/utf8.c's; these are the tokenizer's names for them. */
 
 size_t tk_utf8_bad_len(const uint8_t *s, size_t n, int *incomplete) {
-  uint8_t lo[3], hi[3];
-  *incomplete = 0;
-  int need = seq_shape(s[0], lo, hi);
-  if (need < 0) return 1;
-  size_t k = 1;
-  while (k <= (size_t)need && k < n && s[k] >= lo[k - 1] && s[k] <= hi[k - 1]) k++;
-  if (k < (size_t)need + 1 && k == n) *incomplete = 1;
-  return k;
+  size_t len;
+  *incomplete = lh_utf8_classify(s, n, &len) == LH_UTF8_SHORT;
+  return len;
 }
 
-size_t tk_utf8_valid_prefix(const uint8_t *s, size_t n) {
-  size_t i = 0;
-  uint8_t lo[3], hi[3];
-  while (i < n) {
-    /* ASCII runs dominate: skip them eight bytes at a time */
-    while (i + 8 <= n) {
-      uint64_t w;
-      memcpy(&w, s + i, 8);
-      if (w & 0x8080808080808080ull) break;
-      i += 8;
-    }
-    if (i >= n) break;
-    if (s[i] < 0x80) {
-      i++;
-      continue;
-    }
-    int need = seq_shape(s[i], lo, hi);
-    if (need < 0 || i + (size_t)need >= n) return i; /* ill-formed, or cut by the end */
-    for (int k = 0; k < need; k++)
-      if (s[i + 1 + k] < lo[k] || s[i + 1 + k] > hi[k]) return i;
-    i += (size_t)need + 1;
-  }
-  return n;
-}
+size_t tk_utf8_valid_prefix(const uint8_t *s, size_t n) { return lh_utf8_valid_prefix(s, n); }
 
 lh_status tk_utf8_sanitize(const uint8_t *s, size_t n, lh_buf *out) {
   /* room for the text and a few replacements at once: growing by doubling from empty copied a
    * 50 MB text twice over and faulted in twice its pages */
   if (lh_buf_reserve(out, n + n / 256 + 16)) return LH_ENOMEM;
-  size_t i = 0;
-  while (i < n) {
-    size_t v = tk_utf8_valid_prefix(s + i, n - i);
-    if (lh_buf_append(out, s + i, v)) return LH_ENOMEM;
-    i += v;
-    if (i >= n) break;
-    int inc;
-    i += tk_utf8_bad_len(s + i, n - i, &inc);
-    if (lh_buf_append(out, "\xEF\xBF\xBD", 3)) return LH_ENOMEM;
-  }
-  return LH_OK;
+  lh_utf8 u = {0};
+  int64_t replaced = 0;
+  return lh_utf8_repair(&u, s, n, 1, out, &replaced);
 }
 
 /* ------------------------------------------------------------------------- Rust properties */

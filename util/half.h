@@ -6,16 +6,23 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float lh_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
+/* An f32's bits and back, without breaking aliasing rules. */
+static inline uint32_t lh_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float lh_f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
+static inline float lh_bf16_to_f32(uint16_t h) { return lh_f32_from_bits((uint32_t)h << 16); }
+
 static inline uint16_t lh_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = lh_f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
@@ -41,14 +48,11 @@ static inline float lh_f16_to_f32(uint16_t h) {
   } else {
     u = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  return lh_f32_from_bits(u);
 }
 
 static inline uint16_t lh_f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = lh_f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
   uint32_t man = u & 0x7fffffu;

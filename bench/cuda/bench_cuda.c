@@ -234,8 +234,6 @@ static void run_light(void *p) {
 static int64_t g_light_tokens = 0; /* --lightning-tokens N: only that row of the lightning section */
 static int g_light_cut = 0;  /* --lightning-cut Q: the lightning rows' cut, 1/1024 of the rows (0: default) */
 static int g_light_hand = -1;  /* --lightning-handover M: lightning_wg's hand-over (-1: default, 0: none) */
-/* (Until v4 of bench/NOTES.md this section also timed the earlier kernel that split a head's v dims
- * over two or four CTAs: 5.69 ms at 64K against 4.23 for this one.) */
 static void bench_lightning(cudaStream_t st, int quick) {
   header("lightning attention core, 64 heads x 128, fp32 state in/out");
   /* 256K and 1M (issue 8's range reaches 1M tokens): the main rows only, not in --quick */
@@ -1552,7 +1550,7 @@ int main(int argc, char **argv) {
     return g_logits_rc;
   }
   s.ops = &lh_backend_cuda;
-  s.cfg = lh_cuda_slice_config(4096);
+  s.cfg = lh_config_minimax_text_01_slice(4096);
   lk(lh_cuda_open_random_ranks(&s.cfg, 42, chunk, 0, world, &s.be, &s.err), &s.err, "open the slice");
   lh_cuda_share(s.be, &s.hl, &s.gl, &s.ranks);
   if (ranks > 1) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # run_device_niah.sh — issue 6's measurement of models/haul-tiny through longhaul's own engine
-# (CUDA backend, held-out haystack and keys, greedy), in one device call. Session 3 ran these
-# sweeps on the step-5045 weights in 214 s (docs/results/niah-haul-tiny-step5045-cuda-2026-12-01);
-# 64K now has 20 trials per depth cell, enough to tell 95% per cell from 90% (about 2 minutes more).
+# (CUDA backend, held-out haystack and keys, greedy), in one device call. The sweeps take about
+# 214 s on the step-5045 weights (docs/results/niah-haul-tiny-step5045-cuda-2026-12-01) plus about
+# 2 minutes for 64K's 20 trials per depth cell, enough to tell 95% per cell from 90%.
 # Payload: bench/cuda/make_payload.sh BUILD (copies longhaul and this script). On the box:
 #   bash .dev/cuda/run_device_niah.sh      (from the repo root, so models/ and examples/ are there;
 #                                           give the call timeout_s 600)

@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
 
   int32_t *tok = malloc(sizeof *tok * (size_t)(total > chunk ? total : chunk));
   uint64_t s = 9;
-  for (int64_t i = 0; i < (total > chunk ? total : chunk); i++) tok[i] = (int32_t)(rm_rng_next(&s) % 32000);
+  for (int64_t i = 0; i < (total > chunk ? total : chunk); i++) tok[i] = (int32_t)(lh_splitmix64(&s) % 32000);
   float *logits = malloc(sizeof(float) * c.vocab_size);
 
   /* memory first, from a fresh heap: feed `total` tokens in chunks; peak RSS after the first

@@ -12,11 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+#include "util/rand.h"
 
 int lh_decode_units(const int64_t *keys, void *const *const *tables, int nseg, int page_tokens, int cap,
                     int32_t *units, int32_t *members, int *max_count) {
@@ -45,7 +41,7 @@ int lh_decode_units(const int64_t *keys, void *const *const *tables, int nseg, i
       if (k0 >= keys[i]) continue;
       const int64_t k1 = keys[i] < k0 + LH_DECODE_SPLIT ? keys[i] : k0 + LH_DECODE_SPLIT;
       const int64_t np = (k1 + page_tokens - 1) / page_tokens - p0;
-      size_t h = mix((uint64_t)(uintptr_t)tables[i][p0] ^ mix((uint64_t)k1)) & (tsize - 1);
+      size_t h = lh_mix64((uint64_t)(uintptr_t)tables[i][p0] ^ lh_mix64((uint64_t)k1)) & (tsize - 1);
       for (; table[h] >= 0; h = (h + 1) & (tsize - 1)) {
         const int u = table[h], j = first[u];
         const int64_t j1 = keys[j] < k0 + LH_DECODE_SPLIT ? keys[j] : k0 + LH_DECODE_SPLIT;

@@ -1,10 +1,12 @@
 /* ops.h — the plain-C reference kernels of longhaul's model, on fp32 arrays.
  *
  * These are the numbers every other backend is checked against: the CPU backend
- * (engine/backends/cpu/backend_cpu.c) is a readable sequence of calls to them, and the CUDA backend's parity
- * program compares its kernels with them op by op. They know nothing about models, states or
- * files: arrays in, arrays out, shapes in the comments, row-major everywhere, strides ("ld*") in
- * elements. A "Linear weight" is [out_features x in_features] as in torch, so y = x W^T.
+ * (engine/backends/cpu/backend_cpu.c) is a readable sequence of calls to them, and the CUDA backend's
+ * parity program (tests/gpu/gpu_parity.c) compares every CUDA operation with the CPU backend's and
+ * every kernel it drives directly with the functions here, each within a stated bound. They know
+ * nothing about models, states or files: arrays in, arrays out, shapes in the comments, row-major
+ * everywhere, strides ("ld*") in elements. A "Linear weight" is [out_features x in_features] as in
+ * torch, so y = x W^T.
  *
  * Threads. Kernels that take an lh_pool split their work into tasks whose boundaries depend only
  * on the problem's shape, never on the number of threads, and every output element is written by

@@ -22,8 +22,8 @@
  *     are the same for all its members, so forks of one prefix (16 sequences decoding after a 1M-token
  *     prefill) read that K/V once between them; the rows go through the prefill's tile step on tensor
  *     cores. A row's arithmetic does not depend on the other rows, so grouping changes no bits.
- *     Measured on an H200 at 1M keys (bench/NOTES.md, session 14): one sequence 1.34 ms (the scalar
- *     kernel 4.30), 16 forks 3.30-3.33 ms (63.6-63.8), against a floor of 1.01 ms to read the KV once;
+ *     Its timings against the scalar kernel and the floor of reading the KV once are in
+ *     bench/NOTES.md, "Kernel notes: attention.cu";
  *   - scalar (any d with G d <= 2048): one CTA per (split, kv head, sequence), fp32 dot products
  *     from shared memory; for other head sizes and for comparisons (lh_cuda_tuning.decode 2).
  */
@@ -453,9 +453,9 @@ static __global__ void attn_merge_kernel(const float *__restrict__ partial, cons
  * DEC_NS cp.async stages filled by all the CTA's warps; the launch gives every CTA the warps of the
  * largest unit, and a warp past its unit's rows only loads. */
 /* Two stages: a one-warp CTA (a sequence alone: 8 rows) is bound by its own instruction issue, so
- * what counts is how many fit an SM: 70 KB of stages let three, and one sequence at 1M keys ran
- * 1.33 ms against 1.77 with three stages (two CTAs an SM) and 3.19 with four (one); at least two
- * or four warps a CTA to share the loads: 1.38-1.41 (bench/NOTES.md, session 14). */
+ * what counts is how many CTAs fit an SM: 70 KB of stages let three, which beats three stages (two
+ * CTAs an SM), four (one) and more warps a CTA sharing the loads (bench/NOTES.md, "Kernel notes:
+ * attention.cu"). */
 #define DEC_NS 2
 
 template <int D>

@@ -1,18 +1,18 @@
 /* attn_cudnn.h — chunked-prefill softmax attention through cuDNN's fused flash-attention engine
  * (the backend graph API, no cudnn-frontend), over longhaul's paged KV.
  *
- * Issue 8 allows cuDNN's SDPA where our own kernel (attention.cu, mma.sync, ~220 TFLOP/s on an
- * H200) cannot reach torch SDPA (~600). This module builds, for one sequence's rows, the operation
- * graph that cuDNN's runtime-fusion SDPA engine recognises:
+ * cuDNN's SDPA serves the long prefill chunks, where our own kernel (attention.cu, mma.sync) runs at
+ * about a third of torch SDPA's rate on an H200 (bench/NOTES.md, "Kernel notes: attn_cudnn"). This
+ * module builds, for one sequence's rows, the operation graph that cuDNN's runtime-fusion SDPA
+ * engine recognises:
  *
  *   S = Q K^T (fp32)  ->  S * 1/sqrt(d)  ->  padding mask (row < n_q, col < n_kv)
  *     ->  bottom-right causal mask (row + n_kv - n_q >= col)  ->  softmax (max, sub, exp, sum, div)
  *     ->  P (bf16) V  ->  O (bf16)
  *
  * in its padded form, or, where the key count is the plan's bucket itself, in its exact form: no
- * padding mask and no sequence lengths, the diagonal a constant (lh_cudnn_attn_set_form). Measured
- * on an H200 (bench/NOTES.md, session 13): the exact form is 1.05-1.07x the padded one at 16K-64K
- * (cuDNN's engine 2 either way), and took the 1M-token slice from 49.1 to 47.2 s.
+ * padding mask and no sequence lengths, the diagonal a constant (lh_cudnn_attn_set_form); the exact
+ * form is the faster of the two (bench/NOTES.md, "Kernel notes: attn_cudnn").
  *
  * with K and V read through paged-cache-load ops from the KV pages themselves: a page is
  * [2][Hkv][256][d] bf16 (engine/backend.h), so the K "container" is the page array viewed as
@@ -22,11 +22,12 @@
  *
  * Plans are cached per shape: the exact query count (chunks mostly share it) and the keys rounded
  * up to a power of two (>= 1024), the real key count travelling in the seq-len tensor, so one plan
- * serves every chunk of a bucket. Building one took ~0.06 s on an H200 (8 plans, 0.46 s).
+ * serves every chunk of a bucket; building one costs a fraction of a second, once.
  *
  * Mode 1 reads contiguous head-major K and V instead (gathered from the pages by
- * lh_cuda_kv_gather). Measured on an H200 (bench/NOTES.md): mode 1 runs at 640 TFLOP/s, the
- * paged form at 275, so the backend gathers while the gathered copy fits its cap.
+ * lh_cuda_kv_gather). cuDNN's non-paged kernel is more than twice as fast as its paged-cache form
+ * (bench/NOTES.md, "Kernel notes: attn_cudnn"), so the backend gathers while the gathered copy fits
+ * its cap.
  */
 #ifndef LH_KERNELS_CUDA_ATTN_CUDNN_H
 #define LH_KERNELS_CUDA_ATTN_CUDNN_H

@@ -18,12 +18,13 @@
 #include <stdint.h>
 
 #include "kernels/cpu/decode_plan.h"
+#include "util/rand.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- embed.cu, norm.cu ------------------------------------------------------------------ */
+/* ---- norm.cu ---------------------------------------------------------------------------- */
 
 /* x[i] = table[tokens[i]] for i < n; table bf16 [vocab x width]. Token ids were checked by the caller. */
 cudaError_t lh_cuda_embed(cudaStream_t st, const void *table, const int32_t *tokens, int64_t n, int width, void *x);
@@ -41,7 +42,7 @@ cudaError_t lh_cuda_norm_gate(cudaStream_t st, const void *o, int64_t o_stride, 
 cudaError_t lh_cuda_rmsnorm_rows(cudaStream_t st, const void *x, const int64_t *rows, int64_t m, int width,
                                  const float *w, float eps, void *y);
 
-/* ---- tp.cu: a layer split over ranks (issue 10) ------------------------------------------- */
+/* ---- engine/backends/cuda/tp.cu: a layer split over ranks ---------------------------------- */
 
 /* ss[r] = sum of squares of row r's width values (fp32). */
 cudaError_t lh_cuda_row_sumsq(cudaStream_t st, const void *o, int64_t stride, int64_t n, int width, float *ss);
@@ -79,11 +80,12 @@ typedef struct lh_cuda_lseg {
  * a segment is cut or not, except with lightning_wg's hand-over (the default on sm_90:
  * lh_cuda_lightning_handover), where they match to the rounding of the fp32 state. rows: the rows
  * of qkv (every segment lies within them; the TMA loads of lightning_wg are bounded by it); o's
- * rows are numbered as qkv's. */
+ * rows are numbered as qkv's. The cut rows below come from sweeps on an H200 (bench/NOTES.md,
+ * "Kernel notes: lightning.cu"). */
 #define LH_CUDA_LIGHTNING_SPLIT_Q 640
 #define LH_CUDA_LIGHTNING_WS_SPLIT_Q 736
-#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 608 /* lightning_wg (sm_90) with its hand-over, bench/NOTES.md session 12 */
-#define LH_CUDA_LIGHTNING_WG_SPLIT_M 320 /* lightning_wg's hand-over row (lh_cuda_lightning_handover), session 12 */
+#define LH_CUDA_LIGHTNING_WG_SPLIT_Q 608 /* lightning_wg (sm_90) with its hand-over */
+#define LH_CUDA_LIGHTNING_WG_SPLIT_M 320 /* lightning_wg's hand-over row (lh_cuda_lightning_handover) */
 #define LH_CUDA_LIGHTNING_SPLIT_MIN 1024
 cudaError_t lh_cuda_lightning(cudaStream_t st, const void *qkv, int64_t qkv_stride, int64_t rows,
                               const lh_cuda_lseg *segs, int nseg, int H, int d, const float *slope, void *o,
@@ -226,10 +228,7 @@ cudaError_t lh_cuda_fill_bf16(cudaStream_t st, void *x, int64_t n, uint16_t bits
 #define LH_CUDA_HD
 #endif
 LH_CUDA_HD static inline float lh_cuda_hash_uniform(uint64_t seed, uint64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  uint64_t z = lh_mix64(seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull);
   return (float)(int64_t)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 

@@ -1,7 +1,7 @@
-/* lightning.cu — lightning (decayed linear) attention: the blocked prefill kernel on tensor cores and
- * the token-recurrent kernel used for decode and for head sizes the blocked kernel does not cover.
+/* lightning.cu — lightning (decayed linear) attention: the blocked prefill kernels on tensor cores and
+ * the token-recurrent kernel used for decode and for head sizes the blocked kernels do not cover.
  *
- * The math (shared/DESIGN.md, HF MiniMaxLightningAttention): per head with decay s,
+ * The math (docs/design.md, HF MiniMaxLightningAttention): per head with decay s,
  *     S_t = exp(-s) S_{t-1} + k_t^T v_t,   o_t = q_t S_t,   q, k, v = SiLU(projection).
  * Blocked over T = 64 tokens with S the state entering the block (i, j rows within the block):
  *     O = diag(exp(-s(i+1))) Q S  +  ((Q K^T) * D) V,   D_ij = exp(-s(i-j)) for j <= i, else 0,
@@ -10,9 +10,10 @@
  * position: the kernel blocks each segment from its own first row.
  *
  * Three blocked kernels, each described at its definition: for d = 128 (the real model's heads)
- * lightning_wg on sm_90 (warpgroup MMA and TMA; session 10) and lightning_ws elsewhere (mma.sync,
- * the work split between producer and state warps); lightning_blocked for d = 32 and 64 (and 128
- * with LW_WS 0), described here. All three use the same blocks and the same cut.
+ * lightning_wg on sm_90 (warpgroup MMA and TMA) and lightning_ws elsewhere (mma.sync, the work split
+ * between producer and state warps); lightning_blocked for d = 32 and 64 (and 128 with LW_WS 0),
+ * described here. All three use the same blocks and the same cut. How each came to its form, the
+ * variants measured and dropped and the timings are in bench/NOTES.md, "Kernel notes: lightning.cu".
  *
  * lightning_blocked: one CTA of d/8 warps (16 at d = 128) per (head, part, segment)
  * walks its rows block by block, keeping the whole d x d fp32 state in mma accumulator registers,
@@ -37,30 +38,14 @@
  * relies on part 0 (the lower block index) having been started, as CUB's decoupled look-back does.
  * Those flags are the only atomics: every output and state element is written by one thread in a
  * fixed order, so results are bitwise reproducible.
- * lightning_wg's hand-over (session 12; its default on sm_90, lh_cuda_lightning_handover): part 1's
- * advance over [0, x) reads k and v a second time, and while it runs the two parts together ask
- * the DRAM for more than it gives. Instead part 0 publishes its state S_m at a row m (about 0.31 x)
- * in the state's place, and part 1 advances from a zero state over [m, x) only, then waits for S_m
- * and adds exp(-s (x - m)) S_m. The cut then sits earlier (about 0.59 n) and the run is 1.09-1.11x
- * faster (bench/NOTES.md, session 12). The sum is reassociated: a cut segment then matches the uncut
- * one to the rounding of the fp32 state (gpu_parity: rel L2 5e-6 on the output, 1e-8 on the state),
- * not bit for bit; the same segments and the same GPU still give the same bits every run.
- *
- * History (bench/NOTES.md v4, v5): an earlier form gave each of two 8-warp CTAs half of a head's v
- * dims; both halves then computed the same Q K^T and SiLU of q and k, and it ran 1.35x slower at
- * 64K tokens. v4 kept S untransposed and wrote it to shared memory as hi and lo every block for Q S
- * to read back (four warps read each element): bound by shared-memory traffic and MIO stalls, not
- * DRAM or instructions. v5 (this form) keeps S^T in registers as Q S's B operand, which removes
- * about a quarter of the shared-memory bytes per block (and 34 KB of shared memory) and did not
- * change the time: the kernel is latency-bound, SiLU the largest piece on its path (bench/NOTES.md,
- * session 6: removing each piece in turn, and ncu). Session 7: the cp.async stage and SiLU among
- * the MMAs, 3% faster; then lightning_ws for d = 128, 1.41x faster than this kernel at 64K tokens
- * and 64 heads (2.94-2.99 against 4.12-4.19 ms in one call; 1.55x when not cut). Session 10:
- * lightning_wg, 2.59 ms at 64K tokens cut at 608/1024 (lightning_ws 2.97 at its 736). Session 11:
- * its producers' SiLU without branches and on one MUFU op (tanh), and the state warps' SB write
- * before their O stores: 1.69-1.73 ms, 1.85-1.89x fla's chunk_simple_gla. Session 12: Q S with S^T
- * as wgmma's register operand (no SB), O through TMA stores, the cut's hand-over: 64K 1.39 ms (2.35x
- * fla, 73% of the copy rate); 1M tokens 25.5-25.7 ms sustained (1.93x fla, 63%).
+ * lightning_wg's hand-over (its default on sm_90, lh_cuda_lightning_handover): part 1's advance
+ * over [0, x) would read k and v a second time while part 0 reads them, and the two parts together
+ * would ask the DRAM for more than it gives. Instead part 0 publishes its state S_m at a row m (about
+ * 0.31 x) in the state's place, and part 1 advances from a zero state over [m, x) only, then waits
+ * for S_m and adds exp(-s (x - m)) S_m. The cut then sits earlier (about 0.59 n), and fewer bytes
+ * cross the DRAM. The sum is reassociated: a cut segment then matches the uncut one to the rounding
+ * of the fp32 state (gpu_parity bounds the difference: 2e-3 relative on the output, 1e-5 on the
+ * state), not bit for bit; the same segments and the same GPU still give the same bits every run.
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -75,7 +60,7 @@
 #include <cudaTypedefs.h>
 
 #define LT 64 /* tokens per block */
-/* Switches for comparisons (bench/NOTES.md, session 7), not for production: */
+/* Switches for comparisons (bench/NOTES.md, "Kernel notes: lightning.cu"), not for production: */
 #ifndef LW_WS
 #define LW_WS 1 /* d = 128 through lightning_ws (0: through lightning_blocked<128>) */
 #endif
@@ -102,8 +87,8 @@ struct lsmem {
 /* SiLU as x * rcp(1 + 2^(-x log2 e)) with the approximate, denormal-flushing ex2 and rcp: 5
  * instructions (2 of them MUFU); __expf and __fdividef add range checks that cost 6 more. Relative
  * error about 2^-22, far below the bf16 rounding that follows; large |x| give x and -0, and a NaN
- * stays a NaN. (Three Newton steps on the FMA pipe instead of the MUFU rcp were measured: the MUFU
- * pipe's load fell from 33% to 14% of its peak and the time did not change.) */
+ * stays a NaN. The MUFU rcp stays: Newton steps on the FMA pipe instead do not make the kernels
+ * faster (bench/NOTES.md). */
 static __device__ __forceinline__ float lw_silu(float x) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.4426950408889634f));
@@ -121,7 +106,8 @@ static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
   return r;
 }
 /* lightning_wg's SiLU (LW_WG_TANH): h + h tanh(h) with h = x / 2, one MUFU op where lw_silu takes
- * two (ex2 and rcp); measured 1.34x the whole kernel (bench/NOTES.md, session 11). tanh.approx has a
+ * two (ex2 and rcp), which matters because lightning_wg's producers are bound by the MUFU pipe with
+ * lw_silu (bench/NOTES.md, "Kernel notes: lightning.cu"). tanh.approx has a
  * relative error of about 2^-11, so the result is within about |x| 2^-12 of SiLU(x): under a bf16
  * ulp where x > -2, and for x < -3, where SiLU(x) is near 0, off by several of its own (small) ulps,
  * an absolute error below that of rounding an O(1) value to bf16. Large |x| give x and -0; a NaN
@@ -137,8 +123,8 @@ static __device__ __forceinline__ uint4 lw_silu8(uint4 u) {
 #endif
 }
 /* 8 bf16 through lw_silu_wg, times f where SCALE, rounded once to bf16. With the tanh form, h = x / 2
- * is taken of both bf16 halves of a word by one mul.bf16x2 (exact: a power of two), which saves one
- * of the two FMULs a pair took (session 12); the results are the same bits. */
+ * is taken of both bf16 halves of a word by one mul.bf16x2 (exact: a power of two), one instruction
+ * where two FMULs would do; the results are the same bits. */
 template <bool SCALE>
 [[maybe_unused]] static __device__ __forceinline__ uint4 lw_silu8_wg(uint4 u, float f) {
   const uint32_t *w = &u.x;
@@ -573,7 +559,7 @@ static __global__ void __launch_bounds__(D * 4, 1)
       state[state_at(nt, e)] = acc_s[nt][e];
 }
 
-/* Warp-specialised blocked kernel for d = 128 (bench/NOTES.md, session 7). The same math, blocks
+/* Warp-specialised blocked kernel for d = 128 (mma.sync; the d = 128 kernel below sm_90). The same math, blocks
  * and cut as lightning_blocked, with the work of a block split between two roles that run a block
  * apart, so that the one true recurrence (the state) does not wait for the work that does not
  * depend on it:
@@ -586,10 +572,9 @@ static __global__ void __launch_bounds__(D * 4, 1)
  * reverse), PROD among the producers, STATE among the state warps. The state update is the same
  * instructions on the same operands in the same order whether a segment is cut or not, so the
  * cut keeps its bit-for-bit equality. 154 KB of shared memory.
- * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked; 12% slower
- * in an earlier form, and it spills), as fla's chunk kernels and an all-bf16 model do; the state
- * itself stays fp32. Against the CPU reference that moved gpu_parity's 64-head output error from
- * 1.797e-3 to 1.821e-3 (rel L2). */
+ * Q S takes S rounded to bf16 once (LW_QS_LO 1: hi + lo halves as lightning_blocked, slower, and it
+ * spills), as fla's chunk kernels and an all-bf16 model do; the state itself stays fp32. Against the
+ * CPU reference that changes gpu_parity's 64-head output error in its fourth digit (bench/NOTES.md). */
 namespace lws {
 constexpr int D = 128, LD = D + 8, PLD = LT + 8;
 constexpr int MAT = LT * LD * 2; /* bytes of one of Q, K, V, kd V */
@@ -770,7 +755,7 @@ static __global__ void __launch_bounds__(512, 1)
     for (int e = 0; e < 4; e++) state[state_at(nt, e)] = acc_s[nt][e];
 }
 
-/* Warpgroup-MMA kernel for d = 128 on sm_90a (bench/NOTES.md, session 10): lightning_ws's blocks
+/* Warpgroup-MMA kernel for d = 128 on sm_90a: lightning_ws's blocks
  * and cut, with every product on wgmma (one instruction per 64 x N x 16 step, operands read from
  * shared memory by the tensor cores) instead of mma.sync fed by ldmatrix, and the raw q/k/v brought
  * in by TMA two blocks ahead. Block b lives in stage b % 3; four warpgroups:
@@ -799,31 +784,14 @@ static __global__ void __launch_bounds__(512, 1)
  * K-by-N) read the same storage MN-major. The state update is the
  * same instructions in the same order whether a segment is cut or not, so the cut keeps its
  * bit-for-bit equality.
- * How the loads came to be this way (bench/NOTES.md, session 10, 64 heads x 64K tokens, cut):
- * q/k/v loaded into registers a block ahead, as lightning_ws does, ran 4.4 ms, against 1.9 with
- * the loads taken out: at 208 KB of shared memory the L1 left is too small for a block's loads in
- * flight. cp.async into a staging buffer: 4.0-4.5 ms. TMA boxes of 8 columns (the unswizzled
- * layout) into one staging buffer: 4.0; into the stages, three of them: 3.0 ms, and 2.65 ms not
- * cut with all the compute taken out (16-byte box rows are slow for TMA). 64-column 128B-swizzled
- * boxes: 1.44 ms with the compute taken out, 3.0 with it (2.59 at the 608/1024 cut). An L2
- * prefetch 2-8 blocks ahead of the loads changed nothing.
- * Session 11 (bench/NOTES.md; ncu with stall samples per SASS line, bench/cuda/ncu_lightning.sh):
- * the producers bounded it, their SiLU chains a chunk at a time behind a branch (1.06x without),
- * then the MUFU pipe (tanh: 1.34x); then the state warps' chain, whose fence after SB
- * (MEMBAR.ALL.CTA) waited for the O stores issued before it (SB first: 1.07x). 1.69-1.73 ms at 64K cut at 608.
- * Measured and dropped there: V's SiLU by the state warps under their wgmma (1.15x slower), V's
- * SiLU by the producers under the P' wgmma (1.04x slower), O stored under the next block's wgmma
- * (1.12x slower: the stores then sit before SB's fence), SB by stmatrix (no gain), the stage's
- * next TMA sent after FULL instead of a barrier of its own (1.03x slower), and the Newton
- * reciprocal (1.40x slower). No pipe was saturated then (ncu: shared-memory wavefronts about 50% of
- * peak, tensor 27%, MUFU 20%): what was left was the hand-over latency between the two roles.
- * Session 12: S^T as the register operand took SB, its write and its fence off the state warps'
- * chain (1.05x); ncu then showed their O stores (16-byte loads from the staging and stores to
- * global, serialised on one register quad) at a fifth of their samples, and TMA stores replaced them
- * (1.04x). The producers bound again after that (the state warps wait at FULL 13% of their time).
- * Dropped there: V's SiLU under the P' wgmma (again: no gain), and V's SiLU of advance-only blocks by
- * the state warps (1.10x slower: those blocks are bound by their loads, the cut's first phase being
- * at the DRAM limit; bench/NOTES.md session 12). */
+ * Why the loads are TMA boxes straight into the stages: register loads a block ahead need more L1
+ * than a kernel with this much shared memory leaves, copies through a staging buffer cost about as
+ * much, and TMA is slow with 16-byte box rows, so the boxes are 64 columns wide in the 128-byte
+ * swizzled layout wgmma reads. Why the roles split the work as they do: the state warps' chain (FULL, wgmma, wait, the
+ * update) is the one recurrence, so everything else runs in the producers a block ahead, and SiLU
+ * (the producers' largest piece) takes one MUFU op (lw_silu_wg). With that the producers are the
+ * bound again. The variants measured and dropped, with their timings and ncu's samples, are in
+ * bench/NOTES.md, "Kernel notes: lightning.cu". */
 namespace lwg {
 constexpr int D = 128, NS = 3;
 constexpr int MAT = LT * D * 2; /* bytes of one of Q, KD, V */
@@ -898,9 +866,9 @@ static __global__ void __launch_bounds__(512, 1)
       const int s = i % NS, cb = rows(i);
       unsigned char *Qs = mat(s, Q), *Ks = mat(s, KD), *Vs = mat(s, V);
       lh_mbar_wait(bar(s), (i / NS) & 1); /* block i's raw q, k, v */
-      /* Every chunk read first and computed without a branch (a branch per chunk left only 8 SiLU
-       * chains in flight: 1.06x); the rows past a short block are zeroed by selects, in a second
-       * copy of the loop so that whole blocks do not pay for them. */
+      /* Every chunk read first and computed without a branch (a branch per chunk would leave only 8
+       * SiLU chains in flight); the rows past a short block are zeroed by selects, in a second copy
+       * of the loop so that whole blocks do not pay for them. */
       auto silu = [&](auto WHOLE) {
         constexpr bool whole = decltype(WHOLE)::value;
         uint4 rk[4], rv[4], rq[4];

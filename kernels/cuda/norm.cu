@@ -7,8 +7,8 @@
  * Arithmetic is fp32; only the stored results are rounded to bf16. Global rows are read and
  * written 8 bf16 (16 bytes) a thread at a time where width and addresses allow (vec8), else one
  * element at a time; the arithmetic per element and the order of the sums are the same either way,
- * so both give the same bits. (Session 7: the one-element form ran the lightning norm and gate at
- * under a third of the copy rate.)
+ * so both give the same bits. The 16-byte form is what brings these memory-bound rows near the copy
+ * rate (bench/NOTES.md, "Kernel notes: norm.cu").
  */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"

@@ -16,6 +16,7 @@
 
 #include "engine/internal.h"
 #include "util/half.h"
+#include "util/rand.h"
 
 typedef struct rm_tensor {
   lh_tensor t;   /* what the backend sees */
@@ -36,15 +37,8 @@ typedef struct rm_model {
   int n_allocs, cap_allocs;
 } rm_model;
 
-static uint64_t rm_rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* uniform in [-1, 1) */
-static float rm_uniform(uint64_t *s) { return (float)((double)(rm_rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
+static float rm_uniform(uint64_t *s) { return (float)(lh_splitmix64_uniform(s) * 2.0 - 1.0); }
 
 static void *rm_alloc(rm_model *r, size_t bytes) {
   if (r->n_allocs == r->cap_allocs) {
@@ -148,7 +142,7 @@ static lh_model *rm_build_ex(const lh_config *cfg_in, uint64_t seed, int64_t max
   }
   m->params.backend = "cpu";
   m->params.threads = threads;
-  m->params.max_chunk = (int)max_rows;
+  m->params.max_rows = (int)max_rows;
   m->max_rows = max_rows;
   strcpy(m->backend_name, "cpu");
   uint64_t rng = seed * 0x2545f4914f6cdd1dull + 1;

@@ -10,15 +10,10 @@
 #include <stdint.h>
 
 #include "kernels/cpu/ops.h"
+#include "util/rand.h"
 
 static uint64_t rng = 12345;
-static float urand(void) {
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
+static float urand(void) { return (float)(lh_splitmix64_uniform(&rng) * 2.0 - 1.0); }
 static float *frand(size_t n, float scale) {
   float *p = malloc((n ? n : 1) * sizeof *p);
   for (size_t i = 0; i < n; i++) p[i] = urand() * scale;

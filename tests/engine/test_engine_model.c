@@ -6,7 +6,7 @@
  *    divide the length, sequences over one KV page.
  * 2. Chunk plans (size 1, primes, sizes around block_size, random) against the one pass; decode
  *    steps (lh_prefill n = 1 and lh_decode_batch) against the one pass; pieces cut by a small
- *    max_chunk against the one pass.
+ *    max_rows against the one pass.
  * 3. Bit-exactness: the same plan twice, 1 vs 2 threads, fork-then-continue vs continue,
  *    export/import and serialize/deserialize then continue vs continue.
  * 4. Errors: bad token ids and positions past the limit leave the state unchanged; corrupt or
@@ -184,7 +184,7 @@ static void ref_forward(const rm_model *r, const int32_t *tok, int T, float *log
 
 static int32_t *random_tokens(int T, int V, uint64_t seed) {
   int32_t *t = malloc(sizeof *t * T);
-  for (int i = 0; i < T; i++) t[i] = (int32_t)(rm_rng_next(&seed) % (uint64_t)V);
+  for (int i = 0; i < T; i++) t[i] = (int32_t)(lh_splitmix64(&seed) % (uint64_t)V);
   return t;
 }
 
@@ -252,7 +252,7 @@ static void check_config(const char *name, const lh_config *c, int T, lh_dtype d
     uint64_t seed = 5;
     for (int trial = 0; trial < 3; trial++) {
       int plan[64], n = 0;
-      for (int sum = 0; sum < T && n < 64; n++) sum += plan[n] = 1 + (int)(rm_rng_next(&seed) % (uint64_t)(2 * B + 3));
+      for (int sum = 0; sum < T && n < 64; n++) sum += plan[n] = 1 + (int)(lh_splitmix64(&seed) % (uint64_t)(2 * B + 3));
       lh_state *st = run_plan(m, tok, T, plan, n, got);
       snprintf(what, sizeof what, "%s: random chunk plan %d", name, trial);
       CHECK_MSG(st && meets_bound(what, got, one, (size_t)T * V), "%s", what);
@@ -263,7 +263,7 @@ static void check_config(const char *name, const lh_config *c, int T, lh_dtype d
   rm_free(m);
 }
 
-/* max_chunk smaller than a call: the forward cuts pieces, split segments included */
+/* max_rows smaller than a call: the forward cuts pieces, split segments included */
 static void check_pieces(void) {
   lh_config c = rm_default_config();
   int T = 300, V = c.vocab_size;
@@ -274,15 +274,15 @@ static void check_pieces(void) {
   float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
   int whole[1] = {T}, odd[2] = {100, 61};
   lh_state *s1 = run_plan(big, tok, T, whole, 1, a), *s2 = run_plan(small, tok, T, odd, 2, b);
-  CHECK_MSG(meets_bound("max_chunk 37 pieces vs one pass", b, a, (size_t)T * V), "pieces");
+  CHECK_MSG(meets_bound("max_rows 37 pieces vs one pass", b, a, (size_t)T * V), "pieces");
   /* logits_last only: the piece holding the last row must produce it */
   lh_state *s3;
   lh_error err;
   float *last = malloc(sizeof(float) * V);
   CHECK(!lh_state_new(small, &s3, &err));
   CHECK(!lh_prefill(s3, tok, T, last, NULL, &err));
-  CHECK_MSG(meets_bound("max_chunk 37 last logits", last, a + (size_t)(T - 1) * V, V), "last");
-  /* decode batches wider than max_chunk: 50 forks in one lh_decode_batch on the small model */
+  CHECK_MSG(meets_bound("max_rows 37 last logits", last, a + (size_t)(T - 1) * V, V), "last");
+  /* decode batches wider than max_rows: 50 forks in one lh_decode_batch on the small model */
   enum { K = 50 };
   lh_state *f[K];
   int32_t nt[K];

@@ -5,7 +5,7 @@
  * tools/make_engine_fixtures.py. For every fixture:
  *   - one pass (lh_prefill over all ids) meets the bound against HF: relative L2 of all logits
  *     <= 1e-4 and max abs error <= 1e-3 x max |ref|;
- *   - chunk plans (size 1, primes, sizes around block_size, random) and a small max_chunk meet
+ *   - chunk plans (size 1, primes, sizes around block_size, random) and a small max_rows meet
  *     the same bound against HF;
  *   - greedy continuation by decode steps equals greedy.txt, both one state at a time and as a
  *     batch of forks through lh_decode_batch;
@@ -22,19 +22,19 @@
 #include "util/log.h"
 #include "tests/engine/hf_parity.h"
 
-static lh_model *open_model_tp(const char *dir, int threads, int max_chunk, int tp, lh_error *err) {
+static lh_model *open_model_tp(const char *dir, int threads, int max_rows, int tp, lh_error *err) {
   lh_model_params p = lh_model_default_params();
   p.threads = threads;
   p.tp_ranks = tp;
-  if (max_chunk) p.max_chunk = max_chunk;
+  if (max_rows) p.max_rows = max_rows;
   lh_model *m;
   if (lh_model_open(dir, &p, &m, err)) return NULL;
   return m;
 }
 
-static lh_model *open_model(const char *dir, int threads, int max_chunk) {
+static lh_model *open_model(const char *dir, int threads, int max_rows) {
   lh_error err;
-  lh_model *m = open_model_tp(dir, threads, max_chunk, 1, &err);
+  lh_model *m = open_model_tp(dir, threads, max_rows, 1, &err);
   if (!m) fprintf(stderr, "%s: %s\n", dir, err.msg);
   return m;
 }
@@ -138,7 +138,7 @@ static void check_fixture(const char *dir, const char *name) {
   if (small) {
     int plan[] = {100, 1, 64};
     CHECK(run_plan(small, &ids, plan, 3, got1));
-    snprintf(what, sizeof what, "%s: max_chunk 29 vs HF", name);
+    snprintf(what, sizeof what, "%s: max_rows 29 vs HF", name);
     CHECK_MSG(meets_bound_rows(what, got1, ref, NULL, 1, T * V), "%s", what);
     lh_model_close(small);
   }

@@ -1,5 +1,6 @@
 /* test_load_config.c — lh_config_parse on both config forms: defaults as transformers 5.17 and the
- * original code define them, the key mapping between the forms, warnings, and every error. */
+ * original code define them, the key mapping between the forms, warnings, and every error; token
+ * ids of config.json and generation_config.json inside the vocabulary. */
 #include "tests/engine_load/tw.h"
 
 #include "engine/internal.h"
@@ -342,8 +343,89 @@ static void test_form_equivalence(void) {
   CHECK(!memcmp(&a, &b, sizeof a));
 }
 
+/* Token ids outside [0, vocab_size) are errors naming the key and the value, in config.json (both
+ * forms, an id or a list) and in a model folder's generation_config.json. */
+static void test_token_ids(void) {
+  CHECK_ERR("{" HF_KV ",\"eos_token_id\":100}", LH_EFORMAT, "key 'eos_token_id' is 100, outside the vocabulary [0, 100)");
+  CHECK_ERR("{" HF_KV ",\"bos_token_id\":4096}", LH_EFORMAT, "key 'bos_token_id' is 4096");
+  CHECK_ERR("{" HF_KV ",\"eos_token_id\":[2,150]}", LH_EFORMAT, "key 'eos_token_id'[1] is 150");
+  CHECK_ERR("{" HF_KV ",\"eos_token_id\":-2}", LH_EFORMAT, "eos_token_id");
+  CHECK_ERR("{" ORIG_BASE ",\"eos_token_id\":200}", LH_EFORMAT, "key 'eos_token_id' is 200");
+  CHECK_EQ(parse("{" HF_KV ",\"eos_token_id\":99,\"bos_token_id\":0}"), LH_OK);
+  CHECK_EQ(cfg.eos_token_id, 99);
+  CHECK_EQ(cfg.bos_token_id, 0);
+  CHECK_EQ(parse("{" HF_KV ",\"eos_token_id\":-1,\"bos_token_id\":null}"), LH_OK);
+  CHECK_EQ(cfg.eos_token_id, -1);
+  CHECK_EQ(cfg.bos_token_id, -1);
+  /* a default the vocabulary cannot hold means none, not an error */
+  CHECK_EQ(parse("{\"model_type\":\"minimax\",\"vocab_size\":2,\"hidden_size\":64,\"intermediate_size\":32,"
+                 "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                 "\"num_local_experts\":4,\"num_experts_per_tok\":2}"),
+           LH_OK);
+  CHECK_EQ(cfg.bos_token_id, 1);
+  CHECK_EQ(cfg.eos_token_id, -1);
+
+  /* generation_config.json */
+  CHECK_EQ(parse("{" HF_KV "}"), LH_OK);
+  const char *g = "{\"bos_token_id\":1,\"eos_token_id\":[2,100]}";
+  CHECK_EQ(lh_generation_config_check(g, strlen(g), "dir/generation_config.json", &cfg, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "dir/generation_config.json: key 'eos_token_id'[1] is 100, outside the vocabulary");
+  g = "{\"eos_token_id\":[2,99],\"do_sample\":true}";
+  CHECK_EQ(lh_generation_config_check(g, strlen(g), "dir/generation_config.json", &cfg, &err), LH_OK);
+  g = "{\"eos_token_id\":";
+  CHECK_EQ(lh_generation_config_check(g, strlen(g), "dir/generation_config.json", &cfg, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "not valid JSON");
+
+  /* and lh_model_open reads it */
+  tw_model tm = {0};
+  tw_model_init(&tm, 5);
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", tw_mkdir("gen_eos"));
+  tw_write_config(&tm, dir, ",\"eos_token_id\":15");
+  tw_write_model(&tm, dir, 0, 1);
+  tw_write_text(tw_path(dir, "generation_config.json"), "{\"eos_token_id\": 16}");
+  lh_model_params p = lh_model_default_params();
+  p.backend = "none";
+  lh_model *m = NULL;
+  CHECK_EQ(lh_model_open(dir, &p, &m, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "generation_config.json: key 'eos_token_id' is 16, outside the vocabulary [0, 16)");
+  lh_model_close(m);
+  tw_write_text(tw_path(dir, "generation_config.json"), "{\"eos_token_id\": 15}");
+  CHECK_MSG(lh_model_open(dir, &p, &m, &err) == LH_OK, "%s", err.msg);
+  lh_model_close(m);
+  tw_write_config(&tm, dir, ",\"eos_token_id\":16");
+  CHECK_EQ(lh_model_open(dir, &p, &m, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "config.json: key 'eos_token_id' is 16");
+  tw_model_free(&tm);
+}
+
+/* lh_config_minimax_text_01_slice is MiniMax-Text-01's config.json cut to 8 layers: the model
+ * card's shapes (hidden 6144, 64 heads x 128, 8 kv heads, RoPE on half the head at base 1e7,
+ * 32 experts x 9216 top-2, a softmax layer after every 7 lightning layers) and DeepNorm's alphas
+ * (2 * 80 layers)^(1/4) = 3.5565588200778455, in the original form, with the slice's own vocab,
+ * context and no bos/eos. */
+static void test_minimax_text_01_slice(void) {
+  CHECK_EQ(parse("{\"model_type\":\"minimax_text_01\",\"vocab_size\":4096,\"hidden_size\":6144,"
+                 "\"intermediate_size\":9216,\"num_hidden_layers\":8,\"num_attention_heads\":64,"
+                 "\"num_key_value_heads\":8,\"head_dim\":128,\"num_local_experts\":32,\"num_experts_per_tok\":2,"
+                 "\"attn_type_list\":[0,0,0,0,0,0,0,1],\"layernorm_full_attention_alpha\":3.5565588200778455,"
+                 "\"layernorm_full_attention_beta\":1.0,\"layernorm_linear_attention_alpha\":3.5565588200778455,"
+                 "\"layernorm_linear_attention_beta\":1.0,\"layernorm_mlp_alpha\":3.5565588200778455,"
+                 "\"layernorm_mlp_beta\":1.0,\"rope_theta\":10000000,\"rotary_dim\":64,\"rms_norm_eps\":1e-05,"
+                 "\"postnorm\":true,\"shared_intermediate_size\":0,\"tie_word_embeddings\":false,"
+                 "\"max_position_embeddings\":4194304,\"bos_token_id\":null,\"eos_token_id\":null}"),
+           LH_OK);
+  lh_config a = cfg, b = lh_config_minimax_text_01_slice(4096);
+  CHECK(!strcmp(b.model_type, "minimax"));
+  CHECK(b.n_lightning == 7 && b.n_softmax == 1 && b.layer_kind[7] == LH_LAYER_SOFTMAX);
+  memset(a.model_type, 0, sizeof a.model_type);
+  memset(b.model_type, 0, sizeof b.model_type);
+  CHECK(!memcmp(&a, &b, sizeof a));
+}
+
 int main(void) {
   lh_test_begin("test_load_config");
+  test_token_ids();
   test_hf_defaults();
   test_hf_full();
   test_hf_rope();
@@ -354,5 +436,6 @@ int main(void) {
   test_original();
   test_original_errors();
   test_form_equivalence();
+  test_minimax_text_01_slice();
   return lh_test_end();
 }

@@ -4,7 +4,7 @@
  * For every fixture under tests/fixtures/engine/ (a small random MiniMax model with ids.txt,
  * logits.f32 from HF transformers in fp32, and greedy.txt, made by tools/make_engine_fixtures.py),
  * and every folder named in LH_GPU_MODELS (colon-separated; those have no HF logits):
- *   - the ids fed in a chunk plan (max_chunk 64, calls of 50 and the rest) on the CUDA backend give
+ *   - the ids fed in a chunk plan (max_rows 64, calls of 50 and the rest) on the CUDA backend give
  *     logits within 2e-2 relative L2 of HF's and of the CPU engine's (bf16 storage on the GPU), or
  *     within 1.5x of how far HF's own bf16 run is from its fp32 logits where that is larger
  *     (tests/gpu/bf16_envelope.txt, made by make_bf16_envelope.py: some tiny random fixtures are
@@ -79,10 +79,10 @@ static float *read_f32(const char *path, int64_t n) {
   return v;
 }
 
-static lh_model *open_on(const char *dir, const char *backend, int max_chunk) {
+static lh_model *open_on(const char *dir, const char *backend, int max_rows) {
   lh_model_params mp = lh_model_default_params();
   mp.backend = backend;
-  mp.max_chunk = max_chunk;
+  mp.max_rows = max_rows;
   lh_model *m = NULL;
   lh_error err;
   if (lh_model_open(dir, &mp, &m, &err) != LH_OK) {

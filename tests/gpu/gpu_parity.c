@@ -1,14 +1,40 @@
-/* gpu_parity.c — every CUDA backend operation against a reference that shares no code with it.
+/* gpu_parity.c — every CUDA backend operation and kernel against the CPU reference, kernels/cpu.
  *
  * For several model shapes (tiny, the embedded model's, a d=64 one, an odd head size that takes the
- * fallback paths, and MiniMax-Text-01's real widths) it builds random bf16 weights on the host, binds
- * lh_backend_cuda to them, and runs each operation through the backend table on random inputs,
- * comparing with tests/gpu/ref.c (fp32/fp64 on the same bf16-valued operands): relative L2 <= 1e-2
- * for bf16 paths, never a NaN. Outputs are poisoned with NaN before each run, so an element the GPU
- * did not write fails. Chunked prefill continues the state of the previous chunk, decode runs batches
- * of several sequences, and each stateful op is re-run from saved states to check the bits repeat.
- * At the real shapes the kernels are also driven directly over long inputs (2K-token lightning,
- * attention over 1.2K-3K keys with several decode splits).
+ * fallback paths, and MiniMax-Text-01's real widths) it builds random bf16 weights on the host and
+ * binds both lh_backend_cuda and lh_backend_cpu to them. Each operation runs through the backend
+ * table on both, on the same bf16-valued inputs; the CPU backend is a sequence of kernels/cpu calls
+ * in fp32 (kernels/cpu/ops.h), so it is the reference. At the real shapes the CUDA kernels are also
+ * driven directly over long inputs (2K-8K-token lightning, attention over 1.2K-3K keys with several
+ * decode splits), against the kernels/cpu functions the CPU backend runs for them: lh_silu then
+ * lh_lightning_head per head, lh_attn_tile per tile of queries. Sampling is checked against the CPU
+ * engine's lh_sample, greedy against lh_argmax.
+ *
+ * Bounds: relative L2 over the whole output, and never a NaN or Inf (outputs are poisoned with NaN
+ * before each run, so an element the GPU did not write fails). By operation, with the dtype the GPU
+ * writes:
+ *   embed                                       bf16         TOL_EXACT  0 (bf16 rows copied)
+ *   rmsnorm; residual; residual + norm          bf16         TOL_ROW    5e-3
+ *   logits (final norm + lm_head)               fp32         TOL_ROW    5e-3
+ *   the K and V rows a softmax call writes      bf16         TOL_ROW    5e-3
+ *   lightning core kernel: output; state        bf16; fp32   TOL_ROW    5e-3
+ *   attention kernels: prefill, decode, units   bf16         TOL_ROW    5e-3
+ *   lightning block: output; states             bf16; fp32   TOL_BLOCK  1e-2
+ *   softmax block (our kernels and cuDNN)       bf16         TOL_BLOCK  1e-2
+ *   MoE block                                   bf16         TOL_BLOCK  1e-2
+ *   the whole layer loop: logits of chunk 2     fp32         TOL_MODEL  2e-2 (positions whose routing
+ *                                                            was a near-tie may be excused: test_forward)
+ * Why: the reference's own error is fp32 rounding, ~1e-6 relative. The GPU reads the same bf16
+ * values but rounds to bf16 (8 significant bits) wherever it stores, and one such rounding of an
+ * output alone costs about 1.6e-3 of relative L2. A row-wise op or a kernel driven directly rounds
+ * once or twice after fp32 arithmetic: 0.8-2.2e-3 on an H200 (docs/results/final-2026-12-04/parity.log),
+ * hence 5e-3. A block through the backend chains bf16 projections, the core and a bf16 output
+ * projection: 1.6-6.8e-3 there, hence 1e-2. The GPU is also checked against itself: reruns, a
+ * lightning segment cut or not, decode rows grouped or alone give the same bits; lightning_wg's
+ * hand-over is within 2e-3 (output) and 1e-5 (state) of the same segment not cut.
+ *
+ * Chunked prefill continues the state of the previous chunk, decode runs batches of several
+ * sequences, and each stateful op is re-run from saved states to check the bits repeat.
  *
  * Exit 77 when no GPU is present (CI builds this but has no GPU). `--quick` skips the real shapes;
  * `--lightning` runs only three of the direct lightning kernel checks (small enough for
@@ -25,16 +51,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/backends/cuda/cuda_backend.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/kernels.h"
-#include "tests/gpu/ref.h"
 #include "tests/test.h"
 #include "util/half.h"
 #include "util/hash.h"
 
-#define TOL_BF16 1e-2
+/* The bounds of the table above. */
+#define TOL_EXACT 0.0
+#define TOL_ROW 5e-3
+#define TOL_BLOCK 1e-2
+#define TOL_MODEL 2e-2
 #define MAX_ROWS 1280
 #define NAN_BF16 0x7FC0
 
@@ -47,52 +78,159 @@ static double now_s(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+/* ---- the test's own kernels/cpu calls -------------------------------------------------------------- */
+
+/* A pool on every core for the data this program makes and for the kernels it drives directly, with
+ * scratch for one lightning head or one attention tile per worker, for head dims up to REF_MAX_D. */
+#define REF_MAX_D 128
+static lh_pool *g_pool;
+static float *g_scratch;
+static size_t g_scratch_floats;
+
+static void ref_pool_open(void) {
+  long nt = sysconf(_SC_NPROCESSORS_ONLN);
+  g_pool = lh_pool_new(nt < 1 ? 1 : (int)nt);
+  size_t a = lh_lightning_scratch(REF_MAX_D, REF_MAX_D), b = lh_attn_scratch(REF_MAX_D, LH_KV_PAGE_TOKENS);
+  g_scratch_floats = ((a > b ? a : b) + 15) / 16 * 16;
+  size_t bytes = (size_t)lh_pool_threads(g_pool) * g_scratch_floats * sizeof(float);
+  g_scratch = aligned_alloc(64, bytes);
+  if (!g_pool || !g_scratch) {
+    fprintf(stderr, "FATAL: no thread pool or %zu bytes of scratch for the CPU reference\n", bytes);
+    exit(1);
+  }
+}
+
+typedef struct light_job {
+  const float *qkv; /* after SiLU */
+  int64_t stride, n;
+  int H, d, B;
+  const float *slope;
+  float *state, *o;
+} light_job;
+
+static void light_task(void *ctx, int64_t h, int worker) {
+  const light_job *j = ctx;
+  const int d = j->d;
+  const float *q = j->qkv + h * 3 * d;
+  lh_lightning_head(j->n, d, j->B, j->slope[h], q, j->stride, q + d, j->stride, q + 2 * d, j->stride,
+                    j->state + h * d * d, j->o + h * d, (int64_t)j->H * d,
+                    g_scratch + (size_t)worker * g_scratch_floats);
+}
+
+/* The lightning core as the CPU backend runs it: SiLU of the n rows of qkv (per head q, k, v of d
+ * each, row stride `stride`), then lh_lightning_head for each head, continuing state [H][d][d] in
+ * place. o: [n][H][d]. */
+static void cpu_lightning(const float *qkv, int64_t stride, int64_t n, int H, int d, const float *slope, float *state,
+                          float *o) {
+  if (d > REF_MAX_D) {
+    fprintf(stderr, "FATAL: head dim %d past the reference scratch (%d)\n", d, REF_MAX_D);
+    exit(1);
+  }
+  float *a = malloc((size_t)n * stride * 4);
+  memcpy(a, qkv, (size_t)n * stride * 4);
+  lh_silu(g_pool, a, stride, n, 3LL * H * d);
+  /* blocks of max(d, 32), the CPU backend's for these shapes (any block length computes the same) */
+  light_job j = {a, stride, n, H, d, d > 32 ? d : 32, slope, state, o};
+  lh_pool_run(g_pool, H, light_task, &j);
+  free(a);
+}
+
+typedef struct attn_job {
+  const lh_kv_pages *kv;
+  const float *q;
+  float *o;
+  int64_t pos, n, tq;
+  int H, d;
+  float scale;
+} attn_job;
+
+static void attn_task(void *ctx, int64_t t, int worker) {
+  const attn_job *j = ctx;
+  const int Hkv = j->kv->n_kv, rep = j->H / Hkv, g = (int)(t % Hkv);
+  const int64_t r = t / Hkv * j->tq, Hd = (int64_t)j->H * j->d, at = r * Hd + (int64_t)g * rep * j->d;
+  const int nq = (int)(j->n - r < j->tq ? j->n - r : j->tq);
+  lh_attn_tile(j->kv, g, rep, j->pos + r, nq, j->q + at, Hd, j->d, j->scale, j->o + at, Hd, j->d,
+               g_scratch + (size_t)worker * g_scratch_floats);
+}
+
+/* Causal GQA attention as the CPU backend runs it: queries q [n][H][d] at positions [pos, pos+n)
+ * over the keys [0, pos+n) of fp32 pages, in tiles of LH_ATTN_ROWS / (H / Hkv) queries of one kv
+ * head's query heads through lh_attn_tile. o: [n][H][d]. */
+static void cpu_attention(const lh_kv_pages *kv, int64_t pos, int64_t n, int H, const float *q, float *o) {
+  if (kv->d > REF_MAX_D) {
+    fprintf(stderr, "FATAL: head dim %d past the reference scratch (%d)\n", kv->d, REF_MAX_D);
+    exit(1);
+  }
+  int64_t tq = LH_ATTN_ROWS / (H / kv->n_kv);
+  attn_job j = {kv, q, o, pos, n, tq > 0 ? tq : 1, H, kv->d, (float)(1.0 / sqrt((double)kv->d))};
+  lh_pool_run(g_pool, (n + j.tq - 1) / j.tq * kv->n_kv, attn_task, &j);
+}
+
 /* ---- random host data -------------------------------------------------------------------------- */
 
+/* A job over n elements in chunks on the pool: element k of the counter generator's fill (to bf
+ * as bf16, or to f rounded to bf16), or with src, bf16 src[k] converted to f. */
 typedef struct fill_ctx {
   uint16_t *bf;
   float *f;
+  const uint16_t *src;
   int64_t n, chunk;
   uint64_t seed;
   float scale, offset;
 } fill_ctx;
 
-static void fill_part(int64_t i, void *p) {
+static void fill_part(void *p, int64_t i, int worker) {
+  (void)worker;
   fill_ctx *c = p;
   int64_t a = i * c->chunk, b = a + c->chunk < c->n ? a + c->chunk : c->n;
   for (int64_t k = a; k < b; k++) {
+    if (c->src) {
+      c->f[k] = lh_bf16_to_f32(c->src[k]);
+      continue;
+    }
     float v = c->offset + c->scale * lh_cuda_hash_uniform(c->seed, (uint64_t)k);
     if (c->bf) c->bf[k] = lh_f32_to_bf16(v);
-    else c->f[k] = v;
+    else c->f[k] = lh_bf16_to_f32(lh_f32_to_bf16(v));
   }
 }
+
+static void fill_run(fill_ctx *c) { lh_pool_run(g_pool, (c->n + c->chunk - 1) / c->chunk, fill_part, c); }
 
 static uint64_t g_seed = 20261201;
 
 static uint16_t *rand_bf16(int64_t n, float scale) {
   uint16_t *x = malloc((size_t)n * 2);
-  fill_ctx c = {x, NULL, n, 1 << 20, ++g_seed, scale, 0.0f};
-  ref_par_for((n + c.chunk - 1) / c.chunk, fill_part, &c);
+  fill_ctx c = {x, NULL, NULL, n, 1 << 20, ++g_seed, scale, 0.0f};
+  fill_run(&c);
   return x;
 }
 
 /* Random floats already rounded to bf16 (so the GPU and the reference see the same values). */
 static float *rand_f(int64_t n, float scale, float offset) {
   float *x = malloc((size_t)n * 4);
-  fill_ctx c = {NULL, x, n, 1 << 20, ++g_seed, scale, offset};
-  ref_par_for((n + c.chunk - 1) / c.chunk, fill_part, &c);
-  ref_round_bf16(x, n);
+  fill_ctx c = {NULL, x, NULL, n, 1 << 20, ++g_seed, scale, offset};
+  fill_run(&c);
   return x;
+}
+
+/* dst[i] = the value of bf16 src[i]. */
+static void bf16_to_f32(const uint16_t *src, float *dst, int64_t n) {
+  fill_ctx c = {NULL, dst, src, n, 1 << 20, 0, 0.0f, 0.0f};
+  fill_run(&c);
 }
 
 /* ---- a host model --------------------------------------------------------------------------------- */
 
+/* Random bf16 weights (w: what the CUDA backend binds) and the same values widened to fp32 (wf: what
+ * the CPU reference binds; fp32 tensors it uses in place, so its open converts nothing: that is done
+ * here on every core, where the CPU backend would convert the real width's 32 experts one tensor at
+ * a time). Norm weights are fp32 in both. */
 typedef struct model {
   const char *name;
   lh_config cfg;
-  lh_weights w;
-  lh_layer_weights layers[8];
-  lh_tensor *experts[8];   /* 3*E tensors per layer: w1, w3, w2 */
+  lh_weights w, wf;
+  lh_layer_weights layers[8], layersf[8];
+  lh_tensor *experts[8], *expertsf[8];   /* 3*E tensors per layer: w1, w3, w2 */
   void *blobs[256];
   int nblobs;
 } model;
@@ -117,6 +255,17 @@ static lh_tensor norm_tensor(model *m, const char *name, int64_t n) {
   g_seed++;
   lh_tensor t = {keep(m, v), LH_F32, 1, {n, 0, 0}, name};
   return t;
+}
+
+/* A bf16 tensor's values as fp32 (kept by the model); other tensors as they are. */
+static lh_tensor f32_mirror(model *m, const lh_tensor *t) {
+  if (t->dtype != LH_BF16) return *t;
+  const int64_t n = t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1);
+  lh_tensor f = *t;
+  f.data = keep(m, malloc((size_t)n * 4));
+  f.dtype = LH_F32;
+  bf16_to_f32(t->data, (float *)f.data, n);
+  return f;
 }
 
 static lh_config make_cfg(int hidden, int H, int Hkv, int d, int E, int I, int K, int vocab, const char *kinds,
@@ -182,6 +331,33 @@ static void build_model(model *m, const char *name, lh_config cfg) {
     }
     L->w1 = ex, L->w3 = ex + E, L->w2 = ex + 2 * E;
   }
+  /* wf: the fp32 mirror (each expert block widened whole, then sliced as above) */
+  m->wf = m->w;
+  m->wf.layers = m->layersf;
+  m->wf.embed = f32_mirror(m, &m->w.embed);
+  m->wf.lm_head = f32_mirror(m, &m->w.lm_head);
+  for (int l = 0; l < cfg.n_layers; l++) {
+    const lh_layer_weights *L = &m->layers[l];
+    lh_layer_weights *F = &m->layersf[l];
+    *F = *L;
+    F->qkv = f32_mirror(m, &L->qkv), F->out_gate = f32_mirror(m, &L->out_gate), F->out_proj = f32_mirror(m, &L->out_proj);
+    F->q_proj = f32_mirror(m, &L->q_proj), F->k_proj = f32_mirror(m, &L->k_proj);
+    F->v_proj = f32_mirror(m, &L->v_proj), F->o_proj = f32_mirror(m, &L->o_proj);
+    F->router = f32_mirror(m, &L->router);
+    lh_tensor *ex = keep(m, calloc(3 * E, sizeof(lh_tensor)));
+    m->expertsf[l] = ex;
+    for (int k = 0; k < 3; k++) {
+      const lh_tensor *b = &m->experts[l][k * E]; /* expert 0 of the kind: the start of its block */
+      const lh_tensor whole = {b->data, LH_BF16, 2, {E * b->shape[0], b->shape[1], 0}, b->name};
+      const lh_tensor wide = f32_mirror(m, &whole);
+      for (int64_t e = 0; e < E; e++) {
+        ex[k * E + e] = *b;
+        ex[k * E + e].data = (const float *)wide.data + e * b->shape[0] * b->shape[1];
+        ex[k * E + e].dtype = LH_F32;
+      }
+    }
+    F->w1 = ex, F->w3 = ex + E, F->w2 = ex + 2 * E;
+  }
 }
 
 static void free_model(model *m) {
@@ -189,21 +365,14 @@ static void free_model(model *m) {
   m->nblobs = 0;
 }
 
-static float *tensor_f32(const lh_tensor *t) {
-  int64_t n = t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1);
-  float *f = malloc((size_t)n * 4);
-  if (t->dtype == LH_F32) memcpy(f, t->data, (size_t)n * 4);
-  else ref_bf16_to_f32(t->data, f, n);
-  return f;
-}
-
-/* ---- device helpers --------------------------------------------------------------------------------- */
+/* ---- the two backends --------------------------------------------------------------------------- */
 
 typedef struct ctx {
   model *m;
-  lh_backend *be;
+  lh_backend *be;             /* the CUDA backend under test */
   const lh_backend_ops *ops;
   cudaStream_t st;
+  lh_backend *cpu;            /* the reference: lh_backend_cpu on the same host weights */
   lh_error err;
 } ctx;
 
@@ -247,7 +416,7 @@ static void poison(ctx *c, void *p, int64_t n) {
   }
 }
 
-/* Compare, print one line, count a failure. exact: require bitwise-equal values. */
+/* Compare with the reference, print one line with the bound, count a failure. */
 static void report(const char *model, const char *what, const float *got, const float *ref, int64_t n, double tol) {
   int64_t nan = 0;
   double maxabs = 0;
@@ -259,8 +428,8 @@ static void report(const char *model, const char *what, const float *got, const 
   double rel = nan ? INFINITY : lh_rel_l2(got, ref, (size_t)n);
   int ok = nan == 0 && rel <= tol;
   if (!ok) g_fail++;
-  printf("%-5s %-12s %-46s n=%-9lld rel_l2=%.3e max_abs=%.3e nan=%lld  %s\n", ok ? "PASS" : "FAIL", model, what,
-         (long long)n, rel, maxabs, (long long)nan, ok ? "" : "<<<");
+  printf("%-5s %-12s %-46s n=%-9lld rel_l2=%.3e (<= %.0e) max_abs=%.3e nan=%lld  %s\n", ok ? "PASS" : "FAIL", model,
+         what, (long long)n, rel, tol, maxabs, (long long)nan, ok ? "" : "<<<");
   fflush(stdout);
 }
 
@@ -276,13 +445,12 @@ static void report_bits(const char *model, const char *what, const void *a, cons
 
 #define MAX_PAGES 16
 
+/* One sequence on both backends (one lightning state and one softmax layer's pages each). */
 typedef struct seq {
-  lh_seq_mem mem;
-  void *light[4];
-  void **tables[4];
-  void *pages[MAX_PAGES];
-  float *ref_state;            /* [H][d][d] */
-  float *refK, *refV;          /* [MAX_PAGES*256][Hkv][d] (after RoPE for K) */
+  lh_seq_mem mem, cmem;        /* the CUDA backend's, the CPU reference's */
+  void *light[1], *clight[1];  /* [H][d][d] fp32 */
+  void **tables[1], **ctables[1];
+  void *pages[MAX_PAGES], *cpages[MAX_PAGES];
   int64_t pos;
 } seq;
 
@@ -290,95 +458,69 @@ static void seq_init(ctx *c, seq *s, int with_state) {
   const lh_config *cf = &c->m->cfg;
   memset(s, 0, sizeof *s);
   const int64_t sb = (int64_t)cf->n_heads * cf->head_dim * cf->head_dim;
+  const size_t page_elems = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim;
   s->light[0] = c->ops->alloc(c->be, (size_t)sb * 4);
-  s->ref_state = calloc((size_t)sb, 4);
-  if (with_state) {
-    float *st = rand_f(sb, 0.05f, 0.0f);
-    die_on(c, c->ops->from_host(c->be, s->light[0], st, (size_t)sb * 4, &c->err), "state upload");
-    memcpy(s->ref_state, st, (size_t)sb * 4);
-    free(st);
+  s->clight[0] = lh_backend_cpu.alloc(c->cpu, (size_t)sb * 4);
+  for (int i = 0; i < MAX_PAGES; i++) {
+    s->pages[i] = c->ops->alloc(c->be, page_elems * 2);
+    s->cpages[i] = lh_backend_cpu.alloc(c->cpu, page_elems * 4);
   }
-  const size_t page_bytes = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim * 2;
-  for (int i = 0; i < MAX_PAGES; i++) s->pages[i] = c->ops->alloc(c->be, page_bytes);
-  s->tables[0] = s->pages;
-  s->mem.lightning = s->light;
-  s->mem.kv_pages = s->tables;
-  s->mem.n_pages = MAX_PAGES;
-  const size_t kvn = (size_t)MAX_PAGES * LH_KV_PAGE_TOKENS * cf->n_kv_heads * cf->head_dim;
-  s->refK = calloc(kvn, 4);
-  s->refV = calloc(kvn, 4);
-  if (!s->light[0] || !s->pages[MAX_PAGES - 1]) {
+  if (!s->light[0] || !s->pages[MAX_PAGES - 1] || !s->clight[0] || !s->cpages[MAX_PAGES - 1]) {
     fprintf(stderr, "FATAL: backend alloc failed\n");
     exit(1);
   }
+  if (with_state) {
+    float *st = rand_f(sb, 0.05f, 0.0f);
+    die_on(c, c->ops->from_host(c->be, s->light[0], st, (size_t)sb * 4, &c->err), "state upload");
+    memcpy(s->clight[0], st, (size_t)sb * 4);
+    free(st);
+  }
+  s->tables[0] = s->pages, s->ctables[0] = s->cpages;
+  s->mem = (lh_seq_mem){s->light, s->tables, MAX_PAGES};
+  s->cmem = (lh_seq_mem){s->clight, s->ctables, MAX_PAGES};
 }
 
 static void seq_free(ctx *c, seq *s) {
   c->ops->free(c->be, s->light[0]);
-  for (int i = 0; i < MAX_PAGES; i++) c->ops->free(c->be, s->pages[i]);
-  free(s->ref_state), free(s->refK), free(s->refV);
-}
-
-/* ---- reference layer pieces ---------------------------------------------------------------------------- */
-
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* Lightning block for rows of several segments (each its own sequence). h: [n][hidden]. */
-static void ref_lightning_block(const model *m, int layer, const float *h, int64_t n, seq **segseq,
-                                const int64_t *segrows, int nseg, float *out) {
-  const lh_config *cf = &m->cfg;
-  const lh_layer_weights *L = &m->layers[layer];
-  const int hid = cf->hidden_size, H = cf->n_heads, d = cf->head_dim, Hd = H * d;
-  float *proj = malloc((size_t)n * 3 * Hd * 4), *gate = malloc((size_t)n * Hd * 4), *o = malloc((size_t)n * Hd * 4);
-  ref_linear(h, n, hid, L->qkv.data, 3 * Hd, proj);
-  ref_linear(h, n, hid, L->out_gate.data, Hd, gate);
-  int64_t r = 0;
-  for (int i = 0; i < nseg; i++) {
-    ref_lightning_core(proj + r * 3 * Hd, 3 * Hd, segrows[i], H, d, L->slope, segseq[i]->ref_state, o + r * Hd);
-    r += segrows[i];
+  lh_backend_cpu.free(c->cpu, s->clight[0]);
+  for (int i = 0; i < MAX_PAGES; i++) {
+    c->ops->free(c->be, s->pages[i]);
+    lh_backend_cpu.free(c->cpu, s->cpages[i]);
   }
-  const float *nw = L->attn_norm.data;
-  ref_rmsnorm(o, n, Hd, nw, 1e-6f, o);
-  for (int64_t i = 0; i < n * Hd; i++) o[i] *= sigm(gate[i]);
-  ref_linear(o, n, Hd, L->out_proj.data, hid, out);
-  free(proj), free(gate), free(o);
 }
 
-static void ref_softmax_block(const model *m, int layer, const float *h, int64_t n, seq **segseq,
-                              const int64_t *segrows, int nseg, float *out) {
-  const lh_config *cf = &m->cfg;
-  const lh_layer_weights *L = &m->layers[layer];
-  const int hid = cf->hidden_size, H = cf->n_heads, Hkv = cf->n_kv_heads, d = cf->head_dim, Hd = H * d, kvd = Hkv * d;
-  float *q = malloc((size_t)n * Hd * 4), *k = malloc((size_t)n * kvd * 4), *v = malloc((size_t)n * kvd * 4);
-  float *o = malloc((size_t)n * Hd * 4);
-  ref_linear(h, n, hid, L->q_proj.data, Hd, q);
-  ref_linear(h, n, hid, L->k_proj.data, kvd, k);
-  ref_linear(h, n, hid, L->v_proj.data, kvd, v);
-  int64_t r = 0;
-  for (int i = 0; i < nseg; i++) {
-    seq *s = segseq[i];
-    for (int64_t j = 0; j < segrows[i]; j++) {
-      int64_t p = s->pos + j;
-      ref_rope(q + (r + j) * Hd, H, d, cf->rotary_dim, cf->rope_theta, p);
-      ref_rope(k + (r + j) * kvd, Hkv, d, cf->rotary_dim, cf->rope_theta, p);
-      memcpy(s->refK + p * kvd, k + (r + j) * kvd, (size_t)kvd * 4);
-      memcpy(s->refV + p * kvd, v + (r + j) * kvd, (size_t)kvd * 4);
+/* K and V of page row r for every kv head, from a host copy of a page ([2][Hkv][256][d], bf16 or
+ * fp32), into k and v [Hkv][d]. */
+static void page_row(const void *page, int bf16, int Hkv, int d, int64_t r, float *k, float *v) {
+  for (int g = 0; g < Hkv; g++)
+    for (int e = 0; e < d; e++) {
+      size_t ik = ((size_t)g * LH_KV_PAGE_TOKENS + r) * d + e, iv = ((size_t)(Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e;
+      k[g * d + e] = bf16 ? lh_bf16_to_f32(((const uint16_t *)page)[ik]) : ((const float *)page)[ik];
+      v[g * d + e] = bf16 ? lh_bf16_to_f32(((const uint16_t *)page)[iv]) : ((const float *)page)[iv];
     }
-    ref_attention(q + r * Hd, s->refK, s->refV, s->pos, segrows[i], H, Hkv, d, o + r * Hd);
-    r += segrows[i];
-  }
-  ref_linear(o, n, Hd, L->o_proj.data, hid, out);
-  free(q), free(k), free(v), free(o);
 }
 
-static void ref_moe_block(const model *m, int layer, const float *h, int64_t n, float *out, float *margin) {
-  const lh_config *cf = &m->cfg;
-  const lh_layer_weights *L = &m->layers[layer];
-  const int E = cf->n_experts;
-  const uint16_t **W1 = malloc(E * sizeof(void *)), **W3 = malloc(E * sizeof(void *)), **W2 = malloc(E * sizeof(void *));
-  for (int e = 0; e < E; e++) W1[e] = L->w1[e].data, W3[e] = L->w3[e].data, W2[e] = L->w2[e].data;
-  ref_moe(h, n, cf->hidden_size, E, cf->top_k, cf->intermediate_size, L->router.data, W1, W3, W2, out, NULL, margin);
-  free(W1), free(W3), free(W2);
+/* ---- the reference's side of an operation ------------------------------------------------------------ */
+
+/* The CPU backend's attention block (lightning or softmax, by the layer's kind) on rows h [n][hidden]
+ * of the segments ss[i] (rows[i] rows each, at ss[i]->pos), continuing their CPU states, into ref.
+ * The caller advances the positions. */
+static void cpu_attn(ctx *c, int layer, const float *h, seq **ss, const int64_t *rows, int nseg, float *ref) {
+  const int hid = c->m->cfg.hidden_size;
+  lh_segment sg[8];
+  int64_t n = 0;
+  for (int i = 0; i < nseg; i++) {
+    sg[i] = (lh_segment){&ss[i]->cmem, n, rows[i], ss[i]->pos};
+    n += rows[i];
+  }
+  float *in = lh_backend_cpu.act(c->cpu, 0), *out = lh_backend_cpu.act(c->cpu, 1);
+  memcpy(in, h, (size_t)n * hid * 4);
+  lh_batch b = {n, nseg, sg};
+  if (c->m->cfg.layer_kind[layer] == LH_LAYER_LIGHTNING)
+    die_on(c, lh_backend_cpu.attn_lightning(c->cpu, layer, 0, in, &b, out, &c->err), "cpu attn_lightning");
+  else
+    die_on(c, lh_backend_cpu.attn_softmax(c->cpu, layer, 0, in, &b, out, &c->err), "cpu attn_softmax");
+  memcpy(ref, out, (size_t)n * hid * 4);
 }
 
 /* ---- op tests --------------------------------------------------------------------------------------------- */
@@ -394,14 +536,16 @@ static void test_rowwise(ctx *c) {
   const int hid = m->cfg.hidden_size;
   const int64_t n = 37;
   void *s0 = c->ops->act(c->be, 0), *s1 = c->ops->act(c->be, 1), *s2 = c->ops->act(c->be, 2), *s3 = c->ops->act(c->be, 3);
+  float *r0 = lh_backend_cpu.act(c->cpu, 0), *r1 = lh_backend_cpu.act(c->cpu, 1), *r2 = lh_backend_cpu.act(c->cpu, 2),
+        *r3 = lh_backend_cpu.act(c->cpu, 3);
 
   int32_t tok[37];
   for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
   poison(c, s0, n * hid);
   die_on(c, c->ops->embed(c->be, tok, n, s0, &c->err), "embed");
-  float *got = get_bf16(c, s0, n * hid), *ref = malloc((size_t)n * hid * 4);
-  for (int i = 0; i < n; i++) ref_bf16_to_f32((const uint16_t *)m->w.embed.data + (int64_t)tok[i] * hid, ref + i * hid, hid);
-  report(m->name, "embed", got, ref, n * hid, 0.0);
+  float *got = get_bf16(c, s0, n * hid);
+  die_on(c, lh_backend_cpu.embed(c->cpu, tok, n, r0, &c->err), "cpu embed");
+  report(m->name, "embed", got, r0, n * hid, TOL_EXACT);
   free(got);
 
   int32_t bad = m->cfg.vocab_size;
@@ -413,34 +557,34 @@ static void test_rowwise(ctx *c) {
   float *x = rand_f(n * hid, 2.0f, 0.0f), *a = rand_f(n * hid, 1.0f, 0.0f);
   put_bf16(c, s0, x, n * hid);
   put_bf16(c, s1, a, n * hid);
+  memcpy(r0, x, (size_t)n * hid * 4);
+  memcpy(r1, a, (size_t)n * hid * 4);
   const lh_tensor *w_in = &lh_cuda_weights(c->be)->layers[0].in_norm, *w_post = &lh_cuda_weights(c->be)->layers[0].post_norm;
-  float *wf_in = tensor_f32(&m->layers[0].in_norm), *wf_post = tensor_f32(&m->layers[0].post_norm);
   poison(c, s2, n * hid);
   die_on(c, c->ops->rmsnorm(c->be, s0, n, w_in, s2, &c->err), "rmsnorm");
   got = get_bf16(c, s2, n * hid);
-  ref_rmsnorm(x, n, hid, wf_in, (float)m->cfg.rms_norm_eps, ref);
-  report(m->name, "rmsnorm", got, ref, n * hid, TOL_BF16);
+  die_on(c, lh_backend_cpu.rmsnorm(c->cpu, r0, n, &m->wf.layers[0].in_norm, r2, &c->err), "cpu rmsnorm");
+  report(m->name, "rmsnorm", got, r2, n * hid, TOL_ROW);
   free(got);
 
   const float al = m->cfg.attn_alpha[0], be = m->cfg.attn_beta[0];
-  float *xr = malloc((size_t)n * hid * 4);
-  for (int64_t i = 0; i < n * hid; i++) xr[i] = al * x[i] + be * a[i];
   poison(c, s2, n * hid);
   poison(c, s3, n * hid);
   die_on(c, c->ops->residual(c->be, s0, s1, al, be, n, s2, w_post, s3, &c->err), "residual");
+  die_on(c, lh_backend_cpu.residual(c->cpu, r0, r1, al, be, n, r2, &m->wf.layers[0].post_norm, r3, &c->err),
+         "cpu residual");
   got = get_bf16(c, s2, n * hid);
-  report(m->name, "residual x = a*h + b*attn", got, xr, n * hid, TOL_BF16);
+  report(m->name, "residual x = a*h + b*attn", got, r2, n * hid, TOL_ROW);
   free(got);
   got = get_bf16(c, s3, n * hid);
-  ref_rmsnorm(xr, n, hid, wf_post, (float)m->cfg.rms_norm_eps, ref);
-  report(m->name, "residual + post norm", got, ref, n * hid, TOL_BF16);
+  report(m->name, "residual + post norm", got, r3, n * hid, TOL_ROW);
   free(got);
   /* In place: x over h, y over a. */
   die_on(c, c->ops->residual(c->be, s0, s1, al, be, n, s0, w_post, s1, &c->err), "residual in place");
   got = get_bf16(c, s1, n * hid);
-  report(m->name, "residual + norm in place (x=h, y=a)", got, ref, n * hid, TOL_BF16);
+  report(m->name, "residual + norm in place (x=h, y=a)", got, r3, n * hid, TOL_ROW);
   free(got);
-  free(x), free(a), free(xr), free(ref), free(wf_in), free(wf_post);
+  free(x), free(a);
 }
 
 /* Lightning op: two chunks continuing one state, then a decode batch of three sequences. */
@@ -457,7 +601,7 @@ static void test_lightning(ctx *c, int64_t n1, int64_t n2) {
   seq_init(c, &C, 0);
   char what[96];
   float *saved = malloc((size_t)sb * 4);
-  memcpy(saved, A.ref_state, (size_t)sb * 4);
+  memcpy(saved, A.clight[0], (size_t)sb * 4);
   float *h1 = NULL;
   int64_t ns[2] = {n1, n2};
   for (int chunk = 0; chunk < 2; chunk++) {
@@ -473,13 +617,13 @@ static void test_lightning(ctx *c, int64_t n1, int64_t n2) {
     double t1 = now_s();
     float *got = get_bf16(c, out, n * hid);
     seq *ss[1] = {&A};
-    ref_lightning_block(m, layer, h, n, ss, &n, 1, ref);
+    cpu_attn(c, layer, h, ss, &n, 1, ref);
     snprintf(what, sizeof what, "lightning chunk %d rows [%lld,%lld) (%.1f ms)", chunk + 1, (long long)A.pos,
              (long long)(A.pos + n), (t1 - t0) * 1e3);
-    report(m->name, what, got, ref, n * hid, TOL_BF16);
+    report(m->name, what, got, ref, n * hid, TOL_BLOCK);
     float *st = get_f32(c, A.light[0], sb);
     snprintf(what, sizeof what, "lightning state after chunk %d", chunk + 1);
-    report(m->name, what, st, A.ref_state, sb, TOL_BF16);
+    report(m->name, what, st, A.clight[0], sb, TOL_BLOCK);
     free(st), free(got), free(ref);
     A.pos += n;
     if (chunk == 0) h1 = h;
@@ -544,13 +688,13 @@ static void test_lightning(ctx *c, int64_t n1, int64_t n2) {
     float *got = get_bf16(c, out, n * hid);
     seq *ss[3] = {&A, &B, &C};
     int64_t rows[3] = {1, 1, 1};
-    ref_lightning_block(m, layer, h, n, ss, rows, 3, ref);
-    report(m->name, "lightning decode batch of 3 sequences", got, ref, n * hid, TOL_BF16);
+    cpu_attn(c, layer, h, ss, rows, 3, ref);
+    report(m->name, "lightning decode batch of 3 sequences", got, ref, n * hid, TOL_BLOCK);
     seq *all[3] = {&A, &B, &C};
     for (int i = 0; i < 3; i++) {
       float *st = get_f32(c, all[i]->light[0], sb);
       snprintf(what, sizeof what, "lightning decode state of sequence %d", i);
-      report(m->name, what, st, all[i]->ref_state, sb, TOL_BF16);
+      report(m->name, what, st, all[i]->clight[0], sb, TOL_BLOCK);
       free(st);
     }
     free(h), free(ref), free(got);
@@ -578,16 +722,17 @@ static void softmax_call(ctx *c, int layer, seq **ss, const int64_t *rows, int n
   die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
   double t1 = now_s();
   float *got = get_bf16(c, out, n * hid);
-  ref_softmax_block(m, layer, h, n, ss, rows, nseg, ref_out);
+  cpu_attn(c, layer, h, ss, rows, nseg, ref_out);
   char line[128];
   snprintf(line, sizeof line, "%s (%.1f ms)", what, (t1 - t0) * 1e3);
-  report(m->name, line, got, ref_out, n * hid, TOL_BF16);
+  report(m->name, line, got, ref_out, n * hid, TOL_BLOCK);
   free(got);
   if (check_kv) {
-    /* The K/V rows the call appended, read back from the pages in the documented layout. */
+    /* The K/V rows the call appended, read back from both backends' pages in the documented layout. */
     const int Hkv = m->cfg.n_kv_heads, d = m->cfg.head_dim, kvd = Hkv * d;
     seq *s = ss[0];
     float *gk = malloc((size_t)rows[0] * kvd * 4), *gv = malloc((size_t)rows[0] * kvd * 4);
+    float *rk = malloc((size_t)rows[0] * kvd * 4), *rv = malloc((size_t)rows[0] * kvd * 4);
     const size_t page_elems = (size_t)2 * Hkv * LH_KV_PAGE_TOKENS * d;
     uint16_t *page = malloc(page_elems * 2);
     int64_t cur = -1;
@@ -597,15 +742,12 @@ static void softmax_call(ctx *c, int layer, seq **ss, const int64_t *rows, int n
         die_on(c, c->ops->to_host(c->be, page, s->pages[pg], page_elems * 2, &c->err), "page");
         cur = pg;
       }
-      for (int g = 0; g < Hkv; g++)
-        for (int e = 0; e < d; e++) {
-          gk[j * kvd + g * d + e] = lh_bf16_to_f32(page[((size_t)(0 * Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
-          gv[j * kvd + g * d + e] = lh_bf16_to_f32(page[((size_t)(1 * Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
-        }
+      page_row(page, 1, Hkv, d, r, gk + j * kvd, gv + j * kvd);
+      page_row(s->cpages[pg], 0, Hkv, d, r, rk + j * kvd, rv + j * kvd);
     }
-    report(m->name, "  K rows in the pages (after RoPE)", gk, s->refK + s->pos * kvd, rows[0] * kvd, TOL_BF16);
-    report(m->name, "  V rows in the pages", gv, s->refV + s->pos * kvd, rows[0] * kvd, TOL_BF16);
-    free(gk), free(gv), free(page);
+    report(m->name, "  K rows in the pages (after RoPE)", gk, rk, rows[0] * kvd, TOL_ROW);
+    report(m->name, "  V rows in the pages", gv, rv, rows[0] * kvd, TOL_ROW);
+    free(gk), free(gv), free(rk), free(rv), free(page);
   }
   for (int i = 0; i < nseg; i++) ss[i]->pos += rows[i];
 }
@@ -761,12 +903,17 @@ static void test_moe(ctx *c, int64_t n) {
     die_on(c, lh_cuda_sync(c->be, &c->err), "sync");
     double t1 = now_s();
     float *got = get_bf16(c, out, n * hid);
-    if (!grouped) ref_moe_block(m, 0, h, n, ref, NULL);
+    if (!grouped) {
+      float *rin = lh_backend_cpu.act(c->cpu, 0), *rout = lh_backend_cpu.act(c->cpu, 1);
+      memcpy(rin, h, (size_t)n * hid * 4);
+      die_on(c, lh_backend_cpu.moe(c->cpu, 0, rin, n, rout, &c->err), "cpu moe");
+      memcpy(ref, rout, (size_t)n * hid * 4);
+    }
     int gst = 0;
     int eff = lh_cuda_get_tuning(c->be, &gst).moe_grouped;
     if (grouped && !eff) printf("INFO  %-12s cuBLAS refused the grouped GEMM (status %d): per-expert GEMMs\n", m->name, gst);
     snprintf(what, sizeof what, "moe %s (%.1f ms)", eff ? "grouped GEMM" : "per-expert GEMMs", (t1 - t0) * 1e3);
-    report(m->name, what, got, ref, n * hid, TOL_BF16);
+    report(m->name, what, got, ref, n * hid, TOL_BLOCK);
     uint16_t *bits = malloc((size_t)n * hid * 2);
     die_on(c, c->ops->to_host(c->be, bits, out, (size_t)n * hid * 2, &c->err), "to_host");
     if (!grouped) {
@@ -782,50 +929,6 @@ static void test_moe(ctx *c, int64_t n) {
   free(h), free(ref), free(first);
 }
 
-/* lh_sample's rule (engine/sample.c) for the top_k candidates, written out here until the CPU
- * engine is on main: (logit desc, id asc) order, double probabilities, top_p prefix, u * mass. */
-static int32_t host_sample(const float *lg, int V, float temp, int top_k, float top_p, double u) {
-  int k = top_k < V ? top_k : V;
-  int *ci = malloc(k * sizeof(int));
-  double *cv = malloc(k * sizeof(double));
-  for (int c = 0; c < k; c++) {
-    int best = -1;
-    for (int i = 0; i < V; i++) {
-      int after = c == 0 || lg[i] < cv[c - 1] || (lg[i] == cv[c - 1] && i > ci[c - 1]);
-      if (after && (best < 0 || lg[i] > lg[best])) best = i;
-    }
-    ci[c] = best, cv[c] = lg[best];
-  }
-  int n = k;
-  double t = temp, mx = cv[0], sum = 0;
-  for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
-  if (top_p > 0.0f && top_p < 1.0f) {
-    double acc = 0;
-    int keep = n;
-    for (int c = 0; c < n; c++) {
-      acc += exp((cv[c] - mx) / t) / sum;
-      if (acc >= top_p) {
-        keep = c + 1;
-        break;
-      }
-    }
-    n = keep;
-    sum = 0;
-    for (int c = 0; c < n; c++) sum += exp((cv[c] - mx) / t);
-  }
-  double target = u * sum, acc = 0;
-  int32_t pick = ci[n - 1];
-  for (int c = 0; c < n; c++) {
-    acc += exp((cv[c] - mx) / t);
-    if (target < acc) {
-      pick = ci[c];
-      break;
-    }
-  }
-  free(ci), free(cv);
-  return pick;
-}
-
 static void test_logits(ctx *c) {
   const model *m = c->m;
   const int hid = m->cfg.hidden_size, V = m->cfg.vocab_size;
@@ -834,24 +937,19 @@ static void test_logits(ctx *c) {
   float *x = rand_f(n * hid, 1.0f, 0.0f);
   put_bf16(c, in, x, n * hid);
   int64_t rows[3] = {0, 3, 9};
-  float *got = malloc((size_t)3 * V * 4), *ref = malloc((size_t)3 * V * 4), *xn = malloc((size_t)3 * hid * 4);
+  float *got = malloc((size_t)3 * V * 4), *ref = malloc((size_t)3 * V * 4);
   die_on(c, c->ops->logits(c->be, in, rows, 3, got, &c->err), "logits");
   lh_sha256_update(&g_digest, got, (size_t)3 * V * 4);
-  float *fw = tensor_f32(&m->w.final_norm);
-  for (int i = 0; i < 3; i++) ref_rmsnorm(x + rows[i] * hid, 1, hid, fw, (float)m->cfg.rms_norm_eps, xn + i * hid);
-  ref_linear(xn, 3, hid, m->w.lm_head.data, V, ref);
-  report(m->name, "logits (final norm + lm_head) of rows 0,3,9", got, ref, 3 * V, TOL_BF16);
+  float *rin = lh_backend_cpu.act(c->cpu, 0);
+  memcpy(rin, x, (size_t)n * hid * 4);
+  die_on(c, lh_backend_cpu.logits(c->cpu, rin, rows, 3, ref, &c->err), "cpu logits");
+  report(m->name, "logits (final norm + lm_head) of rows 0,3,9", got, ref, 3 * V, TOL_ROW);
 
   int32_t tok[3];
   lh_sampler_params sp = {0.0f, 1.0f, 0, 0};
   die_on(c, lh_cuda_next_tokens(c->be, in, rows, 3, &sp, NULL, tok, &c->err), "next_tokens greedy");
   int ok = 1;
-  for (int i = 0; i < 3; i++) {
-    int best = 0;
-    for (int v = 1; v < V; v++)
-      if (got[i * V + v] > got[i * V + best]) best = v;
-    ok &= tok[i] == best;
-  }
+  for (int i = 0; i < 3; i++) ok &= tok[i] == lh_argmax(got + i * V, V);
   if (!ok) g_fail++;
   printf("%-5s %-12s %-46s %d %d %d\n", ok ? "PASS" : "FAIL", m->name, "GPU greedy == argmax of the logits", tok[0],
          tok[1], tok[2]);
@@ -859,95 +957,123 @@ static void test_logits(ctx *c) {
   uint64_t rng = 7, rng2 = 7;
   die_on(c, lh_cuda_next_tokens(c->be, in, rows, 3, &ps, &rng, tok, &c->err), "next_tokens sample");
   ok = 1;
-  for (int i = 0; i < 3; i++) {
-    double u = lh_cuda_uniform(&rng2);
-    int32_t want = host_sample(got + i * V, V, ps.temperature, ps.top_k, ps.top_p, u);
-    ok &= tok[i] == want;
-  }
+  for (int i = 0; i < 3; i++) ok &= tok[i] == lh_sample(got + i * V, V, &ps, &rng2); /* one draw a row, in order */
   if (!ok) g_fail++;
-  printf("%-5s %-12s %-46s %d %d %d\n", ok ? "PASS" : "FAIL", m->name, "GPU seeded sample == host twin (T .8 k40 p.9)",
+  printf("%-5s %-12s %-46s %d %d %d\n", ok ? "PASS" : "FAIL", m->name, "GPU seeded sample == lh_sample (T .8 k40 p.9)",
          tok[0], tok[1], tok[2]);
-  free(x), free(got), free(ref), free(xn), free(fw);
+  free(x), free(got), free(ref);
 }
 
-/* The whole layer loop (as engine/forward.c runs it) over a prompt in two chunks, against the
- * reference layers applied to the whole prompt at once; logits of every position of chunk 2. */
+/* A sequence with a state for every layer, in one backend's memory (KV pages in its kv_dtype). */
+typedef struct full_seq {
+  void *lights[8], **tables[4], *pages[4][MAX_PAGES];
+  lh_seq_mem mem;
+} full_seq;
+
+static void full_seq_init(const lh_backend_ops *ops, lh_backend *be, const lh_config *cf, full_seq *s) {
+  memset(s, 0, sizeof *s);
+  const int64_t sb = (int64_t)cf->n_heads * cf->head_dim * cf->head_dim;
+  const size_t page_bytes = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim *
+                            (ops->kv_dtype == LH_F32 ? 4 : 2);
+  for (int i = 0; i < cf->n_lightning; i++)
+    if (!(s->lights[i] = ops->alloc(be, (size_t)sb * 4))) goto nomem;
+  for (int j = 0; j < cf->n_softmax; j++) {
+    for (int p = 0; p < MAX_PAGES; p++)
+      if (!(s->pages[j][p] = ops->alloc(be, page_bytes))) goto nomem;
+    s->tables[j] = s->pages[j];
+  }
+  s->mem = (lh_seq_mem){s->lights, s->tables, MAX_PAGES};
+  return;
+nomem:
+  fprintf(stderr, "FATAL: %s backend alloc failed\n", ops->name);
+  exit(1);
+}
+
+static void full_seq_free(const lh_backend_ops *ops, lh_backend *be, const lh_config *cf, full_seq *s) {
+  for (int i = 0; i < cf->n_lightning; i++) ops->free(be, s->lights[i]);
+  for (int j = 0; j < cf->n_softmax; j++)
+    for (int p = 0; p < MAX_PAGES; p++) ops->free(be, s->pages[j][p]);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x > y ? -1 : x < y;
+}
+
+/* Lowers margin[i] to row i's routing margin in layer l: the top_k-th largest router probability
+ * minus the next one (INFINITY when every expert is chosen), how far the choice is from a tie. h:
+ * the MoE input [n][hidden] on the host. The router logits are the CPU backend's product; lh_moe_route
+ * with all E experts chosen gives their softmax (renormalised by its own sum, ~1). */
+static void lower_margins(const model *m, int l, const float *h, int64_t n, float *margin) {
+  const int E = m->cfg.n_experts, K = m->cfg.top_k, hid = m->cfg.hidden_size;
+  const float *wr = m->wf.layers[l].router.data;
+  float *lg = malloc((size_t)n * E * 4), *p = malloc((size_t)n * E * 4);
+  int32_t *idx = malloc((size_t)n * E * 4);
+  lh_gemm_nt(g_pool, n, E, hid, h, hid, wr, hid, lg, E, 0);
+  lh_moe_route(lg, n, E, E, idx, p);
+  for (int64_t i = 0; i < n; i++) {
+    float *pi = p + i * E;
+    qsort(pi, (size_t)E, sizeof *pi, cmp_desc);
+    float mg = E > K ? pi[K - 1] - pi[K] : INFINITY;
+    if (mg < margin[i]) margin[i] = mg;
+  }
+  free(lg), free(p), free(idx);
+}
+
+/* Tokens [pos, pos+n) of sequence mem through the layer loop as engine/forward.c runs it, on either
+ * backend (w: the weights as that backend holds them); the residual stream ends in act slot 0. With
+ * minmargin (the CPU reference only), each row's routing margin is lowered to every layer's. */
+static void forward_chunk(ctx *c, const lh_backend_ops *ops, lh_backend *be, const lh_weights *w, lh_seq_mem *mem,
+                          const int32_t *tok, int64_t n, int64_t pos, float *minmargin) {
+  const lh_config *cf = &c->m->cfg;
+  void *x = ops->act(be, 0), *h = ops->act(be, 1), *a = ops->act(be, 2);
+  die_on(c, ops->embed(be, tok, n, x, &c->err), "embed");
+  die_on(c, ops->rmsnorm(be, x, n, &w->layers[0].in_norm, h, &c->err), "rmsnorm");
+  lh_segment sg = {mem, 0, n, pos};
+  lh_batch b = {n, 1, &sg};
+  int li = 0, si = 0;
+  for (int l = 0; l < cf->n_layers; l++) {
+    lh_layer_kind k = cf->layer_kind[l];
+    if (k == LH_LAYER_LIGHTNING) die_on(c, ops->attn_lightning(be, l, li++, h, &b, a, &c->err), "lightning");
+    else die_on(c, ops->attn_softmax(be, l, si++, h, &b, a, &c->err), "softmax");
+    die_on(c, ops->residual(be, h, a, cf->attn_alpha[k], cf->attn_beta[k], n, x, &w->layers[l].post_norm, h, &c->err),
+           "residual");
+    if (minmargin) lower_margins(c->m, l, h, n, minmargin);
+    die_on(c, ops->moe(be, l, h, n, a, &c->err), "moe");
+    const lh_tensor *next = l + 1 < cf->n_layers ? &w->layers[l + 1].in_norm : NULL;
+    die_on(c, ops->residual(be, h, a, cf->mlp_alpha, cf->mlp_beta, n, x, next, h, &c->err), "residual");
+  }
+}
+
+/* The whole layer loop over a prompt in two chunks on the GPU, against the CPU backend's layer loop
+ * over the whole prompt at once; logits of every position of chunk 2. */
 static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   const model *m = c->m;
   const lh_config *cf = &m->cfg;
-  const int hid = cf->hidden_size, V = cf->vocab_size;
+  const int V = cf->vocab_size;
   const int64_t N = n1 + n2;
   int32_t *tok = malloc((size_t)N * 4);
+  int64_t *rows = malloc((size_t)N * sizeof(int64_t));
   for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)((i * 2654435761u + 17) % (uint32_t)V);
-  /* GPU: one sequence with a state for every layer. */
-  void *lights[8] = {0}, **tables[4] = {0}, *pages[4][MAX_PAGES];
-  const int64_t sb = (int64_t)cf->n_heads * cf->head_dim * cf->head_dim;
-  const size_t page_bytes = (size_t)2 * cf->n_kv_heads * LH_KV_PAGE_TOKENS * cf->head_dim * 2;
-  for (int i = 0; i < cf->n_lightning; i++) lights[i] = c->ops->alloc(c->be, (size_t)sb * 4);
-  for (int j = 0; j < cf->n_softmax; j++) {
-    for (int p = 0; p < MAX_PAGES; p++) pages[j][p] = c->ops->alloc(c->be, page_bytes);
-    tables[j] = pages[j];
-  }
-  lh_seq_mem mem = {lights, tables, MAX_PAGES};
-  const lh_weights *hw = lh_cuda_weights(c->be);
+  full_seq gs, rs;
+  full_seq_init(c->ops, c->be, cf, &gs);
   float *gl = malloc((size_t)n2 * V * 4);
   int64_t pos = 0;
   for (int chunk = 0; chunk < 2; chunk++) {
-    int64_t n = chunk ? n2 : n1;
-    void *x = c->ops->act(c->be, 0), *h = c->ops->act(c->be, 1), *a = c->ops->act(c->be, 2);
-    die_on(c, c->ops->embed(c->be, tok + pos, n, x, &c->err), "embed");
-    die_on(c, c->ops->rmsnorm(c->be, x, n, &hw->layers[0].in_norm, h, &c->err), "rmsnorm");
-    lh_segment sg = {&mem, 0, n, pos};
-    lh_batch b = {n, 1, &sg};
-    int li = 0, si = 0;
-    for (int l = 0; l < cf->n_layers; l++) {
-      lh_layer_kind k = cf->layer_kind[l];
-      if (k == LH_LAYER_LIGHTNING) die_on(c, c->ops->attn_lightning(c->be, l, li++, h, &b, a, &c->err), "lightning");
-      else die_on(c, c->ops->attn_softmax(c->be, l, si++, h, &b, a, &c->err), "softmax");
-      die_on(c, c->ops->residual(c->be, h, a, cf->attn_alpha[k], cf->attn_beta[k], n, x, &hw->layers[l].post_norm, h,
-                                 &c->err), "residual");
-      die_on(c, c->ops->moe(c->be, l, h, n, a, &c->err), "moe");
-      const lh_tensor *next = l + 1 < cf->n_layers ? &hw->layers[l + 1].in_norm : NULL;
-      die_on(c, c->ops->residual(c->be, h, a, cf->mlp_alpha, cf->mlp_beta, n, x, next, h, &c->err), "residual");
-    }
-    if (chunk == 1) {
-      int64_t *rows = malloc((size_t)n * sizeof(int64_t));
-      for (int64_t i = 0; i < n; i++) rows[i] = i;
-      die_on(c, c->ops->logits(c->be, x, rows, n, gl, &c->err), "logits");
-      lh_sha256_update(&g_digest, gl, (size_t)n * V * 4);
-      free(rows);
-    }
+    const int64_t n = chunk ? n2 : n1;
+    forward_chunk(c, c->ops, c->be, lh_cuda_weights(c->be), &gs.mem, tok + pos, n, pos, NULL);
     pos += n;
   }
+  for (int64_t i = 0; i < n2; i++) rows[i] = i;
+  die_on(c, c->ops->logits(c->be, c->ops->act(c->be, 0), rows, n2, gl, &c->err), "logits");
+  lh_sha256_update(&g_digest, gl, (size_t)n2 * V * 4);
   /* Reference: all N tokens at once. */
-  float *x = malloc((size_t)N * hid * 4), *h = malloc((size_t)N * hid * 4), *a = malloc((size_t)N * hid * 4);
-  for (int64_t i = 0; i < N; i++) ref_bf16_to_f32((const uint16_t *)m->w.embed.data + (int64_t)tok[i] * hid, x + i * hid, hid);
-  seq R;
-  memset(&R, 0, sizeof R);
-  R.ref_state = calloc((size_t)sb, 4);
-  const size_t kvn = (size_t)MAX_PAGES * LH_KV_PAGE_TOKENS * cf->n_kv_heads * cf->head_dim;
-  R.refK = calloc(kvn, 4), R.refV = calloc(kvn, 4);
-  float *margin = malloc((size_t)N * 4), *minmargin = malloc((size_t)N * 4);
+  full_seq_init(&lh_backend_cpu, c->cpu, cf, &rs);
+  float *minmargin = malloc((size_t)N * 4), *rl = malloc((size_t)n2 * V * 4);
   for (int64_t i = 0; i < N; i++) minmargin[i] = INFINITY;
-  for (int l = 0; l < cf->n_layers; l++) {
-    float *w = tensor_f32(&m->layers[l].in_norm), *wp = tensor_f32(&m->layers[l].post_norm);
-    ref_rmsnorm(x, N, hid, w, (float)cf->rms_norm_eps, h);
-    seq *ss[1] = {&R};
-    memset(R.ref_state, 0, (size_t)sb * 4);
-    R.pos = 0;
-    lh_layer_kind k = cf->layer_kind[l];
-    if (k == LH_LAYER_LIGHTNING) ref_lightning_block(m, l, h, N, ss, &N, 1, a);
-    else ref_softmax_block(m, l, h, N, ss, &N, 1, a);
-    for (int64_t i = 0; i < N * hid; i++) x[i] = cf->attn_alpha[k] * h[i] + cf->attn_beta[k] * a[i];
-    ref_rmsnorm(x, N, hid, wp, (float)cf->rms_norm_eps, h);
-    ref_moe_block(m, l, h, N, a, margin);
-    for (int64_t i = 0; i < N; i++) minmargin[i] = margin[i] < minmargin[i] ? margin[i] : minmargin[i];
-    for (int64_t i = 0; i < N * hid; i++) x[i] = cf->mlp_alpha * h[i] + cf->mlp_beta * a[i];
-    free(w), free(wp);
-  }
-  float *fw = tensor_f32(&m->w.final_norm), *rl = malloc((size_t)n2 * V * 4);
-  ref_rmsnorm(x + n1 * hid, n2, hid, fw, (float)cf->rms_norm_eps, h);
-  ref_linear(h, n2, hid, m->w.lm_head.data, V, rl);
+  forward_chunk(c, &lh_backend_cpu, c->cpu, &m->wf, &rs.mem, tok, N, 0, minmargin);
+  for (int64_t i = 0; i < n2; i++) rows[i] = n1 + i;
+  die_on(c, lh_backend_cpu.logits(c->cpu, lh_backend_cpu.act(c->cpu, 0), rows, n2, rl, &c->err), "cpu logits");
   /* A position whose routing was a near-tie in some layer (probability margin under 1e-2 between
    * the last chosen expert and the best unchosen one) may be routed to another expert on the GPU,
    * whose bf16 hidden states differ from the fp32 reference's by rounding; that position's logits
@@ -980,26 +1106,17 @@ static void test_forward(ctx *c, int64_t n1, int64_t n2) {
   printf("INFO  %-12s %-46s rel_l2=%.3e over all %lld positions, %lld excused\n", m->name, "whole model",
          lh_rel_l2(gl, rl, (size_t)n2 * V), (long long)n2, (long long)excused);
   snprintf(what, sizeof what, "whole model, chunks %lld+%lld: logits of chunk 2", (long long)n1, (long long)n2);
-  report(m->name, what, gk, rk, keep * V, 2e-2);
+  report(m->name, what, gk, rk, keep * V, TOL_MODEL);
   printf("INFO  %-12s %-46s %.2e@%lld %.2e@%lld %.2e@%lld\n", m->name, "whole model: worst kept positions (rel_l2@pos)",
          worst[0], (long long)wpos[0], worst[1], (long long)wpos[1], worst[2], (long long)wpos[2]);
   free(gk), free(rk);
   int agree = 0;
-  for (int64_t i = 0; i < n2; i++) {
-    int bg = 0, br = 0;
-    for (int v = 1; v < V; v++) {
-      if (gl[i * V + v] > gl[i * V + bg]) bg = v;
-      if (rl[i * V + v] > rl[i * V + br]) br = v;
-    }
-    agree += bg == br;
-  }
+  for (int64_t i = 0; i < n2; i++) agree += lh_argmax(gl + i * V, V) == lh_argmax(rl + i * V, V);
   printf("INFO  %-12s %-46s %d of %lld positions\n", m->name, "whole model: same argmax as the reference", agree,
          (long long)n2);
-  for (int i = 0; i < cf->n_lightning; i++) c->ops->free(c->be, lights[i]);
-  for (int j = 0; j < cf->n_softmax; j++)
-    for (int p = 0; p < MAX_PAGES; p++) c->ops->free(c->be, pages[j][p]);
-  free(tok), free(gl), free(x), free(h), free(a), free(fw), free(rl), free(R.ref_state), free(R.refK), free(R.refV);
-  free(margin), free(minmargin);
+  full_seq_free(c->ops, c->be, cf, &gs);
+  full_seq_free(&lh_backend_cpu, c->cpu, cf, &rs);
+  free(tok), free(rows), free(gl), free(rl), free(minmargin);
 }
 
 /* ---- kernels driven directly at real shapes over longer inputs ---------------------------------------- */
@@ -1030,15 +1147,15 @@ static float *dl_bf16(const void *d, int64_t n) {
   return f;
 }
 
-
 /* bf16 bits as floats (a fresh array). */
 static float *bf16_floats(const uint16_t *b, int64_t n) {
   float *f = malloc((size_t)n * 4);
   for (int64_t i = 0; i < n; i++) f[i] = lh_bf16_to_f32(b[i]);
   return f;
 }
+
 /* How close a cut with lightning_wg's hand-over (lh_cuda_lightning_handover) comes to the same
- * segments not cut: the sums differ in fp32 rounding only, so far inside TOL_BF16. */
+ * segments not cut: the sums differ in fp32 rounding only, so far inside TOL_ROW. */
 #define TOL_HANDOVER_OUT 2e-3
 #define TOL_HANDOVER_STATE 1e-5
 #define HANDOVER_M 320 /* the tests' hand-over row, in 1/1024 of the cut row, whatever the default */
@@ -1050,9 +1167,9 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   const int64_t stride = 3LL * H * d, Hd = (int64_t)H * d, sb = (int64_t)H * d * d;
   uint16_t *qkv = rand_bf16(n * stride, 2.0f);
   float *qf = malloc((size_t)n * stride * 4), *st = rand_f(sb, 0.05f, 0.0f), *slope = malloc(H * 4);
-  float *st0 = malloc((size_t)sb * 4); /* the entering state (ref_lightning_core advances st in place) */
+  float *st0 = malloc((size_t)sb * 4); /* the entering state (cpu_lightning advances st in place) */
   memcpy(st0, st, (size_t)sb * 4);
-  ref_bf16_to_f32(qkv, qf, n * stride);
+  bf16_to_f32(qkv, qf, n * stride);
   for (int h = 0; h < H; h++) slope[h] = (float)pow(1.0 / pow(2.0, 8.0 / H), h + 1);
   void *dq = dmalloc((size_t)n * stride * 2), *dout = dmalloc((size_t)n * Hd * 2);
   float *dst = dmalloc((size_t)sb * 4), *dsl = dmalloc(H * 4);
@@ -1069,11 +1186,11 @@ static void kernel_lightning_long(int64_t n, int H, int d) {
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)n * Hd * 4), *gst = malloc((size_t)sb * 4);
   check_cuda(cudaMemcpy(gst, dst, (size_t)sb * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  ref_lightning_core(qf, stride, n, H, d, slope, st, ref);
+  cpu_lightning(qf, stride, n, H, d, slope, st, ref);
   char what[96];
   snprintf(what, sizeof what, "kernel lightning %lld tokens %dx%d (cut, hand-over), state in", (long long)n, H, d);
-  report("real", what, got, ref, n * Hd, TOL_BF16);
-  report("real", "kernel lightning state out", gst, st, sb, TOL_BF16);
+  report("real", what, got, ref, n * Hd, TOL_ROW);
+  report("real", "kernel lightning state out", gst, st, sb, TOL_ROW);
   {
     /* The flags are back to zero; cut without the hand-over and not cut, the same bits; the
      * hand-over close to them. */
@@ -1120,7 +1237,7 @@ static void kernel_lightning_segments(int H, int d) {
   float *qf = malloc((size_t)n * stride * 4), *st = rand_f(NS * sb, 0.05f, 0.0f), *slope = malloc(H * 4);
   float *st0 = malloc((size_t)NS * sb * 4);
   memcpy(st0, st, (size_t)NS * sb * 4);
-  ref_bf16_to_f32(qkv, qf, n * stride);
+  bf16_to_f32(qkv, qf, n * stride);
   for (int h = 0; h < H; h++) slope[h] = (float)pow(1.0 / pow(2.0, 8.0 / H), h + 1);
   void *dq = dmalloc((size_t)n * stride * 2), *dout = dmalloc((size_t)n * Hd * 2);
   float *dst = dmalloc((size_t)NS * sb * 4), *dsl = dmalloc(H * 4);
@@ -1149,12 +1266,12 @@ static void kernel_lightning_segments(int H, int d) {
   float *got = bf16_floats(bits[2], n * Hd), *ref = malloc((size_t)n * Hd * 4);
   char what[96];
   for (int i = 0; i < NS; i++) {
-    ref_lightning_core(qf + row0[i] * stride, stride, len[i], H, d, slope, st + i * sb, ref + row0[i] * Hd);
+    cpu_lightning(qf + row0[i] * stride, stride, len[i], H, d, slope, st + i * sb, ref + row0[i] * Hd);
     snprintf(what, sizeof what, "kernel lightning segment %d of %d: %lld rows at %lld, %dx%d", i + 1, NS,
              (long long)len[i], (long long)row0[i], H, d);
-    report("real", what, got + row0[i] * Hd, ref + row0[i] * Hd, len[i] * Hd, TOL_BF16);
+    report("real", what, got + row0[i] * Hd, ref + row0[i] * Hd, len[i] * Hd, TOL_ROW);
     snprintf(what, sizeof what, "kernel lightning segment %d of %d: state out", i + 1, NS);
-    report("real", what, gst[2] + i * sb, st + i * sb, sb, TOL_BF16);
+    report("real", what, gst[2] + i * sb, st + i * sb, sb, TOL_ROW);
   }
   report_bits("real", "kernel lightning segments: cut == not cut, output", bits[1], bits[0], (size_t)n * Hd * 2);
   report_bits("real", "kernel lightning segments: cut == not cut, states", gst[1], gst[0], (size_t)NS * sb * 4);
@@ -1173,8 +1290,7 @@ static void kernel_lightning_segments(int H, int d) {
  * all splits and in passes of one split (the running merge), against the reference, and grouped
  * against every sequence on its own (cap 1), bit for bit. */
 static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, void *const *hp, void **dpages,
-                                const void *dq, const float *qf, const float *K, const float *V, int H, int Hkv,
-                                int d) {
+                                const void *dq, const float *qf, const lh_kv_pages *kv, int H, int Hkv, int d) {
   const int64_t Hd = (int64_t)H * d;
   lh_cuda_aseg fs[16];
   void *const *tabs[16];
@@ -1193,7 +1309,7 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
       const int64_t sp = lh_decode_splits(keys[i]);
       nsplits += sp;
       max_splits = sp > max_splits ? sp : max_splits;
-      ref_attention(qf + (int64_t)i * Hd, K, V, fs[i].pos, 1, H, Hkv, d, ref + (int64_t)i * Hd);
+      cpu_attention(kv, fs[i].pos, 1, H, qf + (int64_t)i * Hd, ref + (int64_t)i * Hd);
     }
     check_cuda(cudaMemcpy(dseg, fs, ns * sizeof fs[0], cudaMemcpyHostToDevice), "cudaMemcpy");
     int32_t *units[2] = {malloc((size_t)nsplits * 4 * 4), malloc((size_t)nsplits * 4 * 4)};
@@ -1214,11 +1330,11 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
         check_cuda(cudaMemcpy(bits[grouped], dout, (size_t)ns * Hd * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
       }
       float *got = malloc((size_t)ns * Hd * 4);
-      ref_bf16_to_f32(bits[1], got, ns * Hd);
+      bf16_to_f32(bits[1], got, ns * Hd);
       char what[96];
       snprintf(what, sizeof what, "decode units: %d rows in %d units (%d alone), max %d, passes of %d", ns, nu[1],
                nu[0], maxc[1], pass);
-      report("real", what, got, ref, ns * Hd, TOL_BF16);
+      report("real", what, got, ref, ns * Hd, TOL_ROW);
       snprintf(what, sizeof what, "decode units: %s grouped = alone, passes of %d", which ? "16 forks" : "3 rows", pass);
       report_bits("real", what, bits[1], bits[0], (size_t)ns * Hd * 2);
       free(got);
@@ -1238,22 +1354,20 @@ static void decode_units_checks(const lh_cuda_aseg *ds, const int64_t *dec_pos, 
 /* Attention kernels over pages filled with random K/V: a prefill chunk at [pos, pos+n) and a decode
  * batch of three sequences of different lengths. */
 static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos, int H, int Hkv, int d) {
-  const int64_t kvd = (int64_t)Hkv * d, Hd = (int64_t)H * d;
+  const int64_t Hd = (int64_t)H * d;
   const int64_t P = pos + n;
   int64_t maxp = P;
   for (int i = 0; i < 3; i++) maxp = dec_pos[i] + 1 > maxp ? dec_pos[i] + 1 : maxp;
   const int64_t npages = (maxp + LH_KV_PAGE_TOKENS - 1) / LH_KV_PAGE_TOKENS;
   const size_t page_elems = (size_t)2 * Hkv * LH_KV_PAGE_TOKENS * d;
-  /* One K/V history shared by all four sequences (decode rows use prefixes of it). */
+  /* One K/V history shared by all four sequences (decode rows use prefixes of it); the reference
+   * reads the same values from fp32 pages of the same layout. */
   uint16_t *kv = rand_bf16((int64_t)npages * page_elems, 2.0f);
-  float *K = malloc((size_t)npages * LH_KV_PAGE_TOKENS * kvd * 4), *V = malloc((size_t)npages * LH_KV_PAGE_TOKENS * kvd * 4);
-  for (int64_t p = 0; p < npages * LH_KV_PAGE_TOKENS; p++)
-    for (int g = 0; g < Hkv; g++)
-      for (int e = 0; e < d; e++) {
-        size_t base = (size_t)(p / LH_KV_PAGE_TOKENS) * page_elems, r = (size_t)(p % LH_KV_PAGE_TOKENS);
-        K[(p * Hkv + g) * d + e] = lh_bf16_to_f32(kv[base + ((size_t)g * LH_KV_PAGE_TOKENS + r) * d + e]);
-        V[(p * Hkv + g) * d + e] = lh_bf16_to_f32(kv[base + ((size_t)(Hkv + g) * LH_KV_PAGE_TOKENS + r) * d + e]);
-      }
+  float *kvf = malloc((size_t)npages * page_elems * 4);
+  bf16_to_f32(kv, kvf, (int64_t)npages * page_elems);
+  void **cp = malloc(npages * sizeof(void *));
+  for (int64_t i = 0; i < npages; i++) cp[i] = kvf + i * page_elems;
+  const lh_kv_pages ref_pages = {cp, Hkv, d, LH_KV_PAGE_TOKENS};
   void **hp = malloc(npages * sizeof(void *));
   for (int64_t i = 0; i < npages; i++) {
     hp[i] = dmalloc(page_elems * 2);
@@ -1264,7 +1378,7 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
   const int64_t nq = n > 3 ? n : 3;
   uint16_t *q = rand_bf16(nq * Hd, 2.0f);
   float *qf = malloc((size_t)nq * Hd * 4);
-  ref_bf16_to_f32(q, qf, nq * Hd);
+  bf16_to_f32(q, qf, nq * Hd);
   void *dq = dmalloc((size_t)nq * Hd * 2), *dout = dmalloc((size_t)nq * Hd * 2);
   check_cuda(cudaMemcpy(dq, q, (size_t)nq * Hd * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
 
@@ -1280,10 +1394,10 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
   check_cuda(lh_cuda_attn_prefill(0, dq, dseg, dtiles, (int)ntiles, H, Hkv, d, dout), "attn_prefill");
   check_cuda(cudaDeviceSynchronize(), "sync");
   float *got = dl_bf16(dout, n * Hd), *ref = malloc((size_t)nq * Hd * 4);
-  ref_attention(qf, K, V, pos, n, H, Hkv, d, ref);
+  cpu_attention(&ref_pages, pos, n, H, qf, ref);
   char what[96];
   snprintf(what, sizeof what, "kernel attention prefill q[%lld,%lld) %d/%dx%d", (long long)pos, (long long)P, H, Hkv, d);
-  report("real", what, got, ref, n * Hd, TOL_BF16);
+  report("real", what, got, ref, n * Hd, TOL_ROW);
   free(got);
 
   /* decode: three sequences, one row each, at dec_pos[i] */
@@ -1300,15 +1414,15 @@ static void kernel_attention_long(int64_t pos, int64_t n, const int64_t *dec_pos
   check_cuda(lh_cuda_attn_decode(0, dq, dseg, 3, max_splits, H, Hkv, d, part, dout), "attn_decode");
   check_cuda(cudaDeviceSynchronize(), "sync");
   got = dl_bf16(dout, 3 * Hd);
-  for (int i = 0; i < 3; i++) ref_attention(qf + i * Hd, K, V, dec_pos[i], 1, H, Hkv, d, ref + i * Hd);
+  for (int i = 0; i < 3; i++) cpu_attention(&ref_pages, dec_pos[i], 1, H, qf + i * Hd, ref + i * Hd);
   snprintf(what, sizeof what, "kernel attention decode keys %lld/%lld/%lld (%d splits)", (long long)dec_pos[0] + 1,
            (long long)dec_pos[1] + 1, (long long)dec_pos[2] + 1, max_splits);
-  report("real", what, got, ref, 3 * Hd, TOL_BF16);
+  report("real", what, got, ref, 3 * Hd, TOL_ROW);
   free(got);
-  decode_units_checks(ds, dec_pos, hp, dpages, dq, qf, K, V, H, Hkv, d);
+  decode_units_checks(ds, dec_pos, hp, dpages, dq, qf, &ref_pages, H, Hkv, d);
   for (int64_t i = 0; i < npages; i++) cudaFree(hp[i]);
   cudaFree(dpages), cudaFree(dq), cudaFree(dout), cudaFree(dseg), cudaFree(dtiles), cudaFree(part);
-  free(kv), free(K), free(V), free(hp), free(q), free(qf), free(ref), free(tiles);
+  free(kv), free(kvf), free(cp), free(hp), free(q), free(qf), free(ref), free(tiles);
 }
 
 /* ---- suites ------------------------------------------------------------------------------------------------- */
@@ -1332,6 +1446,8 @@ static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, i
   mp.backend = "cuda";
   die_on(&c, lh_backend_cuda.open(&m.cfg, &m.w, &mp, MAX_ROWS, &c.be, &c.err), "open");
   c.st = lh_cuda_stream(c.be);
+  lh_model_params rp = {0}; /* every core, fp32 attention: the reference */
+  die_on(&c, lh_backend_cpu.open(&m.cfg, &m.wf, &rp, MAX_ROWS, &c.cpu, &c.err), "cpu open");
   printf("---- %s: hidden %d, heads %d/%d x %d (rotary %d), experts %d x %d top %d, vocab %d, layers %d (setup %.1f s)\n",
          name, cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rotary_dim, cfg.n_experts,
          cfg.intermediate_size, cfg.top_k, cfg.vocab_size, cfg.n_layers, now_s() - t0);
@@ -1346,6 +1462,7 @@ static void run_suite(const char *name, lh_config cfg, int64_t n1, int64_t n2, i
   printf("INFO  %-12s device memory: weights %.2f GB, workspace %.2f GB, states live %.1f MB (%.1f s)\n", name,
          mi.weights / 1e9, mi.workspace / 1e9, mi.state_live / 1e6, now_s() - t0);
   lh_backend_cuda.close(c.be);
+  lh_backend_cpu.close(c.cpu);
   free_model(&m);
   print_digest(name);
 }
@@ -1359,12 +1476,14 @@ int main(int argc, char **argv) {
   /* --lightning: only the lightning kernel checks below (for compute-sanitizer, which is slow) */
   int light = argc > 1 && !strcmp(argv[1], "--lightning");
   double t0 = now_s();
+  ref_pool_open();
   if (light) {
     kernel_lightning_long(2048, 64, 128);
     kernel_lightning_long(3001, 16, 32);
     kernel_lightning_segments(16, 128);
     printf("gpu_parity --lightning: %d failures, %.1f s\n", g_fail, now_s() - t0);
     CHECK(g_fail == 0);
+    lh_pool_free(g_pool), free(g_scratch);
     return lh_test_end();
   }
   /* tiny; the embedded model's shape (6x32, 2 kv heads, rotary 8); d=64 with full RoPE; an odd
@@ -1391,5 +1510,6 @@ int main(int argc, char **argv) {
   printf("gpu_parity: %d failures, %.1f s (DIGEST lines: SHA-256 of every GPU output of a suite, to compare runs)\n",
          g_fail, now_s() - t0);
   CHECK(g_fail == 0);
+  lh_pool_free(g_pool), free(g_scratch);
   return lh_test_end();
 }

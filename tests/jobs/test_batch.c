@@ -1,16 +1,392 @@
 /* test_batch.c — OpenAI batch input parsing, per-line errors, output line shape, and the native
- * MiniMax-Text-01 chat rendering (the expected strings are MiniMax-Text-01's published format). */
+ * MiniMax-Text-01 chat rendering (the expected strings are MiniMax-Text-01's published format);
+ * then, one function each: what a line's raw bytes may hold (UTF-8, no NUL, no \u0000, one object),
+ * duplicate custom_ids through the hash table against a plain pairwise reference, output lines
+ * that stay UTF-8 whatever they quote, reading a batch from a stream and standard input (one
+ * read, its SHA-256, the size bound), the documents root, and document keys that do not depend on
+ * how the batch file was named. */
 #include <cjson/cJSON.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "jobs/batch.h"
 #include "jobs/chat.h"
 #include "tests/test.h"
 #include "util/fs.h"
+#include "util/hash.h"
+#include "util/utf8.h"
 
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   fputs(text, f);
   fclose(f);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+#define CHAT_LINE(id, content)                                                                        \
+  "{\"custom_id\":\"" id "\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"user\"," \
+  "\"content\":\"" content "\"}]}}"
+
+static int is_utf8(const char *s, size_t n) { return lh_utf8_valid((const uint8_t *)s, n); }
+
+/* A line is refused when its bytes are not UTF-8, hold NUL or \u0000 (which cJSON would decode and
+ * cut the string at), or go on after the object; the message names the line, the column and the
+ * key, and an id that is not exactly the line's string is never echoed. */
+static void test_raw_bytes_of_a_line(void) {
+  lh_request r;
+  const char bad_id[] = "{\"custom_id\":\"q\xfc\x80\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}";
+  lh_request_parse(bad_id, sizeof bad_id - 1, 7, ".", &r);
+  CHECK(r.error.code != LH_OK);
+  CHECK_STR_CONTAINS(r.error.msg, "line 7: column 16 (after \"custom_id\")");
+  CHECK_STR_CONTAINS(r.error.msg, "not UTF-8");
+  CHECK(!strcmp(r.custom_id, "line-7"));
+  CHECK(is_utf8(r.error.msg, strlen(r.error.msg)));
+  lh_request_free(&r);
+
+  const char *nul_id = "{\"custom_id\":\"a\\u0000b\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}";
+  lh_request_parse(nul_id, strlen(nul_id), 2, ".", &r);
+  CHECK(r.error.code != LH_OK);
+  CHECK_STR_CONTAINS(r.error.msg, "line 2: column 16 (after \"custom_id\") holds \\u0000");
+  CHECK(!strcmp(r.custom_id, "line-2"));
+  lh_request_free(&r);
+
+  /* \u0000 in a prompt would cut the prompt: refused, the valid id still echoed */
+  const char *nul_text = CHAT_LINE("ok1", "before\\u0000after");
+  lh_request_parse(nul_text, strlen(nul_text), 3, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "(after \"content\") holds \\u0000");
+  CHECK(!strcmp(r.custom_id, "ok1"));
+  lh_request_free(&r);
+
+  /* an escaped backslash before u0000 is text, not NUL */
+  const char *lit = CHAT_LINE("ok2", "a\\\\u0000b");
+  lh_request_parse(lit, strlen(lit), 4, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  CHECK(r.n_messages == 1 && !strcmp(r.messages[0].content, "a\\u0000b"));
+  lh_request_free(&r);
+
+  /* invalid UTF-8 in a message (here a lone surrogate written raw) and a raw NUL byte */
+  const char bad_text[] = CHAT_LINE("ok3", "x\xed\xa0\x80y");
+  lh_request_parse(bad_text, sizeof bad_text - 1, 5, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "(after \"content\") holds bytes that are not UTF-8");
+  CHECK(!strcmp(r.custom_id, "ok3"));
+  lh_request_free(&r);
+  const char raw_nul[] = CHAT_LINE("ok4", "x\0y");
+  lh_request_parse(raw_nul, sizeof raw_nul - 1, 6, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "holds a NUL byte");
+  lh_request_free(&r);
+
+  /* valid non-ASCII, raw and escaped (a surrogate pair), comes through byte for byte */
+  const char *uni = "{\"custom_id\":\"caf\xc3\xa9-\xf0\x9f\x98\x80\",\"url\":\"/v1/completions\","
+                    "\"body\":{\"prompt\":\"\\ud83d\\ude00 \xe2\x82\xac\"}}";
+  lh_request_parse(uni, strlen(uni), 8, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  CHECK(!strcmp(r.custom_id, "caf\xc3\xa9-\xf0\x9f\x98\x80"));
+  CHECK(r.prompt && !strcmp(r.prompt, "\xf0\x9f\x98\x80 \xe2\x82\xac"));
+  lh_request_free(&r);
+
+  /* one object per line: a second object (or anything) after it is refused, spaces are not */
+  const char *two = "{\"custom_id\":\"t1\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}} "
+                    "{\"custom_id\":\"t2\"}";
+  lh_request_parse(two, strlen(two), 9, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "line 9: text after the request's JSON object (column 66)");
+  lh_request_free(&r);
+  const char *spaces = "{\"custom_id\":\"t3\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}  \t";
+  lh_request_parse(spaces, strlen(spaces), 10, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  lh_request_free(&r);
+}
+
+/* Duplicates: 6,000 lines over 1,500 ids (some lines malformed, some without an id); every line
+ * whose id an earlier line used is refused naming both lines, exactly as a pairwise scan says. */
+static void test_duplicate_custom_ids_against_pairwise_reference(void) {
+  enum { N = 6000 };
+  lh_buf b = {0};
+  uint64_t x = 88172645463325252ull;
+  static int idn[N], own[N]; /* the id number (-1: none read), and whether the line is bad anyway */
+  for (int i = 0; i < N; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    idn[i] = (int)(x % 1500);
+    own[i] = x % 29 == 0 || x % 31 == 0;
+    if (x % 29 == 0) {
+      lh_buf_printf(&b, "{\"custom_id\":\"id-%d\", broken\n", idn[i]); /* not JSON: no id read */
+      idn[i] = -1;
+    } else if (x % 31 == 0) { /* its own problem comes first; its id still counts as used */
+      lh_buf_printf(&b, "{\"custom_id\":\"id-%d\",\"url\":\"/v1/embeddings\",\"body\":{}}\n", idn[i]);
+    } else {
+      lh_buf_printf(&b, "{\"custom_id\":\"id-%d\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}}\n",
+                    idn[i]);
+    }
+  }
+  lh_batch bt;
+  lh_error err;
+  CHECK_EQ(lh_batch_parse(b.data, b.len, "mem.jsonl", NULL, &bt, &err), LH_OK);
+  CHECK_EQ(bt.n, N);
+  int dups = 0, mismatches = 0;
+  for (int i = 0; i < N && i < bt.n; i++) {
+    int first = -1;
+    for (int j = 0; j < i && idn[i] >= 0; j++)
+      if (idn[j] == idn[i]) {
+        first = j;
+        break;
+      }
+    char want[128];
+    snprintf(want, sizeof want, "line %d: custom_id \"id-%d\" was already used on line %d", i + 1, idn[i], first + 1);
+    if (own[i]) {
+      mismatches += bt.req[i].error.code == LH_OK || strstr(bt.req[i].error.msg, "already used") != NULL;
+    } else if (first >= 0) {
+      dups++;
+      mismatches += strcmp(bt.req[i].error.msg, want) != 0;
+    } else {
+      mismatches += strstr(bt.req[i].error.msg, "already used") != NULL;
+    }
+  }
+  CHECK(dups > 3000);
+  CHECK_EQ(mismatches, 0);
+  lh_batch_free(&bt);
+  lh_buf_free(&b);
+}
+
+/* Output lines are valid UTF-8 and valid JSON whatever they quote: a byte-level answer that is not
+ * UTF-8 gets U+FFFD per invalid subpart (as Python's decode(errors="replace") gives), and so does
+ * an error message quoting a file name. */
+static void test_output_lines_are_utf8(void) {
+  lh_request r;
+  lh_request_parse(CHAT_LINE("u1", "q"), strlen(CHAT_LINE("u1", "q")), 1, ".", &r);
+  lh_buf out = {0};
+  lh_completion c = {.text = "ok \xfc\x80 \xe2\x82", .finish_reason = "length", .model = "m\xff"};
+  CHECK_EQ(lh_output_success(&out, &r, "batch_req_1", &c), LH_OK);
+  CHECK(is_utf8(out.data, out.len));
+  cJSON *j = cJSON_Parse(out.data);
+  const cJSON *body = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "response"), "body");
+  const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(body, "choices"), 0), "message");
+  /* b"ok \xfc\x80 \xe2\x82".decode("utf-8", "replace") == "ok \ufffd\ufffd \ufffd" */
+  CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "content")),
+                "ok \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd"));
+  CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(body, "model")), "m\xef\xbf\xbd"));
+  cJSON_Delete(j);
+  lh_buf_clear(&out);
+  CHECK_EQ(lh_output_error(&out, "u1", "batch_req_2", 400, "document_error", "docs/\xc0\xaf.txt: unreadable"), LH_OK);
+  CHECK(is_utf8(out.data, out.len));
+  j = cJSON_Parse(out.data);
+  CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message")),
+                "docs/\xef\xbf\xbd\xef\xbf\xbd.txt: unreadable"));
+  cJSON_Delete(j);
+  lh_buf_free(&out);
+  lh_request_free(&r);
+}
+
+static void sha256_hex(const void *p, size_t n, char out[65]) {
+  uint8_t d[32];
+  lh_sha256_buf(p, n, d);
+  lh_hex(d, 32, out);
+}
+
+/* A batch from a stream (a pipe, standard input) is read once: the same requests as the file, its
+ * SHA-256 over the bytes read, relative documents under the current directory, a document "-"
+ * refused when the batch is standard input, and a batch over max_bytes refused by name. */
+static void test_batch_from_a_stream(void) {
+  const char *text = CHAT_LINE("s1", "hi") "\n\n"
+                     "{\"custom_id\":\"s2\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                     "\"documents\":[\"docs/a.txt\"]}}\n"
+                     "{\"custom_id\":\"s3\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                     "\"documents\":[\"-\"]}}"; /* no final newline */
+  char want[65];
+  sha256_hex(text, strlen(text), want);
+  char dir[512], path[600];
+  lh_path_join(dir, sizeof dir, lh_test_tmpdir(), "stream");
+  lh_mkdir_p(dir, NULL);
+  lh_path_join(path, sizeof path, dir, "b.jsonl");
+  write_file(path, text);
+
+  lh_batch fb, pb;
+  lh_error err;
+  CHECK_EQ(lh_batch_load(path, &fb, &err), LH_OK);
+  CHECK(!strcmp(fb.sha256, want));
+  CHECK_EQ(fb.n, 3);
+  CHECK_EQ(fb.req[2].line, 4);
+  CHECK_EQ(fb.req[2].error.code, LH_OK); /* "-" is a document from standard input here */
+
+  int fds[2];
+  CHECK_EQ(pipe(fds), 0);
+  CHECK_EQ(write(fds[1], text, strlen(text)), (long)strlen(text));
+  close(fds[1]);
+  FILE *f = fdopen(fds[0], "rb");
+  CHECK_EQ(lh_batch_load_stream(f, "pipe", NULL, &pb, &err), LH_OK);
+  fclose(f);
+  CHECK(!strcmp(pb.sha256, want));
+  CHECK(!strcmp(pb.path, "pipe"));
+  CHECK_EQ(pb.n, 3);
+  for (int i = 0; i < 3 && pb.n == 3; i++) CHECK(!strcmp(pb.req[i].custom_id, fb.req[i].custom_id));
+  CHECK(pb.n >= 2 && !strcmp(pb.req[1].documents[0].resolved, "./docs/a.txt"));
+  lh_batch_free(&pb);
+
+  /* `run -`: the batch on standard input */
+  FILE *saved = fdopen(dup(0), "rb");
+  CHECK(freopen(path, "rb", stdin) != NULL);
+  lh_batch sb;
+  CHECK_EQ(lh_batch_load("-", &sb, &err), LH_OK);
+  CHECK(!strcmp(sb.sha256, want) && !strcmp(sb.path, "-"));
+  CHECK(sb.n == 3 && !strcmp(sb.req[1].documents[0].resolved, "./docs/a.txt"));
+  CHECK(sb.n == 3 && sb.req[2].error.code != LH_OK);
+  if (sb.n == 3) CHECK_STR_CONTAINS(sb.req[2].error.msg, "line 4: body.documents[0] is \"-\" (standard input), but the batch");
+  lh_batch_free(&sb);
+  dup2(fileno(saved), 0);
+  fclose(saved);
+  clearerr(stdin);
+
+  /* the size bound, from a file (its size is known first) and from a stream */
+  lh_batch_params p = lh_batch_default_params();
+  p.max_bytes = 100;
+  CHECK_EQ(lh_batch_load_params(path, &p, &pb, &err), LH_ELIMIT);
+  CHECK_STR_CONTAINS(err.msg, "b.jsonl: the batch is");
+  CHECK_STR_CONTAINS(err.msg, "over the 100");
+  CHECK_EQ(pipe(fds), 0);
+  CHECK_EQ(write(fds[1], text, strlen(text)), (long)strlen(text));
+  close(fds[1]);
+  f = fdopen(fds[0], "rb");
+  CHECK_EQ(lh_batch_load_stream(f, "pipe", &p, &pb, &err), LH_ELIMIT);
+  fclose(f);
+  CHECK_STR_CONTAINS(err.msg, "pipe: the batch is over 100 bytes");
+  CHECK_EQ(pb.n, 0);
+  p.max_bytes = strlen(text); /* exactly at the bound is fine */
+  CHECK_EQ(lh_batch_load_params(path, &p, &pb, &err), LH_OK);
+  lh_batch_free(&pb);
+  lh_batch_free(&fb);
+}
+
+/* --documents-root: every document must be in the tree once symbolic links are resolved. */
+static void test_documents_root(void) {
+  char top[512], root[600], p[700], outside[700], batch[700];
+  CHECK(realpath(lh_test_tmpdir(), top) != NULL);
+  lh_path_join(root, sizeof root, top, "root");
+  lh_path_join(p, sizeof p, root, "sub");
+  lh_mkdir_p(p, NULL);
+  lh_path_join(p, sizeof p, root, "a.txt");
+  write_file(p, "a");
+  lh_path_join(p, sizeof p, root, "sub/b.txt");
+  write_file(p, "b");
+  lh_path_join(outside, sizeof outside, top, "outside.txt");
+  write_file(outside, "secret");
+  lh_path_join(p, sizeof p, root, "out");
+  CHECK_EQ(symlink("../outside.txt", p), 0);
+  lh_path_join(p, sizeof p, root, "in");
+  CHECK_EQ(symlink("sub/b.txt", p), 0);
+  lh_path_join(p, sizeof p, root, "up");
+  CHECK_EQ(symlink("..", p), 0);
+  lh_buf b = {0};
+  const char *docs[] = {"a.txt", "sub/../a.txt", "in", "sub", "../outside.txt", outside, "out", "up/outside.txt",
+                        "missing.txt", "-", NULL};
+  for (int i = 0; docs[i]; i++)
+    lh_buf_printf(&b, "{\"custom_id\":\"d%d\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                      "\"documents\":[\"%s\"]}}\n", i, docs[i]);
+  char abs_in[700];
+  lh_path_join(abs_in, sizeof abs_in, root, "a.txt");
+  lh_buf_printf(&b, "{\"custom_id\":\"d10\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                    "\"documents\":[\"sub/b.txt\",\"%s\"]}}\n", abs_in);
+  lh_path_join(batch, sizeof batch, root, "batch.jsonl");
+  write_bytes(batch, b.data, b.len);
+
+  /* without a root: behaviour as before, every path accepted as written */
+  lh_batch bt;
+  lh_error err;
+  CHECK_EQ(lh_batch_load(batch, &bt, &err), LH_OK);
+  CHECK_EQ(bt.n_bad, 0);
+  lh_batch_free(&bt);
+
+  lh_batch_params prm = lh_batch_default_params();
+  prm.documents_root = root;
+  CHECK_EQ(lh_batch_load_params(batch, &prm, &bt, &err), LH_OK);
+  CHECK_EQ(bt.n, 11);
+  if (bt.n == 11) {
+    char want[800];
+    lh_path_join(want, sizeof want, root, "a.txt");
+    CHECK(bt.req[0].error.code == LH_OK && !strcmp(bt.req[0].documents[0].resolved, want));
+    CHECK(bt.req[1].error.code == LH_OK && !strcmp(bt.req[1].documents[0].resolved, want));
+    CHECK(!strcmp(bt.req[1].documents[0].path, "sub/../a.txt"));
+    lh_path_join(want, sizeof want, root, "sub/b.txt");
+    CHECK(bt.req[2].error.code == LH_OK && !strcmp(bt.req[2].documents[0].resolved, want)); /* a link inside */
+    CHECK_EQ(bt.req[3].error.code, LH_OK);
+    char m[2048];
+    snprintf(m, sizeof m, "line 5: body.documents[0] \"../outside.txt\" is %s, outside the documents root %s", outside,
+             root);
+    CHECK_STR_CONTAINS(bt.req[4].error.msg, m);
+    CHECK_STR_CONTAINS(bt.req[5].error.msg, "line 6: body.documents[0]");
+    CHECK_STR_CONTAINS(bt.req[5].error.msg, "outside the documents root");
+    snprintf(m, sizeof m, "line 7: body.documents[0] \"out\" is %s, outside the documents root %s", outside, root);
+    CHECK_STR_CONTAINS(bt.req[6].error.msg, m);
+    CHECK_STR_CONTAINS(bt.req[7].error.msg, "line 8: body.documents[0] \"up/outside.txt\" is");
+    CHECK_STR_CONTAINS(bt.req[8].error.msg, "line 9: body.documents[0] \"missing.txt\": No such file or directory");
+    CHECK_STR_CONTAINS(bt.req[9].error.msg, "line 10: body.documents[0] is \"-\" (standard input), which is outside");
+    CHECK_EQ(bt.req[10].error.code, LH_OK);
+    CHECK_EQ(bt.n_bad, 6);
+  }
+  lh_batch_free(&bt);
+
+  /* a root given relative to the current directory, and a root that is no folder */
+  char cwd[4096];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK_EQ(chdir(top), 0);
+  prm.documents_root = "root/sub/..";
+  CHECK_EQ(lh_batch_load_params(batch, &prm, &bt, &err), LH_OK);
+  CHECK_EQ(bt.n_bad, 6);
+  lh_batch_free(&bt);
+  prm.documents_root = "nowhere";
+  CHECK_EQ(lh_batch_load_params(batch, &prm, &bt, &err), LH_ENOTFOUND);
+  CHECK_STR_CONTAINS(err.msg, "documents root nowhere: No such file");
+  prm.documents_root = "outside.txt";
+  CHECK_EQ(lh_batch_load_params(batch, &prm, &bt, &err), LH_EINVAL);
+  CHECK_STR_CONTAINS(err.msg, "documents root outside.txt is not a folder");
+  CHECK_EQ(chdir(cwd), 0);
+  lh_buf_free(&b);
+}
+
+/* The same batch named by a relative and by an absolute path gives the same document keys (the
+ * requests group, and shard, the same way), while the same spelling under another folder names
+ * another file and another key. */
+static void test_document_keys_do_not_depend_on_the_batch_name(void) {
+  char top[512], dir[600], batch[700], other[700];
+  CHECK(realpath(lh_test_tmpdir(), top) != NULL);
+  lh_path_join(dir, sizeof dir, top, "named");
+  lh_mkdir_p(dir, NULL);
+  lh_path_join(batch, sizeof batch, dir, "batch.jsonl");
+  lh_path_join(other, sizeof other, dir, "notes.txt");
+  write_file(other, "notes");
+  write_file(batch, "{\"custom_id\":\"k1\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                    "\"documents\":[\"notes.txt\",\"./gone/x.tar\"]}}\n");
+  char cwd[4096];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  lh_batch rel, abs_, up;
+  lh_error err;
+  CHECK_EQ(chdir(dir), 0);
+  CHECK_EQ(lh_batch_load("batch.jsonl", &rel, &err), LH_OK);
+  CHECK_EQ(lh_batch_load("../named/./batch.jsonl", &up, &err), LH_OK);
+  CHECK_EQ(lh_batch_load(batch, &abs_, &err), LH_OK);
+  char k1[65], k2[65], k3[65];
+  lh_request_documents_key(&rel.req[0], k1);
+  lh_request_documents_key(&abs_.req[0], k2);
+  lh_request_documents_key(&up.req[0], k3);
+  CHECK(strcmp(rel.req[0].documents[0].resolved, abs_.req[0].documents[0].resolved) != 0);
+  CHECK(!strcmp(k1, k2));
+  CHECK(!strcmp(k1, k3));
+  CHECK(!strcmp(rel.sha256, abs_.sha256));
+  /* the same line parsed against another folder: other files, another key */
+  lh_request r;
+  const char *line = "{\"custom_id\":\"k1\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\","
+                     "\"documents\":[\"notes.txt\",\"./gone/x.tar\"]}}";
+  lh_request_parse(line, strlen(line), 1, top, &r);
+  lh_request_documents_key(&r, k3);
+  CHECK(strcmp(k1, k3) != 0);
+  lh_request_free(&r);
+  CHECK_EQ(chdir(cwd), 0);
+  lh_batch_free(&rel);
+  lh_batch_free(&abs_);
+  lh_batch_free(&up);
 }
 
 int main(void) {
@@ -94,16 +470,14 @@ int main(void) {
   /* chat rendering */
   lh_chat_format f;
   CHECK_EQ(lh_chat_format_detect(NULL, "minimax", &f, &err), LH_OK);
-  lh_buf pre = {0}, post = {0};
-  CHECK_EQ(lh_chat_render(&f, a, &pre, &post, &err), LH_OK);
-  CHECK(!strcmp(pre.data, "<beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n"
-                          "<beginning_of_sentence>user name=user\n"));
-  CHECK(!strcmp(post.data, "Which file?<end_of_sentence>\n<beginning_of_sentence>ai name=assistant\n"));
-  lh_buf_free(&pre);
+  lh_buf post = {0};
+  CHECK_EQ(lh_chat_render(&f, a, &post, &err), LH_OK); /* the documents open the prompt, then every turn */
+  CHECK(!strcmp(post.data, "<beginning_of_sentence>system ai_setting=assistant\nBe brief.<end_of_sentence>\n"
+                           "<beginning_of_sentence>user name=user\nWhich file?<end_of_sentence>\n"
+                           "<beginning_of_sentence>ai name=assistant\n"));
   lh_buf_free(&post);
-  CHECK_EQ(lh_chat_render(&f, bb, &pre, &post, &err), LH_OK);
-  CHECK(pre.len == 0 && !strcmp(post.data, "Once"));
-  lh_buf_free(&pre);
+  CHECK_EQ(lh_chat_render(&f, bb, &post, &err), LH_OK);
+  CHECK(!strcmp(post.data, "Once"));
   lh_buf_free(&post);
   CHECK_EQ(lh_chat_format_detect(NULL, "jinja", &f, &err), LH_EINVAL);
 
@@ -147,5 +521,12 @@ int main(void) {
   cJSON_Delete(j2);
   lh_buf_free(&out);
   lh_batch_free(&b);
+
+  test_raw_bytes_of_a_line();
+  test_duplicate_custom_ids_against_pairwise_reference();
+  test_output_lines_are_utf8();
+  test_batch_from_a_stream();
+  test_documents_root();
+  test_document_keys_do_not_depend_on_the_batch_name();
   return lh_test_end();
 }

@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "tests/store/driver_job.h"
 #include "tests/store/toy.h"
-#include "util/fs.h"
 
 static const char *arg(int argc, char **argv, const char *name, const char *def) {
   for (int i = 2; i + 1 < argc; i++)
@@ -67,30 +67,18 @@ static int synth(int argc, char **argv) {
   sp.max_db_bytes = atoll(arg(argc, argv, "--max-db", "0"));
   lh_store *s;
   if (lh_store_open(db, &sp, &s, &e)) return fail("open", &e);
-  int64_t batch, job;
+  int64_t job;
   char cid[64];
   snprintf(cid, sizeof cid, "job-%llu", (unsigned long long)seed);
   lh_store_job_spec spec = {cid, "{\"synth\":true}", NULL, TOY_MODEL_ID};
-  if (lh_store_batch_put(s, "synth", &batch, &e) || lh_store_job_add(s, batch, &spec, &job, NULL, &e))
-    return fail("adding the job", &e);
-  lh_store_job_info in;
-  if (lh_store_job_get(s, job, &in, &e)) return fail("reading the job", &e);
-  lh_job_state was = in.state;
-  lh_store_job_info_clear(&in);
-  if (was == LH_JOB_DONE) {
-    /* Finished by an earlier run: report its result, as the runner skips finished jobs. */
-    lh_buf res = {0};
-    if (lh_store_job_result(s, job, &res, NULL, &e)) return fail("reading the result", &e);
-    const char *d = strstr(res.data, "\"digest\":\"");
-    if (!d || strlen(d) < 10 + 64) return 1;
-    if (lh_file_write_atomic(out, d + 10, 64, &e)) return fail("writing the digest", &e);
+  const char *what;
+  int began = driver_job_begin(s, "synth", &spec, n, out, &job, &what, &e);
+  if (began < 0) return fail(what, &e);
+  if (began == 1) { /* finished by an earlier run: its result is reported, as the runner skips finished jobs */
     fprintf(stderr, "store_driver: already done\n");
-    lh_buf_free(&res);
     lh_store_close(s);
     return 0;
   }
-  if (lh_store_job_claim(s, job, &e)) return fail("claiming the job", &e);
-  if (lh_store_job_set_tokens(s, job, n, &e)) return fail("recording tokens", &e);
   toy t;
   lh_store_cursor cur;
   if (toy_resume(s, &lay, tok, n, job, &t, &cur, &e)) return fail("resuming", &e);
@@ -109,11 +97,9 @@ static int synth(int argc, char **argv) {
     if (toy_checkpoint(w, s, &t, &cur, &e)) return fail("checkpointing", &e);
   }
   if (w && lh_store_writer_close(w, &e)) return fail("flushing checkpoints", &e);
-  char dig[65], res[128];
+  char dig[65];
   toy_digest(&t, dig);
-  snprintf(res, sizeof res, "{\"digest\":\"%s\"}", dig);
-  if (lh_store_job_done(s, job, res, NULL, 0, &e)) return fail("finishing the job", &e);
-  if (lh_file_write_atomic(out, dig, 64, &e)) return fail("writing the digest", &e);
+  if (driver_job_finish(s, job, dig, out, &what, &e)) return fail(what, &e);
   toy_free(&t);
   free(tok);
   lh_store_close(s);

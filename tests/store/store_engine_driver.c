@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 #include "store/store.h"
-#include "util/fs.h"
+#include "tests/store/driver_job.h"
 #include "util/hash.h"
 
 static const char *arg(int argc, char **argv, const char *name, const char *def) {
@@ -55,27 +55,16 @@ int main(int argc, char **argv) {
   lh_store *s;
   if (lh_store_open(db, NULL, &s, &e)) return fail("opening the store", &e);
   if (lh_store_model_register(s, m, &e)) return fail("registering the model", &e);
-  int64_t batch, job;
+  int64_t job;
   lh_store_job_spec spec = {"engine", "{}", NULL, lh_model_id(m)};
-  if (lh_store_batch_put(s, "kill", &batch, &e) || lh_store_job_add(s, batch, &spec, &job, NULL, &e))
-    return fail("adding the job", &e);
-  lh_store_job_info in;
-  if (lh_store_job_get(s, job, &in, &e)) return fail("reading the job", &e);
-  lh_job_state was = in.state;
-  lh_store_job_info_clear(&in);
-  if (was == LH_JOB_DONE) {
-    lh_buf res = {0};
-    if (lh_store_job_result(s, job, &res, NULL, &e)) return fail("reading the result", &e);
-    const char *d = strstr(res.data, "\"digest\":\"");
-    if (!d || strlen(d) < 10 + 64) return 1;
-    if (lh_file_write_atomic(out, d + 10, 64, &e)) return fail("writing the digest", &e);
-    lh_buf_free(&res);
+  const char *what;
+  int began = driver_job_begin(s, "kill", &spec, n, out, &job, &what, &e);
+  if (began < 0) return fail(what, &e);
+  if (began == 1) {
     lh_store_close(s);
     lh_model_close(m);
     return 0;
   }
-  if (lh_store_job_claim(s, job, &e)) return fail("claiming the job", &e);
-  if (lh_store_job_set_tokens(s, job, n, &e)) return fail("recording tokens", &e);
   lh_state *st;
   lh_store_cursor cur;
   if (lh_store_resume(s, m, tok, n, job, &st, &cur, &e)) return fail("resuming", &e);
@@ -98,12 +87,10 @@ int main(int argc, char **argv) {
   }
   if (lh_store_writer_close(w, &e)) return fail("flushing checkpoints", &e);
   uint8_t d[32];
-  char hex[65], res[128];
+  char hex[65];
   lh_sha256_buf(logits, (size_t)vocab * 4, d);
   lh_hex(d, 32, hex);
-  snprintf(res, sizeof res, "{\"digest\":\"%s\"}", hex);
-  if (lh_store_job_done(s, job, res, NULL, 0, &e)) return fail("finishing the job", &e);
-  if (lh_file_write_atomic(out, hex, 64, &e)) return fail("writing the digest", &e);
+  if (driver_job_finish(s, job, hex, out, &what, &e)) return fail(what, &e);
   lh_state_free(st);
   free(logits);
   free(tok);

@@ -3,6 +3,7 @@
  * the longest stored prefix for the right model, content addressing across jobs with different
  * chunk plans, and resuming a sequence from a checkpoint to the same bits as an uninterrupted run. */
 #include "tests/test.h"
+#include "tests/store/setup.h"
 #include "tests/store/toy.h"
 #include "util/log.h"
 
@@ -11,13 +12,7 @@ static lh_store *open_store(const char *name) {
   snprintf(path, sizeof path, "%s/%s", lh_test_tmpdir(), name);
   lh_store_params sp = lh_store_default_params();
   sp.page_bytes = 64 << 10; /* small pages so every part spans several rows */
-  lh_store *s = NULL;
-  lh_error e;
-  if (lh_store_open(path, &sp, &s, &e)) {
-    fprintf(stderr, "open: %s\n", e.msg);
-    exit(1);
-  }
-  return s;
+  return setup_store_open(path, &sp);
 }
 
 /* Feed toy and cursor up to position `to`, checkpoint there synchronously. */

@@ -8,21 +8,12 @@
 #include "tests/test.h"
 
 #include "engine/engine.h"
+#include "tests/store/setup.h"
 #include "tests/store/spawn.h"
 #include "tests/store/toy.h"
-#include "util/log.h"
 
 #define N 1000
 #define CHUNK 64
-
-static char warnings[4096];
-static void sink(lh_log_level level, const char *msg, void *user) {
-  (void)user;
-  if (level >= LH_LOG_WARN && strlen(warnings) + strlen(msg) + 2 < sizeof warnings) {
-    strcat(warnings, msg);
-    strcat(warnings, "\n");
-  }
-}
 
 static lh_model *open_model(const char *name) {
   char dir[1024];
@@ -69,7 +60,7 @@ static void greedy(lh_state *st, int steps, int32_t *out) {
 
 int main(void) {
   lh_test_begin("test_store_engine");
-  lh_log_set_sink(sink, NULL);
+  lh_log_set_sink(warnings_sink, NULL);
   lh_model *m = open_model("hf_bf16_sharded_gqa2");
   const lh_config *cfg = lh_model_config(m);
   CHECK_EQ(cfg->n_softmax, 2);

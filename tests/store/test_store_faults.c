@@ -11,19 +11,10 @@
 
 #include <sys/stat.h>
 
+#include "tests/store/setup.h"
 #include "tests/store/spawn.h"
 #include "tests/store/toy.h"
 #include "util/fs.h"
-#include "util/log.h"
-
-static char warnings[8192];
-static void sink(lh_log_level level, const char *msg, void *user) {
-  (void)user;
-  if (level >= LH_LOG_WARN && strlen(warnings) + strlen(msg) + 2 < sizeof warnings) {
-    strcat(warnings, msg);
-    strcat(warnings, "\n");
-  }
-}
 
 static lh_state_layout LAY;
 static int32_t TOK[1200];
@@ -34,13 +25,7 @@ static lh_store *open_path(const char *path, int64_t max_bytes) {
   lh_store_params sp = lh_store_default_params();
   sp.page_bytes = 64 << 10;
   sp.max_db_bytes = max_bytes;
-  lh_store *s = NULL;
-  lh_error e;
-  if (lh_store_open(path, &sp, &s, &e)) {
-    fprintf(stderr, "open %s: %s\n", path, e.msg);
-    exit(1);
-  }
-  return s;
+  return setup_store_open(path, &sp);
 }
 
 /* Resume from the store and run to N with checkpoints every 200 tokens; returns the resume point. */
@@ -375,7 +360,7 @@ static void refusals(const char *dir, const char *driver) {
 int main(int argc, char **argv) {
   lh_test_begin("test_store_faults");
   if (argc < 2) LH_TEST_SKIP("needs the store_driver path as its argument");
-  lh_log_set_sink(sink, NULL);
+  lh_log_set_sink(warnings_sink, NULL);
   LAY = toy_layout(2, 96 << 10, 2, 640, 300);
   toy_tokens(TOK, 1200, 5);
   toy t;

@@ -10,6 +10,7 @@
 
 #include <time.h>
 
+#include "tests/store/setup.h"
 #include "tests/store/spawn.h"
 #include "tests/store/toy.h"
 #include "util/fs.h"
@@ -18,16 +19,6 @@ static lh_state_layout LAY;
 static int32_t TA[600], TB[600], TC[400];
 static int64_t JA, JB, JC;
 static const int64_t DAY = 86400000;
-
-static lh_store *open_path(const char *path) {
-  lh_store *s;
-  lh_error e;
-  if (lh_store_open(path, NULL, &s, &e)) {
-    fprintf(stderr, "%s\n", e.msg);
-    exit(1);
-  }
-  return s;
-}
 
 static void chain(lh_store *s, const int32_t *tok, int64_t job, int64_t from, int64_t to) {
   toy t;
@@ -44,7 +35,7 @@ static void chain(lh_store *s, const int32_t *tok, int64_t job, int64_t from, in
 }
 
 static void build(const char *path) {
-  lh_store *s = open_path(path);
+  lh_store *s = setup_store_open(path, NULL);
   lh_error e;
   int64_t b;
   lh_store_job_spec a = {"A", "{}", NULL, NULL}, bb = {"B", "{}", NULL, NULL}, c = {"C", "{}", NULL, NULL};
@@ -135,7 +126,7 @@ int main(void) {
   /* Dry run: a report, no change. */
   snprintf(path, sizeof path, "%s/dry.db", dir);
   copy(base, path);
-  s = open_path(path);
+  s = setup_store_open(path, NULL);
   CHECK_EQ(count(s, 0), 12);
   p = lh_store_gc_default_params();
   p.keep_last = 1;
@@ -151,7 +142,7 @@ int main(void) {
    * resume points. */
   snprintf(path, sizeof path, "%s/keep.db", dir);
   copy(base, path);
-  s = open_path(path);
+  s = setup_store_open(path, NULL);
   int64_t before = payload(s);
   p = lh_store_gc_default_params();
   p.keep_last = 2;
@@ -193,7 +184,7 @@ int main(void) {
    * descendants (A's 100) is thinned, nothing is deleted. */
   snprintf(path, sizeof path, "%s/cap1.db", dir);
   copy(base, path);
-  s = open_path(path);
+  s = setup_store_open(path, NULL);
   p = lh_store_gc_default_params();
   p.max_bytes = payload(s) - 1;
   CHECK(lh_store_gc(s, &p, &r, &e) == LH_OK);
@@ -211,7 +202,7 @@ int main(void) {
    * whose resume point keeps its state and loads exactly. */
   snprintf(path, sizeof path, "%s/cap0.db", dir);
   copy(base, path);
-  s = open_path(path);
+  s = setup_store_open(path, NULL);
   CHECK(lh_store_job_claim(s, JB, &e) == LH_OK);
   p = lh_store_gc_default_params();
   p.max_bytes = 0;
@@ -228,7 +219,7 @@ int main(void) {
    * 3 days also takes C; once B is done nothing is protected and 12 hours clears the rest. */
   snprintf(path, sizeof path, "%s/age.db", dir);
   copy(base, path);
-  s = open_path(path);
+  s = setup_store_open(path, NULL);
   p = lh_store_gc_default_params();
   p.older_than_s = 7 * 86400;
   CHECK(lh_store_gc(s, &p, &r, &e) == LH_OK);

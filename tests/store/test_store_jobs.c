@@ -6,18 +6,13 @@
 
 
 #include "store/store.h"
+#include "tests/store/setup.h"
 #include "tests/store/spawn.h"
 
 static lh_store *open_at(const char *path, int lease_s) {
   lh_store_params sp = lh_store_default_params();
   sp.lease_s = lease_s;
-  lh_store *s = NULL;
-  lh_error e;
-  if (lh_store_open(path, &sp, &s, &e)) {
-    fprintf(stderr, "open: %s\n", e.msg);
-    exit(1);
-  }
-  return s;
+  return setup_store_open(path, &sp);
 }
 
 typedef struct docs_seen {

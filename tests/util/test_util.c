@@ -1,11 +1,16 @@
 /* test_util.c — util/: SHA-256 against FIPS 180-4 vectors, CRC-32C against RFC 3720's check
  * value (both the hardware and table paths agree by construction of lh_crc32c, so lengths that
- * exercise the 8-byte and tail loops are covered), half-precision conversions, buffers. */
+ * exercise the 8-byte and tail loops are covered), splitmix64 against the outputs of Vigna's
+ * reference splitmix64.c (computed by a separate Python transcription of it, not by our code),
+ * UTF-8 repair against Python's bytes.decode("utf-8", errors="replace") whole and split at every
+ * byte, half-precision conversions, buffers. */
 #include "tests/test.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/hash.h"
+#include "util/rand.h"
+#include "util/utf8.h"
 
 static void hex_of(const char *msg, size_t n, char out[65]) {
   uint8_t d[32];
@@ -46,6 +51,45 @@ int main(void) {
   uint32_t one = lh_crc32c(0, buf, sizeof buf);
   uint32_t inc = lh_crc32c(lh_crc32c(0, buf, 1001), buf + 1001, sizeof buf - 1001);
   CHECK_EQ(one, inc);
+
+  /* splitmix64: the first three outputs from seeds 0 and 1234567 */
+  uint64_t sm = 0;
+  CHECK_EQ(lh_splitmix64(&sm), 0xe220a8397b1dcdafull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x6e789e6aa1b965f4ull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x06c45d188009454full);
+  CHECK_EQ(sm, 3 * 0x9e3779b97f4a7c15ull);
+  sm = 1234567;
+  CHECK_EQ(lh_splitmix64(&sm), 0x599ed017fb08fc85ull); /* 6457827717110365317 */
+  CHECK_EQ(lh_splitmix64(&sm), 0x2c73f08458540fa5ull);
+  CHECK_EQ(lh_splitmix64(&sm), 0x883ebce5a3f27c77ull);
+  CHECK_EQ(lh_mix64(0x9e3779b97f4a7c15ull), 0xe220a8397b1dcdafull);
+  sm = 0;
+  CHECK(lh_splitmix64_uniform(&sm) == (double)(0xe220a8397b1dcdafull >> 11) / 9007199254740992.0);
+  CHECK(lh_splitmix64_uniform(&sm) < 1.0);
+
+  /* UTF-8: an emoji, an overlong, a surrogate, a code point above U+10FFFF, a bad continuation
+   * and a cut tail; the expected text is Python's decode(errors="replace") re-encoded. */
+  static const char bad[] = "a\xF0\x9F\x98\x80" "b\xE0\x80\xAF\xED\xA0\x80" "c\xF4\x90\x80\x80\xC3(\xE2\x82";
+  static const char fixed[] = "a\xF0\x9F\x98\x80" "b\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                              "\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD(\xEF\xBF\xBD";
+  const size_t nbad = sizeof bad - 1, nfixed = sizeof fixed - 1;
+  CHECK_EQ(lh_utf8_valid_prefix((const uint8_t *)bad, nbad), 6);
+  CHECK(!lh_utf8_valid((const uint8_t *)bad, nbad) && lh_utf8_valid((const uint8_t *)fixed, nfixed));
+  size_t ulen;
+  CHECK_EQ(lh_utf8_classify((const uint8_t *)"\xE2\x82", 2, &ulen), LH_UTF8_SHORT);
+  CHECK_EQ(ulen, 2);
+  CHECK_EQ(lh_utf8_classify((const uint8_t *)"\xE0\x80", 2, &ulen), LH_UTF8_INVALID);
+  CHECK_EQ(ulen, 1);
+  for (size_t cut = 0; cut <= nbad; cut++) {
+    lh_utf8 u = {0};
+    lh_buf o = {0};
+    int64_t repl = 0;
+    CHECK_EQ(lh_utf8_repair(&u, (const uint8_t *)bad, cut, 0, &o, &repl), LH_OK);
+    CHECK_EQ(lh_utf8_repair(&u, (const uint8_t *)bad + cut, nbad - cut, 1, &o, &repl), LH_OK);
+    CHECK(o.len == nfixed && !memcmp(o.data, fixed, nfixed));
+    CHECK_EQ(repl, 12);
+    lh_buf_free(&o);
+  }
 
   CHECK(lh_bf16_to_f32(lh_f32_to_bf16(1.5f)) == 1.5f);
   CHECK(lh_bf16_to_f32(0x3f80) == 1.0f);

@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
+import grammar  # noqa: E402
 
 
 def template_regex(tmpl: str, **groups) -> re.Pattern:
@@ -115,6 +116,154 @@ def expected(question: str, prompt: str, magic, repo):
     raise ValueError(f"question not recognised: {question!r}")
 
 
+# ---- version 6: the grammar's facts (grammar.py), parsed back out of the text -------------
+
+GROUPS = {"key": r"[a-z]+", "Key": r"[A-Z][a-z]+", "attr": r"[a-z]+(?: [a-z]+)*", "id": r"[A-Za-z0-9_.\-]+",
+          "value": r"[^\n]+?"}
+
+
+def grammar_regex(text: str, anchored: bool) -> re.Pattern:
+    """A grammar template as a regex: placeholders become named groups (a repeated one a
+    backreference), everything else literal."""
+    out, pos, seen = "", 0, set()
+    for m in re.finditer(r"\{(key|Key|attr|id|value)\}", text):
+        out += re.escape(text[pos:m.start()])
+        name = m.group(1)
+        out += f"(?P={name})" if name in seen else f"(?P<{name}>{GROUPS[name]})"
+        seen.add(name)
+        pos = m.end()
+    out += re.escape(text[pos:])
+    return re.compile("(?m)^" + out + "$" if anchored else out)
+
+
+def _sides():
+    return {side: grammar.families(side) for side in ("train", "heldout")}
+
+
+SIDES = _sides()
+G_NEEDLES = [(side, n, grammar_regex(n["text"], True)) for side in SIDES for n in SIDES[side]["needles"]]
+G_QUESTIONS = [(side, sec, q, grammar_regex(q["text"], False)) for side in SIDES
+               for sec in ("questions", "multi_value_questions", "file_questions") for q in SIDES[side][sec]]
+ALL_ATTRS = {a: side for side in SIDES for a in SIDES[side]["attributes"]}
+TRAIN7 = grammar.families("train", 7)   # version 7's train side: more value kinds (grammar.VALUE_KINDS_V7)
+
+
+def _kind_rx(fam):
+    return [re.compile("|".join(grammar.pattern_regex(p, fam["value_words"]) for p in k["patterns"]))
+            for k in fam["value_kinds"]]
+
+
+KIND_RX = {side: _kind_rx(SIDES[side]) for side in SIDES}
+KIND_RX["train7"] = _kind_rx(TRAIN7)
+
+
+def grammar_facts(prompt: str, keys: set):
+    """Planted-looking grammar facts in the prompt: a line that a needle template matches with a
+    known attribute and a key of the corpus's word lists (for {id}: an id that is key + attribute in
+    the template's style). Each: dict(key, attr, value, pos, sides of the templates that match)."""
+    found = {}
+    for side, n, rx in G_NEEDLES:
+        for m in rx.finditer(prompt):
+            g = m.groupdict()
+            if "id" in g:
+                hit = None
+                for a in ALL_ATTRS:
+                    tail = grammar.render_id("x", a, n["id_style"])[1:]
+                    if g["id"].endswith(tail):
+                        key = g["id"][: -len(tail)].lower()
+                        if key in keys and grammar.render_id(key, a, n["id_style"]) == g["id"]:
+                            hit = (key, a)
+                if hit is None:
+                    continue
+                key, attr = hit
+            else:
+                key = (g.get("key") or g.get("Key") or "").lower()
+                attr = g.get("attr")
+                if key not in keys or attr not in ALL_ATTRS:
+                    continue
+            k = (m.start(), key, attr, g["value"])
+            f = found.setdefault(k, {"key": key, "attr": attr, "value": g["value"], "pos": m.start(),
+                                     "sides": set(), "styles": set()})
+            f["sides"].add(side)
+            f["styles"].add(n["id_style"])
+    return sorted(found.values(), key=lambda f: f["pos"])
+
+
+def grammar_question(question: str, keys: set):
+    """(section, key, attr, sides) for a question some grammar template matches, else None."""
+    hits = []
+    for side, sec, q, rx in G_QUESTIONS:
+        m = rx.fullmatch(question)
+        if not m:
+            continue
+        g = m.groupdict()
+        if "id" in g:
+            for a in ALL_ATTRS:
+                for st in grammar.ID_STYLES:
+                    tail = grammar.render_id("x", a, st)[1:]
+                    key = g["id"][: -len(tail)].lower() if g["id"].endswith(tail) else None
+                    if key in keys and grammar.render_id(key, a, st) == g["id"]:
+                        hits.append((side, sec, key, a, st))
+        else:
+            key = (g.get("key") or g.get("Key") or "").lower()
+            if key in keys and g.get("attr") in ALL_ATTRS:
+                hits.append((side, sec, key, g["attr"], None))
+    if not hits:
+        return None
+    secs = {h[1] for h in hits}
+    if len(secs) != 1 or len({(h[2], h[3]) for h in hits}) != 1:
+        raise ValueError(f"question {question!r} reads as several: {hits}")
+    return hits[0][1], hits[0][2], hits[0][3], {h[0] for h in hits}, {h[4] for h in hits}
+
+
+def grammar_expected(question: str, prompt: str, gfacts, keys: set):
+    """The answer the prompt's grammar facts give to the question; None when no grammar template
+    matches the question; ValueError when they give none or several."""
+    q = grammar_question(question, keys)
+    if q is None:
+        return None, None
+    sec, key, attr, qsides, qstyles = q
+    hits = [f for f in gfacts if f["key"] == key and f["attr"] == attr
+            and (None in qstyles or f["styles"] & qstyles)]
+    if not hits:  # not a grammar question after all (a version-4 repository question reads as one)
+        return None, None
+    if sec == "multi_value_questions":
+        if len(hits) < 2:
+            raise ValueError(f"multi-value question {question!r}: {len(hits)} value(s)")
+        return ", ".join(f["value"] for f in hits), (qsides, hits)
+    if len(hits) != 1:
+        raise ValueError(f"grammar question {question!r}: ({key}, {attr}) planted {len(hits)} times")
+    if sec == "file_questions":
+        frames = [m for m in FRAME.finditer(prompt) if m.start() <= hits[0]["pos"] < m.end()]
+        if len(frames) != 1:
+            raise ValueError(f"file question {question!r}: the fact is in {len(frames)} documents")
+        path = frames[0].group(1)
+        if len([m for m in FRAME.finditer(prompt) if m.group(1) == path]) != 1:
+            raise ValueError(f"file question {question!r}: path {path} occurs twice")
+        return path, (qsides, hits)
+    return hits[0]["value"], (qsides, hits)
+
+
+def check_grammar_split(qsides, hits, question, held_keys, version=6):
+    """Training must use no held-out family: the question and every answer-bearing line must be
+    matched by a train template, with a train attribute, a train key and a value of a train kind
+    (version 7: of its train kinds) that no held-out kind could have drawn."""
+    train_rx = KIND_RX["train7" if version >= 7 else "train"]
+    if "train" not in qsides:
+        raise ValueError(f"question {question!r} matches held-out question templates only")
+    for f in hits:
+        if "train" not in f["sides"]:
+            raise ValueError(f"fact line for ({f['key']}, {f['attr']}) matches held-out needle templates only")
+        if ALL_ATTRS[f["attr"]] != "train":
+            raise ValueError(f"held-out attribute {f['attr']!r}")
+        if f["key"] in held_keys:
+            raise ValueError(f"held-out key {f['key']!r}")
+        if not any(rx.fullmatch(f["value"]) for rx in train_rx):
+            raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of no train value kind")
+        if any(rx.fullmatch(f["value"]) for rx in KIND_RX["heldout"]):
+            raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of a held-out value kind's form")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", required=True)
@@ -126,15 +275,31 @@ def main():
     ap.add_argument("--tokens-per-step", type=int, default=65536)
     ap.add_argument("--max-len", type=int, default=32768)
     ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--leak-heldout", action="store_true",
+                    help="draw the grammar tasks from the held-out families (a deliberate leak: the check must fail)")
     args = ap.parse_args()
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(args.tokenizer_dir, "tokenizer.json"))
     corpus = data.Corpus(args.corpus, "train")
     gen = data.Generator(tok, corpus)
     with open(os.path.join(args.corpus, "words.json")) as f:
-        held_keys = set(json.load(f)["heldout"])
+        words = json.load(f)
+    held_keys = set(words["heldout"])
+    all_keys = set(words["train"]) | held_keys
+    committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
+    with open(committed) as f:
+        doc = json.load(f)
+    want = grammar.heldout_document(doc.get("keys", []))
+    if doc != json.loads(json.dumps(want)):
+        sys.exit(f"{committed} differs from grammar.py's held-out split: rewrite it with "
+                 "`grammar.py --write heldout_families.json --corpus DIR`")
+    n_grammar = 0
+    if args.leak_heldout:
+        gen.fam = grammar.Families.load(committed)
+        gen.fam_fixed = True
     eos = gen.eos_id
     per_task, per_step, dense_spans, long_spans = collections.Counter(), [], [], []
+    repo_g = collections.Counter()   # repository samples with grammar facts in their archive (version 7)
     for step in range(args.first, args.first + args.steps):
         samples, length = data.batch_for_step(gen, args.seed, step, args.progress, args.tokens_per_step,
                                               args.max_len, args.version)
@@ -143,6 +308,7 @@ def main():
             ids, spans = s["ids"], s["spans"]
             prompt = tok.decode(ids[: spans[0][0]], skip_special_tokens=False)
             magic, repo = facts(prompt)
+            gfacts = grammar_facts(prompt, all_keys) if args.version >= 6 else []
             for ph in HELD_OUT:
                 if ph.strip() and ph in prompt:
                     sys.exit(f"step {step} sample {si}: held-out phrasing {ph!r} in a training sample")
@@ -159,7 +325,19 @@ def main():
                 question = turn.split(data.EOS)[0].rstrip().rsplit("\n", 1)[-1]
                 answer = tok.decode(ids[st: en - 1], skip_special_tokens=False)
                 try:
-                    want = expected(question, prompt, magic, repo)
+                    gwant, gwhy = grammar_expected(question, prompt, gfacts, all_keys) if args.version >= 6 \
+                        else (None, None)
+                    if gwant is not None:
+                        check_grammar_split(*gwhy, question, held_keys, args.version)
+                        n_grammar += 1
+                    try:
+                        want = expected(question, prompt, magic, repo)
+                    except ValueError:
+                        if gwant is None:
+                            raise
+                        want = gwant
+                    if gwant is not None and want != gwant:
+                        raise ValueError(f"{question!r} reads as {want!r} and, by the grammar, {gwant!r}")
                 except ValueError as e:
                     sys.exit(f"step {step} sample {si} ({s['task']}): {e}")
                 if answer != want:
@@ -170,6 +348,8 @@ def main():
                 prev_end = en
                 per_task[s["task"]] += 1
                 n_spans += 1
+            if s["task"].startswith("repo") and gfacts:
+                repo_g[s["task"]] += 1
         dense = any(s["task"].endswith("_dense") for s in samples)  # the long steps' mix has none
         (dense_spans if dense else long_spans).append(n_spans)
         per_step.append(n_spans)
@@ -180,6 +360,12 @@ def main():
     if long_spans:
         print(f"  other steps: {len(long_spans)}, {np.mean(long_spans):.0f} answer spans each on average")
     print("  spans by task: " + ", ".join(f"{k} {v}" for k, v in sorted(per_task.items())))
+    if args.version >= 6:
+        print(f"  {n_grammar} answers read through the grammar; every question template, needle template, "
+              "attribute, value kind and key they used is on the train side of the hash split")
+    if repo_g:
+        print("  repository samples with grammar facts in their archive: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(repo_g.items())))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ import os
 
 import numpy as np
 
+import grammar
+
+HELDOUT_FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
+
 BOS = "<beginning_of_sentence>"
 EOS = "<end_of_sentence>"
 ROLE_SYSTEM = BOS + "system ai_setting=assistant\n"
@@ -106,14 +110,37 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      multi-value turns and none in its long steps. Version 5 draws 2-5 values per key in dense
 #      multi-value turns (MV_VALUES), gives multi-value a larger share of the dense steps
 #      (DENSE_MIXES[5]) and 2-5 values in the long steps' multi-value samples.
+#   6: (session 10, issue 31) facts from a grammar of independent parts (grammar.py): needle
+#      templates of many kinds of text, question templates with and without the key's exact
+#      words, value kinds from digits to UUID-like strings and paths, attributes; a quarter of
+#      each part held out by hash (heldout_families.json, for evaluation only). Why: step 7847
+#      answers the trained needle at 1K-64K every time and an unseen phrasing 1-12 times in 30
+#      (issue 31): it learned one sentence shape, not retrieval. The long steps keep version 4's
+#      tasks at 0.60 of the mix and add grammar facts (single with distractors, multi-key,
+#      multi-value, "which file"); the dense steps (DENSE_MIXES[6]) give the grammar 0.60,
+#      including short archives of small files for "which file" (file_dense).
+#   7: (session 11) version 6 with the repository value question back at 0.11 of the long steps
+#      (version 6 had halved it to 0.05; the 0.06 comes from the grammar's single fact, 0.22 ->
+#      0.16) and at 0.10 of the dense steps (from 0.06; fact_dense 0.32 -> 0.28); the repository
+#      facts get 1-3 grammar facts as distractors in the archive's files (60% of repo_value and
+#      repo_file samples, 50% of repo_dense ones), and the grammar's train side gets 17 more value
+#      kinds, words, URLs and paths (grammar.VALUE_KINDS_V7; the held-out side is unchanged). Why:
+#      step 8581 (version 6, 734 steps) answered `make demo`'s "What is the value of
+#      DEFAULT_WORKER_TIMEOUT?" over 204K tokens with "100" where step 7847 answered 4817, and
+#      got 0 of 69 held-out values that are not digits (TRAINING.md, "Session 10").
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
     3: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the long steps: version 2's mix
     4: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07, 0.0),   # the same, with version 4's phrasings
     5: (0.20, 0.30, 0.10, 0.14, 0.08, 0.11, 0.07, 0.0),   # multi-value 0.08 -> 0.10
+    # version 6: TASKS_V6 (version 3's tasks, then the grammar's fact, fact_multikey, fact_mv, fact_file)
+    6: (0.14, 0.14, 0.06, 0.06, 0.04, 0.05, 0.05, 0.0, 0.22, 0.10, 0.06, 0.08),
+    7: (0.14, 0.14, 0.06, 0.06, 0.04, 0.11, 0.05, 0.0, 0.16, 0.10, 0.06, 0.08),   # repo_value 0.05 -> 0.11
 }
 TASKS_V3 = TASKS + ("multikey_dense",)
+TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
+GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
 DENSE_STEP_P = 0.5        # version 3: share of steps that are dense steps
 DENSE_LEN = (256, 2048)   # their lengths, log-uniform
 DENSE_MIX = {"multikey_dense": 0.75, "multikey": 0.10, "magic": 0.15}  # their tasks (magic with hard negatives)
@@ -121,13 +148,21 @@ DENSE_MIX_V4 = {"multikey_dense": 0.35, "multiquery_dense": 0.15, "multivalue_de
                 "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10}
 DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
                5: {"multikey_dense": 0.25, "multiquery_dense": 0.15, "multivalue_dense": 0.25,
-                   "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10}}
+                   "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10},
+               6: {"multikey_dense": 0.12, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
+                   "repo_dense": 0.06, "multikey": 0.03, "magic": 0.05,
+                   "fact_dense": 0.32, "fact_mv_dense": 0.12, "file_dense": 0.16},
+               7: {"multikey_dense": 0.12, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
+                   "repo_dense": 0.10, "multikey": 0.03, "magic": 0.05,
+                   "fact_dense": 0.28, "fact_mv_dense": 0.12, "file_dense": 0.16}}
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
 MV_LONG_VALUES = (2, 6)
 TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
+REPO_GRAMMAR_P = 0.6      # version 7: share of repo_value / repo_file samples with grammar facts as distractors
+REPO_DENSE_GRAMMAR_P = 0.5  # ... and of repo_dense samples
 
 
 def frame(path: str, text: str) -> str:
@@ -151,12 +186,30 @@ class Corpus:
 class Generator:
     """Builds token sequences for the tasks; `tokenizer` is an HF `tokenizers.Tokenizer`."""
 
-    def __init__(self, tokenizer, corpus: Corpus, held_out: bool = False):
+    def __init__(self, tokenizer, corpus: Corpus, held_out: bool = False, families_path: str | None = None):
         self.tok = tokenizer
         self.corpus = corpus
         self.held_out = held_out
+        # the grammar's items: the train side for training; held out (heldout_families.json) for evaluation
+        if held_out:
+            self.fam = grammar.Families.load(families_path or HELDOUT_FAMILIES)
+        else:
+            self.fam = grammar.Families.side("train")
+        # the grammar's train side by data version (7 adds value kinds); batch_for_step picks it.
+        # fam_fixed keeps self.fam whatever the version (evaluation; check_data's --leak-heldout).
+        self.fam_fixed = held_out
+        self._fams = {6: self.fam} if not held_out else {}
         self.eos_id = tokenizer.token_to_id(EOS)
         self.chars_per_token = 3.0
+
+    def use_grammar(self, version: int):
+        """Draw the grammar's facts from its train side as data version `version` has it."""
+        if self.fam_fixed:
+            return
+        v = 7 if version >= 7 else 6
+        if v not in self._fams:
+            self._fams[v] = grammar.Families.side("train", v)
+        self.fam = self._fams[v]
 
     # ---- text pieces -------------------------------------------------------------------
 
@@ -288,16 +341,20 @@ class Generator:
         extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns.
         distractors > 0 (magic task) adds hard negatives: magic-number lines for other keys, in
         the target's phrasing or another training phrasing, at random depths; only the target's
-        key is asked about. mv_values: (lo, hi) of each key's value count in multivalue_dense, as
+        key is asked about; for repo_value, repo_file and repo_dense (version 7) it plants that
+        many grammar facts in the archive's files. mv_values: (lo, hi) of each key's value count in multivalue_dense, as
         rng.integers(lo, hi)."""
         layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
         style = style or ("raw" if rng.random() < 0.4 else "framed")
         magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC_V4 if phrasing == "train4" else TRAIN_MAGIC
         overhead = 60
         if task in ("repo_value", "repo_file"):
-            return self._repo(rng, task, length, depth, layout, extra_turns)
+            return self._repo(rng, task, length, depth, layout, extra_turns, distractors)
         if task == "repo_dense":
-            return self._repo_dense(rng, length, layout)
+            return self._repo_dense(rng, length, layout, distractors)
+        if task in GRAMMAR_TASKS:
+            return self._grammar_task(rng, task, length, depth, layout, style, n_needles, extra_turns,
+                                      distractors)
         budget = max(32, length - overhead)
         if task == "passkey":
             tmpl = (EVAL_PASSKEY if phrasing == "eval" else TRAIN_PASSKEY)
@@ -413,10 +470,11 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, task, depth)
 
-    def _repo(self, rng, task, length, depth, layout, extra_turns=0):
-        """A framed repository archive with facts planted in some of its files."""
+    def _repo(self, rng, task, length, depth, layout, extra_turns=0, distractors=0):
+        """A framed repository archive with facts planted in some of its files, and (version 7)
+        `distractors` grammar facts in random files."""
         pool = self.corpus.code
-        pieces = self._pieces(rng, max(64, length - 80), pool=pool)
+        pieces = self._pieces(rng, max(64, length - 80 - 24 * distractors), pool=pool)
         n_plants = min(len(pieces), int(rng.integers(2, 5) if extra_turns else rng.integers(1, 4)))
         # The target file sits at the requested depth (by token position of its piece).
         if depth is None:
@@ -440,6 +498,8 @@ class Generator:
             d = float(rng.random()) if depth is None else float(rng.random())
             text, _ = self._insert_lines(rng, text, [line], [d])
             new[i] = (path, text)
+        if distractors:
+            new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
         if task == "repo_value":
             question, answer = REPO_VALUE_Q.format(name=names[0]), vals[0]
@@ -454,12 +514,12 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, task, depth)
 
-    def _repo_dense(self, rng, length, layout):
+    def _repo_dense(self, rng, length, layout, distractors=0):
         """Version 4's dense repository samples: a small framed archive with 3-10 facts planted in
         its files (a file may hold several), then 2-6 of them asked, value (65%) or file, one per
-        turn."""
+        turn; version 7 adds `distractors` grammar facts in random files."""
         n, n_turns = int(rng.integers(3, 11)), int(rng.integers(2, 7))
-        pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns), pool=self.corpus.code)
+        pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns - 24 * distractors), pool=self.corpus.code)
         names = []
         while len(names) < n:
             nm = self._name(rng)
@@ -472,6 +532,8 @@ class Generator:
             path, text = new[i]
             text, _ = self._insert_lines(rng, text, [plant_line(path, names[j], vals[j])], [float(rng.random())])
             new[i] = (path, text)
+        if distractors:
+            new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
         turns = []
         for j in rng.permutation(n).tolist()[:n_turns]:
@@ -483,6 +545,175 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, "repo_dense", None)
 
+
+    # ---- version 6: facts from the grammar (grammar.py) ----------------------------------
+
+    def _gfacts(self, rng, n: int, one_needle: bool | None = None, one_kind: bool | None = None):
+        """n facts with distinct (key, attribute) pairs: list of dict(key, attr, value, needle).
+        After the first, a fact shares the first's key (30%: the attribute decides), its attribute
+        (30%: the key decides) or neither. All in one needle template (one_needle) or each its own;
+        values of one kind (one_kind) or each its own."""
+        fam = self.fam
+        one_needle = rng.random() < 0.5 if one_needle is None else one_needle
+        one_kind = rng.random() < 0.5 if one_kind is None else one_kind
+        needle, kind = fam.needle(rng), fam.pick(rng, fam.kinds)
+        out, pairs, values = [], set(), set()
+        while len(out) < n:
+            r = rng.random()
+            if out and r < 0.3:
+                key, attr = out[0]["key"], fam.pick(rng, fam.attrs)
+            elif out and r < 0.6:
+                key, attr = self._key(rng), out[0]["attr"]
+            else:
+                key, attr = self._key(rng), fam.pick(rng, fam.attrs)
+            if (key, attr) in pairs:
+                continue
+            k = kind if one_kind else fam.pick(rng, fam.kinds)
+            v = fam.value(rng, k)
+            if v in values:
+                continue
+            pairs.add((key, attr))
+            values.add(v)
+            out.append({"key": key, "attr": attr, "value": v, "kind": k,
+                        "needle": needle if one_needle else fam.needle(rng)})
+        return out
+
+    def _plant_gfacts(self, rng, pieces, n: int):
+        """Version 7: n grammar facts, each at a random line of a random piece of an archive
+        [(path, text)], as distractors for the repository facts (never asked about)."""
+        new = list(pieces)
+        for f in self._gfacts(rng, n):
+            i = int(rng.integers(len(new)))
+            path, text = new[i]
+            text, _ = self._insert_lines(rng, text, [self._gline(f)], [float(rng.random())])
+            new[i] = (path, text)
+        return new
+
+    def _gline(self, f) -> str:
+        return self.fam.line(f["needle"], f["key"], f["attr"], f["value"])
+
+    def _gask(self, rng, f, pool=None) -> str:
+        q = self.fam.question(rng, f["needle"], pool)
+        f["question"] = q["text"]
+        return self.fam.ask(q, f["needle"], f["key"], f["attr"])
+
+    @staticmethod
+    def _family(sample, f):
+        """Which families a sample's first question is from (eval.py reports by them)."""
+        sample["family"] = {"needle": f["needle"]["text"], "needle_kind": f["needle"]["kind"],
+                            "question": f.get("question"), "value_kind": f["kind"]["name"], "attr": f["attr"]}
+        return sample
+
+    def _grammar_task(self, rng, task, length, depth, layout, style, n_needles, extra_turns, distractors):
+        """Version 6's grammar tasks: fact (one fact, `distractors` others: grammar facts that share
+        its key or attribute, and trained magic-number lines), fact_multikey, fact_mv (one key and
+        attribute planted 2-5 times), fact_file ("which file", framed code archive), and the dense
+        forms fact_dense, fact_mv_dense, file_dense (short samples, several questions each)."""
+        budget = max(32, length - 60)
+        magic = TRAIN_MAGIC_V4
+        if task == "fact":
+            facts = self._gfacts(rng, 1 + distractors)
+            lines = [self._gline(f) for f in facts]
+            d = float(rng.random()) if depth is None else depth
+            depths = [d] + [float(rng.random()) for _ in facts[1:]]
+            if distractors and not self.held_out and rng.random() < 0.3:
+                needle, _ = magic[int(rng.integers(len(magic)))]
+                lines.append(needle.format(k=self._key(rng), v=self._number(rng, 7)))
+                depths.append(float(rng.random()))
+            q = self._gask(rng, facts[0])
+            return self._family(self._finish(rng, budget, style, lines, depths, q, facts[0]["value"], layout, task, d),
+                                facts[0])
+        if task in ("fact_multikey", "fact_dense"):
+            if task == "fact_dense":
+                n = n_needles or int(rng.integers(4, max(4, min(16, budget // 60)) + 1))
+                extra_turns = min(n, int(rng.integers(2, 7))) - 1
+            else:
+                n = n_needles or int(rng.integers(max(2, extra_turns + 1), max(2, extra_turns + 1) + 4))
+            facts = self._gfacts(rng, n)
+            lines = [self._gline(f) for f in facts]
+            target = int(rng.integers(n))
+            depths = [float(rng.random()) for _ in facts]
+            if depth is not None:
+                depths[target] = depth
+            rest = [i for i in rng.permutation(n).tolist() if i != target][:extra_turns]
+            more = [(self._gask(rng, facts[i]), facts[i]["value"]) for i in rest]
+            q = self._gask(rng, facts[target])
+            return self._family(self._finish(rng, budget, style, lines, depths, q, facts[target]["value"], layout,
+                                             task, depth, more), facts[target])
+        if task in ("fact_mv", "fact_mv_dense"):
+            # keys (with attributes) planted 2-5 times each, in one template per key; fact_mv asks
+            # one of 1-3 such keys, fact_mv_dense 2-4 keys in turn; answers in document order
+            n_keys = int(rng.integers(2, 5)) if task == "fact_mv_dense" else int(rng.integers(1, 4))
+            base = self._gfacts(rng, n_keys)
+            nv = n_needles
+            planted = []  # (depth, key index, value)
+            used = {f["value"] for f in base}
+            for i, f in enumerate(base):
+                for j in range(nv or int(rng.integers(2, 6))):
+                    v = f["value"] if j == 0 else self.fam.value(rng, f["kind"])
+                    while j and v in used:
+                        v = self.fam.value(rng, f["kind"])
+                    used.add(v)
+                    planted.append((float(rng.random()), i, v))
+            planted.sort()
+            lines = [self.fam.line(base[i]["needle"], base[i]["key"], base[i]["attr"], v) for _, i, v in planted]
+            depths = [d for d, _, _ in planted]
+            asked = rng.permutation(n_keys).tolist()[: (int(rng.integers(2, 5)) if task == "fact_mv_dense" else 1)]
+            turns = [(self._gask(rng, base[i], self.fam.mv_questions), ", ".join(v for _, j, v in planted if j == i))
+                     for i in asked]
+            (question, answer), more = turns[0], turns[1:]
+            return self._family(self._finish(rng, budget, style, lines, depths, question, answer, layout, task, depth,
+                                             more), base[asked[0]])
+        if task in ("fact_file", "file_dense"):
+            return self._gfile(rng, task, length, depth, layout, extra_turns)
+        raise ValueError(f"unknown task {task!r}")
+
+    def _gfile(self, rng, task, length, depth, layout, extra_turns):
+        """A framed archive with grammar facts planted in some of its files, asked "which file"
+        (file questions) or the value. fact_file: code pieces as in _repo; file_dense: 4-12 small
+        files of 30-250 tokens, 3-10 facts, 2-6 questions (file 70%)."""
+        if task == "file_dense":
+            n_files = int(rng.integers(4, 13))
+            per = max(30, min(250, (length - 80) // n_files - 40))
+            pieces = []
+            for _ in range(n_files):
+                idx = self.corpus.code[int(rng.integers(len(self.corpus.code)))]
+                pieces.append((self.corpus.docs[idx]["path"], self._doc_slice(rng, idx, int(per * self.chars_per_token))))
+            n_facts = int(rng.integers(3, 11))
+            n_turns = int(rng.integers(2, 7))
+        else:
+            pieces = self._pieces(rng, max(64, length - 80), pool=self.corpus.code)
+            n_facts = min(len(pieces), int(rng.integers(2, 5) if extra_turns else rng.integers(1, 4)))
+            n_turns = 1 + extra_turns
+        # one path may occur twice in an archive: ask "which file" only about unique paths
+        paths = [p for p, _ in pieces]
+        facts = self._gfacts(rng, n_facts)
+        if task == "file_dense":
+            where = [int(rng.integers(len(pieces))) for _ in facts]
+        else:
+            target = int(rng.integers(len(pieces))) if depth is None else min(len(pieces) - 1, int(depth * len(pieces)))
+            others = [i for i in range(len(pieces)) if i != target]
+            rng.shuffle(others)
+            where = [target] + others[: n_facts - 1]
+        new = list(pieces)
+        for f, i in zip(facts, where):
+            path, text = new[i]
+            text, _ = self._insert_lines(rng, text, [self._gline(f)], [float(rng.random())])
+            new[i] = (path, text)
+        hay = "".join(frame(p, t) for p, t in new)
+        turns = []
+        order = list(range(n_facts)) if task == "fact_file" else rng.permutation(n_facts).tolist()
+        first = facts[order[0]]
+        for j in order[:n_turns]:
+            f = facts[j]
+            file_q = paths.count(paths[where[j]]) == 1 and rng.random() < (0.7 if task == "file_dense" else 0.5)
+            if (task == "fact_file" and j == 0 and paths.count(paths[where[0]]) == 1) or file_q:
+                turns.append((self._gask(rng, f, self.fam.file_questions), paths[where[j]]))
+            else:
+                turns.append((self._gask(rng, f), f["value"]))
+        (question, answer), more = turns[0], turns[1:]
+        ids, spans = self._chat(rng, hay, question, answer, layout, more)
+        return self._family(self._pack(ids, spans, answer, task, depth), first)
 
 def plant_line(path: str, name: str, v: str) -> str:
     """How a repository fact is written into a file, by the file's kind."""
@@ -504,6 +735,8 @@ CURRICULA = {
     4: [(0.08, 1024), (0.22, 2048), (0.42, 4096), (0.60, 8192), (0.80, 16384), (0.90, 32768), (1.01, 65536)],
 }
 CURRICULA[5] = CURRICULA[4]
+CURRICULA[6] = CURRICULA[4]
+CURRICULA[7] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:
@@ -519,13 +752,14 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
                    version: int = 1):
     """The batch of one training step: a pure function of (seed, step, progress, version)."""
     rng = np.random.default_rng([seed, step])
+    gen.use_grammar(version)
     if version >= 3 and rng.random() < DENSE_STEP_P:
         return dense_batch(gen, rng, tokens_per_step, max_len, version)
     top = curriculum_max_len(progress, max_len, version)
     mix = np.array(MIXES[version])
     # the task probabilities exactly as each version ran (python sum for 1, numpy sum for 2)
     p_task = mix / (sum(MIXES[version]) if version == 1 else mix.sum())
-    tasks = TASKS_V3 if version >= 3 else TASKS
+    tasks = TASKS_V6 if version >= 6 else TASKS_V3 if version >= 3 else TASKS
     phrasing = "train4" if version >= 4 else "train"
     if rng.random() < 0.5:
         length = top
@@ -537,14 +771,17 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
         task = tasks[int(rng.choice(len(tasks), p=p_task))]
         extra = 0
         # Long haystacks are expensive: ask several questions about them (more answer tokens per token).
-        if length >= 2048 and task in ("multikey", "repo_value", "repo_file") and rng.random() < 0.7:
+        if length >= 2048 and task in ("multikey", "repo_value", "repo_file", "fact_multikey", "fact_file") \
+                and rng.random() < 0.7:
             extra = int(rng.integers(1, 4))
         n = int(rng.integers(extra + 1, extra + 4)) if task == "multikey" and extra else None
-        if version >= 5 and task == "multivalue":
+        if version == 5 and task == "multivalue":
             n = int(rng.integers(*MV_LONG_VALUES))
         dis = 0
-        if version >= 2 and task == "magic" and rng.random() < HARD_NEG_P:
+        if version >= 2 and task in ("magic", "fact") and rng.random() < HARD_NEG_P:
             dis = int(rng.integers(1, 5))
+        elif version >= 7 and task in ("repo_value", "repo_file") and rng.random() < REPO_GRAMMAR_P:
+            dis = int(rng.integers(1, 4))
         samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis,
                                   phrasing=phrasing))
     return samples, length
@@ -565,6 +802,8 @@ def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int, version
     for _ in range(max(1, tokens_per_step // length)):
         task = names[int(rng.choice(len(names), p=p))]
         dis = int(rng.integers(1, 5)) if task == "magic" else 0
+        if version >= 7 and task == "repo_dense" and rng.random() < REPO_DENSE_GRAMMAR_P:
+            dis = int(rng.integers(1, 4))
         n = int(rng.integers(2, 5)) if task == "multikey" else None
         samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis, phrasing=phrasing,
                                   mv_values=mv))

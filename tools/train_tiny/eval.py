@@ -33,8 +33,31 @@ K = 1024
 DEPTHS = [i / 10 for i in range(11)]
 
 
+# Suites of the grammar's held-out families (heldout_families.json: needle, question, value kind,
+# attribute and value words all held out; keys held out as everywhere here). phrasing "heldout"
+# is what selects them: data.Generator(held_out=True) draws the grammar tasks from that file.
+HELDOUT_SUITES = [
+    dict(name="fact_heldout", task="fact", lengths=[1 * K, 4 * K, 16 * K, 64 * K], depths=DEPTHS[::2], trials=4),
+    dict(name="fact_heldout_multikey", task="fact_multikey", lengths=[16 * K], trials=12, n_needles=4),
+    dict(name="fact_heldout_mv", task="fact_mv", lengths=[16 * K], trials=12, n_needles=3),
+    dict(name="fact_heldout_file", task="fact_file", lengths=[16 * K], trials=12),
+]
+# every suite's index in the sample seeds: the order of the first full set, new suites appended,
+# so that a suite draws the same samples whatever set it runs in
+SEED_INDEX = ["single", "multikey", "passkey", "single_eval_phrasing", "multivalue", "multiquery",
+              "repo_value", "repo_file", "single_128k", "fact_heldout", "fact_heldout_multikey",
+              "fact_heldout_mv", "fact_heldout_file"]
+
+
 def suites(quick):
-    """quick: True / "quick" (a CPU smoke test), "mid" (a short GPU check), else the full set."""
+    """quick: True / "quick" (a CPU smoke test), "mid" (a short GPU check), "heldout" (the grammar's
+    held-out families and the trained needle 1K-64K: a baseline), "heldout-quick" (a CPU check of
+    the held-out suites), else the full set (trained needle, then the held-out families, then the rest)."""
+    if quick == "heldout-quick":
+        return [dict(s, lengths=[1 * K], trials=2) if s["name"] == "fact_heldout" else dict(s, lengths=[2 * K], trials=3)
+                for s in HELDOUT_SUITES]
+    if quick == "heldout":
+        return suites(False)[:1] + HELDOUT_SUITES
     if quick == "mid":
         return [
             dict(name="multikey", task="multikey", lengths=[4 * K, 32 * K], trials=10, n_needles=4),
@@ -50,6 +73,7 @@ def suites(quick):
         ]
     return [
         dict(name="single", task="magic", lengths=[1 * K, 4 * K, 16 * K, 32 * K, 64 * K], depths=DEPTHS, trials=2),
+        *HELDOUT_SUITES,
         dict(name="multikey", task="multikey", lengths=[4 * K, 16 * K, 32 * K], trials=10, n_needles=4),
         dict(name="passkey", task="passkey", lengths=[4 * K, 16 * K, 64 * K], trials=6),
         dict(name="single_eval_phrasing", task="magic", lengths=[4 * K, 16 * K, 64 * K], depths=DEPTHS[::2], trials=1,
@@ -124,9 +148,8 @@ def run_eval(model_dir, corpus_dir, device, quick=False, budget_s=120.0, seed=77
                        "held-out filler and keys; greedy exact match", "suites": {}}
     results["greedy_check"] = greedy_check(model, gen, device)
     print(f"[eval] one-pass score vs real greedy decoding: {results['greedy_check']}", flush=True)
-    for si, suite in enumerate(suites(quick)):
-        if quick == "mid":  # the full set's suite index, so that the samples are the full set's
-            si = [s["name"] for s in suites(False)].index(suite["name"])
+    for suite in suites(quick):
+        si = SEED_INDEX.index(suite["name"])
         rows = []
         depths = suite.get("depths", [None])
         for L in suite["lengths"]:
@@ -141,6 +164,7 @@ def run_eval(model_dir, corpus_dir, device, quick=False, budget_s=120.0, seed=77
                                    style="raw" if t % 2 == 0 else "framed",
                                    phrasing=suite.get("phrasing", "train"), n_needles=suite.get("n_needles"))
                     s["trial"] = t
+                    s["family"] = s.get("family")
                     samples.append(s)
             per_batch = max(1, (64 * K) // L)
             for i in range(0, len(samples), per_batch):
@@ -148,7 +172,8 @@ def run_eval(model_dir, corpus_dir, device, quick=False, budget_s=120.0, seed=77
                 for s, (ok, pred) in zip(chunk, score(model, chunk, device)):
                     rows.append({"length": L, "tokens": len(s["ids"]), "depth": s["depth"], "trial": s["trial"],
                                  "ok": bool(ok), "expected": s["answer"],
-                                 "got": tok.decode([p for p in pred if p != gen.eos_id])})
+                                 "got": tok.decode([p for p in pred if p != gen.eos_id]),
+                                 **({"family": s["family"]} if s.get("family") else {})})
         results["suites"].setdefault(suite["name"], {})["rows"] = rows
         acc = {}
         for r in rows:
@@ -175,6 +200,15 @@ def print_report(res):
                 v = [r["ok"] for r in single["rows"] if r["length"] == L and abs((r["depth"] or 0) - d) < 1e-9]
                 cells.append(f"{np.mean(v):6.2f}" if v else "     -")
             print(f"{d:5.1f}  " + " ".join(cells))
+    for name, s in res["suites"].items():
+        rows = [r for r in s.get("rows", []) if "family" in r]
+        if not rows:
+            continue
+        for part in ("needle_kind", "value_kind"):
+            acc = {}
+            for r in rows:
+                acc.setdefault(r["family"][part], []).append(r["ok"])
+            print(f"{name} by {part}: " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(acc.items())))
     print(f"(eval took {res.get('seconds', 0)}s)")
 
 
@@ -184,10 +218,13 @@ def main():
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--suites", choices=["heldout", "heldout-quick", "mid", "quick", "full"],
+                    help="a named set of suites (overrides --quick)")
     ap.add_argument("--budget-s", type=float, default=600.0)
     ap.add_argument("--out", help="write the results JSON here")
     args = ap.parse_args()
-    res = run_eval(args.model, args.corpus, args.device, quick=args.quick, budget_s=args.budget_s)
+    quick = args.suites if args.suites and args.suites != "full" else (False if args.suites else args.quick)
+    res = run_eval(args.model, args.corpus, args.device, quick=quick, budget_s=args.budget_s)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2)

@@ -22,7 +22,7 @@ py="${PYTHON:-/work/pyenv/bin/python}"
 payload="$1"
 shift
 mkdir -p "$payload/tools/train_tiny" "$payload/tok"
-cp "$here"/*.py "$here"/device_run.sh "$payload/tools/train_tiny/"
+cp "$here"/*.py "$here"/device_run.sh "$here"/heldout_families.json "$payload/tools/train_tiny/"
 cp "$repo/models/haul-tiny/tokenizer.json" "$repo/models/haul-tiny/tokenizer_config.json" "$payload/tok/"
 if [ ! -f "$payload/corpus/train.jsonl.xz" ]; then
     "$py" "$here/corpus.py" --out "$payload/corpus"

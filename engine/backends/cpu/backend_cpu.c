@@ -180,7 +180,7 @@ static lh_status check_config(const lh_config *c, int64_t max_rows, lh_error *er
     bad = "n_experts/top_k (1 <= top_k <= n_experts <= 1024)";
   else if (c->block_size < 1 || c->block_size > 4096) bad = "block_size (1..4096)";
   else if (c->vocab_size < 1 || c->intermediate_size < 1) bad = "vocab_size/intermediate_size";
-  else if (max_rows < 1) bad = "max_chunk";
+  else if (max_rows < 1) bad = "max_rows";
   if (bad) return lh_error_set(err, LH_EINVAL, "cpu backend: unsupported configuration: %s", bad);
   return LH_OK;
 }
@@ -330,7 +330,7 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   *out = &be->base;
   return LH_OK;
 nomem:
-  st = lh_error_set(err, LH_ENOMEM, "cpu backend: out of memory for the workspace (max_chunk %lld rows)",
+  st = lh_error_set(err, LH_ENOMEM, "cpu backend: out of memory for the workspace (max_rows %lld rows)",
                     (long long)max_rows);
 fail:
   cpu_close(&be->base);

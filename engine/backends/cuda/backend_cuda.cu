@@ -5,7 +5,7 @@
  * reach the host (logits, MoE expert counts, to_host). Per-call metadata (token ids, segment and
  * page tables, tile lists) goes up through the upload ring (transfer.cu).
  *
- * The layer math is the CPU reference's (kernels/cpu, shared/DESIGN.md) in bf16 storage with fp32
+ * The layer math is the CPU reference's (kernels/cpu, docs/design.md) in bf16 storage with fp32
  * arithmetic:
  *   lightning: [qkv | gate] = h Wqkvg^T; o = lightning(SiLU(q), SiLU(k), SiLU(v)); y = sigmoid(gate) *
  *              RMSNorm_1e-6(o) * w; out = y Wout^T
@@ -24,6 +24,7 @@
 #include "engine/backends/cuda/backend_internal.h"
 extern "C" {
 #include "util/log.h" /* a C header without C++ guards */
+#include "util/rand.h"
 }
 
 #define PAGE LH_KV_PAGE_TOKENS
@@ -189,8 +190,8 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
  * overwrites attn_o). A refusal is logged once.
  *
  * The keys are first gathered from the pages into one contiguous head-major K and V (cuDNN's
- * non-paged kernel measured 640 TFLOP/s against 275 for its paged-cache form on an H200); the copy
- * costs one read and write of the KV, about 2 ms at 1M keys against seconds of attention. The
+ * non-paged kernel is more than twice as fast as its paged-cache form: attn_cudnn.h); the copy
+ * costs one read and write of the KV, milliseconds at 1M keys against seconds of attention. The
  * gathered copy is capped at LH_CUDNN_GATHER_MB (default 1024 MiB: 256K keys at 8 kv heads x 128).
  * Past the cap, the keys are taken in stretches of the largest power of two of keys that fits it
  * (LH_CUDNN_SEGMENT_KEYS, a power of two >= 1024, sets it smaller, for tests): the stretches
@@ -198,8 +199,8 @@ static lh_status op_attn_lightning(lh_backend *be, int layer, int lidx, const vo
  * each with its rows' log-sum-exp, merged in fp32 (lh_cuda_attn_merge). So the workspace stays at
  * the cap plus [rows x H x d] fp32 whatever the context. Only with a cap too small for the rows
  * themselves (LH_CUDNN_GATHER_MB=0 in tests) does cuDNN read the pages through a page table.
- * Measured on an H200 (bench/NOTES.md v4): the 1M-token slice prefill took 48.3 s with a 1 GiB cap
- * (stretches of 256K keys) against 52.5 s with the whole 1M keys gathered at once (4 GiB). */
+ * Stretches under the 1 GiB cap are also faster at 1M keys than gathering them all at once
+ * (bench/NOTES.md, "Kernel notes: backend_cuda.cu"). */
 struct cudnn_stretch {
   int64_t k0, k1; /* keys [k0, k1); k0 a multiple of the page size */
   bool unmasked;
@@ -379,10 +380,10 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
    * short call of at most LH_CUDA_ROWWISE_ROWS rows (a job's question after its shared prefix, a
    * decode batch with a short chunk in it): its rows' keys are mostly the same pages, which the decode
    * by units reads once for up to 16 rows, where the prefill kernel has one CTA per 64-row tile and
-   * query head walk all of them (at 1M keys 16 rows take 3.3 ms against 29.2, 64 rows 13.2; bench/NOTES.md,
-   * session 14). Batches of single rows with a blocked head size go through the decode by units, whose
-   * table (split, first member, count, then the members: at most one per row and split) follows the
-   * pages. */
+   * query head walk all of them (several times faster at 1M keys: bench/NOTES.md, "Kernel notes:
+   * backend_cuda.cu"). Batches of single rows with a blocked head size go through the decode by
+   * units, whose table (split, first member, count, then the members: at most one per row and
+   * split) follows the pages. */
   const bool short_call = blocked && n <= LH_CUDA_ROWWISE_ROWS && b->tune.attn_cudnn != 2;
   const bool per_row = !all_single && (!blocked || short_call);
   const bool by_units = (all_single || per_row) && blocked && H / Hkv <= LH_CUDA_DECODE_ROWS && b->tune.decode != 2;
@@ -596,13 +597,7 @@ static lh_status op_logits(lh_backend *be, const void *x, const int64_t *rows, i
   return LH_OK;
 }
 
-double lh_cuda_uniform(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
+double lh_cuda_uniform(uint64_t *state) { return lh_splitmix64_uniform(state); }
 
 lh_status lh_cuda_next_tokens(lh_backend *be, const void *x, const int64_t *rows, int64_t nrows,
                               const lh_sampler_params *p, uint64_t *rng_state, int32_t *tokens, lh_error *err) {

@@ -2,7 +2,7 @@
  * model built on the GPU without files (benchmarks), its stream (timing with events), GPU-side
  * token choice, device memory figures and tuning switches.
  *
- *     lh_config cfg = ...;                       // any shape; lh_cuda_slice_config() gives issue 8's slice
+ *     lh_config cfg = ...;                       // any shape, e.g. lh_config_minimax_text_01_slice(vocab)
  *     lh_backend *be;
  *     lh_cuda_open_random(&cfg, 1234, 16384, 0, &be, &err);   // weights drawn on the GPU
  *     const lh_weights *w = lh_cuda_weights(be);              // host views (data NULL) to pass norms by
@@ -29,10 +29,6 @@ extern "C" {
 
 /* Is a usable CUDA device present? Fills why (if not NULL) when not. Never fails hard. */
 int lh_cuda_available(char *why, size_t why_len);
-
-/* The 8-layer real-width MiniMax-Text-01 slice of issue 8 (7 lightning + 1 softmax at layer 7,
- * hidden 6144, 64 heads x 128, 8 kv heads, 32 experts x 9216 top-2), with the given vocab. */
-lh_config lh_cuda_slice_config(int vocab);
 
 /* A backend bound to a model with the shapes of cfg whose weights are drawn on the GPU from seed
  * (uniform, scaled by 1/sqrt(fan_in); norm weights near 1; the HF slopes). max_rows as in open. */
@@ -73,7 +69,7 @@ void lh_cuda_mem_info(lh_backend *be, lh_cuda_mem *m);
 
 typedef struct lh_cuda_tuning {
   int moe_grouped;  /* 0 (default): a cublasGemmEx per expert; 1: one cublasGemmGroupedBatchedEx for all of
-                       them (measured 2.5x slower on an H200 with CUDA 13.0: see bench/NOTES.md) */
+                       them (slower on an H200 with CUDA 13.0: bench/NOTES.md, "Kernel notes") */
   int lightning_whole; /* 0 (default): a long lightning segment is cut in two where the grid would leave
                           SMs idle (kernels.h, lh_cuda_lightning; the same bits either way); 1: never cut
                           (for measurements) */

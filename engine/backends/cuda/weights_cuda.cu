@@ -47,34 +47,6 @@ int lh_cuda_available(char *why, size_t why_len) {
   return 1;
 }
 
-lh_config lh_cuda_slice_config(int vocab) {
-  lh_config c;
-  memset(&c, 0, sizeof c);
-  snprintf(c.model_type, sizeof c.model_type, "minimax");
-  c.vocab_size = vocab;
-  c.hidden_size = 6144;
-  c.n_layers = 8;
-  c.n_heads = 64;
-  c.n_kv_heads = 8;
-  c.head_dim = 128;
-  c.intermediate_size = 9216;
-  c.n_experts = 32;
-  c.top_k = 2;
-  c.block_size = 256;
-  c.rotary_dim = 64;
-  c.rope_theta = 10000000.0;
-  c.rms_norm_eps = 1e-5;
-  c.postnorm = 1;
-  c.max_position_embeddings = 1 << 22;
-  c.bos_token_id = c.eos_token_id = -1;
-  for (int k = 0; k < 2; k++) c.attn_alpha[k] = 3.5565588f, c.attn_beta[k] = 1.0f;
-  c.mlp_alpha = 3.5565588f, c.mlp_beta = 1.0f;
-  for (int i = 0; i < 8; i++) c.layer_kind[i] = (i + 1) % 8 == 0 ? LH_LAYER_SOFTMAX : LH_LAYER_LIGHTNING;
-  c.n_lightning = 7;
-  c.n_softmax = 1;
-  return c;
-}
-
 /* ---- sizes ---------------------------------------------------------------------------------- */
 
 /* What this process holds: with tensor/expert-parallel ranks, H, Hkv and Hd are its share of the

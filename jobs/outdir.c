@@ -1,0 +1,170 @@
+/* outdir.c — see outdir.h.
+ *
+ * Invariants
+ *  1. While an lh_outdir is open its process holds the fcntl lock on OUT/<lock name>; the lock
+ *     file's text names that process. No second lh_outdir with the same name opens meanwhile.
+ *  2. Every file this module writes is replaced whole (util/fs.h, lh_file_write_atomic): a reader
+ *     or a kill sees the old bytes or the new ones.
+ *  3. A temporary file is removed only when its writer's pid is not a live process here.
+ *
+ * It must never: truncate a file in place, or remove a file that is not a NAME.tmp.PID
+ * temporary.
+ */
+#define _GNU_SOURCE
+#include "jobs/outdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/buf.h"
+#include "util/fs.h"
+#include "util/testpoint.h"
+
+struct lh_outdir {
+  char dir[4096];
+  int lock_fd;
+};
+
+const char *lh_outdir_path(const lh_outdir *o) { return o->dir; }
+
+/* Who holds the lock: the file's text, and the pid fcntl reports. */
+static void describe_holder(int fd, const char *lock_path, char *out, size_t n) {
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  const int got = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  char text[256] = "";
+  FILE *f = fopen(lock_path, "r");
+  if (f) {
+    if (!fgets(text, sizeof text, f)) text[0] = 0;
+    fclose(f);
+  }
+  text[strcspn(text, "\n")] = 0;
+  if (text[0]) snprintf(out, n, "%s", text);
+  else if (got) snprintf(out, n, "pid %ld", (long)fl.l_pid);
+  else snprintf(out, n, "another process");
+}
+
+/* Create, write, sync and remove a file in dir: what every output needs, checked up front. */
+static lh_status probe(const char *dir, lh_error *err) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/.longhaul-probe.%ld", dir, (long)getpid());
+  lh_status st = lh_file_write_atomic(path, "probe\n", 6, err);
+  if (st == LH_OK && unlink(path) != 0)
+    st = lh_error_set(err, LH_EIO, "%s: cannot remove a file there: %s", dir, strerror(errno));
+  if (st != LH_OK) lh_error_prefix(err, st, "the output folder %s is not writable: ", dir);
+  return st;
+}
+
+lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err) {
+  *out = NULL;
+  lh_status st = lh_mkdir_p(dir, err);
+  if (st) return lh_error_prefix(err, st, "the output folder: ");
+  lh_outdir *o = calloc(1, sizeof *o);
+  if (!o) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  snprintf(o->dir, sizeof o->dir, "%s", dir);
+  char lock_path[4200];
+  snprintf(lock_path, sizeof lock_path, "%s/%s", dir, lock_name);
+  o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (o->lock_fd < 0) {
+    const int e = errno;
+    free(o);
+    return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "the output folder %s is not writable: %s: %s", dir,
+                        lock_path, strerror(e));
+  }
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(o->lock_fd, wait ? F_SETLKW : F_SETLK, &fl) != 0) {
+    const int e = errno;
+    char who[300];
+    describe_holder(o->lock_fd, lock_path, who, sizeof who);
+    close(o->lock_fd);
+    free(o);
+    if (e == EACCES || e == EAGAIN)
+      return lh_error_set(err, LH_EBUSY, "%s is in use by another longhaul run (%s); wait for it to finish, or pass "
+                          "--wait to queue behind it", dir, who);
+    return lh_error_set(err, LH_EIO, "%s: cannot lock %s: %s", dir, lock_path, strerror(e));
+  }
+  /* name the holder (invariant 1) */
+  char host[256] = "?", when[64];
+  gethostname(host, sizeof host - 1);
+  lh_utc_now(when, sizeof when);
+  char text[512];
+  const int len = snprintf(text, sizeof text, "pid %ld on %s since %s\n", (long)getpid(), host, when);
+  if (ftruncate(o->lock_fd, 0) != 0 || pwrite(o->lock_fd, text, (size_t)len, 0) != len) {
+    const int e = errno;
+    lh_outdir_close(o);
+    return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "the output folder %s is not writable: %s: %s", dir,
+                        lock_path, strerror(e));
+  }
+  if ((st = probe(dir, err)) != LH_OK) {
+    lh_outdir_close(o);
+    return st;
+  }
+  *out = o;
+  return LH_OK;
+}
+
+void lh_outdir_close(lh_outdir *o) {
+  if (!o) return;
+  if (o->lock_fd >= 0) close(o->lock_fd); /* closing drops the fcntl lock */
+  free(o);
+}
+
+static int same_content(const char *path, const void *data, size_t n) {
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != n) return 0;
+  lh_buf b = {0};
+  const int same = lh_file_read(path, n + 1, &b, NULL) == LH_OK && b.len == n && (!n || !memcmp(b.data, data, n));
+  lh_buf_free(&b);
+  return same;
+}
+
+lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t n, lh_error *err) {
+  char path[8400];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", o->dir, rel) >= sizeof path)
+    return lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", o->dir, rel);
+  if (same_content(path, data, n)) return LH_OK;
+  char *slash = strrchr(path, '/');
+  *slash = 0;
+  lh_status st = lh_mkdir_p(path, err);
+  *slash = '/';
+  if (st) return st;
+  lh_testpoint("output");
+  return lh_file_write_atomic(path, data, n, err);
+}
+
+/* NAME.tmp.PID with NAME == name (or any, when name is NULL): the pid, else 0. */
+static long temp_pid(const char *file, const char *name) {
+  const char *t = strstr(file, ".tmp.");
+  if (!t) return 0;
+  while (strstr(t + 1, ".tmp.")) t = strstr(t + 1, ".tmp.");
+  if (name && (strlen(name) != (size_t)(t - file) || strncmp(file, name, (size_t)(t - file)))) return 0;
+  char *end;
+  const long pid = strtol(t + 5, &end, 10);
+  return *end || pid <= 0 ? 0 : pid;
+}
+
+lh_status lh_outdir_sweep(lh_outdir *o, const char *rel_folder, const char *name, int *n, lh_error *err) {
+  if (n) *n = 0;
+  char dir[8400];
+  snprintf(dir, sizeof dir, "%s%s%s", o->dir, rel_folder && *rel_folder ? "/" : "", rel_folder ? rel_folder : "");
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "%s: %s", dir, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const long pid = temp_pid(e->d_name, name);
+    if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* invariant 3 */
+    char path[8700];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0 && n) (*n)++;
+  }
+  closedir(d);
+  return LH_OK;
+}

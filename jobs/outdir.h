@@ -1,0 +1,46 @@
+/* outdir.h — a run's output folder: one run at a time, writable before any work starts, files
+ * replaced whole or not at all, and stale temporary files swept.
+ *
+ *     lh_outdir *o;
+ *     lh_outdir_open("out", "longhaul.lock", 0, &o, &err);     // creates out/, locks, probes
+ *     lh_outdir_put(o, "jobs/q1/result.json", json, n, &err);   // atomic; untouched when equal
+ *     lh_outdir_sweep(o, "jobs/q1", &err);                      // stale *.tmp.* files go
+ *     lh_outdir_close(o);                                       // releases the lock
+ *
+ * The lock is an fcntl write lock on OUT/<lock name> (held by the process until close or exit;
+ * the kernel drops it when the process dies, kill -9 included, so a lock is never stale). The
+ * file holds "pid host started-at" of the holder so that a second run can name it. Shards of one
+ * batch write into one OUT side by side: each locks its own name and writes its own files.
+ *
+ * Temporary files: lh_file_write_atomic (util/fs.h) writes NAME.tmp.PID and renames it over
+ * NAME. A kill between the two leaves NAME.tmp.PID behind; lh_outdir_sweep removes such files
+ * for names the caller owns once their writer is gone (no such process on this host).
+ */
+#ifndef LH_JOBS_OUTDIR_H
+#define LH_JOBS_OUTDIR_H
+
+#include <stddef.h>
+
+#include "util/err.h"
+
+typedef struct lh_outdir lh_outdir;
+
+/* Create dir (and parents) if needed, take the exclusive lock lock_name in it and check that files
+ * can be created, written, synced and removed there. With wait, block until another holder lets
+ * go; without, LH_EBUSY naming the holder (pid, host, since when). LH_EIO (or LH_EFULL) with the
+ * path when the folder is not writable: found before any work is done. */
+lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err);
+void lh_outdir_close(lh_outdir *o); /* accepts NULL */
+const char *lh_outdir_path(const lh_outdir *o);
+
+/* Write dir/rel (folders created as needed) atomically, unless it already holds exactly these
+ * bytes (then nothing is written: rebuilding every output of a big batch costs reads only). */
+lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t n, lh_error *err);
+
+/* Remove temporaries left in dir/rel_folder ("" for dir itself) by lh_file_write_atomic writers
+ * that no longer run: files named NAME.tmp.PID where no process PID exists, and NAME is `name`
+ * (NULL: any name; a shard passes its own files' names). *n (may be NULL) counts the removed.
+ * A missing folder is not an error. */
+lh_status lh_outdir_sweep(lh_outdir *o, const char *rel_folder, const char *name, int *n, lh_error *err);
+
+#endif

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# run_faults.sh — faults of the machine, not of the jobs, with real faults (issue 29):
+#   - kill -9 between a job's commit to the store and its files: the rerun rebuilds the job's
+#     folder, output.jsonl and errors.jsonl from the store, and sweeps the dead writer's temporary;
+#   - a full disk (a small tmpfs) during a run: exit 75, nothing marked failed, the jobs queued;
+#     after the disk grows, the rerun resumes and answers as an uninterrupted run;
+#   - a read-only output folder is refused at once (exit 75), before the model is loaded;
+#   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
+#     --wait it queues behind the first and then finds every job done.
+# The tmpfs cases skip, saying so, where mount is not allowed.
+. "$(dirname "$0")/lib.sh"
+make_repo
+mkdir -p "$T/other" && cp "$SRC"/util/hash.c "$T/other/"
+cat > "$T/batch.jsonl" <<'B'
+{"custom_id":"f1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Which file defines lh_crc32c?"}],"max_tokens":8,"temperature":0,"documents":["repo.tar.gz"]}}
+{"custom_id":"f2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"How long is the key rotation interval?"}],"max_tokens":8,"temperature":0.7,"seed":5,"documents":["repo.tar.gz"]}}
+{"custom_id":"f3","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What does this file do?"}],"max_tokens":6,"temperature":0,"documents":["other"]}}
+{"custom_id":"bad","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"documents":["missing.tar"]}}
+B
+RUN=("$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 32 --progress none)
+"${RUN[@]}" --out "$T/ref" > "$T/ref.log" 2>&1 && fail "the reference run should exit 1 (one request fails)" || true
+[ -s "$T/ref/output.jsonl" ] || { cat "$T/ref.log"; fail "no reference output"; }
+norm "$T/ref" > "$T/ref.norm"
+grep -q '"custom_id": "bad"' "$T/ref.norm" || fail "errors.jsonl lacks the failed request"
+
+# -- kill -9 right after the first commit, and a stale temporary left by a dead writer
+set +e
+LH_TEST_KILL_AT=commit:1 "${RUN[@]}" --out "$T/k" > /dev/null 2>&1
+rc=$?
+set -e
+[ $rc = 137 ] || fail "the run was not killed at its first commit (exit $rc)"
+ls "$T/k/jobs" 2>/dev/null | grep -q . && fail "a job folder exists although the kill came before any file"
+mkdir -p "$T/k/jobs/f1" && echo junk > "$T/k/jobs/f1/result.json.tmp.999999999"
+echo junk > "$T/k/output.jsonl.tmp.999999999"
+"${RUN[@]}" --out "$T/k" > "$T/k.log" 2>&1 || true
+grep -q "1 already done" "$T/k.log" || { cat "$T/k.log"; fail "the committed job was not found done"; }
+[ -e "$T/k/jobs/f1/result.json.tmp.999999999" ] && fail "the dead writer's temporary is still there"
+[ -e "$T/k/output.jsonl.tmp.999999999" ] && fail "the dead writer's output temporary is still there"
+diff "$T/ref.norm" <(norm "$T/k") || fail "outputs after a kill between commit and files differ from the reference"
+# a deleted job folder comes back from the store on the next run
+rm -rf "$T/k/jobs/f2"
+"${RUN[@]}" --out "$T/k" > /dev/null 2>&1 || true
+diff "$T/ref.norm" <(norm "$T/k") || fail "a deleted job folder was not rebuilt from the store"
+echo "run_faults: kill between commit and files: ok"
+
+# -- two runs on one --out
+mkdir -p "$T/c"
+"${RUN[@]}" --out "$T/c" > "$T/c1.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do grep -q "pid $pid" "$T/c/longhaul.lock" 2>/dev/null && break; sleep 0.05; done
+set +e
+"${RUN[@]}" --out "$T/c" > "$T/c2.log" 2>&1
+rc=$?
+set -e
+if kill -0 $pid 2>/dev/null; then
+  [ $rc = 75 ] || { cat "$T/c2.log"; fail "a second run on a busy --out exited $rc, expected 75"; }
+  grep -q "pid $pid" "$T/c2.log" || { cat "$T/c2.log"; fail "the second run does not name the holder's pid $pid"; }
+  "${RUN[@]}" --out "$T/c" --wait > "$T/c3.log" 2>&1 || true
+  grep -q "4 already done" "$T/c3.log" || { cat "$T/c3.log"; fail "--wait did not queue behind the first run"; }
+else
+  echo "run_faults: the first run ended before the second started; the busy case is not exercised" >&2
+fi
+wait $pid || true
+diff "$T/ref.norm" <(norm "$T/c") || fail "two runs on one --out changed the outputs"
+echo "run_faults: two runs on one --out: ok"
+
+# -- the tmpfs cases
+M="$T/mnt"
+mkdir -p "$M"
+if ! mount -t tmpfs -o size=64m tmpfs "$M" 2>/dev/null; then
+  echo "SKIPPED (part): cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN): the full-disk and" \
+       "read-only cases did not run" >&2
+  exit 0
+fi
+trap 'umount "$M" 2>/dev/null; rm -rf "$T"' EXIT
+# read-only: refused before any work
+mkdir -p "$M/ro" && mount -o remount,ro "$M"
+start=$(date +%s%N)
+set +e
+# (a model folder that exists but holds nothing: loading it would fail, so a message naming it
+# would show the model was read before the output folder was checked)
+mkdir -p "$T/empty-model"
+"$LH" run "$T/batch.jsonl" --model "$T/empty-model" --out "$M/ro" > "$T/ro.log" 2>&1
+rc=$?
+set -e
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc = 75 ] || { cat "$T/ro.log"; fail "a read-only --out exited $rc, expected 75"; }
+grep -q "not writable" "$T/ro.log" || { cat "$T/ro.log"; fail "the message does not say the folder is not writable"; }
+grep -q "empty-model" "$T/ro.log" && fail "the model was read before the output folder was checked"
+echo "run_faults: read-only --out refused in $ms ms: ok"
+mount -o remount,rw "$M"
+# full disk: size the tmpfs at half of what the reference run wrote
+need=$(du -sk "$T/ref" | cut -f1)
+umount "$M"
+mount -t tmpfs -o size=$((need / 2))k tmpfs "$M"
+set +e
+"${RUN[@]}" --out "$M/out" > "$T/full.log" 2>&1
+rc=$?
+set -e
+[ $rc = 75 ] || { cat "$T/full.log"; fail "a full disk exited $rc, expected 75"; }
+grep -q "rerun the same command" "$T/full.log" || { cat "$T/full.log"; fail "no advice to rerun"; }
+python3 - "$M/out/longhaul.db" <<'P' || fail "a full disk marked jobs failed"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+bad = db.execute("select custom_id, error from jobs where state = 3 and custom_id != 'bad'").fetchall()
+assert not bad, bad
+P
+mount -o remount,size=$((need * 4))k "$M"
+"${RUN[@]}" --out "$M/out" > "$T/full2.log" 2>&1 || true
+grep -q "failed" "$T/full2.log" || true
+diff "$T/ref.norm" <(norm "$M/out") || { cat "$T/full2.log"; fail "the rerun after freeing space differs"; }
+echo "run_faults: full disk, then rerun: ok"

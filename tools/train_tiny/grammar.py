@@ -1,0 +1,488 @@
+"""A grammar of planted facts with many independent parts, split into train and held-out families.
+
+Issue 31: the model must learn retrieval (key -> value in whatever form the text states it), not
+one sentence shape. A fact is (key, attribute, value): key an entity word ("lighthouse"),
+attribute a phrase ("port number"), value drawn from a value kind ("4817", "amber-falcon",
+"3f9a1c02-...", "src/amber/falcon.c"). It is written into the text by a *needle* template of
+some kind of text (prose, a code comment, an assignment, a JSON/YAML/INI/XML field, a table row,
+a log line, a docstring, a markdown item) and asked about by a *question* template (what /
+which / tell me / find / give / ..., with the key's words, or with the exact identifier the
+needle wrote).
+
+Template placeholders (replaced as plain text; every other character is literal, braces too):
+    {key}    the key word as is                  lighthouse
+    {Key}    the key word, first letter upper    Lighthouse
+    {attr}   the attribute's words               port number
+    {id}     key + attribute words in the needle's id_style:
+             snake lighthouse_port_number, upper LIGHTHOUSE_PORT_NUMBER, camel lighthousePortNumber,
+             pascal LighthousePortNumber, dotted lighthouse.port_number, kebab lighthouse-port-number
+    {value}  the value
+A question with {id} ("needs_id") is asked only about a needle that has an id_style, and {id} is
+rendered in that needle's style, exactly as the needle wrote it.
+
+Value kinds are lists of patterns (one drawn uniformly), each pattern literal text with fields:
+    {d} a digit 0-9, {D} a digit 1-9, {x} a hex digit 0-9a-f, {X} 0-9A-F, {a} a letter a-z,
+    {A} A-Z, {w} a word from the value-word list; a count repeats the field: {d5} = 5 digits.
+
+The split. Every item of every section (needles, questions, multi-value and file questions,
+value kinds, attributes, value words) is held out when sha256("haul-tiny-grammar:" + section +
+":" + its text) mod 1000 < 250, so about a quarter of each section is held out and the split does
+not depend on list order. Training draws only train items; the held-out items are written to
+heldout_families.json (`python grammar.py --write heldout_families.json`), which eval.py reads and
+which longhaul's NIAH sweep can read (the format is described in that file's "format" field and
+in tools/train_tiny/README.md). Keys come from the corpus (words.json: training words for
+training, held-out words for evaluation), as for the other tasks.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+
+HELDOUT_PER_MILLE = 250
+SALT = "haul-tiny-grammar:"
+
+# (kind, text, id_style or None). None may equal a form that version 4's tasks train (the
+# repository facts' `{name} = {v}`, `#define {name} {v}`, "The value of {name} is {v}." and their
+# questions "What is the value of {name}?", "Which file defines {name}?"), or a held-out item would
+# not be held out; check_data.py checks it.
+NEEDLES = [
+    # prose
+    ("prose", "The {attr} of {key} is {value}.", None),
+    ("prose", "{Key}'s {attr} is {value}.", None),
+    ("prose", "For {key}, the {attr} is {value}.", None),
+    ("prose", "Note: {key} has the {attr} {value}.", None),
+    ("prose", "We set the {attr} of {key} to {value}.", None),
+    ("prose", "Record the {attr} for {key} as {value}.", None),
+    ("prose", "It was decided that {key} uses {value} as its {attr}.", None),
+    ("prose", "As agreed, the {attr} for {key} will be {value} from now on.", None),
+    ("prose", "{Key} is configured with {attr} {value}.", None),
+    # code comments
+    ("comment", "# {key} {attr}: {value}", None),
+    ("comment", "// {attr} for {key} = {value}", None),
+    ("comment", "/* {key}: the {attr} is {value} */", None),
+    ("comment", "-- {key} {attr} = {value}", None),
+    ("comment", "; {attr} of {key}: {value}", None),
+    ("comment", "# NOTE({key}): {attr} is {value}", None),
+    # assignments
+    ("assign", "{id} ?= {value}", "upper"),
+    ("assign", "{id} = \"{value}\"", "snake"),
+    ("assign", "const {id} = \"{value}\";", "camel"),
+    ("assign", "export {id}={value}", "upper"),
+    ("assign", "#define {id} \"{value}\"", "upper"),
+    ("assign", "{id} := \"{value}\"", "camel"),
+    ("assign", "static final String {id} = \"{value}\";", "upper"),
+    ("assign", "let {id} = '{value}'", "camel"),
+    ("assign", "set {id} {value}", "dotted"),
+    ("assign", "self.{id} = \"{value}\"", "snake"),
+    # structured fields
+    ("json", "\"{id}\": \"{value}\",", "snake"),
+    ("json", "{\"{id}\": \"{value}\"}", "camel"),
+    ("yaml", "{id}: {value}", "snake"),
+    ("yaml", "  {id}: \"{value}\"", "kebab"),
+    ("ini", "[{key}]\n{attr} = {value}", None),
+    ("toml", "{id} = '{value}'", "kebab"),
+    ("xml", "<entry key=\"{id}\" value=\"{value}\"/>", "dotted"),
+    ("xml", "<{id}>{value}</{id}>", "pascal"),
+    ("properties", "{id}={value}", "dotted"),
+    # table rows
+    ("table", "| {key} | {attr} | {value} |", None),
+    ("table", "{key}\t{attr}\t{value}", None),
+    ("table", "{key},{attr},{value}", None),
+    ("table", "{Key} .......... {attr} .......... {value}", None),
+    # log lines
+    ("log", "2026-03-14 09:21:07 INFO {key}: {attr} set to {value}", None),
+    ("log", "[{key}] {attr}={value}", None),
+    ("log", "level=info component={key} msg=\"{attr} is {value}\"", None),
+    ("log", "W1203 12:00:01.512  4411 {key}.go:88] {attr} changed to {value}", None),
+    ("log", "Mar 14 09:21:07 host {key}[812]: using {attr} {value}", None),
+    # docstrings
+    ("docstring", "\"\"\"Return the {attr} of {key}, which is {value}.\"\"\"", None),
+    ("docstring", "    :{key}: the {attr} is {value}", None),
+    ("docstring", " * @{key} {attr} {value}", None),
+    ("docstring", "    {Key} -- {attr}: {value}", None),
+    # markdown
+    ("markdown", "- **{Key}** {attr}: `{value}`", None),
+    ("markdown", "* {attr} ({key}): {value}", None),
+    ("markdown", "> The {attr} of {key} is `{value}`.", None),
+]
+
+# (text, needs_id)
+QUESTIONS = [
+    ("What is the {attr} of {key}?", False),
+    ("Which {attr} does {key} have?", False),
+    ("Tell me the {attr} for {key}.", False),
+    ("Find the {attr} of {key} in the documents.", False),
+    ("Give me the {attr} of {key}.", False),
+    ("What {attr} is given for {key}?", False),
+    ("I need {key}'s {attr}. What is it?", False),
+    ("What does the text say the {attr} of {key} is?", False),
+    ("Look up the {attr} for {key}.", False),
+    ("{Key}: what is its {attr}?", False),
+    ("Can you tell me what the {attr} of {key} is?", False),
+    ("Which value is recorded as the {attr} of {key}?", False),
+    ("What's {key}'s {attr}?", False),
+    ("Report the {attr} of {key}.", False),
+    ("What was the {attr} of {key} set to?", False),
+    ("In these files, what is the {attr} for {key}?", False),
+    ("Quick question: the {attr} for {key}?", False),
+    ("Do you know the {attr} of {key}?", False),
+    ("what {attr} does {key} use", False),
+    ("Please find {key}'s {attr} and give it to me.", False),
+    ("What is {id} set to?", True),
+    ("What value is {id} given?", True),
+    ("Find the value of {id}.", True),
+    ("Which value does {id} have?", True),
+    ("Tell me what {id} is.", True),
+    ("Give the value assigned to {id}.", True),
+    ("What does {id} equal?", True),
+    ("{id} = ?", True),
+]
+
+MULTI_VALUE_QUESTIONS = [
+    ("What are all the {attr} values of {key}?", False),
+    ("List every {attr} given for {key}.", False),
+    ("Which {attr} values does {key} have? Give all of them.", False),
+    ("Give each {attr} of {key}, in order.", False),
+    ("What {attr} entries are there for {key}?", False),
+    ("Tell me every value of the {attr} of {key}.", False),
+    ("Name all the values of {id}.", True),
+    ("What values is {id} given? List them all.", True),
+]
+
+FILE_QUESTIONS = [
+    ("Which file defines {id}?", True),
+    ("In which file is {id} set?", True),
+    ("What is the path of the file that defines {id}?", True),
+    ("Which file sets the {attr} of {key}?", False),
+    ("In which file is the {attr} of {key} given?", False),
+    ("Which document states the {attr} for {key}?", False),
+    ("Where is the {attr} of {key} defined? Give the file.", False),
+    ("Name the file that holds {key}'s {attr}.", False),
+]
+
+ATTRIBUTES = [
+    "port number", "access code", "build id", "timeout", "serial number", "checksum", "owner",
+    "home directory", "config path", "api token", "version", "retry limit", "region", "color",
+    "codename", "license key", "batch size", "cache dir", "account id", "room number", "zip code",
+    "secret word", "password", "label", "hostname", "release tag", "device id", "seed",
+    "session key", "queue name", "log file", "mirror url", "contact email", "build number",
+    "shelf mark", "order number", "ticket id", "badge number", "flight code", "locker code",
+    "backup path", "signing key", "default user", "record id", "channel", "max depth",
+    "fingerprint", "tracking number",
+]
+
+VALUE_WORDS = [
+    "amber", "falcon", "granite", "harbor", "juniper", "kestrel", "lantern", "meadow", "nickel",
+    "orchid", "pepper", "quartz", "raven", "saffron", "thistle", "umber", "velvet", "willow",
+    "yarrow", "zephyr", "anchor", "birch", "cobalt", "dune", "ember", "fjord", "glacier", "hazel",
+    "indigo", "jasper", "kelp", "lilac", "maple", "nectar", "onyx", "pebble", "quill", "ripple",
+    "sable", "tundra", "urchin", "violet", "walnut", "yonder", "zinnia", "acorn", "bramble",
+    "cedar", "delta", "egret", "fennel", "garnet", "heron", "iris", "jade", "koala", "lotus",
+    "mango", "nutmeg", "otter", "plume", "quince", "rowan", "sorrel", "topaz", "upland", "vapor",
+    "wren", "yucca", "zircon", "aspen", "basil", "canyon", "dahlia", "elm", "flint", "gecko",
+    "hollow", "ivory", "jetty", "kiwi", "larch", "marble", "nova", "opal", "prairie", "reed",
+    "spruce", "tulip", "valley", "wasabi", "yew", "zest", "alder", "bison", "coral", "dusk",
+]
+
+# (name, patterns)
+VALUE_KINDS = [
+    ("digits3", ["{D}{d2}"]),
+    ("digits4", ["{D}{d3}"]),
+    ("digits5", ["{D}{d4}"]),
+    ("digits6", ["{D}{d5}"]),
+    ("digits7", ["{D}{d6}"]),
+    ("digits8", ["{D}{d7}"]),
+    ("digits9", ["{D}{d8}"]),
+    ("digits10", ["{D}{d9}"]),
+    ("hex8", ["{x8}"]),
+    ("hex_0x", ["0x{X4}"]),
+    ("uuid", ["{x8}-{x4}-{x4}-{x4}-{x12}"]),
+    ("uuid_short", ["{x4}-{x4}-{x4}"]),
+    ("code_letters_digits", ["{A2}-{d4}"]),
+    ("code_compact", ["{A3}{d3}"]),
+    ("code_mixed", ["{a}{d}{a}{d}{a}{d}"]),
+    ("version", ["{D}.{d}.{d2}"]),
+    ("word", ["{w}"]),
+    ("word_pair", ["{w}-{w}"]),
+    ("word_number", ["{w}{d2}"]),
+    ("path_python", ["{w}/{w}.py", "lib/{w}/{w}.py"]),
+    ("path_c", ["src/{w}/{w}.c", "{w}/{w}.h"]),
+    ("path_etc", ["/etc/{w}/{w}.conf", "/var/lib/{w}/{w}.db"]),
+    ("path_deep", ["{w}/{w}/{w}/{w}.txt"]),
+    ("email", ["{w}@{w}.org", "{w}.{w}@example.com"]),
+    ("url", ["https://{w}.example.com/{w}"]),
+    ("date", ["20{d2}-0{D}-1{d}"]),
+]
+
+# Version 7 (session 11): more value kinds on the train side, all words, URLs and paths. Why: at
+# step 8581 (version 6) the held-out word, URL, UUID and date values got 0 of 69, their answers
+# starting with a train kind's prefix and then mixing characters from several lines. A separate
+# list, so that version 6's train side (and so its batches) and the held-out side
+# (heldout_families.json) stay as they were; families("train", version=7) adds it. Every name is on
+# the train side of the hash split (checked below), none is an earlier kind's name and no pattern
+# is an earlier kind's pattern.
+VALUE_KINDS_V7 = [
+    ("word_snake", ["{w}_{w}", "{w}_{w}_{w}"]),
+    ("word_triple", ["{w}-{w}-{w}"]),
+    ("slug", ["{w}.{w}", "{w}+{w}"]),
+    ("letters", ["{a6}", "{a8}"]),
+    ("letters_pair", ["{a4}-{a4}", "{a3}.{a5}"]),
+    ("hostname", ["{w}.{w}.internal", "{w}{d2}.example.net", "{w}-{w}.local"]),
+    ("url_io", ["https://{w}.io/{w}", "https://www.{w}.dev/{w}/{w}"]),
+    ("url_query", ["https://{w}.example.org/{w}?id={d4}", "http://{w}.example.net/{w}?q={w}"]),
+    ("url_git", ["git@{w}.example.org:{w}/{w}.git", "https://git.example.org/{w}/{w}.git"]),
+    ("url_ftp", ["ftp://{w}.example.net/{w}.tar.gz", "s3://{w}-{w}/{w}/"]),
+    ("url_api", ["http://localhost:{D}{d3}/{w}", "https://api.{w}.com/v{D}/{w}"]),
+    ("path_home", ["/home/{w}/{w}", "~/{w}/{w}.txt"]),
+    ("path_windows", ["C:\\{w}\\{w}.exe"]),
+    ("path_tar", ["{w}-{D}.{d}.tar.gz", "dist/{w}-{D}.{d}.{d}.whl"]),
+    ("path_json", ["config/{w}.json", "{w}/{w}.yaml"]),
+    ("path_log", ["/var/log/{w}/{w}.log", "logs/{w}-{d4}.log"]),
+    ("path_usr", ["/usr/local/{w}/{w}", "/opt/{w}/bin/{w}"]),
+]
+
+ID_STYLES = ("snake", "upper", "camel", "pascal", "dotted", "kebab")
+SECTIONS = ("needles", "questions", "multi_value_questions", "file_questions", "value_kinds",
+            "attributes", "value_words")
+FIELD_RE = re.compile(r"\{([dDxXaAw])(\d*)\}")
+PLACEHOLDERS = ("{key}", "{Key}", "{attr}", "{id}", "{value}")
+
+
+def item_text(section: str, item) -> str:
+    """The text an item's split is hashed on."""
+    if section == "needles":
+        return item[1]
+    if section in ("questions", "multi_value_questions", "file_questions"):
+        return item[0]
+    if section == "value_kinds":
+        return item[0]
+    return item
+
+
+def held_out(section: str, item) -> bool:
+    h = int(hashlib.sha256((SALT + section + ":" + item_text(section, item)).encode()).hexdigest()[:8], 16)
+    return h % 1000 < HELDOUT_PER_MILLE
+
+
+def _all_items():
+    return {"needles": NEEDLES, "questions": QUESTIONS, "multi_value_questions": MULTI_VALUE_QUESTIONS,
+            "file_questions": FILE_QUESTIONS, "value_kinds": VALUE_KINDS, "attributes": ATTRIBUTES,
+            "value_words": VALUE_WORDS}
+
+
+def families(side: str, version: int = 6) -> dict:
+    """The items of one side ("train" or "heldout") in heldout_families.json's form. Data version 7
+    adds VALUE_KINDS_V7 to the train side; the held-out side is the same for every version."""
+    want = side == "heldout"
+    out = {}
+    for section, items in _all_items().items():
+        out[section] = [it for it in items if held_out(section, it) == want]
+    if side == "train" and version >= 7:
+        out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V7)
+    return to_json_form(out)
+
+
+def _check_v7():
+    names = {n for n, _ in VALUE_KINDS}
+    pats = {p for _, ps in VALUE_KINDS for p in ps}
+    for n, ps in VALUE_KINDS_V7:
+        assert not held_out("value_kinds", (n, ps)), f"version 7 value kind {n!r} is on the held-out side"
+        assert n not in names and not set(ps) & pats, f"version 7 value kind {n!r} repeats an earlier kind"
+        names.add(n)
+        pats |= set(ps)
+
+
+def to_json_form(sec: dict) -> dict:
+    return {
+        "needles": [{"kind": k, "text": t, "id_style": s} for k, t, s in sec["needles"]],
+        "questions": [{"text": t, "needs_id": n} for t, n in sec["questions"]],
+        "multi_value_questions": [{"text": t, "needs_id": n} for t, n in sec["multi_value_questions"]],
+        "file_questions": [{"text": t, "needs_id": n} for t, n in sec["file_questions"]],
+        "value_kinds": [{"name": n, "patterns": p} for n, p in sec["value_kinds"]],
+        "attributes": list(sec["attributes"]),
+        "value_words": list(sec["value_words"]),
+    }
+
+
+FORMAT = {
+    "what": "haul-tiny fact grammar: the held-out families (never in training) for evaluating retrieval "
+            "of a fact planted in a haystack (issue 31)",
+    "fact": "a key word (keys: held-out key words; or the NIAH sweep's own keys), an attribute (attributes), "
+            "a value drawn from a value kind (value_kinds)",
+    "placeholders": "{key} key as is; {Key} first letter upper; {attr} attribute words; {value}; {id} key word "
+                    "then attribute words in the needle's id_style: snake a_b_c, upper A_B_C, camel aBC "
+                    "(each later word capitalised), pascal ABC, dotted a.b_c (key, '.', attribute words "
+                    "joined by '_'), kebab a-b-c. Replace as plain text: other braces are literal",
+    "needles": "the line(s) planted in the text; '\\n' inside a needle is a line break (insert at a line "
+               "boundary as one block)",
+    "questions": "single-fact questions; needs_id questions are asked only about needles with an id_style, "
+                 "with {id} in that needle's style",
+    "multi_value_questions": "asked about one key+attribute planted 2 or more times with different values, "
+                             "all in one needle template; the answer is every value in document order, "
+                             "joined by ', '",
+    "file_questions": "asked about a fact planted in one document of a framed archive; the answer is that "
+                      "document's path",
+    "answer": "the value exactly as planted; the model ends it with <end_of_sentence>",
+    "value_kinds": "patterns (one drawn uniformly) of literal text and fields: {d} digit 0-9, {D} digit 1-9, "
+                   "{x} hex 0-9a-f, {X} hex 0-9A-F, {a} letter a-z, {A} letter A-Z, {w} a word from "
+                   "value_words; a count repeats a field ({d5} = 5 digits)",
+    "split": "an item is held out when sha256('haul-tiny-grammar:' + section + ':' + text) mod 1000 < 250, "
+             "text being the needle or question text, the value kind's name, or the word",
+}
+
+
+def heldout_document(keys=()) -> dict:
+    doc = {"format": FORMAT}
+    doc.update(families("heldout"))
+    doc["keys"] = list(keys)
+    return doc
+
+
+# ---- rendering -------------------------------------------------------------------------
+
+def render_id(key: str, attr: str, style: str) -> str:
+    words = [key.lower()] + attr.lower().split()
+    if style == "snake":
+        return "_".join(words)
+    if style == "upper":
+        return "_".join(words).upper()
+    if style == "camel":
+        return words[0] + "".join(w.capitalize() for w in words[1:])
+    if style == "pascal":
+        return "".join(w.capitalize() for w in words)
+    if style == "dotted":
+        return words[0] + "." + "_".join(words[1:])
+    if style == "kebab":
+        return "-".join(words)
+    raise ValueError(f"unknown id_style {style!r}")
+
+
+def fill(text: str, key: str, attr: str, value: str = "", id_style: str | None = None) -> str:
+    out = text.replace("{Key}", key[:1].upper() + key[1:]).replace("{key}", key).replace("{attr}", attr)
+    if "{id}" in out:
+        if id_style is None:
+            raise ValueError(f"template {text!r} has {{id}} but no id_style")
+        out = out.replace("{id}", render_id(key, attr, id_style))
+    return out.replace("{value}", value)
+
+
+def draw_value(rng, patterns, words) -> str:
+    pat = patterns[int(rng.integers(len(patterns)))]
+    out, pos = [], 0
+    for m in FIELD_RE.finditer(pat):
+        out.append(pat[pos:m.start()])
+        f, n = m.group(1), int(m.group(2) or 1)
+        for _ in range(n):
+            if f == "d":
+                out.append(str(int(rng.integers(10))))
+            elif f == "D":
+                out.append(str(int(rng.integers(1, 10))))
+            elif f == "x":
+                out.append("0123456789abcdef"[int(rng.integers(16))])
+            elif f == "X":
+                out.append("0123456789ABCDEF"[int(rng.integers(16))])
+            elif f == "a":
+                out.append(chr(97 + int(rng.integers(26))))
+            elif f == "A":
+                out.append(chr(65 + int(rng.integers(26))))
+            else:
+                out.append(words[int(rng.integers(len(words)))])
+        pos = m.end()
+    out.append(pat[pos:])
+    return "".join(out)
+
+
+def pattern_regex(pat: str, words=None) -> str:
+    """A regex source matching the values a pattern draws."""
+    cls = {"d": "[0-9]", "D": "[1-9]", "x": "[0-9a-f]", "X": "[0-9A-F]", "a": "[a-z]", "A": "[A-Z]"}
+    out, pos = "", 0
+    for m in FIELD_RE.finditer(pat):
+        out += re.escape(pat[pos:m.start()])
+        f, n = m.group(1), int(m.group(2) or 1)
+        if f == "w":
+            one = "(?:" + "|".join(map(re.escape, words)) + ")" if words else "[a-z]+"
+            out += one * n
+        else:
+            out += cls[f] + (f"{{{n}}}" if n > 1 else "")
+        pos = m.end()
+    return out + re.escape(pat[pos:])
+
+
+_check_v7()
+
+
+class Families:
+    """One side's items (a heldout_families.json-form dict), ready to draw facts from."""
+
+    def __init__(self, fam: dict):
+        self.f = fam
+        self.needles = fam["needles"]
+        self.questions = fam["questions"]
+        self.mv_questions = fam["multi_value_questions"]
+        self.file_questions = fam["file_questions"]
+        self.kinds = fam["value_kinds"]
+        self.attrs = fam["attributes"]
+        self.words = fam["value_words"]
+
+    @classmethod
+    def side(cls, side: str, version: int = 6):
+        return cls(families(side, version))
+
+    @classmethod
+    def load(cls, path: str):
+        with open(path) as f:
+            return cls(json.load(f))
+
+    def pick(self, rng, seq):
+        return seq[int(rng.integers(len(seq)))]
+
+    def value(self, rng, kind=None) -> str:
+        kind = kind or self.pick(rng, self.kinds)
+        return draw_value(rng, kind["patterns"], self.words)
+
+    def needle(self, rng, kinds_of_text=None):
+        pool = self.needles if kinds_of_text is None else [n for n in self.needles if n["kind"] in kinds_of_text]
+        return self.pick(rng, pool)
+
+    def question(self, rng, needle, pool=None):
+        pool = self.questions if pool is None else pool
+        ok = [q for q in pool if not q["needs_id"] or needle["id_style"]]
+        return self.pick(rng, ok)
+
+    @staticmethod
+    def line(needle, key, attr, value) -> str:
+        return fill(needle["text"], key, attr, value, needle["id_style"])
+
+    @staticmethod
+    def ask(question, needle, key, attr) -> str:
+        return fill(question["text"], key, attr, "", needle["id_style"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", help="write the held-out families JSON here")
+    ap.add_argument("--corpus", help="corpus folder (words.json): its first 200 held-out words become 'keys'")
+    ap.add_argument("--summary", action="store_true", help="print the split")
+    args = ap.parse_args()
+    if args.summary or not args.write:
+        for side in ("train", "heldout"):
+            f = families(side)
+            print(side, {k: len(v) for k, v in f.items()})
+        h = families("heldout")
+        print("held-out needle kinds:", sorted({n["kind"] for n in h["needles"]}))
+        print("held-out value kinds:", [k["name"] for k in h["value_kinds"]])
+    if args.write:
+        keys = []
+        if args.corpus:
+            with open(os.path.join(args.corpus, "words.json")) as f:
+                keys = json.load(f)["heldout"][:200]
+        with open(args.write, "w") as f:
+            json.dump(heldout_document(keys), f, indent=1, ensure_ascii=False)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
