@@ -506,8 +506,9 @@ static int group_bind(group *g, const int64_t *ids) {
   return lead;
 }
 
-/* P = the documents' tokens. A document problem fails the
- * whole group (400 for the input's fault, 500 otherwise). */
+/* P = the documents' tokens. A document problem fails the whole group (400 for the input's
+ * fault: missing, unreadable as an archive, over a cap, not a regular file or folder; 500
+ * otherwise). */
 static int group_ingest(group *g) {
   run *R = g->R;
   const job *L = &g->J[g->lead];
@@ -518,7 +519,8 @@ static int group_ingest(group *g) {
   g->t_ingest = lh_now() - t0;
   g->docs_tokens = (int64_t)g->P.len;
   if (st == LH_OK) return 1;
-  const int input = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED;
+  const int input =
+      st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED || st == LH_EINVAL;
   group_fail(g, input ? 400 : 500, "document_error", e.msg);
   lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
   return 0;
