@@ -371,6 +371,7 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     ip.n_include = ni;
     ip.exclude = (const char *const *)di->exclude;
     ip.n_exclude = ne;
+    ip.confine_root = R->p->documents_root; /* the batch checked the path; the walk holds to it too */
     lh_ingest *ing = NULL;
     lh_status st = lh_ingest_open(&ip, &ing, err);
     if (st == LH_OK) st = lh_ingest_add_path(ing, di->resolved, err);
@@ -507,8 +508,8 @@ static int group_bind(group *g, const int64_t *ids) {
 }
 
 /* P = the documents' tokens. A document problem fails the whole group (400 for the input's
- * fault: missing, unreadable as an archive, over a cap, not a regular file or folder; 500
- * otherwise). */
+ * fault: missing, unreadable as an archive, over a cap, not a regular file or folder, outside
+ * --documents-root; 500 otherwise). */
 static int group_ingest(group *g) {
   run *R = g->R;
   const job *L = &g->J[g->lead];

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_documents.sh — what `longhaul run` does with documents that are not what they seem (issue 29):
 # a FIFO or a device named as a document fails its own line with a 400 naming it, at once, while
-# the other lines run.
+# the other lines run; with --documents-root a symlink in a document folder that points outside the
+# root is left out (and said so in the manifest), never read.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/docs"
@@ -30,4 +31,16 @@ for cid, kind in (("fifo", "FIFO"), ("zero", "character device")):
 assert lines["ok"]["error"] is None, lines["ok"]
 ' "$T/o1/output.jsonl"
 
+# --documents-root: the folder is inside the root, its symlink to secret.txt is not
+"$LH" run "$T/b/batch.jsonl" --model "$MODEL" --out "$T/o2" --progress none --documents-root "$T/b/docs" \
+  > "$T/o2.log" 2>&1 || true
+json 'import sys
+lines = {l["custom_id"]: l for l in map(json.loads, open(sys.argv[1]))}
+assert lines["ok"]["error"] is None, lines["ok"]
+assert lines["zero"]["response"]["status_code"] == 400 and sys.argv[3] in lines["zero"]["error"]["message"]
+esc = [json.loads(l) for l in open(sys.argv[2]) if json.loads(l)["path"] == "esc"]
+assert esc and esc[0]["status"] == "skipped" and esc[0]["reason"] == "outside-root", esc
+assert "outside the documents root" in esc[0]["detail"], esc
+' "$T/o2/output.jsonl" "$T/o2/jobs/ok/manifest.jsonl" "$T/b/docs"
+! grep -rq 'secret-outside-the-root' "$T/o2/jobs" || fail "a file outside the documents root was read"
 echo "run_documents: ok"
