@@ -766,8 +766,8 @@ static lh_status check_max_tokens(lh_ingest *ing, const lh_parcel *c, int64_t be
   lh_buf name = {0};
   entry_at(ing, c, off, &name);
   lh_status st = lh_error_set(err, LH_ELIMIT,
-                              "entry '%s': the documents pass %lld tokens (max_tokens) at byte %llu of the framed "
-                              "text, %lld tokens so far; the prompt is over the limit",
+                              "entry '%s': the documents pass the limit of %lld tokens at byte %llu of the framed "
+                              "text (%lld tokens so far)",
                               name.data ? name.data : "", (long long)max, (unsigned long long)off,
                               (long long)ing->tokens_total);
   lh_buf_free(&name);

@@ -364,6 +364,7 @@ typedef struct doc_report {
   cJSON *inputs;   /* [{"path": as written, then lh_ingest_summary_json's fields}] */
   cJSON *warnings; /* ["document PATH: no text: why"] */
   int empty;       /* documents that gave no text */
+  int over_context; /* the documents alone passed the model's context; ingest stopped there */
 } doc_report;
 
 static void doc_report_free(doc_report *d) {
@@ -422,6 +423,10 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     ip.exclude = (const char *const *)di->exclude;
     ip.n_exclude = ne;
     ip.confine_root = R->p->documents_root; /* the batch checked the path; the walk holds to it too */
+    /* documents that pass the model's context make every request over them fail: refuse them as
+     * the tokens come out instead of holding them all first */
+    const int64_t limit = R->cfg->max_position_embeddings;
+    if (limit > 0) ip.max_tokens = limit > (int64_t)P->len ? limit - (int64_t)P->len : 1;
     lh_ingest *ing = NULL;
     lh_status st = lh_ingest_open(&ip, &ing, err);
     if (st == LH_OK) st = lh_ingest_add_path(ing, di->resolved, err);
@@ -448,6 +453,7 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
       if (b.done) break;
     }
     lh_ingest_stats_get(ing, &is);
+    if (st == LH_ELIMIT && ip.max_tokens > 0 && is.tokens > ip.max_tokens) rep->over_context = 1;
     *mb += (double)is.source_bytes / 1e6;
     lh_progress_update(R->prog, is.source_bytes);
     if (st == LH_OK) lh_progress_end(R->prog);
@@ -587,6 +593,16 @@ static int group_ingest(group *g) {
     }
     group_fail(g, 400, "no_document_text", msg.data ? msg.data : "--require-documents: a document gave no text");
     lh_buf_free(&msg);
+    return 0;
+  }
+  if (g->docs.over_context) {
+    char msg[LH_ERROR_MSG_MAX + 256];
+    snprintf(msg, sizeof msg,
+             "request over the model's limits: its documents alone pass the model's context of %lld tokens "
+             "(refused while reading them): %s",
+             (long long)R->cfg->max_position_embeddings, e.msg);
+    group_fail(g, 400, "context_length_exceeded", msg);
+    lh_progress_note(R->prog, "%s: %s", g->label, msg);
     return 0;
   }
   const int input =

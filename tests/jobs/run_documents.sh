@@ -5,7 +5,8 @@
 # root is left out (and said so in the manifest), never read. A document that gives no text (a
 # gzip of zeros, which reads as an empty tar; a folder of binaries) is a warning in result.json and
 # on the output line, with what each document came to in result.json's "ingest"; with
-# --require-documents it fails its line with a 400.
+# --require-documents it fails its line with a 400. Documents that pass the model's context (1M tokens
+# for the test model) are refused while they are read, naming the file, in bounded memory.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/docs"
@@ -80,4 +81,24 @@ assert esc and esc[0]["status"] == "skipped" and esc[0]["reason"] == "outside-ro
 assert "outside the documents root" in esc[0]["detail"], esc
 ' "$T/o2/output.jsonl" "$T/o2/jobs/ok/manifest.jsonl" "$T/b/docs"
 ! grep -rq 'secret-outside-the-root' "$T/o2/jobs" || fail "a file outside the documents root was read"
+# 48 MiB of one character: refused after about the context's worth of tokens, not read whole
+head -c 50331648 /dev/zero | tr '\0' 'a' > "$T/b/big.txt"
+echo '{"custom_id":"big","url":"/v1/completions","body":{"prompt":"Q:","max_tokens":2,"documents":["big.txt"]}}' \
+  > "$T/b/big.jsonl"
+TIMEV=()
+[ -x /usr/bin/time ] && TIMEV=(/usr/bin/time -v -o "$T/big.time")
+set +e
+"${TIMEV[@]}" "$LH" run "$T/b/big.jsonl" --model "$MODEL" --out "$T/o4" --progress none > "$T/o4.log" 2>&1
+set -e
+json 'import sys
+l = json.loads(open(sys.argv[1]).readline())
+assert l["response"]["status_code"] == 400 and l["error"]["code"] == "context_length_exceeded", l
+m = l["error"]["message"]
+assert "refused while reading them" in m and "big.txt" in m and "1048576" in m, m
+' "$T/o4/output.jsonl"
+if [ -s "$T/big.time" ]; then
+  kb=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$T/big.time")
+  echo "run over 48 MiB of one character: peak RSS $((kb / 1024)) MB"
+  [ "$kb" -lt 1048576 ] || fail "peak RSS $((kb / 1024)) MB refusing documents over the context (limit 1024 MB)"
+fi
 echo "run_documents: ok"
