@@ -423,6 +423,13 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     ip.exclude = (const char *const *)di->exclude;
     ip.n_exclude = ne;
     ip.confine_root = R->p->documents_root; /* the batch checked the path; the walk holds to it too */
+    /* the output folder and the store are never documents, should they lie in a document folder */
+    char wal[4200], shm[4200];
+    snprintf(wal, sizeof wal, "%s-wal", R->sum->db_path);
+    snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
+    const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
+    ip.exclude_paths = skip;
+    ip.n_exclude_paths = sizeof skip / sizeof *skip;
     /* documents that pass the model's context make every request over them fail: refuse them as
      * the tokens come out instead of holding them all first */
     const int64_t limit = R->cfg->max_position_embeddings;

@@ -6,7 +6,9 @@
 # gzip of zeros, which reads as an empty tar; a folder of binaries) is a warning in result.json and
 # on the output line, with what each document came to in result.json's "ingest"; with
 # --require-documents it fails its line with a 400. Documents that pass the model's context (1M tokens
-# for the test model) are refused while they are read, naming the file, in bounded memory.
+# for the test model) are refused while they are read, naming the file, in bounded memory. An output
+# folder (and a store) inside a document folder is left out of the walk: a rerun's prompt does not
+# read the last run's results.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/docs"
@@ -101,4 +103,24 @@ if [ -s "$T/big.time" ]; then
   echo "run over 48 MiB of one character: peak RSS $((kb / 1024)) MB"
   [ "$kb" -lt 1048576 ] || fail "peak RSS $((kb / 1024)) MB refusing documents over the context (limit 1024 MB)"
 fi
+# --out and --db inside the document folder
+mkdir -p "$T/w/src" "$T/w/state" && printf 'int main(void) { return 0; }\n' > "$T/w/src/main.c"
+echo '{"custom_id":"self","url":"/v1/completions","body":{"prompt":"Q:","max_tokens":2,"temperature":0,"documents":["."]}}' \
+  > "$T/w/batch.jsonl"
+for i in 1 2; do
+  "$LH" run "$T/w/batch.jsonl" --model "$MODEL" --out "$T/w/out" --db "$T/w/state/store.db" --force --progress none \
+    > "$T/w$i.log" 2>&1 || { cat "$T/w$i.log"; fail "run $i over a folder holding its own output"; }
+  cp "$T/w/out/jobs/self/manifest.jsonl" "$T/w$i.manifest"
+  cp "$T/w/out/output.jsonl" "$T/w$i.output"
+done
+json 'import sys
+for m in sys.argv[1:3]:
+    ents = {e["path"]: e for e in map(json.loads, open(m))}
+    assert ents["out/"]["reason"] == "excluded" and ents["state/store.db"]["reason"] == "excluded", sorted(ents)
+    assert not [p for p in ents if p.startswith("out/") and p != "out/"], sorted(ents)
+    assert ents["src/main.c"]["status"] == "ok", ents["src/main.c"]
+    assert ents["batch.jsonl"]["status"] == "ok"
+u = [json.loads(open(o).readline())["response"]["body"]["usage"]["prompt_tokens"] for o in sys.argv[3:5]]
+assert u[0] == u[1], u
+' "$T/w1.manifest" "$T/w2.manifest" "$T/w1.output" "$T/w2.output"
 echo "run_documents: ok"
