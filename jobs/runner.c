@@ -436,7 +436,9 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     if (limit > 0) ip.max_tokens = limit > (int64_t)P->len ? limit - (int64_t)P->len : 1;
     lh_ingest *ing = NULL;
     lh_status st = lh_ingest_open(&ip, &ing, err);
-    if (st == LH_OK) st = lh_ingest_add_path(ing, di->resolved, err);
+    /* opened where it resolves, named as the batch wrote it: the prompt does not depend on how
+     * the batch file itself was named */
+    if (st == LH_OK) st = lh_ingest_add_path_as(ing, di->resolved, di->path, err);
     if (st != LH_OK) {
       lh_ingest_close(ing);
       return lh_error_prefix(err, st, "document %s: ", di->path);
