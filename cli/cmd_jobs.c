@@ -43,7 +43,7 @@ static void run_usage(FILE *f) {
           "  --db FILE              checkpoint store (default OUT/longhaul.db)\n"
           "  --defaults FILE        JSON with any of: model, out, db, chunk, checkpoint_every, device,\n"
           "                         threads, cpu_attention, max_tokens, chat_template, keep_checkpoints,\n"
-          "                         documents_root\n"
+          "                         documents_root, require_documents\n"
           "                         (flags override it)\n"
           "  --chunk N              tokens per prefill chunk (default 4096)\n"
           "  --checkpoint-every N   checkpoint after every N chunks (default 1; 0 = never)\n"
@@ -59,6 +59,9 @@ static void run_usage(FILE *f) {
           "  --wait                 if another run is using --out, wait for it (default: exit 75 naming it)\n"
           "  --documents-root DIR   every document must lie in DIR (after symbolic links): for batch files\n"
           "                         written by others; a document outside it fails its line with a 400\n"
+          "  --require-documents    a document that gives no text (every entry skipped, no entry at all)\n"
+          "                         fails the requests that name it with a 400 (default: a warning in\n"
+          "                         their result.json and output line)\n"
           "  --keep-checkpoints N   at the end, each prefix keeps its final checkpoint and N before it with\n"
           "                         their states (default 4; -1 keeps all); the rest keep only KV rows\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
@@ -103,6 +106,7 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
     else if (cJSON_IsNumber(it) && !strcmp(k, "keep_checkpoints")) p->keep_checkpoints = (int)it->valuedouble;
     else if (cJSON_IsString(it) && !strcmp(k, "documents_root")) p->documents_root = it->valuestring;
+    else if (cJSON_IsBool(it) && !strcmp(k, "require_documents")) p->require_documents = cJSON_IsTrue(it);
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
       return -1;
@@ -178,7 +182,7 @@ int lh_cmd_run(int argc, char **argv) {
       {"progress", required_argument, 0, 'P'},  {"checkpoint-every", required_argument, 0, 'k'},
       {"defaults", required_argument, 0, 'F'},  {"help", no_argument, 0, 'h'},
       {"wait", no_argument, 0, 'W'},            {"keep-checkpoints", required_argument, 0, 'K'},
-      {"documents-root", required_argument, 0, 'R'},
+      {"documents-root", required_argument, 0, 'R'}, {"require-documents", no_argument, 0, 'E'},
       {0, 0, 0, 0}};
   optind = 1;
   opterr = 0;
@@ -193,6 +197,7 @@ int lh_cmd_run(int argc, char **argv) {
     case 'f': p.force = 1; break;
     case 'W': p.wait = 1; break;
     case 'R': p.documents_root = optarg; break;
+    case 'E': p.require_documents = 1; break;
     case 'K':
       if (!strcmp(optarg, "-1")) p.keep_checkpoints = -1;
       else if (parse_int("--keep-checkpoints", optarg, 0, &p.keep_checkpoints)) return LH_EXIT_USAGE;

@@ -16,10 +16,16 @@
  * further pass over the input that buffers the next window of sort_memory bytes of documents in
  * key order. Entries are matched across passes by their ordinal and checked by name.
  *
+ * Compressed members (member.c) are decoded through a second reader that pulls the entry's data;
+ * their content, not their stored bytes, counts toward the input's caps. Hard links whose content
+ * must be read get it from their target through a re-read of the input (see "hard links" below).
+ * When libarchive fails without a message, errstr_of says what the input shows instead.
+ *
  * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
  * is not enabled; no external filter program runs unless external_filters); every entry that
  * libarchive reports yields exactly one manifest entry; an input that dies yields an INPUT entry
- * naming where; nothing here decides what an error means for the run (lh_reader_entry does).
+ * naming where; nothing here decides what an error means for the run (lh_reader_entry does); a
+ * re-read never moves the main reader (it has its own descriptor and archive handle).
  */
 #define _GNU_SOURCE
 #include <archive.h>
@@ -70,6 +76,11 @@ static void probe_filters(void) {
 
 void lh_archive_global_init(void) { pthread_once(&probe_once, probe_filters); }
 
+void lh_archive_add_filters(struct archive *a, int external) {
+  for (size_t i = 0; i < N_FILTERS; i++)
+    if (filters[i].native || external) filters[i].fn(a);
+}
+
 /* ---- the byte source under libarchive ---- */
 
 typedef struct src {
@@ -84,6 +95,8 @@ typedef struct src {
   int seekable;
   uint8_t *buf;
   const lh_input *in;
+  int64_t reread_out; /* content bytes decompressed by re-reads for hard links, all together */
+  char why[384];      /* a message made up when libarchive gives none */
 } src;
 
 static la_ssize_t src_read(struct archive *a, void *ud, const void **out) {
@@ -149,13 +162,21 @@ static lh_status src_open(lh_reader *r, const lh_input *in, src *s) {
     s->seekable = 1;
     return LH_OK;
   }
+  struct stat sb;
   if (in->kind == LH_IN_STDIN) s->fd = 0;
   else {
-    s->fd = open(in->name, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: should the name have become a FIFO since it was added, open returns at once,
+     * and the check below refuses it */
+    s->fd = open(lh_input_open_path(in), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (s->fd < 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
     s->own_fd = 1;
+    if (fstat(s->fd, &sb) != 0) return lh_error_set(&r->err, LH_EIO, "%s", strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+      return lh_error_set(&r->err, LH_EIO, "it is now %s, no longer a regular file; not read",
+                          lh_file_kind(sb.st_mode));
+    int fl = fcntl(s->fd, F_GETFL);
+    if (fl >= 0) fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK);
   }
-  struct stat sb;
   if (fstat(s->fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
     s->seekable = 1;
     s->size = (int64_t)sb.st_size;
@@ -202,8 +223,7 @@ static struct archive *archive_new_for(lh_reader *r, src *s) {
   archive_read_support_format_zip(a);
   archive_read_support_format_empty(a);
   archive_read_support_format_raw(a);
-  for (size_t i = 0; i < N_FILTERS; i++)
-    if (filters[i].native || r->p->external_filters) filters[i].fn(a);
+  lh_archive_add_filters(a, r->p->external_filters);
   archive_read_set_read_callback(a, src_read);
   if (s->seekable) {
     archive_read_set_skip_callback(a, src_skip);
@@ -225,15 +245,52 @@ static lh_entry_reason reason_of(struct archive *a) {
   return LH_REASON_CORRUPT;
 }
 
-static const char *errstr(struct archive *a) {
-  const char *m = archive_error_string(a);
-  return m && *m ? m : "unknown libarchive error";
-}
-
 static void fmt_size(char *out, size_t n, int64_t v) {
   if (v >= (1ll << 30)) snprintf(out, n, "%.1f GiB", (double)v / (1 << 30));
   else if (v >= (1 << 20)) snprintf(out, n, "%.1f MiB", (double)v / (1 << 20));
   else snprintf(out, n, "%" PRId64 " bytes", v);
+}
+
+/* The first n bytes of the input, when it can be read again (files and memory). */
+static int src_head(const src *s, uint8_t *out, size_t n) {
+  if (s->size >= 0 && (int64_t)n > s->size) return 0;
+  if (s->mem) {
+    memcpy(out, s->mem, n);
+    return 1;
+  }
+  return s->seekable && pread(s->fd, out, n, 0) == (ssize_t)n;
+}
+
+static uint64_t le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* libarchive's own message; when it has none (its 7-Zip reader fails on a truncated archive
+ * without one), what we can tell from the input: its format, errno, how far it was read, and for
+ * 7-Zip the length its start header promises. */
+static const char *errstr_of(struct archive *a, src *s) {
+  const char *m = archive_error_string(a);
+  if (m && *m) return m;
+  char sz[32], rd_[32], tail[160] = "";
+  fmt_size(sz, sizeof sz, s->size);
+  fmt_size(rd_, sizeof rd_, archive_filter_bytes(a, -1));
+  uint8_t h[32];
+  if (fmt_base(a) == ARCHIVE_FORMAT_7ZIP && src_head(s, h, 32) && !memcmp(h, "7z\xBC\xAF\x27\x1C", 6)) {
+    uint64_t need = 32 + le64(h + 12) + le64(h + 20);
+    if (s->size >= 0 && need > (uint64_t)s->size)
+      snprintf(tail, sizeof tail,
+               "; its start header says the archive is %" PRIu64 " bytes long, the input has %" PRId64
+               ": it is truncated",
+               need, s->size);
+  }
+  int e = archive_errno(a);
+  snprintf(s->why, sizeof s->why, "libarchive's %s reader failed without a message%s%s%s after reading %s%s%s%s",
+           archive_format_name(a) ? archive_format_name(a) : "archive", e > 0 ? " (" : "", e > 0 ? strerror(e) : "",
+           e > 0 ? ")" : "", rd_, s->size >= 0 ? " of the input's " : "", s->size >= 0 ? sz : "",
+           tail[0] ? tail : "; the input is probably truncated or damaged");
+  return s->why;
 }
 
 /* The caps on decompression, checked after every block. LH_OK, or LH_ELIMIT with the message in
@@ -298,13 +355,13 @@ typedef struct rd {
   char detail[512];
 } rd;
 
-static void rd_fail(rd *o, struct archive *a, int rc, int64_t entry_off) {
+static void rd_fail(rd *o, src *s, struct archive *a, int rc, int64_t entry_off) {
   o->code = LH_EFORMAT;
   o->why = reason_of(a);
   o->fatal = rc == ARCHIVE_FATAL;
   o->off = archive_filter_bytes(a, -1);
   snprintf(o->detail, sizeof o->detail, "%s (at byte %" PRId64 " of the entry, input offset %" PRId64 ")",
-           errstr(a), entry_off, o->off);
+           errstr_of(a, s), entry_off, o->off);
 }
 
 /* Read and throw away the rest of an entry, under the caps. */
@@ -313,7 +370,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     double t0 = lh_now();
     int rc = archive_read_data_skip(a);
     lh_reader_add_read_time(s->r, t0);
-    if (rc < ARCHIVE_WARN) rd_fail(o, a, rc, 0);
+    if (rc < ARCHIVE_WARN) rd_fail(o, s, a, rc, 0);
     return;
   }
   for (;;) {
@@ -325,7 +382,7 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, rc, 0);
+      rd_fail(o, s, a, rc, 0);
       return;
     }
     s->data_bytes += (int64_t)n;
@@ -357,7 +414,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     lh_reader_add_read_time(s->r, t0);
     if (rc == ARCHIVE_EOF) return LH_OK;
     if (rc < ARCHIVE_WARN) {
-      rd_fail(o, a, rc, at);
+      rd_fail(o, s, a, rc, at);
       return LH_OK;
     }
     int want = 1;
@@ -372,7 +429,7 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     s->data_bytes += (int64_t)n;
     if (rc == ARCHIVE_WARN) {
       /* Data came with a warning (a zip CRC mismatch, say): the content is suspect. */
-      rd_fail(o, a, rc, at);
+      rd_fail(o, s, a, rc, at);
       o->fatal = 0;
     }
     if ((st = check_caps(s, a, o->detail))) {
@@ -461,6 +518,12 @@ static void meta_of(src *s, struct archive *a, struct archive_entry *e, int64_t 
     m->type = LH_ENTRY_OTHER; /* the symbol or long-name table libarchive reports as an entry */
 }
 
+/* The suffix length when entry m is a compressed member to decode (0: read it as stored). */
+static size_t member_suffix(const lh_reader *r, const lh_meta *m, int raw) {
+  if (raw || !r->p->decompress_members || m->type != LH_ENTRY_FILE || m->encrypted) return 0;
+  return lh_member_suffix(m->path, m->path_len);
+}
+
 /* Record that the input died (or could not be opened). */
 static lh_status input_failed(lh_reader *r, lh_status code, lh_entry_reason why, int64_t off, const char *detail) {
   lh_meta m = {0};
@@ -483,10 +546,330 @@ static void header_failure(struct archive *a, src *s, const lh_buf *prev, rd *o)
   }
   if (prev->len)
     snprintf(o->detail, sizeof o->detail, "reading the header after entry '%s', at input offset %" PRId64 ": %s%s",
-             prev->data, o->off, errstr(a), hint);
+             prev->data, o->off, errstr_of(a, s), hint);
   else
     snprintf(o->detail, sizeof o->detail, "reading the first header, at input offset %" PRId64 ": %s%s", o->off,
-             errstr(a), hint);
+             errstr_of(a, s), hint);
+}
+
+/* Why an archive gave no entry at all, for the input's note. */
+static void no_entries_note(lh_reader *r, src *s, struct archive *a) {
+  char out[32], in[32], total[48] = "";
+  int nf = archive_filter_count(a);
+  fmt_size(out, sizeof out, nf > 1 ? archive_filter_bytes(a, 0) : archive_filter_bytes(a, -1));
+  fmt_size(in, sizeof in, s->bytes_read);
+  if (s->size >= 0) {
+    char t[32];
+    fmt_size(t, sizeof t, s->size);
+    snprintf(total, sizeof total, " of %s", t);
+  }
+  const char *fmt = archive_format_name(a) ? archive_format_name(a) : "archive";
+  char filt[64] = "";
+  if (nf > 1) snprintf(filt, sizeof filt, " (%s)", archive_filter_name(a, 0));
+  snprintf(r->no_entries, sizeof r->no_entries,
+           "no entries: read as %s data%s that ends within its first %s (%s%s read)%s", fmt, filt, out, in, total,
+           fmt_base(a) == ARCHIVE_FORMAT_TAR
+               ? "; an archive that starts with NUL blocks, such as a compressed file of zeros, reads as an empty tar"
+               : "; an empty archive");
+}
+
+/* ---- compressed members (member.c) ---- */
+
+/* The puller of a member inside this archive: its entry's data blocks. */
+typedef struct mpull {
+  src *s;
+  struct archive *a;
+  rd *o; /* the outer failure, when the entry's data could not be read */
+  int64_t at;
+} mpull;
+
+static long member_pull(void *ctx, const void **buf) {
+  mpull *p = ctx;
+  size_t n;
+  la_int64_t off;
+  double t0 = lh_now();
+  int rc = archive_read_data_block(p->a, buf, &n, &off);
+  lh_reader_add_read_time(p->s->r, t0);
+  if (rc == ARCHIVE_EOF) return 0;
+  if (rc < ARCHIVE_WARN) {
+    rd_fail(p->o, p->s, p->a, rc, p->at);
+    return -1;
+  }
+  p->at += (int64_t)n;
+  return (long)n;
+}
+
+/* Start decoding e's data; a failure is left in o (the entry's, or the outer's from the pull). */
+static lh_status member_begin(src *s, mpull *mp, lh_member **mb, const char **filter, rd *o) {
+  char det[512];
+  lh_entry_reason why = LH_REASON_CORRUPT;
+  lh_status st = lh_member_open(s->r, member_pull, mp, mb, filter, det, &why);
+  if (st == LH_ENOMEM) return st;
+  if (st && !o->code) {
+    o->code = st;
+    o->why = why;
+    o->off = archive_filter_bytes(mp->a, -1);
+    snprintf(o->detail, sizeof o->detail, "%s", det);
+  }
+  return LH_OK;
+}
+
+/* Stream a member's content into sink: its own caps in lh_member_read, the input's here. */
+static lh_status member_stream(src *s, mpull *mp, lh_member *mb, sink_fn sink, void *ctx, rd *o, int *stopped) {
+  *stopped = 0;
+  for (;;) {
+    const void *buf;
+    size_t n;
+    char det[512];
+    lh_entry_reason why = LH_REASON_CORRUPT;
+    double t0 = lh_now();
+    lh_status st = lh_member_read(mb, &buf, &n, det, &why);
+    lh_reader_add_read_time(s->r, t0);
+    if (st) {
+      if (!o->code) { /* else the outer data failed under the pull: that is the reason */
+        o->code = st;
+        o->why = why;
+        o->off = archive_filter_bytes(mp->a, -1);
+        snprintf(o->detail, sizeof o->detail, "%s", det);
+      }
+      return LH_OK;
+    }
+    if (!n) return LH_OK;
+    int want = 1;
+    if ((st = sink(ctx, buf, n, &want))) return st;
+    s->data_bytes += (int64_t)n;
+    if ((st = check_caps(s, mp->a, o->detail))) {
+      if (st == LH_EINTR) return st;
+      o->code = st;
+      o->why = LH_REASON_BOMB;
+      o->fatal = 1;
+      o->off = archive_filter_bytes(mp->a, -1);
+      return LH_OK;
+    }
+    if (!want) {
+      *stopped = 1;
+      return LH_OK;
+    }
+  }
+}
+
+/* The meta of a member's document: its stored name, and how it was decompressed (NULL: it was
+ * not compressed after all). The declared size is the stored size, not the content's. */
+static lh_meta member_meta(const lh_meta *m, const char *filter) {
+  lh_meta dm = *m;
+  if (filter) {
+    dm.decompressed = filter;
+    dm.size = -1;
+  }
+  return dm;
+}
+
+/* A compressed member in archive order: decoded into a document, or recorded as failed. */
+static lh_status member_entry(lh_reader *r, src *s, struct archive *a, struct archive_entry *e, const lh_meta *m,
+                              const char *warn, rd *o) {
+  mpull mp = {s, a, o, 0};
+  lh_member *mb = NULL;
+  const char *filter = NULL;
+  lh_status st = member_begin(s, &mp, &mb, &filter, o);
+  if (st) return st;
+  if (o->code) {
+    rd d = {0};
+    if (!o->fatal) discard(s, a, e, &d);
+    o->fatal |= d.fatal;
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, o->why, m->size, o->off, o->code, o->detail);
+  }
+  lh_meta dm = member_meta(m, filter);
+  if (!(st = lh_doc_begin(r, &dm))) {
+    int stopped = 0;
+    st = member_stream(s, &mp, mb, doc_sink, r, o, &stopped);
+    if (!st) {
+      rd d = {0};
+      if (!o->fatal && (stopped || o->code)) discard(s, a, e, &d);
+      if (d.code && !o->code) *o = d;
+      o->fatal |= d.fatal;
+      st = lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+    }
+  }
+  lh_member_close(mb);
+  return st;
+}
+
+/* ---- hard links ---- */
+
+/* A hard link's content is its target's: an earlier entry, whose data a tar does not repeat.
+ * Streams cannot go back, so the target is re-read through a second reader over the same file
+ * (or memory): entries [0, k) are stepped over under the usual caps and entry k's data read.
+ * Nothing about earlier entries is kept but the hashes of the names included as documents.
+ * Re-reads cost decompression again; together they may decompress at most
+ * max_decompressed_bytes per input, after which further links are recorded unread. */
+
+/* The index of the last regular-file entry named target before entry idx, or -1. */
+static lh_status find_target(lh_reader *r, src *s2, const char *target, int64_t idx, int64_t *k, rd *o) {
+  *k = -1;
+  struct archive *a = archive_new_for(r, s2);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_buf none = {0};
+  if (archive_read_open1(a) != ARCHIVE_OK) header_failure(a, s2, &none, o);
+  for (int64_t j = 0; j < idx && !o->code; j++) {
+    struct archive_entry *e;
+    int rc = archive_read_next_header(a, &e);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
+      header_failure(a, s2, &none, o);
+      break;
+    }
+    const char *p = archive_entry_pathname(e);
+    if (!p) p = archive_entry_pathname_utf8(e);
+    if (p && !strcmp(p, target) && type_of(e) == LH_ENTRY_FILE) *k = j;
+    if (archive_entry_size(e) > 0 || type_of(e) == LH_ENTRY_FILE) discard(s2, a, e, o);
+  }
+  archive_read_free(a);
+  return LH_OK;
+}
+
+/* Read entry k of s2 (named target) as the document m. *begun: the document was begun (so its
+ * entry is recorded, failure or not). */
+static lh_status read_target(lh_reader *r, src *s2, int64_t k, const char *target, const lh_meta *m, const char *warn,
+                             rd *o, int *begun) {
+  *begun = 0;
+  struct archive *a = archive_new_for(r, s2);
+  if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_buf none = {0};
+  lh_status st = LH_OK;
+  if (archive_read_open1(a) != ARCHIVE_OK) header_failure(a, s2, &none, o);
+  for (int64_t j = 0; j <= k && !o->code; j++) {
+    struct archive_entry *e;
+    int rc = archive_read_next_header(a, &e);
+    if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY || rc == ARCHIVE_EOF) {
+      header_failure(a, s2, &none, o);
+      if (rc == ARCHIVE_EOF) snprintf(o->detail, sizeof o->detail, "the input ended early on a re-read: it changed");
+      break;
+    }
+    if (j < k) {
+      if (archive_entry_size(e) > 0 || type_of(e) == LH_ENTRY_FILE) discard(s2, a, e, o);
+      continue;
+    }
+    const char *p = archive_entry_pathname(e);
+    if (!p) p = archive_entry_pathname_utf8(e);
+    if (!p || strcmp(p, target)) {
+      o->code = LH_EFORMAT;
+      o->why = LH_REASON_CORRUPT;
+      snprintf(o->detail, sizeof o->detail, "entry %" PRId64 " is no longer '%s' on a re-read: the input changed", k,
+               target);
+      break;
+    }
+    if ((st = lh_doc_begin(r, m))) break;
+    *begun = 1;
+    int stopped = 0;
+    if ((st = read_entry(s2, a, e, doc_sink, r, o, &stopped))) break;
+    st = lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+    /* the target's content is included now: later links to it are links to this document */
+    if (!st && r->last_included && lh_keyset_add(&r->included, lh_key_of(target, strlen(target))))
+      st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  }
+  archive_read_free(a);
+  return st;
+}
+
+/* The hard link m (entry idx of s): its target's content as a document named m, re-read from
+ * entry k named kname (k -1: the last regular file named m's target before idx; -2: none). */
+static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, int64_t k, const char *kname,
+                           const char *warn) {
+  char detail[LH_ERROR_MSG_MAX + 64];
+  lh_buf target = {0};
+  if (kname) lh_buf_append_str(&target, kname);
+  else lh_buf_append(&target, m->link ? m->link : "", m->link ? m->link_len : 0);
+  lh_status st;
+  if (!s->seekable) {
+    snprintf(detail, sizeof detail,
+             "a hard link whose target's content came earlier in a stream and was not kept: pass the archive as a "
+             "file to read it");
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else if (s->reread_out > r->p->max_decompressed_bytes) {
+    snprintf(detail, sizeof detail,
+             "not read: re-reading hard link targets has decompressed %" PRId64 " bytes of this input, over "
+             "max_decompressed_bytes",
+             s->reread_out);
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else {
+    src s2;
+    rd o = {0};
+    int begun = 0;
+    st = src_open(r, s->in, &s2);
+    if (st == LH_OK) {
+      int64_t before = r->st.source_bytes; /* progress counts the bytes re-read too */
+      s2.progress_base = before;
+      int64_t out = 0;
+      if (k == -1) {
+        st = find_target(r, &s2, target.data, idx, &k, &o);
+        out += s2.data_bytes;
+        if (!st && !o.code && src_rewind(&s2)) {
+          o.code = LH_EIO;
+          o.why = LH_REASON_UNREADABLE;
+          snprintf(o.detail, sizeof o.detail, "cannot rewind the input");
+        }
+      }
+      if (!st && !o.code && k < 0) {
+        snprintf(detail, sizeof detail, "a hard link whose target is not among the entries before it");
+        st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+      } else if (!st && !o.code) {
+        st = read_target(r, &s2, k, target.data, m, warn, &o, &begun);
+      }
+      out += s2.data_bytes;
+      s->reread_out += out;
+      s->progress_base += s2.progress_base + s2.bytes_read - before;
+      r->st.source_bytes = s->progress_base + s->bytes_read;
+    } else if (st != LH_ENOMEM) {
+      o.code = LH_EIO;
+      o.why = LH_REASON_UNREADABLE;
+      snprintf(o.detail, sizeof o.detail, "cannot open the input again: %.400s", r->err.msg);
+      st = LH_OK;
+    }
+    if (!st && o.code && !begun) {
+      snprintf(detail, sizeof detail, "re-reading its target '%s': %s", target.data, o.detail);
+      st = lh_reader_record(r, m, LH_ENTRY_ERROR, o.why ? o.why : LH_REASON_CORRUPT, -1, o.off, o.code, detail);
+    }
+    src_close(&s2);
+  }
+  lh_buf_free(&target);
+  return st;
+}
+
+/* A hard link in archive order. It is decided as a file of its own name (globs, caps); a link to
+ * a document this input included already is recorded as a link, else its content is read: its
+ * own data when the archive stored some, else its target's. */
+static lh_status link_entry(lh_reader *r, src *s, struct archive *a, struct archive_entry *e, int64_t idx,
+                            const lh_meta *m, const char *warn, rd *o) {
+  lh_meta fm = *m;
+  fm.type = LH_ENTRY_FILE;
+  lh_entry_reason why = lh_reader_predecide_static(r, &fm);
+  lh_status st;
+  char detail[256];
+  if (!why && m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))) {
+    why = LH_REASON_LINK;
+    snprintf(detail, sizeof detail, "a hard link to a document included above");
+    warn = detail;
+  }
+  if (!why && (why = lh_reader_predecide(r, &fm)) == LH_REASON_NONE) {
+    if (m->size <= 0) return read_link(r, s, m, idx, -1, NULL, warn);
+    if ((st = lh_doc_begin(r, m))) return st;
+    int stopped = 0;
+    if ((st = read_entry(s, a, e, doc_sink, r, o, &stopped))) return st;
+    if (stopped && !o->code) discard(s, a, e, o);
+    return lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+  }
+  if ((st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, why, m->size, -1, LH_OK, warn))) return st;
+  if (m->size > 0) {
+    rd d = {0};
+    discard(s, a, e, &d);
+    /* a failure while skipping belongs to the input */
+    if (d.code) {
+      *o = d;
+      o->fatal = 1;
+      return input_failed(r, d.code, d.why, d.off, d.detail);
+    }
+  }
+  return LH_OK;
 }
 
 /* ---- archive order ---- */
@@ -518,6 +901,8 @@ static lh_status read_in_order(lh_reader *r, src *s) {
         lh_entry_reason why = lh_reader_predecide(r, &m);
         if (why) st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, 0, -1, LH_OK, NULL);
         else if (!(st = lh_doc_begin(r, &m))) st = lh_doc_end(r, LH_OK, LH_REASON_NONE, -1, NULL);
+      } else if (idx == 0) {
+        no_entries_note(r, s, a);
       }
       break;
     }
@@ -527,15 +912,24 @@ static lh_status read_in_order(lh_reader *r, src *s) {
       break;
     }
     char warn[512] = "";
-    if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr(a));
+    if (rc == ARCHIVE_WARN) snprintf(warn, sizeof warn, "%s", errstr_of(a, s));
     lh_meta m;
     meta_of(s, a, e, idx, &name, &m);
     lh_buf_clear(&prev);
     lh_buf_append(&prev, m.path, m.path_len);
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
-    lh_entry_reason why = lh_reader_predecide(r, &m);
     memset(&o, 0, sizeof o);
-    if (why) {
+    if (m.type == LH_ENTRY_HARDLINK) {
+      if ((st = link_entry(r, s, a, e, idx, &m, warn, &o))) break;
+      if (o.fatal) break;
+      continue;
+    }
+    size_t sfx = member_suffix(r, &m, raw);
+    if (sfx) m.alt_path = m.path, m.alt_len = m.path_len - sfx;
+    lh_entry_reason why = lh_reader_predecide(r, &m);
+    if (!why && sfx) {
+      if ((st = member_entry(r, s, a, e, &m, warn, &o))) break;
+    } else if (why) {
       if ((st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, warn))) break;
       if (raw) break; /* the only entry: nothing after it to reach */
       if (m.encrypted) {
@@ -576,6 +970,10 @@ typedef struct srec {
   int encrypted;
   int candidate; /* passes the order-independent checks: its content is wanted */
   int buffered, want;
+  size_t sfx;               /* a compressed member: its suffix length */
+  const char *decompressed; /* how its buffered content was decompressed (NULL: as stored) */
+  int64_t target;           /* a hard link: the index of the last regular file of its target's
+                             * name before it, -2 when none */
   lh_buf data;
   rd res; /* how reading it ended */
   char warn[256];
@@ -584,6 +982,9 @@ typedef struct srec {
 typedef struct sorter {
   lh_reader *r;
   src *s;
+  uint64_t *fk; /* pass 0: name hash -> index of the last regular file of that name so far */
+  int64_t *fv;
+  size_t fcap, fn;
   srec *recs; /* in archive order: recs[i].idx == i */
   size_t n, cap;
   int64_t used; /* bytes buffered */
@@ -591,6 +992,40 @@ typedef struct sorter {
   rd dead;      /* why the input died, when died */
   int died;
 } sorter;
+
+static int64_t *file_slot(sorter *so, uint64_t key, int add) {
+  if (add && 2 * (so->fn + 1) > so->fcap) {
+    size_t cap = so->fcap ? 2 * so->fcap : 256;
+    uint64_t *nk = calloc(cap, sizeof *nk);
+    int64_t *nv = calloc(cap, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return NULL;
+    }
+    for (size_t i = 0; i < so->fcap; i++) {
+      if (!so->fk[i]) continue;
+      size_t j = (size_t)so->fk[i] & (cap - 1);
+      while (nk[j]) j = (j + 1) & (cap - 1);
+      nk[j] = so->fk[i];
+      nv[j] = so->fv[i];
+    }
+    free(so->fk);
+    free(so->fv);
+    so->fk = nk;
+    so->fv = nv;
+    so->fcap = cap;
+  }
+  if (!so->fcap) return NULL;
+  size_t j = (size_t)key & (so->fcap - 1);
+  while (so->fk[j] && so->fk[j] != key) j = (j + 1) & (so->fcap - 1);
+  if (!so->fk[j]) {
+    if (!add) return NULL;
+    so->fk[j] = key;
+    so->fn++;
+  }
+  return &so->fv[j];
+}
 
 static int rec_cmp(const void *pa, const void *pb) {
   const srec *a = *(const srec *const *)pa, *b = *(const srec *const *)pb;
@@ -610,6 +1045,7 @@ static void rec_meta(const srec *x, lh_meta *m) {
   m->type = x->type;
   m->size = x->size;
   m->encrypted = x->encrypted;
+  if (x->sfx) m->alt_path = x->path, m->alt_len = x->path_len - x->sfx;
 }
 
 static int64_t rec_estimate(const lh_reader *r, const srec *x) {
@@ -650,10 +1086,29 @@ static lh_status buffer_entry(sorter *so, struct archive *a, struct archive_entr
   bufsink b = {x, force || limit < budget ? limit : budget, 0};
   int stopped = 0;
   memset(&x->res, 0, sizeof x->res);
-  lh_status st = read_entry(so->s, a, e, buf_sink, &b, &x->res, &stopped);
+  lh_status st;
+  if (x->sfx) {
+    mpull mp = {so->s, a, &x->res, 0};
+    lh_member *mb = NULL;
+    const char *filter = NULL;
+    st = member_begin(so->s, &mp, &mb, &filter, &x->res);
+    if (!st && !x->res.code) {
+      x->decompressed = filter;
+      st = member_stream(so->s, &mp, mb, buf_sink, &b, &x->res, &stopped);
+    }
+    lh_member_close(mb);
+    if (!st && !x->res.fatal && (stopped || x->res.code)) {
+      rd d = {0};
+      discard(so->s, a, e, &d);
+      if (d.code && !x->res.code) x->res = d;
+      x->res.fatal |= d.fatal;
+    }
+  } else {
+    st = read_entry(so->s, a, e, buf_sink, &b, &x->res, &stopped);
+    if (!st && stopped && !x->res.code) discard(so->s, a, e, &x->res);
+  }
   if (st == LH_ENOMEM) return lh_error_set(&so->r->err, LH_ENOMEM, "out of memory buffering an entry for --sort path");
   if (st) return st;
-  if (stopped && !x->res.code) discard(so->s, a, e, &x->res);
   *fits = !(b.over && b.limit < limit);
   if (*fits) {
     x->buffered = 1;
@@ -723,6 +1178,7 @@ static lh_status sort_pass(sorter *so, int pass) {
     rc = archive_read_next_header(a, &e);
     lh_reader_add_read_time(r, t0);
     if (rc == ARCHIVE_EOF) {
+      if (pass == 0 && idx == 0 && fmt_base(a) != ARCHIVE_FORMAT_EMPTY) no_entries_note(r, s, a);
       if (pass == 0 && idx == 0 && fmt_base(a) == ARCHIVE_FORMAT_EMPTY) {
         raw_name(s->in, archive_filter_count(a) > 1, &name);
         lh_meta m = {.path = name.data, .path_len = name.len, .type = LH_ENTRY_FILE, .size = 0};
@@ -752,11 +1208,24 @@ static lh_status sort_pass(sorter *so, int pass) {
     srec *x = NULL;
     if (pass == 0) {
       if ((st = add_rec(so, &m, idx, &x))) break;
-      if (rc == ARCHIVE_WARN) snprintf(x->warn, sizeof x->warn, "%s", errstr(a));
+      if (rc == ARCHIVE_WARN) snprintf(x->warn, sizeof x->warn, "%s", errstr_of(a, s));
       x->key = x->path;
       x->key_len = x->path_len;
       lh_path_normalize(&x->key, &x->key_len);
+      x->sfx = member_suffix(r, &m, fmt_base(a) == ARCHIVE_FORMAT_RAW);
+      if (x->sfx) m.alt_path = m.path, m.alt_len = m.path_len - x->sfx;
       x->candidate = lh_reader_predecide_static(r, &m) == LH_REASON_NONE;
+      if (m.type == LH_ENTRY_FILE) {
+        int64_t *v = file_slot(so, lh_key_of(m.path, m.path_len), 1);
+        if (!v) {
+          st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+          break;
+        }
+        *v = idx;
+      } else if (m.type == LH_ENTRY_HARDLINK) {
+        int64_t *v = m.link ? file_slot(so, lh_key_of(m.link, m.link_len), 0) : NULL;
+        x->target = v ? *v : -2;
+      }
     } else {
       x = (size_t)idx < so->n ? &so->recs[idx] : NULL;
       if (!x || x->path_len != m.path_len || memcmp(x->path, m.path, m.path_len)) {
@@ -796,10 +1265,37 @@ out:
   return st;
 }
 
+/* A hard link in path order: as in archive order, except that "its target is a document" is also
+ * judged by the target passing the checks that do not depend on order (it may come later in
+ * path order); the content is re-read (no link is a sort candidate). */
+static lh_status emit_link(sorter *so, srec *x, const lh_meta *m) {
+  lh_reader *r = so->r;
+  lh_meta fm = *m;
+  fm.type = LH_ENTRY_FILE;
+  const char *warn = x->warn;
+  char detail[256];
+  lh_entry_reason why = lh_reader_predecide_static(r, &fm);
+  const srec *t = x->target >= 0 ? &so->recs[x->target] : NULL;
+  if (!why && ((t && t->candidate) || (m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))))) {
+    why = LH_REASON_LINK;
+    snprintf(detail, sizeof detail, "a hard link to a document of this input");
+    warn = detail;
+  }
+  if (!why) why = lh_reader_predecide(r, &fm);
+  if (why) return lh_reader_record(r, m, LH_ENTRY_SKIPPED, why, m->size, -1, LH_OK, warn);
+  if (so->died)
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, so->dead.why ? so->dead.why : LH_REASON_CORRUPT, -1, so->dead.off,
+                            so->dead.code ? so->dead.code : LH_EFORMAT,
+                            "not read: the input failed before this entry's content was reached");
+  if (x->size > 0) return read_link(r, so->s, m, x->idx, x->idx, x->path, warn);
+  return read_link(r, so->s, m, x->idx, x->target >= 0 ? x->target : -2, t ? t->path : NULL, warn);
+}
+
 static lh_status emit_rec(sorter *so, srec *x) {
   lh_reader *r = so->r;
   lh_meta m;
   rec_meta(x, &m);
+  if (x->type == LH_ENTRY_HARDLINK) return emit_link(so, x, &m);
   lh_entry_reason why = lh_reader_predecide(r, &m);
   lh_status st;
   if (why) {
@@ -815,7 +1311,8 @@ static lh_status emit_rec(sorter *so, srec *x) {
                             "not read: with --sort path the documents of a stream must fit in sort_memory; "
                             "raise it or pass the archive as a file");
   } else {
-    if ((st = lh_doc_begin(r, &m))) return st;
+    lh_meta dm = x->decompressed ? member_meta(&m, x->decompressed) : m;
+    if ((st = lh_doc_begin(r, &dm))) return st;
     int want = 1;
     for (size_t at = 0; at < x->data.len && want;) {
       size_t n = x->data.len - at < FEED_BLOCK ? x->data.len - at : FEED_BLOCK;
@@ -875,6 +1372,8 @@ static lh_status read_sorted(lh_reader *r, src *s) {
     lh_buf_free(&so.recs[i].data);
   }
   free(so.recs);
+  free(so.fk);
+  free(so.fv);
   free(order);
   return st;
 }

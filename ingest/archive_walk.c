@@ -8,15 +8,21 @@
  * directory that is its own ancestor (bind mounts) is recorded as a loop instead of walked.
  * Files are opened with O_NOFOLLOW | O_NONBLOCK and checked again with fstat, so a name swapped
  * for a fifo or a link between the listing and the open is never read or waited on. A regular
- * file with several links is read once; later names for it are recorded as hardlinks to the
- * first, as tar does. Memory: the names of the directories on the current path and their
- * siblings, plus one table entry per multiply-linked file.
+ * file with several links is read once, under the first name met that is a document; later names
+ * are recorded as hardlinks to that one, as tar does. Files and folders in exclude_paths
+ * (matched by device and inode) are recorded as excluded and never opened. With confine_root the
+ * walked folder, as opened, must lie under the root, and a symlink pointing outside it is recorded
+ * with reason OUTSIDE_ROOT (resolved through the file system as far as it exists, lexically past
+ * that); symlinks are never followed either way. Compressed files (decompress_members) are read
+ * through member.c. Memory: the names of the directories on the current path and their siblings,
+ * plus one table entry per multiply-linked file.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +52,9 @@ typedef struct frame {
 typedef struct link_slot {
   dev_t dev;
   ino_t ino;
-  char *path;
+  char *path; /* the name it was first met under, or the name it was included under */
   size_t len;
+  int included;
 } link_slot;
 
 typedef struct links {
@@ -93,6 +100,18 @@ static int links_add(links *L, dev_t d, ino_t i, const char *path, size_t len) {
   L->s[j].dev = d;
   L->s[j].ino = i;
   L->n++;
+  return 0;
+}
+
+/* The slot's name becomes path (the name the file was included under). */
+static int slot_rename(link_slot *ls, const char *path, size_t len) {
+  char *p = malloc(len + 1);
+  if (!p) return -1;
+  memcpy(p, path, len);
+  p[len] = 0;
+  free(ls->path);
+  ls->path = p;
+  ls->len = len;
   return 0;
 }
 
@@ -176,14 +195,149 @@ static lh_entry_type type_of_mode(mode_t m) {
   return LH_ENTRY_OTHER;
 }
 
+/* One of exclude_paths, by device and inode. */
+static int excluded_path(const lh_reader *r, const struct stat *sb) {
+  for (size_t i = 0; i < r->n_ex; i++)
+    if (r->ex_dev[i] == sb->st_dev && r->ex_ino[i] == sb->st_ino) return 1;
+  return 0;
+}
+
+/* The path of an open descriptor, through /proc. */
+static int fd_path(int fd, char *out, size_t n) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(proc, out, n - 1);
+  if (k <= 0) {
+    snprintf(out, n, "(unknown)");
+    return 0;
+  }
+  out[k] = 0;
+  return 1;
+}
+
+/* Collapse ".", ".." and repeated '/' of an absolute path in place (no file system access). */
+static void lexical_clean(char *p) {
+  char *out = p, *in = p;
+  while (*in) {
+    while (*in == '/') in++;
+    char *seg = in;
+    while (*in && *in != '/') in++;
+    size_t len = (size_t)(in - seg);
+    if (!len || (len == 1 && seg[0] == '.')) continue;
+    if (len == 2 && seg[0] == '.' && seg[1] == '.') {
+      while (out > p && *--out != '/') {}
+      continue;
+    }
+    *out++ = '/';
+    memmove(out, seg, len);
+    out += len;
+  }
+  if (out == p) *out++ = '/';
+  *out = 0;
+}
+
+/* Whether the symlink target, found in the directory open at dfd, points outside the documents
+ * root; detail then says where. Resolved through the file system as far as it exists (further
+ * links included), lexically past that. */
+static int outside_root(const lh_reader *r, int dfd, const char *target, char *detail, size_t n) {
+  char dir[PATH_MAX], cand[2 * PATH_MAX + 2], res[PATH_MAX];
+  if (target[0] == '/') snprintf(cand, sizeof cand, "%s", target);
+  else {
+    if (!fd_path(dfd, dir, sizeof dir)) return 0;
+    snprintf(cand, sizeof cand, "%s/%s", dir, target);
+  }
+  const char *where = realpath(cand, res);
+  if (!where) {
+    lexical_clean(cand);
+    where = cand;
+  }
+  if (lh_path_under(where, r->root, r->root_len)) return 0;
+  snprintf(detail, n, "points to '%s', outside the documents root '%s'; not followed", where, r->root);
+  return 1;
+}
+
 static lh_status record_errno(lh_reader *r, lh_meta *m, const char *what, int e) {
   char detail[256];
   snprintf(detail, sizeof detail, "%s: %s", what, strerror(e));
   return lh_reader_record(r, m, LH_ENTRY_ERROR, LH_REASON_UNREADABLE, m->size, -1, LH_EIO, detail);
 }
 
+/* The puller of a compressed file in a folder: its descriptor. */
+typedef struct fpull {
+  lh_reader *r;
+  int fd;
+  uint8_t *buf;
+  int err; /* errno of a failed read */
+} fpull;
+
+static long file_pull(void *ctx, const void **out) {
+  fpull *p = ctx;
+  for (;;) {
+    double t0 = lh_now();
+    ssize_t n = read(p->fd, p->buf, READ_BLOCK);
+    lh_reader_add_read_time(p->r, t0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      p->err = errno;
+      return -1;
+    }
+    *out = p->buf;
+    if (n && lh_reader_source_progress(p->r, p->r->st.source_bytes + n)) return -1;
+    return (long)n;
+  }
+}
+
+/* Read the open file fd, a compressed member, as a document. */
+static lh_status read_member_file(lh_reader *r, int fd, const lh_meta *m, uint8_t *buf) {
+  fpull fp = {r, fd, buf, 0};
+  lh_member *mb = NULL;
+  const char *filter = NULL;
+  char det[512];
+  lh_entry_reason why = LH_REASON_CORRUPT;
+  lh_status st = lh_member_open(r, file_pull, &fp, &mb, &filter, det, &why);
+  if (st == LH_ENOMEM) return lh_error_set(&r->err, st, "out of memory");
+  if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+  if (st) {
+    if (fp.err) snprintf(det, sizeof det, "read error: %s", strerror(fp.err));
+    return lh_reader_record(r, m, LH_ENTRY_ERROR, fp.err ? LH_REASON_UNREADABLE : why, m->size, -1,
+                            fp.err ? LH_EIO : st, det);
+  }
+  lh_meta dm = *m;
+  if (filter) {
+    dm.decompressed = filter;
+    dm.size = -1;
+  }
+  if ((st = lh_doc_begin(r, &dm))) goto out;
+  lh_status code = LH_OK;
+  for (;;) {
+    const void *p;
+    size_t n;
+    double t0 = lh_now();
+    code = lh_member_read(mb, &p, &n, det, &why);
+    lh_reader_add_read_time(r, t0);
+    if (lh_reader_cancelled(r)) {
+      st = lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
+      goto out;
+    }
+    if (code || !n) break;
+    int want = 1;
+    if ((st = lh_doc_data(r, p, n, &want))) goto out;
+    if (!want) break;
+  }
+  if (code && fp.err) {
+    snprintf(det, sizeof det, "read error: %s", strerror(fp.err));
+    why = LH_REASON_UNREADABLE;
+    code = LH_EIO;
+  }
+  st = lh_doc_end(r, code, why, code ? lh_member_in(mb) : -1, code ? det : NULL);
+out:
+  lh_member_close(mb);
+  return st;
+}
+
 /* Read the open regular file fd as a document. */
 static lh_status read_file(lh_reader *r, int fd, const lh_meta *m, uint8_t *buf) {
+  if (m->alt_path) return read_member_file(r, fd, m, buf); /* a compressed member (the caller's decision) */
   lh_status st = lh_doc_begin(r, m);
   if (st) return st;
   int64_t at = 0;
@@ -219,12 +373,29 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
     st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
     goto out;
   }
-  int root = open(in->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int root = open(lh_input_open_path(in), O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
   if (root < 0 || fstat(root, &sb) != 0) {
     int e = errno;
     if (root >= 0) close(root);
     st = record_errno(r, &im, "cannot open the folder", e);
+    goto out;
+  }
+  if (r->root) {
+    /* the folder as opened, not as named: a symlink swapped in since it was added counts */
+    char real[PATH_MAX];
+    if (!fd_path(root, real, sizeof real) || !lh_path_under(real, r->root, r->root_len)) {
+      char detail[2 * PATH_MAX + 96];
+      snprintf(detail, sizeof detail, "the folder resolves to '%s', outside the documents root '%s'", real, r->root);
+      close(root);
+      st = lh_reader_record(r, &im, LH_ENTRY_ERROR, LH_REASON_OUTSIDE_ROOT, -1, -1, LH_EINVAL, detail);
+      goto out;
+    }
+  }
+  if (excluded_path(r, &sb)) {
+    close(root);
+    st = lh_reader_record(r, &im, LH_ENTRY_SKIPPED, LH_REASON_EXCLUDED, -1, -1, LH_OK,
+                          "the folder is one of the paths left out of folder walks (exclude_paths)");
     goto out;
   }
   stack[0] = (frame){.fd = root, .dev = sb.st_dev, .ino = sb.st_ino};
@@ -261,6 +432,13 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       }
       m.path = path.data;
       m.path_len = path.len;
+    }
+    if (excluded_path(r, &sb)) {
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_EXCLUDED, -1, -1, LH_OK,
+                            "one of the paths left out of folder walks (exclude_paths); not read");
+      continue;
+    }
+    if (m.type == LH_ENTRY_DIR) {
       lh_entry_reason why = lh_reader_predecide(r, &m);
       if (why != LH_REASON_DIRECTORY) {
         st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, -1, -1, LH_OK, NULL);
@@ -310,27 +488,44 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
         m.link = target.data;
         m.link_len = target.len;
       }
+      lh_entry_reason why = lh_reader_predecide(r, &m);
+      char detail[PATH_MAX + 128];
+      if (why == LH_REASON_LINK && n >= 0 && r->root && outside_root(r, f->fd, target.data, detail, sizeof detail)) {
+        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, LH_REASON_OUTSIDE_ROOT, -1, -1, LH_OK, detail);
+        continue;
+      }
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, -1, -1, LH_OK, NULL);
+      continue;
     }
     if (m.type != LH_ENTRY_FILE) {
       st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), -1, -1, LH_OK, NULL);
       continue;
     }
     m.size = (int64_t)sb.st_size;
+    size_t sfx = r->p->decompress_members ? lh_member_suffix(m.path, m.path_len) : 0;
+    if (sfx) m.alt_path = m.path, m.alt_len = m.path_len - sfx;
+    /* A file of several names is read under the first name met that is a document; the names
+     * after that one are recorded as links to it. */
+    link_slot *ls = NULL;
     if (sb.st_nlink > 1) {
-      link_slot *ls = links_find(&L, sb.st_dev, sb.st_ino);
+      ls = links_find(&L, sb.st_dev, sb.st_ino);
       if (ls) {
         m.type = LH_ENTRY_HARDLINK;
         m.link = ls->path;
         m.link_len = ls->len;
-        st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), m.size, -1, LH_OK, NULL);
-        continue;
-      }
-      if (links_add(&L, sb.st_dev, sb.st_ino, path.data, path.len)) {
+        if (ls->included) {
+          st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, lh_reader_predecide(r, &m), m.size, -1, LH_OK, NULL);
+          continue;
+        }
+      } else if (links_add(&L, sb.st_dev, sb.st_ino, path.data, path.len) ||
+                 !(ls = links_find(&L, sb.st_dev, sb.st_ino))) {
         st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
         break;
       }
     }
-    lh_entry_reason why = lh_reader_predecide(r, &m);
+    lh_meta fm = m;
+    fm.type = LH_ENTRY_FILE; /* a later name of a file not read yet is decided as a file */
+    lh_entry_reason why = lh_reader_predecide(r, &fm);
     if (why) {
       st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, m.size, -1, LH_OK, NULL);
       continue;
@@ -343,8 +538,13 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
       st = record_errno(r, &m, fd < 0 ? "cannot open" : "changed while it was read", err);
       continue;
     }
+    r->last_included = 0;
     st = read_file(r, fd, &m, buf);
     close(fd);
+    if (!st && ls && r->last_included) {
+      ls->included = 1;
+      if (slot_rename(ls, path.data, path.len)) st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    }
   }
 out:
   for (size_t k = 0; k < depth; k++) frame_free(&stack[k]);

@@ -212,8 +212,14 @@ static lh_status make_entry(lh_reader *r, lh_ientry *ie, const char *path, size_
   return LH_OK;
 }
 
+/* A glob set against an entry's name, or its other name (a compressed member's without suffix). */
+static int match_names(const lh_globset *gs, const lh_meta *m, int any_prefix) {
+  return lh_globset_match(gs, m->path, m->path_len, any_prefix) ||
+         (m->alt_path && lh_globset_match(gs, m->alt_path, m->alt_len, any_prefix));
+}
+
 lh_entry_reason lh_reader_predecide_static(lh_reader *r, const lh_meta *m) {
-  if (lh_globset_match(r->exclude, m->path, m->path_len, 1)) return LH_REASON_EXCLUDED;
+  if (match_names(r->exclude, m, 1)) return LH_REASON_EXCLUDED;
   switch (m->type) {
     case LH_ENTRY_FILE: break;
     case LH_ENTRY_DIR: return LH_REASON_DIRECTORY;
@@ -222,7 +228,7 @@ lh_entry_reason lh_reader_predecide_static(lh_reader *r, const lh_meta *m) {
     default: return LH_REASON_SPECIAL;
   }
   if (m->encrypted) return LH_REASON_ENCRYPTED;
-  if (r->include->n && !lh_globset_match(r->include, m->path, m->path_len, 0)) return LH_REASON_NOT_INCLUDED;
+  if (r->include->n && !match_names(r->include, m, 0)) return LH_REASON_NOT_INCLUDED;
   if (m->size >= 0 && m->size > r->p->max_file_bytes) return LH_REASON_TOO_LARGE;
   return LH_REASON_NONE;
 }
@@ -265,6 +271,8 @@ lh_status lh_doc_begin(lh_reader *r, const lh_meta *m) {
   r->doc.link = m->link ? dup_bytes(m->link, m->link_len) : NULL;
   if (!r->doc.path || (m->link && !r->doc.link)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
   r->doc.active = 1;
+  r->doc.decompressed = m->decompressed;
+  r->doc.key = lh_key_of(m->path, m->path_len); /* hard links name their targets as stored */
   r->doc.path_len = m->path_len;
   r->doc.link_len = m->link_len;
   r->doc.type = m->type;
@@ -370,6 +378,7 @@ lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t 
   if (!r->doc.decided && (s = decide(r, 1))) return s;
   char msg[256];
   lh_ientry ie;
+  r->last_included = 0;
   if (r->doc.binary) {
     if (!detail || !detail[0]) {
       if (r->doc.nul_at >= 0) snprintf(msg, sizeof msg, "NUL byte at offset %" PRId64, r->doc.nul_at);
@@ -414,8 +423,14 @@ lh_status lh_doc_end(lh_reader *r, lh_status code, lh_entry_reason why, int64_t 
     r->st.document_bytes += r->doc.accepted;
     r->st.invalid_utf8 += r->doc.invalid;
     r->doc_index++;
+    r->last_included = ie.e.status != LH_ENTRY_ERROR;
+    if (r->last_included && lh_keyset_add(&r->included, r->doc.key)) {
+      free(ie.own);
+      return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+    }
   }
   ie.e.type = r->doc.type;
+  ie.e.decompressed = r->doc.decompressed;
   ie.e.error_offset = code ? err_off : -1;
   lh_reader_doc_free(r);
   return lh_reader_entry(r, &ie, code);

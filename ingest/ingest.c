@@ -1,26 +1,27 @@
-/* ingest.c — the lh_ingest handle: inputs, the reader thread, the chunk queue and the pull loop.
+/* ingest.c — the lh_ingest handle: inputs, the reader thread, the parcel queue and the pull loop.
  *
  * Two threads and one queue. The reader thread (reader_main) walks the inputs through the
  * sources (archive.c, archive_walk.c), which frame documents (frame.c) into the reader's current
- * chunk: framed text, span marks (text offsets whose token index the consumer must find) and
- * finished entries. A full chunk goes onto the queue; the caller's thread pops it in
+ * parcel: framed text, span marks (text offsets whose token index the consumer must find) and
+ * finished entries. A full parcel goes onto the queue; the caller's thread pops it in
  * lh_ingest_next, tokenizes its text (when a tokenizer was given), turns marks into token
  * indices, and returns the entries whose spans are final.
  *
  * States (checked at every public entry):
  *
- *     ADDING --lh_ingest_next (starts the reader)--> STREAMING --last chunk, ok--> DONE
- *                                                        \--last chunk, failed--> FAILED
+ *     ADDING --lh_ingest_next (starts the reader)--> STREAMING --last parcel, ok--> DONE
+ *                                                        \--last parcel, failed--> FAILED
  *
- * Invariants: chunks reach the consumer in the order the reader filled them, so text offsets,
- * mark ids and entries are all increasing; at most MAX_CHUNKS chunks exist, which bounds memory
- * and makes the reader wait for a slow consumer; the reader always pushes exactly one chunk
+ * Invariants: parcels reach the consumer in the order the reader filled them, so text offsets,
+ * mark ids and entries are all increasing; at most MAX_PARCELS parcels exist, which bounds memory
+ * and makes the reader wait for a slow consumer; the reader always pushes exactly one parcel
  * marked last (even when cancelled), and lh_ingest_close always joins the reader. The consumer
  * never touches the reader's state except through the queue and the published stats, both under
  * the mutex. Library code: nothing here prints or exits.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <locale.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,8 +33,8 @@
 #include "ingest/ingest_internal.h"
 #include "util/fs.h"
 
-#define MAX_CHUNKS 6
-#define MAX_CHUNK_ENTRIES 4096
+#define MAX_PARCELS 6
+#define MAX_PARCEL_ENTRIES 4096
 
 typedef enum { ST_ADDING, ST_STREAMING, ST_DONE, ST_FAILED } ing_state;
 
@@ -41,6 +42,8 @@ struct lh_ingest {
   lh_ingest_params p;
   char *template_copy;
   char **globs; /* include then exclude copies */
+  char **ex_paths; /* exclude_paths copies */
+  char *root;      /* realpath of confine_root, NULL when none */
   lh_tmpl tmpl;
   lh_globset include, exclude;
   lh_input *inputs;
@@ -55,14 +58,16 @@ struct lh_ingest {
   int thread_started;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  lh_chunk *q_head, *q_tail, *free_chunks;
+  lh_parcel *q_head, *q_tail, *free_parcels;
   int n_alloc;
   int cancel;
   lh_reader r;
   lh_reader_stats pub; /* the reader's counters as last published, under mu */
+  lh_buf notes;        /* lines about inputs without text (the reader appends, under mu) */
+  size_t n_notes;
   double t_start, t_end;
 
-  lh_chunk *held; /* the chunk the last batch's text points into */
+  lh_parcel *held; /* the parcel the last batch's text points into */
   lh_ientry *ready;
   size_t n_ready, cap_ready;
   lh_ingest_entry *bents;
@@ -94,12 +99,73 @@ lh_ingest_params lh_ingest_default_params(void) {
   p.sort_memory = 256ll << 20;
   p.on_error = LH_INGEST_ON_ERROR_FAIL;
   p.batch_bytes = 1 << 20;
+  p.decompress_members = 1;
   return p;
 }
 
-/* ---- chunks ---- */
+/* ---- key sets ---- */
 
-static void chunk_reset(lh_chunk *c) {
+uint64_t lh_key_of(const void *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix */
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  h ^= h >> 31;
+  h *= 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return h ? h : 1;
+}
+
+static size_t key_slot(uint64_t k, size_t cap) { return (size_t)(k ^ (k >> 32)) & (cap - 1); }
+
+int lh_keyset_has(const lh_keyset *s, uint64_t key) {
+  if (!s->cap) return 0;
+  for (size_t i = key_slot(key, s->cap);; i = (i + 1) & (s->cap - 1)) {
+    if (!s->k[i]) return 0;
+    if (s->k[i] == key) return 1;
+  }
+}
+
+int lh_keyset_add(lh_keyset *s, uint64_t key) {
+  if (lh_keyset_has(s, key)) return 0;
+  if (2 * (s->n + 1) > s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    uint64_t *nk = calloc(cap, sizeof *nk);
+    if (!nk) return -1;
+    for (size_t i = 0; i < s->cap; i++) {
+      if (!s->k[i]) continue;
+      size_t j = key_slot(s->k[i], cap);
+      while (nk[j]) j = (j + 1) & (cap - 1);
+      nk[j] = s->k[i];
+    }
+    free(s->k);
+    s->k = nk;
+    s->cap = cap;
+  }
+  size_t j = key_slot(key, s->cap);
+  while (s->k[j]) j = (j + 1) & (s->cap - 1);
+  s->k[j] = key;
+  s->n++;
+  return 0;
+}
+
+void lh_keyset_clear(lh_keyset *s) {
+  if (s->k) memset(s->k, 0, s->cap * sizeof *s->k);
+  s->n = 0;
+}
+
+void lh_keyset_free(lh_keyset *s) {
+  free(s->k);
+  memset(s, 0, sizeof *s);
+}
+
+int lh_path_under(const char *path, const char *root, size_t root_len) {
+  if (root_len == 1 && root[0] == '/') return path[0] == '/';
+  return !strncmp(path, root, root_len) && (path[root_len] == 0 || path[root_len] == '/');
+}
+
+/* ---- parcels ---- */
+
+static void parcel_reset(lh_parcel *c) {
   for (size_t i = 0; i < c->n_ents; i++) free(c->ents[i].own);
   c->n_ents = 0;
   c->n_marks = 0;
@@ -110,25 +176,26 @@ static void chunk_reset(lh_chunk *c) {
   c->next = NULL;
 }
 
-static void chunk_free(lh_chunk *c) {
+static void parcel_free(lh_parcel *c) {
   if (!c) return;
-  chunk_reset(c);
+  parcel_reset(c);
   lh_buf_free(&c->text);
+  lh_buf_free(&c->open_doc);
   free(c->marks);
   free(c->ents);
   free(c);
 }
 
-/* Reader side: a fresh chunk, waiting while MAX_CHUNKS are in use. NULL when cancelled or out of
+/* Reader side: a fresh parcel, waiting while MAX_PARCELS are in use. NULL when cancelled or out of
  * memory. */
-static lh_chunk *chunk_get(lh_ingest *ing) {
+static lh_parcel *parcel_get(lh_ingest *ing) {
   pthread_mutex_lock(&ing->mu);
-  while (!ing->cancel && !ing->free_chunks && ing->n_alloc >= MAX_CHUNKS) pthread_cond_wait(&ing->cv, &ing->mu);
-  lh_chunk *c = NULL;
+  while (!ing->cancel && !ing->free_parcels && ing->n_alloc >= MAX_PARCELS) pthread_cond_wait(&ing->cv, &ing->mu);
+  lh_parcel *c = NULL;
   if (!ing->cancel) {
-    if (ing->free_chunks) {
-      c = ing->free_chunks;
-      ing->free_chunks = c->next;
+    if (ing->free_parcels) {
+      c = ing->free_parcels;
+      ing->free_parcels = c->next;
       c->next = NULL;
     } else if ((c = calloc(1, sizeof *c))) {
       ing->n_alloc++;
@@ -138,20 +205,22 @@ static lh_chunk *chunk_get(lh_ingest *ing) {
   return c;
 }
 
-static void chunk_recycle(lh_ingest *ing, lh_chunk *c) {
+static void parcel_recycle(lh_ingest *ing, lh_parcel *c) {
   if (!c) return;
-  chunk_reset(c);
+  parcel_reset(c);
   pthread_mutex_lock(&ing->mu);
-  c->next = ing->free_chunks;
-  ing->free_chunks = c;
+  c->next = ing->free_parcels;
+  ing->free_parcels = c;
   pthread_cond_broadcast(&ing->cv);
   pthread_mutex_unlock(&ing->mu);
 }
 
-static void chunk_push(lh_ingest *ing, lh_chunk *c) {
+static void parcel_push(lh_ingest *ing, lh_parcel *c) {
   /* Only the document being read can still send an entry that points back at an older mark. */
   lh_reader *r = &ing->r;
   c->live_mark = r->doc.active && r->doc.mark_start >= 0 ? r->doc.mark_start : r->mark_next;
+  c->open_doc.len = 0;
+  if (r->doc.active && r->doc.path) lh_buf_append(&c->open_doc, r->doc.path, r->doc.path_len);
   pthread_mutex_lock(&ing->mu);
   c->next = NULL;
   if (ing->q_tail) ing->q_tail->next = c;
@@ -162,10 +231,10 @@ static void chunk_push(lh_ingest *ing, lh_chunk *c) {
   pthread_mutex_unlock(&ing->mu);
 }
 
-static lh_chunk *chunk_pop(lh_ingest *ing) {
+static lh_parcel *parcel_pop(lh_ingest *ing) {
   pthread_mutex_lock(&ing->mu);
   while (!ing->q_head) pthread_cond_wait(&ing->cv, &ing->mu);
-  lh_chunk *c = ing->q_head;
+  lh_parcel *c = ing->q_head;
   ing->q_head = c->next;
   if (!ing->q_head) ing->q_tail = NULL;
   c->next = NULL;
@@ -175,7 +244,7 @@ static lh_chunk *chunk_pop(lh_ingest *ing) {
 
 /* ---- reader-side emission (declared in ingest_internal.h) ---- */
 
-static void chunk_start(lh_reader *r) {
+static void parcel_start(lh_reader *r) {
   r->cur->text_base = r->text_pos;
   r->cur->mark_base = r->mark_next;
 }
@@ -183,14 +252,14 @@ static void chunk_start(lh_reader *r) {
 static lh_status flush(lh_reader *r) {
   lh_ingest *ing = r->ing;
   if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
-  lh_chunk *next = chunk_get(ing);
+  lh_parcel *next = parcel_get(ing);
   if (!next) {
     if (lh_reader_cancelled(r)) return lh_error_set(&r->err, LH_EINTR, "ingest cancelled");
-    return lh_error_set(&r->err, LH_ENOMEM, "out of memory for an ingest chunk");
+    return lh_error_set(&r->err, LH_ENOMEM, "out of memory for an ingest parcel");
   }
-  chunk_push(ing, r->cur);
+  parcel_push(ing, r->cur);
   r->cur = next;
-  chunk_start(r);
+  parcel_start(r);
   return LH_OK;
 }
 
@@ -221,7 +290,7 @@ lh_status lh_reader_text_done(lh_reader *r, size_t old_len) {
 }
 
 lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
-  do { /* in pieces that fill the current chunk, so batches stay about batch_bytes */
+  do { /* in pieces that fill the current parcel, so batches stay about batch_bytes */
     size_t room = r->cur->text.len < r->p->batch_bytes ? r->p->batch_bytes - r->cur->text.len : 1;
     size_t k = n < room ? n : room, old = r->cur->text.len;
     if (lh_buf_append(&r->cur->text, p, k)) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
@@ -233,7 +302,7 @@ lh_status lh_reader_text(lh_reader *r, const char *p, size_t n) {
 }
 
 lh_status lh_reader_mark(lh_reader *r, int64_t *id) {
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   if (c->n_marks == c->cap_marks) {
     size_t cap = c->cap_marks ? 2 * c->cap_marks : 256;
     uint64_t *m = realloc(c->marks, cap * sizeof *m);
@@ -247,7 +316,7 @@ lh_status lh_reader_mark(lh_reader *r, int64_t *id) {
 }
 
 lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   ie->e.input = r->input;
   if (c->n_ents == c->cap_ents) {
     size_t cap = c->cap_ents ? 2 * c->cap_ents : 64;
@@ -263,6 +332,8 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
   r->st.entries++;
   r->st.by_status[ie->e.status]++;
   r->st.by_reason[ie->e.reason]++;
+  if (ie->e.status == LH_ENTRY_SKIPPED) r->st.skipped_by_reason[ie->e.reason]++;
+  if (ie->e.status == LH_ENTRY_ERROR) r->st.errors_by_reason[ie->e.reason]++;
   if (code != LH_OK && r->p->on_error == LH_INGEST_ON_ERROR_FAIL) {
     /* The message reaches terminals: names (and details quoting names) are shown escaped. */
     lh_buf in = {0}, name = {0}, det = {0};
@@ -280,13 +351,89 @@ lh_status lh_reader_entry(lh_reader *r, lh_ientry *ie, lh_status code) {
     lh_buf_free(&det);
     return code;
   }
-  if (c->n_ents >= MAX_CHUNK_ENTRIES) return flush(r);
+  if (c->n_ents >= MAX_PARCEL_ENTRIES) return flush(r);
   return LH_OK;
+}
+
+/* Counts per reason as "binary 3, excluded 2" (reasons in enum order). */
+static void reason_counts(lh_buf *out, const int64_t *by) {
+  int any = 0;
+  for (int k = 0; k < LH_REASON_COUNT; k++)
+    if (by[k]) {
+      lh_buf_printf(out, "%s%s %lld", any ? ", " : "", lh_entry_reason_name((lh_entry_reason)k), (long long)by[k]);
+      any = 1;
+    }
+}
+
+/* After an input: when it gave no document content, say why in a note. b is the reader's
+ * counters before the input. */
+static void note_input(lh_ingest *ing, const lh_reader_stats *b) {
+  lh_reader *r = &ing->r;
+  const lh_reader_stats *a = &r->st;
+  int64_t entries = a->entries - b->entries;
+  int64_t docs = a->by_status[LH_ENTRY_OK] + a->by_status[LH_ENTRY_PARTIAL] - b->by_status[LH_ENTRY_OK] -
+                 b->by_status[LH_ENTRY_PARTIAL];
+  int64_t bytes = a->document_bytes - b->document_bytes;
+  if (docs > 0 && bytes > 0) return;
+  lh_buf line = {0};
+  lh_ingest_display_name(r->in->name, strlen(r->in->name), 200, &line);
+  lh_buf_append_str(&line, ": no text: ");
+  r->st.inputs_without_text++;
+  if (r->no_entries[0]) {
+    r->st.inputs_without_entries++;
+    lh_buf_append_str(&line, r->no_entries);
+  } else if (entries == 0) {
+    lh_buf_append_str(&line, r->in->kind == LH_IN_DIR ? "the folder is empty" : "no entries");
+  } else if (docs == 0) {
+    int64_t sk[LH_REASON_COUNT], er[LH_REASON_COUNT];
+    for (int k = 0; k < LH_REASON_COUNT; k++) {
+      sk[k] = a->skipped_by_reason[k] - b->skipped_by_reason[k];
+      er[k] = a->errors_by_reason[k] - b->errors_by_reason[k];
+    }
+    lh_buf_printf(&line, "%lld entr%s, none a document (skipped: ", (long long)entries, entries == 1 ? "y" : "ies");
+    reason_counts(&line, sk);
+    int64_t ne = 0;
+    for (int k = 0; k < LH_REASON_COUNT; k++) ne += er[k];
+    if (ne) {
+      lh_buf_append_str(&line, "; errors: ");
+      reason_counts(&line, er);
+    }
+    lh_buf_append_str(&line, ")");
+  } else {
+    lh_buf_printf(&line, "%lld document%s, all empty", (long long)docs, docs == 1 ? "" : "s");
+  }
+  lh_buf_append(&line, "\n", 1);
+  pthread_mutex_lock(&ing->mu);
+  lh_buf_append(&ing->notes, line.data, line.len);
+  ing->n_notes++;
+  pthread_mutex_unlock(&ing->mu);
+  lh_buf_free(&line);
+}
+
+/* exclude_paths as device and inode, and confine_root as the reader sees them when it starts. */
+static void resolve_walk_limits(lh_ingest *ing) {
+  lh_reader *r = &ing->r;
+  size_t n = ing->p.n_exclude_paths;
+  r->n_ex = 0;
+  if (n) {
+    r->ex_dev = calloc(n, sizeof *r->ex_dev);
+    r->ex_ino = calloc(n, sizeof *r->ex_ino);
+    if (r->ex_dev && r->ex_ino)
+      for (size_t i = 0; i < n; i++) {
+        struct stat sb;
+        if (stat(ing->ex_paths[i], &sb) != 0) continue;
+        r->ex_dev[r->n_ex] = sb.st_dev;
+        r->ex_ino[r->n_ex++] = sb.st_ino;
+      }
+  }
+  r->root = ing->root;
+  r->root_len = ing->root ? strlen(ing->root) : 0;
 }
 
 static void *reader_main(void *arg) {
   lh_ingest *ing = arg;
   lh_reader *r = &ing->r;
+  resolve_walk_limits(ing);
   /* Formats that store names as UTF-16 (7z, Joliet, some zip) are converted by libarchive through
    * the thread's locale; make that UTF-8 for this thread only, whatever the program set. */
   locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
@@ -296,16 +443,20 @@ static void *reader_main(void *arg) {
   for (size_t i = 0; i < ing->n_inputs && st == LH_OK; i++) {
     r->input = (int)i;
     r->in = &ing->inputs[i];
+    r->no_entries[0] = 0;
+    lh_keyset_clear(&r->included);
+    lh_reader_stats before = r->st;
     st = r->in->kind == LH_IN_DIR ? lh_source_folder(r, r->in) : lh_source_archive(r, r->in);
     lh_reader_doc_free(r);
+    if (st != LH_EINTR) note_input(ing, &before);
     r->st.inputs_done++;
   }
-  lh_chunk *c = r->cur;
+  lh_parcel *c = r->cur;
   r->cur = NULL;
   c->last = 1;
   c->status = st;
   if (st) snprintf(c->msg, sizeof c->msg, "%s", r->err.msg);
-  chunk_push(ing, c);
+  parcel_push(ing, c);
   if (loc) {
     uselocale(LC_GLOBAL_LOCALE);
     freelocale(loc);
@@ -340,6 +491,11 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
     return lh_error_set(err, LH_EINVAL, "ingest: sort_memory must be positive");
   if (p->tokenizer_threads < 0 || p->tokenizer_threads > 64)
     return lh_error_set(err, LH_EINVAL, "ingest: tokenizer_threads must be within [0, 64] (0: automatic)");
+  if (p->max_tokens < 0) return lh_error_set(err, LH_EINVAL, "ingest: max_tokens must not be negative (0: no limit)");
+  if (p->max_tokens > 0 && !p->tokenizer)
+    return lh_error_set(err, LH_EINVAL, "ingest: max_tokens needs a tokenizer to count tokens with");
+  if (p->n_exclude_paths && !p->exclude_paths)
+    return lh_error_set(err, LH_EINVAL, "ingest: n_exclude_paths is %zu but exclude_paths is NULL", p->n_exclude_paths);
 
   lh_ingest *ing = calloc(1, sizeof *ing);
   if (!ing) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -365,6 +521,39 @@ lh_status lh_ingest_open(const lh_ingest_params *p, lh_ingest **out, lh_error *e
   }
   ing->p.include = (const char *const *)ing->globs;
   ing->p.exclude = (const char *const *)ing->globs + p->n_include;
+  if (p->n_exclude_paths) {
+    ing->ex_paths = calloc(p->n_exclude_paths, sizeof *ing->ex_paths);
+    if (!ing->ex_paths) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      goto fail;
+    }
+    for (size_t i = 0; i < p->n_exclude_paths; i++) {
+      const char *x = p->exclude_paths[i];
+      if (!x || !*x) {
+        st = lh_error_set(err, LH_EINVAL, "ingest: exclude_paths[%zu] is empty", i);
+        goto fail;
+      }
+      if (!(ing->ex_paths[i] = xstrdup(x))) {
+        st = lh_error_set(err, LH_ENOMEM, "out of memory");
+        goto fail;
+      }
+    }
+    ing->p.exclude_paths = (const char *const *)ing->ex_paths;
+  }
+  if (p->confine_root) {
+    struct stat sb;
+    if (!*p->confine_root || !(ing->root = realpath(p->confine_root, NULL))) {
+      st = lh_error_set(err, LH_ENOTFOUND, "ingest: the documents root '%s' (confine_root): %s", p->confine_root,
+                        *p->confine_root ? strerror(errno) : "empty path");
+      goto fail;
+    }
+    if (stat(ing->root, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      st = lh_error_set(err, LH_EINVAL, "ingest: the documents root '%s' (confine_root) is not a folder",
+                        p->confine_root);
+      goto fail;
+    }
+    ing->p.confine_root = ing->root;
+  }
   if ((st = lh_tmpl_parse(ing->template_copy, &ing->tmpl, err))) goto fail;
   if ((st = lh_globset_init(&ing->include, ing->p.include, p->n_include, err))) goto fail;
   if ((st = lh_globset_init(&ing->exclude, ing->p.exclude, p->n_exclude, err))) goto fail;
@@ -395,18 +584,18 @@ void lh_ingest_close(lh_ingest *ing) {
     pthread_mutex_unlock(&ing->mu);
     pthread_join(ing->thread, NULL);
   }
-  chunk_free(ing->held);
+  parcel_free(ing->held);
   while (ing->q_head) {
-    lh_chunk *c = ing->q_head;
+    lh_parcel *c = ing->q_head;
     ing->q_head = c->next;
-    chunk_free(c);
+    parcel_free(c);
   }
-  while (ing->free_chunks) {
-    lh_chunk *c = ing->free_chunks;
-    ing->free_chunks = c->next;
-    chunk_free(c);
+  while (ing->free_parcels) {
+    lh_parcel *c = ing->free_parcels;
+    ing->free_parcels = c->next;
+    parcel_free(c);
   }
-  chunk_free(ing->r.cur);
+  parcel_free(ing->r.cur);
   lh_reader_doc_free(&ing->r);
   lh_buf_free(&ing->r.doc.sniff);
   lh_buf_free(&ing->r.scratch);
@@ -415,8 +604,19 @@ void lh_ingest_close(lh_ingest *ing) {
   free(ing->bents);
   lh_tokside_close(ing->tok);
   lh_i32vec_free(&ing->ids);
-  for (size_t i = 0; i < ing->n_inputs; i++) free(ing->inputs[i].name);
+  for (size_t i = 0; i < ing->n_inputs; i++) {
+    free(ing->inputs[i].name);
+    free(ing->inputs[i].open_path);
+  }
   free(ing->inputs);
+  if (ing->ex_paths)
+    for (size_t i = 0; i < ing->p.n_exclude_paths; i++) free(ing->ex_paths[i]);
+  free(ing->ex_paths);
+  free(ing->root);
+  free(ing->r.ex_dev);
+  free(ing->r.ex_ino);
+  lh_keyset_free(&ing->r.included);
+  lh_buf_free(&ing->notes);
   if (ing->globs)
     for (size_t i = 0; i < ing->p.n_include + ing->p.n_exclude; i++) free(ing->globs[i]);
   free(ing->globs);
@@ -432,6 +632,7 @@ void lh_ingest_close(lh_ingest *ing) {
 static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
   if (ing->state != ST_ADDING) {
     free(in.name);
+    free(in.open_path);
     return lh_error_set(err, LH_EINVAL, "ingest: inputs must be added before the first lh_ingest_next");
   }
   if (ing->n_inputs == ing->cap_inputs) {
@@ -439,6 +640,7 @@ static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
     lh_input *m = realloc(ing->inputs, cap * sizeof *m);
     if (!m) {
       free(in.name);
+      free(in.open_path);
       return lh_error_set(err, LH_ENOMEM, "out of memory");
     }
     ing->inputs = m;
@@ -451,7 +653,14 @@ static lh_status add_input(lh_ingest *ing, lh_input in, lh_error *err) {
 }
 
 lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
+  return lh_ingest_add_path_as(ing, path, path, err);
+}
+
+lh_status lh_ingest_add_path_as(lh_ingest *ing, const char *path, const char *name, lh_error *err) {
   if (!path || !*path) return lh_error_set(err, LH_EINVAL, "ingest: empty input path");
+  if (!name || !*name) name = path;
+  if (!strcmp(path, "-") != !strcmp(name, "-"))
+    return lh_error_set(err, LH_EINVAL, "ingest: '-' (stdin) must be both the path and the name, or neither");
   lh_input in = {0};
   in.size = -1;
   if (!strcmp(path, "-")) {
@@ -459,15 +668,33 @@ lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err) {
     ing->has_stdin = 1;
     in.kind = LH_IN_STDIN;
   } else {
+    /* stat, never open: opening a FIFO waits for a writer, a device may never end */
     struct stat sb;
     if (stat(path, &sb) != 0)
-      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
+      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", name,
                           strerror(errno));
     if (S_ISDIR(sb.st_mode)) in.kind = LH_IN_DIR;
     else if (S_ISREG(sb.st_mode)) in.kind = LH_IN_FILE, in.size = (int64_t)sb.st_size;
-    else in.kind = LH_IN_STREAM;
+    else
+      return lh_error_set(err, LH_EINVAL,
+                          "%s: is %s, not a regular file or folder: it is not read (it could wait forever or never "
+                          "end); to stream data, pipe it to standard input and name the input '-'",
+                          name, lh_file_kind(sb.st_mode));
+    if (ing->root) {
+      char *real = realpath(path, NULL);
+      int under = real && lh_path_under(real, ing->root, strlen(ing->root));
+      lh_status st = LH_OK;
+      if (!under)
+        st = lh_error_set(err, LH_EINVAL, "%s: resolves to '%s', outside the documents root '%s' (confine_root)", name,
+                          real ? real : strerror(errno), ing->root);
+      free(real);
+      if (st) return st;
+    }
   }
-  if (!(in.name = xstrdup(path))) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (!(in.name = xstrdup(name)) || (strcmp(name, path) && !(in.open_path = xstrdup(path)))) {
+    free(in.name);
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
+  }
   return add_input(ing, in, err);
 }
 
@@ -502,11 +729,56 @@ static lh_status ready_cb(void *ctx, lh_ientry *ie) {
   return st;
 }
 
+const char *lh_file_kind(unsigned mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISREG(mode)) return "a regular file";
+  return "of an unknown file type";
+}
+
+/* The name of the entry in which the framed text's byte `off` lies: a finished entry of this
+ * batch or of the tokenizer's waiting list, else the document the reader had open. */
+static void entry_at(lh_ingest *ing, const lh_parcel *c, uint64_t off, lh_buf *name) {
+  for (size_t i = 0; i < ing->n_ready; i++) {
+    const lh_ingest_entry *e = &ing->ready[i].e;
+    if (e->text_start <= off && off < e->text_end) {
+      lh_ingest_display_name(e->path, e->path_len, 200, name);
+      return;
+    }
+  }
+  const lh_ingest_entry *e = lh_tokside_entry_at(ing->tok, off);
+  if (e) lh_ingest_display_name(e->path, e->path_len, 200, name);
+  else if (c->open_doc.len) lh_ingest_display_name(c->open_doc.data, c->open_doc.len, 200, name);
+  else lh_buf_append_str(name, "(between documents)");
+}
+
+/* With max_tokens: fail once the tokens pass it, naming where. */
+static lh_status check_max_tokens(lh_ingest *ing, const lh_parcel *c, int64_t before, lh_error *err) {
+  int64_t max = ing->p.max_tokens;
+  if (max <= 0 || ing->tokens_total <= max) return LH_OK;
+  int64_t over = max - before; /* index, in this call's ids, of token max + 1 */
+  if (over < 0) over = 0;
+  uint64_t off = (uint64_t)lh_tokside_offset(ing->tok, (size_t)over);
+  lh_buf name = {0};
+  entry_at(ing, c, off, &name);
+  lh_status st = lh_error_set(err, LH_ELIMIT,
+                              "entry '%s': the documents pass the limit of %lld tokens at byte %llu of the framed "
+                              "text (%lld tokens so far)",
+                              name.data ? name.data : "", (long long)max, (unsigned long long)off,
+                              (long long)ing->tokens_total);
+  lh_buf_free(&name);
+  return st;
+}
+
 lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
   memset(b, 0, sizeof *b);
   b->text = "";
   if (ing->held) {
-    chunk_recycle(ing, ing->held);
+    parcel_recycle(ing, ing->held);
     ing->held = NULL;
   }
   for (size_t i = 0; i < ing->n_ready; i++) free(ing->ready[i].own);
@@ -522,7 +794,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->r.cur = calloc(1, sizeof *ing->r.cur);
     if (!ing->r.cur) return lh_error_set(err, LH_ENOMEM, "out of memory");
     ing->n_alloc = 1;
-    chunk_start(&ing->r);
+    parcel_start(&ing->r);
     if (pthread_create(&ing->thread, NULL, reader_main, ing) != 0) {
       ing->state = ST_FAILED;
       ing->fail_status = LH_EIO;
@@ -532,7 +804,7 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->thread_started = 1;
     ing->state = ST_STREAMING;
   }
-  lh_chunk *c = chunk_pop(ing);
+  lh_parcel *c = parcel_pop(ing);
   ing->held = c;
   b->text = c->text.data ? c->text.data : "";
   b->text_len = c->text.len;
@@ -541,12 +813,14 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *b, lh_error *err) {
     ing->ids.len = 0;
     double secs = 0;
     lh_error terr = {0};
-    lh_status st = lh_tokside_chunk(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
+    int64_t before = ing->tokens_total;
+    lh_status st = lh_tokside_parcel(ing->tok, c, &ing->ids, ready_cb, ing, &secs, &terr);
     pthread_mutex_lock(&ing->mu);
     ing->tokenize_seconds += secs;
     ing->tokenize_cpu = lh_tokside_cpu_seconds(ing->tok);
     ing->tokens_total = lh_tokside_total(ing->tok);
     pthread_mutex_unlock(&ing->mu);
+    if (!st) st = check_max_tokens(ing, c, before, &terr);
     if (st) {
       ing->state = ST_FAILED;
       ing->fail_status = st;
@@ -602,6 +876,7 @@ void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
   out->tokenize_cpu_seconds = ing->tokenize_cpu;
   out->tokenizer_threads = ing->tok_threads;
   double t0 = ing->t_start, t1 = ing->t_end;
+  int finished = ing->state == ST_DONE || ing->state == ST_FAILED;
   pthread_mutex_unlock(&ing->mu);
   out->entries = s.entries;
   memcpy(out->by_status, s.by_status, sizeof out->by_status);
@@ -617,4 +892,53 @@ void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out) {
   out->read_seconds = s.read_seconds;
   out->frame_seconds = s.frame_seconds;
   out->seconds = t0 > 0 ? (t1 > 0 ? t1 : lh_now()) - t0 : 0;
+  out->documents = s.by_status[LH_ENTRY_OK] + s.by_status[LH_ENTRY_PARTIAL];
+  memcpy(out->skipped_by_reason, s.skipped_by_reason, sizeof out->skipped_by_reason);
+  memcpy(out->errors_by_reason, s.errors_by_reason, sizeof out->errors_by_reason);
+  out->inputs_without_text = s.inputs_without_text;
+  out->inputs_without_entries = s.inputs_without_entries;
+  out->no_text = finished && s.document_bytes == 0;
+}
+
+size_t lh_ingest_notes(lh_ingest *ing, lh_buf *out) {
+  pthread_mutex_lock(&ing->mu);
+  size_t n = ing->n_notes;
+  lh_buf_append(out, ing->notes.data ? ing->notes.data : "", ing->notes.len);
+  pthread_mutex_unlock(&ing->mu);
+  return n;
+}
+
+static lh_status counts_json(lh_buf *out, const char *key, const int64_t *by, int skip_dirs) {
+  int st = lh_buf_printf(out, ",\"%s\":{", key), any = 0;
+  for (int k = 0; k < LH_REASON_COUNT; k++) {
+    if (!by[k] || (skip_dirs && k == LH_REASON_DIRECTORY)) continue;
+    st |= lh_buf_printf(out, "%s\"%s\":%lld", any ? "," : "", lh_entry_reason_name((lh_entry_reason)k),
+                        (long long)by[k]);
+    any = 1;
+  }
+  st |= lh_buf_append(out, "}", 1);
+  return st ? LH_ENOMEM : LH_OK;
+}
+
+lh_status lh_ingest_summary_json(lh_ingest *ing, lh_buf *out) {
+  lh_ingest_stats s;
+  lh_ingest_stats_get(ing, &s);
+  lh_buf notes = {0};
+  lh_ingest_notes(ing, &notes);
+  int st = lh_buf_printf(out, "{\"entries\":%lld,\"documents\":%lld", (long long)s.entries, (long long)s.documents);
+  st |= counts_json(out, "skipped", s.skipped_by_reason, 1);
+  st |= counts_json(out, "errors", s.errors_by_reason, 0);
+  st |= lh_buf_printf(out, ",\"no_text\":%s,\"notes\":[", s.no_text ? "true" : "false");
+  size_t at = 0;
+  for (int first = 1; at < notes.len; first = 0) {
+    const char *nl = memchr(notes.data + at, '\n', notes.len - at);
+    size_t len = nl ? (size_t)(nl - (notes.data + at)) : notes.len - at;
+    st |= lh_buf_append_str(out, first ? "\"" : ",\"");
+    st |= lh_json_escape(out, notes.data + at, len, NULL);
+    st |= lh_buf_append(out, "\"", 1);
+    at += len + 1;
+  }
+  st |= lh_buf_append_str(out, "]}");
+  lh_buf_free(&notes);
+  return st ? LH_ENOMEM : LH_OK;
 }

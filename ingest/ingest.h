@@ -9,8 +9,12 @@
  *
  * Nothing is ever extracted to disk and no input is ever held whole: entries flow one block at a
  * time from libarchive (or the folder walker) into the framer and the tokenizer. Memory is
- * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), plus, with LH_INGEST_SORT_PATH
- * only, the names of one archive's entries and about sort_memory bytes of their contents.
+ * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), and the tokenizer caps
+ * pre-tokens at 1 MiB (tokenizer.h), so with the GPT-2, Llama 3 or MiniMax tokenizer families it
+ * is bounded by a constant at any input size (a few hundred MB; bench/ingest/bench_ingest_mem
+ * measures it); plus one 8-byte hash per included document of the input being read (hard links),
+ * and, with LH_INGEST_SORT_PATH only, the names of one archive's entries and about sort_memory
+ * bytes of their contents.
  *
  * Lifecycle (after libarchive's new -> support -> open -> next -> free):
  *
@@ -36,20 +40,25 @@
  *
  * Inputs. lh_ingest_add_path takes a folder (walked in a deterministic order: entries of each
  * directory by byte order of their names with directories compared as "name/", which is the byte
- * order of the full paths, so the walk needs no global sort), a file (an archive in any format
- * below, a compressed single file, or a plain document), or "-" for stdin (the same, read as a
- * stream). Formats: tar (ustar, pax, GNU, v7), zip, 7z, cpio, ISO 9660 (Rock Ridge, Joliet), ar,
+ * order of the full paths, so the walk needs no global sort), a regular file (an archive in any
+ * format below, a compressed single file, or a plain document), or "-" for stdin (the same, read
+ * as a stream). Anything else (a FIFO, a character or block device such as /dev/zero, a socket,
+ * or a symlink to one) is refused when added, before it is opened, naming the path and its kind:
+ * a FIFO would block the open until a writer came, a device may never end.
+ * Formats: tar (ustar, pax, GNU, v7), zip, 7z, cpio, ISO 9660 (Rock Ridge, Joliet), ar,
  * rar, rar5, cab, lha, xar, warc, each optionally wrapped in gzip, bzip2, xz, lzma, lzip, zstd, lz4
  * or compress; a compressed single file ("notes.txt.gz") is one document named by its input path
  * minus the compression suffix. mtree is refused on purpose (it names files on this machine to
  * read), and no external decompression program is ever started unless external_filters is set.
  * 7z and seekable zip read their directory from the end, so they need a file, not stdin. Files
- * found inside folders are documents, never opened as archives. Entry paths are the archive's own
- * names; under a folder, paths relative to it; a plain file input is named as given.
+ * found inside folders are documents, never opened as archives; a compressed file inside an
+ * archive or folder is decompressed (decompress_members) and keeps its stored name. Entry paths
+ * are the archive's own names; under a folder, paths relative to it; a plain file input is named
+ * as given.
  *
- * Per entry, in this order: non-files (directories, symlinks, hardlinks, devices, fifos,
- * sockets) are recorded and never followed or opened; encrypted entries are skipped; exclude
- * globs, then include globs; the per-file cap and the total cap (on the declared size when the
+ * Per entry, in this order: non-files (directories, symlinks, devices, fifos, sockets) are
+ * recorded and never followed or opened; encrypted entries are skipped; exclude globs, then
+ * include globs; the per-file cap and the total cap (on the declared size when the
  * format gives one); then content: the first sniff_bytes decide binary (any NUL byte, or more than
  * max_invalid_share of the bytes, and at least 4, in invalid UTF-8) versus text. Text is streamed through with each
  * maximal invalid UTF-8 subpart replaced by U+FFFD (Unicode 15 §3.9, what Python's
@@ -57,6 +66,18 @@
  * pass through unchanged. A document whose size was not declared and that outgrows a cap is cut
  * there (status PARTIAL). The total cap keeps the prompt a prefix: once a document does not fit,
  * no later document is included either.
+ *
+ * Hard links. A hard link is decided as a file of its own name (globs, caps). When the content
+ * it names is already a document of this input (its target, or an earlier link to the same
+ * target, was included) it is recorded as a link (reason LINK, "link" naming it) and the content
+ * is not framed twice; otherwise it is read under its own name (type hardlink, status ok): its own
+ * data when the archive stored some, else its target's. A tar stores the data only with the
+ * first name, so the target is re-read through a second reader over the same file or memory,
+ * stepping over the entries before it under the usual caps (all re-reads of one input together
+ * decompress at most max_decompressed_bytes); on stdin, where nothing can be re-read, such a link
+ * is recorded as a link saying so. With LH_INGEST_SORT_PATH, a target that passes the globs
+ * counts as a document wherever it sorts. In folders, the first name met that is a document is
+ * read and later names are links to it.
  *
  * Globs, matched against the entry path with leading "./" and "/" removed:
  *   *      any run of bytes except '/'          ?      one byte except '/'
@@ -66,7 +87,9 @@
  * A pattern without '/' matches the last component at any depth ("*.c", "node_modules"); a
  * pattern with '/' matches the whole path ("src/ ** /x.h"). An exclude pattern also matches when it
  * matches any leading directory of the path, so "build" or ".git" removes whole trees (folders are
- * pruned without being read). With include patterns, a file must match one of them.
+ * pruned without being read). With include patterns, a file must match one of them. A compressed
+ * member (decompress_members) matches a pattern when its stored name or its name without the
+ * suffix does.
  *
  * Order: LH_INGEST_SORT_ARCHIVE keeps each archive's own order (inputs in the order added).
  * LH_INGEST_SORT_PATH orders each input's entries by the byte order of their normalized paths
@@ -77,10 +100,18 @@
  * once; otherwise it is reread from the start once per window of sort_memory bytes (files only:
  * on stdin, a stream whose documents do not fit is an error naming sort_memory).
  *
+ * An input can yield no text at all (every entry skipped, only empty documents, or no entry: an
+ * archive that starts with NUL blocks, such as a gzip of zeros, reads as an empty tar); the stats
+ * count such inputs, lh_ingest_notes says why for each, and no_text is set when the whole ingest
+ * gave none. Skipped and failed entries are counted per reason.
+ *
  * Hostile inputs: per input, decompressed bytes over max_decompressed_bytes, or past the first
  * ratio_grace_bytes a ratio of decompressed to read bytes over max_ratio, stop the input with
  * LH_ELIMIT (a zip bomb); so do archives that end early or fail a check (LH_EFORMAT), reporting
- * the entry and the byte offset in the input. What was read stays in the output. With
+ * the entry, the byte offset in the input and libarchive's own message (where libarchive has
+ * none, what the input shows instead: for a truncated 7z, the length its start header promises).
+ * Compressed members are held to the same caps, each against its own stored bytes as well
+ * (decompress_members). What was read stays in the output. With
  * LH_INGEST_ON_ERROR_SKIP the failing entry (or the rest of a dead archive) is recorded as ERROR
  * and ingest goes on; with LH_INGEST_ON_ERROR_FAIL (the default) lh_ingest_next fails.
  *
@@ -144,6 +175,32 @@ typedef struct lh_ingest_params {
    * tokenizer thread does ~25 MB/s of framed text and the reader frames ~200 MB/s, so up to ~8
    * threads still pay off when asked for). 1: the calling thread only. At most 64. */
   int tokenizer_threads;
+  /* Refuse the prompt once its tokens pass this many (0, the default: no limit): the first
+   * lh_ingest_next whose tokens take the count past max_tokens fails with LH_ELIMIT, naming the
+   * entry in which the count passed it. Decided as the tokens come out, so an input far over the
+   * limit is refused within a few batches (batch_bytes) of text past it, never read whole first.
+   * Needs a tokenizer. */
+  int64_t max_tokens;
+  /* Paths that folder walks leave out, matched by identity (device and inode, so any name for the
+   * same folder or file matches): the runner's output folder when it lies inside a document
+   * folder. Each is recorded once, as EXCLUDED, and a folder is not entered. A path that does not
+   * exist when a walk starts is ignored. Copied at open. */
+  const char *const *exclude_paths;
+  size_t n_exclude_paths;
+  /* A folder every input must lie under after symlinks are resolved (NULL, the default: no
+   * confinement). lh_ingest_add_path refuses a path that resolves elsewhere (LH_EINVAL naming
+   * both), a folder walk checks its folder again when it opens it, and a symlink met in a walk
+   * that points outside the folder is recorded with reason OUTSIDE_ROOT instead of LINK (links
+   * are never followed either way). Copied at open. */
+  const char *confine_root;
+  /* Members of archives and files in folders whose names end in a compression suffix (.gz, .xz,
+   * .zst, .bz2, .lz4, .lzma, .lz, .Z; not compressed tarballs such as .tar.gz or .tgz) are
+   * decompressed and read as documents under their stored names ("logs/app.log.gz", with
+   * "decompressed" in the manifest saying how), under the caps: per member, max_decompressed_bytes
+   * and max_ratio (past ratio_grace_bytes) against the member's compressed bytes; the decompressed
+   * bytes also count toward the input's own caps. 1 by default; 0 treats them as any other file
+   * (binary). */
+  int decompress_members;
 } lh_ingest_params;
 
 /* The tokenizer thread count that tokenizer_threads = 0 means on this machine (1 to 4). */
@@ -191,6 +248,7 @@ typedef enum lh_entry_reason {
   LH_REASON_CORRUPT,      /* the archive failed a check or ended early */
   LH_REASON_BOMB,         /* decompression cap or ratio exceeded */
   LH_REASON_UNSUPPORTED,  /* a compression or format feature libarchive cannot read */
+  LH_REASON_OUTSIDE_ROOT, /* a symlink pointing outside confine_root */
   LH_REASON_COUNT
 } lh_entry_reason;
 
@@ -214,6 +272,10 @@ typedef struct lh_ingest_entry {
   uint64_t text_end;    /* not included) */
   int64_t token_start;  /* token span [start, end) in the token stream; -1 in text-only mode */
   int64_t token_end;
+  /* The compression the content was decompressed from ("gzip", "xz", ...) when the entry is a
+   * compressed member read as text (path is its stored name); NULL when the content was read as
+   * stored. Static. */
+  const char *decompressed;
 } lh_ingest_entry;
 
 /* What one lh_ingest_next returns. All pointers live until the next lh_ingest_next or close. */
@@ -247,6 +309,21 @@ typedef struct lh_ingest_stats {
   double tokenize_seconds; /* calling thread: in the tokenizer (wall, waiting for workers included) */
   double tokenize_cpu_seconds; /* CPU seconds of tokenizing on all tokenizer threads together */
   int tokenizer_threads;   /* threads that tokenize (1: the calling thread only) */
+  /* What the entries came to. by_status and by_reason count every manifest entry; these split
+   * them the way a result reports them. */
+  int64_t documents;                          /* included: by_status[OK] + by_status[PARTIAL] */
+  int64_t skipped_by_reason[LH_REASON_COUNT]; /* SKIPPED entries per reason (directories under
+                                               * DIRECTORY: never documents, rarely worth a word) */
+  int64_t errors_by_reason[LH_REASON_COUNT];  /* ERROR entries per reason */
+  /* Inputs read to their end (or their failure) that gave no document content at all: no entry,
+   * no entry that was a document, or only empty documents. lh_ingest_notes says why, per input. */
+  int inputs_without_text;
+  /* Of those, inputs in which the archive reader found no entry although bytes were read: an
+   * archive that starts with NUL blocks (a gzip of zeros reads as an empty tar), an empty zip. */
+  int inputs_without_entries;
+  /* Once the ingest is done (or failed): 1 when no document content came out of any input, the
+   * condition a caller turns into a warning, or an error when documents are required. */
+  int no_text;
 } lh_ingest_stats;
 
 /* Validate params (template, globs, caps) and make a handle in state ADDING. */
@@ -257,6 +334,12 @@ void lh_ingest_close(lh_ingest *ing);
 /* Add an input (see "Inputs"). The path is checked now (LH_ENOTFOUND, LH_EIO) but read later.
  * "-" (stdin) may be added once. */
 lh_status lh_ingest_add_path(lh_ingest *ing, const char *path, lh_error *err);
+/* The same, opening path but naming the input name wherever a name shows: a plain or compressed
+ * single file's document path, the template's {input}, notes and messages (path itself is named
+ * only where it says more, as the resolved path of a confine_root refusal). So a batch line that
+ * names "notes.txt" frames the same prompt whether the runner resolved it against a relative or
+ * an absolute folder. name NULL or "": path. "-" must be both or neither. */
+lh_status lh_ingest_add_path_as(lh_ingest *ing, const char *path, const char *name, lh_error *err);
 /* Add an in-memory input (an archive, a compressed file or a document). name is used as the
  * document name when it is not an archive. data is borrowed until lh_ingest_close. */
 lh_status lh_ingest_add_memory(lh_ingest *ing, const char *name, const void *data, size_t len, lh_error *err);
@@ -267,6 +350,18 @@ lh_status lh_ingest_next(lh_ingest *ing, lh_ingest_batch *batch, lh_error *err);
 /* A consistent snapshot of the counters; callable from any thread at any time. */
 void lh_ingest_stats_get(lh_ingest *ing, lh_ingest_stats *out);
 
+/* One line per input that gave no text, saying why ("zeros.tar.gz: no text: no entries: read as
+ * GNU tar format data (gzip) that ends within its first 1.0 MiB (...); an archive that starts with
+ * NUL blocks, such as a compressed file of zeros, reads as an empty tar"), appended to out (""
+ * when there is nothing to say). Returns the number of lines.
+ * Callable from any thread; complete once lh_ingest_next has returned done or failed. */
+size_t lh_ingest_notes(lh_ingest *ing, lh_buf *out);
+
+/* The stats a result reports, as one JSON object appended to out: {"entries", "documents",
+ * "skipped": {reason: count}, "errors": {reason: count}, "no_text", "notes": [lines]}. Skipped
+ * directories are left out of "skipped". Call once the ingest is done or failed. */
+lh_status lh_ingest_summary_json(lh_ingest *ing, lh_buf *out);
+
 /* Stable short names used in the manifest ("file", "ok", "binary", ...). Never NULL. */
 const char *lh_entry_type_name(lh_entry_type t);
 const char *lh_entry_status_name(lh_entry_status s);
@@ -274,9 +369,10 @@ const char *lh_entry_reason_name(lh_entry_reason r);
 
 /* Append e as one manifest line (JSON object and "\n") to out. Fields: path, [path_hex], type,
  * bytes, sha256, status, reason, token_start, token_end, text_start, text_end, invalid_utf8,
- * input, [link, link_hex], [detail], [error_offset]; missing values are null. "path" is the name
- * with JSON escapes; a name that is not valid UTF-8 has each invalid byte written as U+FFFD there
- * (so every JSON parser reads the line) and its exact bytes in "path_hex" (likewise link_hex). */
+ * input, [link, link_hex], [detail], [error_offset], [decompressed]; missing values are null.
+ * "path" is the name with JSON escapes; a name that is not valid UTF-8 has each invalid byte
+ * written as U+FFFD there (so every JSON parser reads the line) and its exact bytes in "path_hex"
+ * (likewise link_hex). */
 lh_status lh_ingest_entry_json(const lh_ingest_entry *e, lh_buf *out);
 
 /* A name made safe for a terminal, appended to out: control bytes, DEL, C1 controls, bidi

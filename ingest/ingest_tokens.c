@@ -58,7 +58,7 @@ void lh_tokside_close(lh_tokside *ts) {
   free(ts);
 }
 
-static int add_marks(lh_tokside *ts, const lh_chunk *c) {
+static int add_marks(lh_tokside *ts, const lh_parcel *c) {
   if (ts->mbase + (int64_t)ts->mlen != c->mark_base) return -1; /* the reader's marks are consecutive */
   if (ts->mlen + c->n_marks > ts->mcap) {
     size_t cap = ts->mcap ? ts->mcap : 1024;
@@ -109,8 +109,8 @@ static int64_t mark_value(const lh_tokside *ts, int64_t id) {
   return ts->mval[id - ts->mbase];
 }
 
-lh_status lh_tokside_chunk(lh_tokside *ts, lh_chunk *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
-                           void *ctx, double *seconds, lh_error *err) {
+lh_status lh_tokside_parcel(lh_tokside *ts, lh_parcel *c, lh_i32vec *ids, lh_status (*ready)(void *, lh_ientry *),
+                            void *ctx, double *seconds, lh_error *err) {
   if (add_marks(ts, c)) return lh_error_set(err, LH_ENOMEM, "ingest: out of memory (or marks out of order)");
   if (ts->plen + c->n_ents > ts->pcap) {
     if (ts->phead) { /* reuse the front */
@@ -175,3 +175,14 @@ int64_t lh_tokside_total(const lh_tokside *ts) { return ts->total; }
 double lh_tokside_cpu_seconds(const lh_tokside *ts) { return lh_tok_stream_cpu_seconds(ts->stream); }
 
 int lh_tokside_threads(const lh_tokside *ts) { return tk_stream_threads(ts->stream); }
+
+int64_t lh_tokside_offset(const lh_tokside *ts, size_t k) { return ts->offs ? ts->offs[k] : -1; }
+
+const lh_ingest_entry *lh_tokside_entry_at(const lh_tokside *ts, uint64_t off) {
+  if (!ts) return NULL;
+  for (size_t i = ts->phead; i < ts->plen; i++) {
+    const lh_ingest_entry *e = &ts->pend[i].e;
+    if (e->text_start <= off && off < e->text_end) return e;
+  }
+  return NULL;
+}

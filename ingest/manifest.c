@@ -18,7 +18,7 @@ static const char *const status_names[LH_ENTRY_STATUS_COUNT] = {"ok", "partial",
 static const char *const reason_names[LH_REASON_COUNT] = {
     "none",      "directory", "link",     "special",  "excluded",   "not-included",
     "encrypted", "too-large", "total-cap", "binary",  "loop",       "too-deep",
-    "unreadable", "corrupt",  "bomb",      "unsupported"};
+    "unreadable", "corrupt",  "bomb",      "unsupported", "outside-root"};
 
 const char *lh_entry_type_name(lh_entry_type t) {
   return (unsigned)t < LH_ENTRY_TYPE_COUNT ? type_names[t] : "?";
@@ -160,6 +160,7 @@ lh_status lh_ingest_entry_json(const lh_ingest_entry *e, lh_buf *out) {
     st |= lh_buf_append(out, "\"", 1);
   }
   if (e->error_offset >= 0) st |= lh_buf_printf(out, ",\"error_offset\":%" PRId64, e->error_offset);
+  if (e->decompressed) st |= lh_buf_printf(out, ",\"decompressed\":\"%s\"", e->decompressed);
   st |= lh_buf_append(out, "}\n", 2);
   return st ? LH_ENOMEM : LH_OK;
 }

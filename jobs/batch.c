@@ -768,16 +768,20 @@ void lh_request_documents_key(const lh_request *r, char out[65]) {
 /* ---- output ---- */
 
 /* Add a string member; text that is not valid UTF-8 gets U+FFFD for each invalid subpart. */
-static void add_text(cJSON *o, const char *key, const char *text) {
+/* A JSON string of text, with U+FFFD for what is not UTF-8. */
+static cJSON *text_node(const char *text) {
   if (!text) text = "";
   size_t n = strlen(text);
-  if (lh_utf8_valid((const uint8_t *)text, n)) {
-    cJSON_AddStringToObject(o, key, text);
-    return;
-  }
+  if (lh_utf8_valid((const uint8_t *)text, n)) return cJSON_CreateString(text);
   lh_buf b = {0};
-  if (lh_utf8_replace(&b, text, n, NULL) == LH_OK) cJSON_AddStringToObject(o, key, b.data);
+  cJSON *s = lh_utf8_replace(&b, text, n, NULL) == LH_OK ? cJSON_CreateString(b.data) : NULL;
   lh_buf_free(&b);
+  return s;
+}
+
+static void add_text(cJSON *o, const char *key, const char *text) {
+  cJSON *s = text_node(text);
+  if (s) cJSON_AddItemToObject(o, key, s);
 }
 
 static lh_status emit(lh_buf *out, cJSON *root) {
@@ -823,6 +827,13 @@ lh_status lh_output_success(lh_buf *out, const lh_request *r, const char *reques
   cJSON_AddNumberToObject(usage, "total_tokens", (double)(c->prompt_tokens + c->completion_tokens));
   cJSON *details = cJSON_AddObjectToObject(usage, "prompt_tokens_details");
   cJSON_AddNumberToObject(details, "cached_tokens", (double)c->cached_tokens);
+  if (c->n_warnings > 0) {
+    cJSON *w = cJSON_AddArrayToObject(body, "warnings");
+    for (int i = 0; i < c->n_warnings; i++) {
+      cJSON *s = text_node(c->warnings[i]);
+      if (s) cJSON_AddItemToArray(w, s);
+    }
+  }
   cJSON_AddNullToObject(root, "error");
   return emit(out, root);
 }

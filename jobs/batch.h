@@ -157,6 +157,9 @@ typedef struct lh_completion {
                                 (usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM) */
   int64_t created;           /* unix time */
   const char *model;         /* model name to report */
+  const char *const *warnings; /* [n_warnings] what the user should know (a document that gave no
+                                  text, and why); written as the body's "warnings" when any */
+  int n_warnings;
 } lh_completion;
 
 /* Append one output.jsonl line (with '\n') for a successful request. request_id names the

@@ -356,9 +356,60 @@ static lh_status manifest_add(manifest *m, const lh_ingest_entry *e0, int64_t to
   return LH_OK;
 }
 
-/* Ingest the documents of r (shared by its group), appending tokens to P and entries to man. */
-static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, manifest *man, double *mb,
-                                  lh_error *err) {
+/* What a group's documents came to, for its results: each document's ingest summary (entries,
+ * documents, skipped and failed entries per reason, notes), and a warning for each document that
+ * gave no text (every entry skipped, only empty files, or no entry at all: a gzip of zeros reads
+ * as an empty tar). */
+typedef struct doc_report {
+  cJSON *inputs;   /* [{"path": as written, then lh_ingest_summary_json's fields}] */
+  cJSON *warnings; /* ["document PATH: no text: why"] */
+  int empty;       /* documents that gave no text */
+  int over_context; /* the documents alone passed the model's context; ingest stopped there */
+} doc_report;
+
+static void doc_report_free(doc_report *d) {
+  cJSON_Delete(d->inputs);
+  cJSON_Delete(d->warnings);
+  memset(d, 0, sizeof *d);
+}
+
+static lh_status doc_report_add(doc_report *d, lh_ingest *ing, const lh_document_input *di) {
+  if (!d->inputs && !(d->inputs = cJSON_CreateArray())) return LH_ENOMEM;
+  if (!d->warnings && !(d->warnings = cJSON_CreateArray())) return LH_ENOMEM;
+  lh_buf sj = {0};
+  lh_status st = lh_ingest_summary_json(ing, &sj);
+  cJSON *s = st == LH_OK ? cJSON_ParseWithLength(sj.data, sj.len) : NULL;
+  lh_buf_free(&sj);
+  cJSON *o = s ? cJSON_CreateObject() : NULL;
+  if (!o) {
+    cJSON_Delete(s);
+    return LH_ENOMEM;
+  }
+  cJSON_AddStringToObject(o, "path", di->path);
+  for (cJSON *it; (it = s->child);) {
+    cJSON_DetachItemViaPointer(s, it);
+    cJSON_AddItemToObject(o, it->string, it);
+  }
+  cJSON_Delete(s);
+  cJSON_AddItemToArray(d->inputs, o);
+  if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "no_text"))) return LH_OK;
+  d->empty++;
+  /* the note's reason ("INPUT: no text: WHY"), the document named as the batch wrote it */
+  const cJSON *n = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "notes"), 0);
+  const char *why = cJSON_GetStringValue(n) ? strstr(cJSON_GetStringValue(n), ": no text: ") : NULL;
+  lh_buf line = {0};
+  lh_buf_printf(&line, "document %s: no text%s", di->path, why ? why + strlen(": no text") : "");
+  cJSON *ws = line.data ? cJSON_CreateString(line.data) : NULL;
+  lh_buf_free(&line);
+  if (!ws) return LH_ENOMEM;
+  cJSON_AddItemToArray(d->warnings, ws);
+  return LH_OK;
+}
+
+/* Ingest the documents of r (shared by its group), appending tokens to P, entries to man and what
+ * each document came to to rep. */
+static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, manifest *man, doc_report *rep,
+                                  double *mb, lh_error *err) {
   for (int d = 0; d < r->n_documents; d++) {
     const lh_document_input *di = &r->documents[d];
     lh_ingest_params ip = lh_ingest_default_params();
@@ -371,9 +422,23 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     ip.n_include = ni;
     ip.exclude = (const char *const *)di->exclude;
     ip.n_exclude = ne;
+    ip.confine_root = R->p->documents_root; /* the batch checked the path; the walk holds to it too */
+    /* the output folder and the store are never documents, should they lie in a document folder */
+    char wal[4200], shm[4200];
+    snprintf(wal, sizeof wal, "%s-wal", R->sum->db_path);
+    snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
+    const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
+    ip.exclude_paths = skip;
+    ip.n_exclude_paths = sizeof skip / sizeof *skip;
+    /* documents that pass the model's context make every request over them fail: refuse them as
+     * the tokens come out instead of holding them all first */
+    const int64_t limit = R->cfg->max_position_embeddings;
+    if (limit > 0) ip.max_tokens = limit > (int64_t)P->len ? limit - (int64_t)P->len : 1;
     lh_ingest *ing = NULL;
     lh_status st = lh_ingest_open(&ip, &ing, err);
-    if (st == LH_OK) st = lh_ingest_add_path(ing, di->resolved, err);
+    /* opened where it resolves, named as the batch wrote it: the prompt does not depend on how
+     * the batch file itself was named */
+    if (st == LH_OK) st = lh_ingest_add_path_as(ing, di->resolved, di->path, err);
     if (st != LH_OK) {
       lh_ingest_close(ing);
       return lh_error_prefix(err, st, "document %s: ", di->path);
@@ -397,10 +462,13 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
       if (b.done) break;
     }
     lh_ingest_stats_get(ing, &is);
+    if (st == LH_ELIMIT && ip.max_tokens > 0 && is.tokens > ip.max_tokens) rep->over_context = 1;
     *mb += (double)is.source_bytes / 1e6;
     lh_progress_update(R->prog, is.source_bytes);
     if (st == LH_OK) lh_progress_end(R->prog);
     else lh_progress_stop(R->prog, "failed");
+    if (st == LH_OK && doc_report_add(rep, ing, di) != LH_OK)
+      st = lh_error_set(err, LH_ENOMEM, "out of memory for the documents' summary");
     lh_ingest_close(ing);
     if (st != LH_OK) return lh_error_prefix(err, st, "document %s: ", di->path);
   }
@@ -467,6 +535,7 @@ typedef struct group {
   char label[128];
   lh_i32vec P;       /* the shared prefix's tokens */
   manifest man;
+  doc_report docs;   /* what the documents came to */
   int64_t docs_tokens, restored, computed;
   double t_ingest, mb, t_prefill;
   int live;          /* jobs admitted */
@@ -506,19 +575,47 @@ static int group_bind(group *g, const int64_t *ids) {
   return lead;
 }
 
-/* P = the documents' tokens. A document problem fails the
- * whole group (400 for the input's fault, 500 otherwise). */
+/* P = the documents' tokens. A document problem fails the whole group (400 for the input's
+ * fault: missing, unreadable as an archive, over a cap, not a regular file or folder, outside
+ * --documents-root; 500 otherwise). A document that gives no text is a warning in the results,
+ * or with --require-documents a 400 of the whole group. */
 static int group_ingest(group *g) {
   run *R = g->R;
   const job *L = &g->J[g->lead];
   const double t0 = lh_now();
   lh_error e;
   lh_error_clear(&e);
-  lh_status st = ingest_documents(R, L->r, &g->P, &g->man, &g->mb, &e);
+  lh_status st = ingest_documents(R, L->r, &g->P, &g->man, &g->docs, &g->mb, &e);
   g->t_ingest = lh_now() - t0;
   g->docs_tokens = (int64_t)g->P.len;
-  if (st == LH_OK) return 1;
-  const int input = st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED;
+  if (st == LH_OK) {
+    const cJSON *w;
+    cJSON_ArrayForEach(w, g->docs.warnings) lh_progress_note(R->prog, "%s: %s", g->label, cJSON_GetStringValue(w));
+    if (!g->docs.empty || !R->p->require_documents) return 1;
+    /* --require-documents: a document that gave no text fails the jobs that name it */
+    lh_buf msg = {0};
+    lh_buf_append_str(&msg, "--require-documents: ");
+    int k = 0;
+    cJSON_ArrayForEach(w, g->docs.warnings) {
+      if (k++) lh_buf_append_str(&msg, "; ");
+      lh_buf_append_str(&msg, cJSON_GetStringValue(w));
+    }
+    group_fail(g, 400, "no_document_text", msg.data ? msg.data : "--require-documents: a document gave no text");
+    lh_buf_free(&msg);
+    return 0;
+  }
+  if (g->docs.over_context) {
+    char msg[LH_ERROR_MSG_MAX + 256];
+    snprintf(msg, sizeof msg,
+             "request over the model's limits: its documents alone pass the model's context of %lld tokens "
+             "(refused while reading them): %s",
+             (long long)R->cfg->max_position_embeddings, e.msg);
+    group_fail(g, 400, "context_length_exceeded", msg);
+    lh_progress_note(R->prog, "%s: %s", g->label, msg);
+    return 0;
+  }
+  const int input =
+      st == LH_ENOTFOUND || st == LH_EFORMAT || st == LH_ELIMIT || st == LH_EUNSUPPORTED || st == LH_EINVAL;
   group_fail(g, input ? 400 : 500, "document_error", e.msg);
   lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
   return 0;
@@ -701,6 +798,7 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
+  cJSON_AddItemToObject(o, "warnings", g->docs.warnings ? cJSON_Duplicate(g->docs.warnings, 1) : cJSON_CreateArray());
   /* the answer as text is valid UTF-8 whatever bytes the model chose (each invalid sequence one
    * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
   lh_buf answer = {0};
@@ -721,6 +819,8 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   /* cached: the prompt tokens this request did not compute. The group's prefix is computed once,
    * after what a checkpoint restored; its first request pays for that part, the others reuse it. */
   cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed)));
+  /* per document: entries, documents, skipped and failed entries per reason, notes */
+  cJSON_AddItemToObject(o, "ingest", g->docs.inputs ? cJSON_Duplicate(g->docs.inputs, 1) : cJSON_CreateArray());
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
   cJSON_AddBoolToObject(c, "hit", g->restored > 0);
   cJSON_AddNumberToObject(c, "tokens_reused", (double)g->restored);
@@ -789,6 +889,7 @@ static void group_free(group *g) {
   free(g->fork_job);
   lh_i32vec_free(&g->P);
   manifest_free(&g->man);
+  doc_report_free(&g->docs);
 }
 
 /* Run one claimed group: ids[0..n) share their documents. */
@@ -863,6 +964,13 @@ static lh_status done_line(run *R, const lh_request *r, int64_t job, const char 
         .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
         /* the model that answered, whatever the request named (README, "Outputs") */
         .model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
+    /* the result's warnings go on the output line too */
+    const char *warn[16];
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(o, "warnings")) {
+      if (cJSON_IsString(w) && c.n_warnings < (int)(sizeof warn / sizeof *warn)) warn[c.n_warnings++] = w->valuestring;
+    }
+    c.warnings = warn;
     if (!c.text) c.text = "";
     if (!c.finish_reason) c.finish_reason = "stop";
     st = lh_output_success(out, r, rid, &c);

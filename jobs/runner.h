@@ -48,6 +48,9 @@ typedef struct lh_runner_params {
   int checkpoint_every;      /* checkpoint after every N chunks (default 1; 0 = never) */
   int max_tokens_default;    /* when a request gives no max_tokens (default 256) */
   int force;                 /* rerun jobs that are already done or failed */
+  int require_documents;     /* a document that gives no text (every entry skipped, empty files, no
+                                entry at all) fails the jobs that name it with a 400, instead of a
+                                warning in their results */
   int wait;                  /* another run holds OUT: wait for it (default: fail with LH_EBUSY naming it) */
   int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
   const char *shard_note;    /* NULL, or where the shard came from (jobs/shard.h), for the first progress line */

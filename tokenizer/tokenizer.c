@@ -539,6 +539,12 @@ static lh_status analyse(lh_tokenizer *t, lh_error *err) {
     }
     mapped_before = true;
   }
+  t->cap_step = -1;
+  for (size_t k = t->npres; k-- > 0;)
+    if (t->pres[k].kind != TK_P_BYTELEVEL || t->pres[k].use_regex) {
+      t->cap_step = (int)k;
+      break;
+    }
   if (t->split_step >= 0 && (size_t)t->split_step + 2 == t->npres) {
     const tk_pre *l = &t->pres[t->npres - 1];
     t->tail_map_only = l->kind == TK_P_BYTELEVEL && !l->use_regex && !l->add_prefix_space &&
@@ -611,7 +617,7 @@ lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokeni
     return lh_error_set(err, LH_ENOMEM, "out of memory");
   }
   pthread_mutex_init(&t->pool_mu, NULL);
-  t->split_step = -1;
+  t->split_step = t->cap_step = -1;
   lh_status st = load_json(t, root, err);
   cJSON_Delete(root);
   if (st) {

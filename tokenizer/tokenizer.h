@@ -24,6 +24,24 @@
 
 typedef struct lh_tokenizer lh_tokenizer;
 
+/* Long pre-tokens. HF hands a run with no pre-tokenizer boundary in it (a line of one letter, a
+ * genome without line breaks, a megabyte of spaces) to the BPE whole: memory grows with the run
+ * (about 47 bytes per byte) and a stream can emit nothing until the run ends. Here the search of
+ * the last splitting pre-tokenizer step (the one whose pieces the BPE sees) never looks more than
+ * 1 MiB past where it starts: when it
+ * finds no match it can decide within that window, the text up to where a match may start (or,
+ * when one may start right there or none can, the whole window) becomes an element of its own, a
+ * piece boundary follows it, and the search starts afresh after it as at the start of a text
+ * (the text before is still seen by lookbehinds). Pieces that a behavior merges
+ * (MergedWithPrevious/Next, Contiguous) stop growing at the same length. So the ids are HF's
+ * whenever no pre-token is longer than 1 MiB and no search scans 1 MiB without deciding, which
+ * holds for ordinary text; beyond that a run of one letter encodes as its 1 MiB parts, each
+ * encoded as if it were a text of its own. When that step is also the first splitting one (GPT-2,
+ * Llama 3 and MiniMax families) a stream restarts after every cut, so its memory is bounded by
+ * the cap whatever the input; with an earlier splitting step (Digits first) the BPE's memory is
+ * bounded but a stream holds a run that has no boundary of the first step. Tokenizers with no
+ * splitting step at all give each piece to the BPE whole. */
+
 /* path: a tokenizer.json file, or a model folder holding one. */
 lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err);
 void lh_tokenizer_close(lh_tokenizer *t); /* accepts NULL */

@@ -369,6 +369,8 @@ struct lh_tokenizer {
   bool decoder_bytelevel, has_decoder;
   /* where the pipeline may restart (see tokenizer_pipeline.c): */
   int split_step;        /* index of the first pre-tokenizer step that splits, -1 if none */
+  int cap_step;          /* index of the last one, whose elements are the pre-tokens (the length
+                          * cap applies there), -1 if none */
   bool norm_segmentable; /* normalizers are NFx/Lowercase only: segments cut at boundaries */
   int norm_form;         /* the one NFx form in the chain, -1 if none */
   bool lower_first;      /* a Lowercase precedes the NFx form */
@@ -457,6 +459,7 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
 lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err);
 lh_status tk_pretokens(const lh_tokenizer *t, const char *text, size_t len, lh_buf *out, lh_error *err);
 extern size_t tk_stream_min_batch; /* the stream encodes once this many bytes are pending */
+extern size_t tk_pretoken_max;     /* the pre-token length cap (tokenizer.h), at least 8; tests lower it */
 extern size_t tk_stream_par_batch;   /* threaded stream: text per job (read at open) */
 extern size_t tk_stream_par_overlap; /* threaded stream: a job's overlap into the next (read at open) */
 size_t tk_stream_buffered(const lh_tok_stream *s); /* bytes of text the stream holds */

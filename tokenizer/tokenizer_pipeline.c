@@ -43,6 +43,19 @@
  * the longest token's length before the end. Normalization is final for any segment whose end
  * is followed by a segment-starting character, which callers arrange (tokenizer_stream.c).
  *
+ * Length cap (tokenizer.h, "Long pre-tokens"). Each search of the last splitting step (whose
+ * elements are the pre-tokens the BPE sees) looks at most tk_pretoken_max bytes past where it
+ * starts; an element it cannot decide within that window is
+ * marked cut, the search after it starts afresh (no memory of the previous match), and a piece
+ * never grows past the cap by merging. A boundary after a cut element is therefore a restart point
+ * like any other (a continuation starts its search afresh there too), which is what lets a stream
+ * emit ids and drop text inside a run that HF would hold whole when that step is also the first
+ * splitting one (the restart step), as in the GPT-2, Llama 3 and MiniMax families. Earlier
+ * steps are never cut: their elements (a Digits step's text between digits) are split further
+ * by later steps, and cutting them would move boundaries in ordinary text. Windows are measured from each
+ * search's own start, so the elements depend on the text alone: whether it came at once, in
+ * pieces, or in a thread's job.
+ *
  * Invariants: text given here is valid UTF-8; the context bytes before a segment are only read.
  * Never call the BPE for a piece before its boundary is settled (pieces are closed in order).
  */
@@ -563,13 +576,29 @@ typedef struct elem {
   bool m;        /* a match (before invert) */
   bool settled;  /* its end and the next element's kind cannot change with more text */
   bool tentative; /* after a partial match: contents unknown */
+  bool cut;      /* ended by the length cap: a piece boundary follows, and the search after it is fresh */
 } elem;
+
+size_t tk_pretoken_max = 1 << 20;
+
+static size_t pretoken_cap(void) { return tk_pretoken_max < 8 ? 8 : tk_pretoken_max; }
+
+/* The end of the window a search from pos may look at: pos + the cap, moved back to a character
+ * boundary; len when the subject ends sooner. */
+static size_t window_end(bool cap, const uint8_t *s, size_t len, size_t pos) {
+  size_t w = pretoken_cap();
+  if (!cap || pos >= len || len - pos <= w) return len;
+  size_t lim = pos + w;
+  while (lim > pos + 4 && (s[lim] & 0xC0) == 0x80) lim--;
+  return lim;
+}
 
 typedef struct elem_iter {
   const tk_pre *p;
   const uint8_t *s;
   size_t len, pos;
   bool partial, done;
+  bool cap; /* the step is the last that splits: searches look at most the cap ahead */
   tk_find f;
   bool have_m;
   size_t ms, me;
@@ -583,29 +612,29 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     size_t i = it->pos;
     uint32_t cp = tk_utf8_next(it->s, &i);
     if (tk_is_rust_numeric(cp)) {
-      *e = (elem){it->pos, i, true, true, false};
+      *e = (elem){it->pos, i, true, true, false, false};
       it->pos = i;
       e->settled = i < it->len || !it->partial;
       return 1;
     }
-    size_t j = i;
-    while (j < it->len) {
+    size_t j = i, lim = window_end(it->cap, it->s, it->len, it->pos);
+    while (j < lim) {
       size_t q = j;
       if (tk_is_rust_numeric(tk_utf8_next(it->s, &q))) break;
       j = q;
     }
-    *e = (elem){it->pos, j, false, j < it->len || !it->partial, false};
+    *e = (elem){it->pos, j, false, j < it->len || !it->partial, false, j == lim && lim < it->len};
     it->pos = j;
     return 1;
   }
   for (;;) {
     if (it->have_m) {
       if (it->pos < it->ms) {
-        *e = (elem){it->pos, it->ms, false, true, false};
+        *e = (elem){it->pos, it->ms, false, true, false, false};
         it->pos = it->ms;
         return 1;
       }
-      *e = (elem){it->ms, it->me, true, true, false};
+      *e = (elem){it->ms, it->me, true, true, false, false};
       it->pos = it->me;
       it->have_m = false;
       return 1;
@@ -613,23 +642,35 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     if (it->stop_at) {
       it->done = true;
       if (it->pos < it->len) {
-        *e = (elem){it->pos, it->len, false, false, true};
+        *e = (elem){it->pos, it->len, false, false, true, false};
         return 1;
       }
       return 0;
     }
     size_t ms, me;
-    int r = tk_regex_find(&it->p->re, c->md, c->mc, it->s, it->len, &it->f, it->partial, &ms, &me);
+    size_t lim = window_end(it->cap, it->s, it->len, it->f.pos);
+    bool win = lim < it->len;
+    int r = tk_regex_find(&it->p->re, c->md, c->mc, it->s, lim, &it->f, win || it->partial, &ms, &me);
+    if (win && (r == TK_FIND_PARTIAL || r == TK_FIND_NONE)) {
+      /* Undecided within the window: the text up to where the search stopped is one element (a
+       * gap before a partial match, else the window treated as a match when one may start at its
+       * start, else a gap), and the next search starts afresh at its end. */
+      size_t b = r == TK_FIND_PARTIAL && ms > it->pos ? ms : lim;
+      *e = (elem){it->pos, b, r == TK_FIND_PARTIAL && b == lim, true, false, true};
+      it->pos = b;
+      it->f = (tk_find){.pos = b, .last_end = SIZE_MAX};
+      return 1;
+    }
     if (r == TK_FIND_MATCH) { /* as the have_m branch above would (not through it: a stall) */
       if (it->pos < ms) {
         it->have_m = true;
         it->ms = ms;
         it->me = me;
-        *e = (elem){it->pos, ms, false, true, false};
+        *e = (elem){it->pos, ms, false, true, false, false};
         it->pos = ms;
         return 1;
       }
-      *e = (elem){ms, me, true, true, false};
+      *e = (elem){ms, me, true, true, false, false};
       it->pos = me;
       return 1;
     }
@@ -637,7 +678,7 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     if (r == TK_FIND_PARTIAL) {
       it->stop_at = true;
       if (it->pos < ms) {
-        *e = (elem){it->pos, ms, false, false, false};
+        *e = (elem){it->pos, ms, false, false, false, false};
         it->pos = ms;
         return 1;
       }
@@ -645,7 +686,7 @@ static int next_elem(tk_ctx *c, elem_iter *it, elem *e) {
     }
     it->done = true;
     if (it->pos < it->len) {
-      *e = (elem){it->pos, it->len, false, !it->partial, false};
+      *e = (elem){it->pos, it->len, false, !it->partial, false, false};
       it->pos = it->len;
       return 1;
     }
@@ -697,7 +738,8 @@ static lh_status split_piece(const lh_tokenizer *t, tk_ctx *c, size_t k, piece *
       return LH_OK;
     }
   }
-  elem_iter it = {.p = st, .s = piece_ptr(c, p), .len = p->len, .f = {.pos = 0, .last_end = SIZE_MAX}};
+  elem_iter it = {.p = st, .s = piece_ptr(c, p), .len = p->len, .cap = (int)k == t->cap_step,
+                  .f = {.pos = 0, .last_end = SIZE_MAX}};
   tk_behavior beh = st->kind == TK_P_SPLIT ? st->behavior : TK_ISOLATED;
   if (st->kind == TK_P_DIGITS) beh = st->individual ? TK_ISOLATED : TK_CONTIGUOUS;
   bool inv = st->kind == TK_P_SPLIT && st->invert;
@@ -705,10 +747,11 @@ static lh_status split_piece(const lh_tokenizer *t, tk_ctx *c, size_t k, piece *
   int r;
   bool have_prev = false, prev_m = false, have_cur = false;
   size_t ca = 0, cb = 0;
+  bool prev_cut = false;
   while ((r = next_elem(c, &it, &e)) > 0) {
     bool m = e.m != inv;
     bool drop = beh == TK_REMOVED && m;
-    if (have_prev && !keeps_boundary(beh, prev_m, m) && have_cur) {
+    if (have_prev && !prev_cut && !keeps_boundary(beh, prev_m, m) && have_cur && (!it.cap || e.b - ca <= pretoken_cap())) {
       cb = e.b;
     } else {
       if (have_cur && cb > ca) {
@@ -721,6 +764,7 @@ static lh_status split_piece(const lh_tokenizer *t, tk_ctx *c, size_t k, piece *
     }
     have_prev = true;
     prev_m = m;
+    prev_cut = e.cut;
   }
   if (r < 0) return lh_error_set(err, LH_ELIMIT, "tokenizer: pre-tokenizer regex failed (match limit)");
   if (have_cur && cb > ca) {
@@ -811,7 +855,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
   const tk_pre *st = &t->pres[t->split_step];
   size_t k = (size_t)t->split_step;
   elem_iter it = {.p = st, .s = piece_ptr(c, whole), .len = whole->len, .pos = pos0, .partial = partial,
-                  .f = {.pos = pos0, .last_end = SIZE_MAX}};
+                  .cap = t->split_step == t->cap_step, .f = {.pos = pos0, .last_end = SIZE_MAX}};
   tk_behavior beh = st->kind == TK_P_SPLIT ? st->behavior : TK_ISOLATED;
   if (st->kind == TK_P_DIGITS) beh = st->individual ? TK_ISOLATED : TK_CONTIGUOUS;
   bool inv = st->kind == TK_P_SPLIT && st->invert;
@@ -827,7 +871,8 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
     if (pf) tk_bpe_prefetch(&c->bpe, it.s + e.a, e.b - e.a);
     bool m = e.m != inv, pm = pe.m != inv;
     bool drop = beh == TK_REMOVED && m;
-    if (have_prev && !keeps_boundary(beh, pm, m) && have_cur) {
+    /* merged unless a cut ends the element before, or the piece would pass the length cap */
+    if (have_prev && !pe.cut && !keeps_boundary(beh, pm, m) && have_cur && (!it.cap || e.b - ca <= pretoken_cap())) {
       cb = e.b;
     } else {
       if (have_cur && cb > ca && (s = flush_split(t, c, x, k, whole, ca, cb, err))) return s;
@@ -835,7 +880,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
       size_t qn = x->subj_norm0 + e.a - x->subj_shift;
       if (have_prev && pe.settled && !pe.tentative && !e.tentative && x->restarts && e.a > x->subj_shift &&
           ((qn >= x->win[0] && qn < x->win[1]) || (qn >= x->win[2] && qn < x->win[3]))) {
-        bool state_ok = !regex || (pe.m && pe.b > pe.a) || (!pe.m && e.m);
+        bool state_ok = !regex || pe.cut || (pe.m && pe.b > pe.a) || (!pe.m && e.m);
         int64_t ro;
         if (state_ok && restart_ok(c, x, qn, &ro) &&
             (s = add_restart(c, ro, TK_LEVEL_PRETOK)))

@@ -4,9 +4,7 @@
 # batch give the same prompt and answer (a plain-file document is named in its frame as the batch
 # writes it, not through the batch file's folder); --documents-root refuses a document outside the
 # tree on its line; a duplicate custom_id is refused on the later line with a response id of its
-# own. Registered DISABLED until the runner calls what jobs/batch.h now offers (see the lead's
-# notes of branch h6-batch): lh_batch.sha256 instead of a second read, lh_ingest with the name as
-# written, lh_batch_params.documents_root from the command line, request ids of refused lines.
+# own.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/root"

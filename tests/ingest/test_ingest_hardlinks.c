@@ -1,0 +1,108 @@
+/* test_ingest_hardlinks.c — hard links, in real tar archives (GNU tar, which stores a file once
+ * and its later names as hard link entries without data) and in folders.
+ *
+ * What it proves: a hard link whose target is not a document (the target left out by --include
+ * or --exclude) is read, with its target's content, under its own name; a link to a document
+ * already included is recorded as a link to it (no content twice), including a second link once
+ * the first one was read; the same holds for a gzip-compressed tar (the target is re-read through
+ * the decompressor), for --sort path, and for a folder walk. Before, a hard link was always
+ * dropped as "link", so `--include b.txt` lost b.txt's content.
+ */
+#include "tests/test.h"
+
+#include <sys/stat.h>
+
+#include "tests/ingest/ingest_run.h"
+
+static const char content[] = "shared content of a, b and sub/c\n";
+
+static void check(const char *label, const char *input, lh_ingest_order order, const char *const *inc, size_t ninc,
+                  const char *const *exc, size_t nexc, const char *want_doc, const char *want_link_doc,
+                  const char *link_of_second) {
+  lh_ingest_params p = lh_ingest_default_params();
+  p.include = inc;
+  p.n_include = ninc;
+  p.exclude = exc;
+  p.n_exclude = nexc;
+  p.order = order;
+  run_out o;
+  run_ingest_paths(&p, &input, 1, &o);
+  CHECK_MSG(o.st == LH_OK, "%s: %s", label, o.msg);
+  const run_entry *d = run_find(&o, want_doc);
+  CHECK_MSG(d && d->e.status == LH_ENTRY_OK && run_sha_is(d, content, sizeof content - 1) &&
+                d->e.type == LH_ENTRY_HARDLINK && d->link,
+            "%s: %s should be read with its target's content (%s)", label, want_doc,
+            d ? lh_entry_status_name(d->e.status) : "missing");
+  const char *framed = strstr(o.text.data ? o.text.data : "", content);
+  CHECK_MSG(framed && !strstr(framed + 1, content), "%s: the content must be framed exactly once", label);
+  if (want_link_doc) {
+    const run_entry *l = run_find(&o, want_link_doc);
+    CHECK_MSG(l && l->e.status == LH_ENTRY_SKIPPED && l->e.reason == LH_REASON_LINK && l->link &&
+                  !strcmp(l->link, link_of_second),
+              "%s: %s should be a link to %s (%s)", label, want_link_doc, link_of_second,
+              l ? l->link ? l->link : "no link" : "missing");
+  }
+  CHECK_EQ(o.stats.documents, 1);
+  run_free(&o);
+}
+
+int main(void) {
+  lh_test_begin("test_ingest_hardlinks");
+  run_watchdog(120);
+  const char *h = tpath("h");
+  CHECK(mkdir(h, 0755) == 0);
+  char a[1200], b[1200], c[1200], sub[1200];
+  snprintf(a, sizeof a, "%s/a.txt", h);
+  snprintf(b, sizeof b, "%s/b.txt", h);
+  snprintf(sub, sizeof sub, "%s/sub", h);
+  snprintf(c, sizeof c, "%s/sub/c.txt", h);
+  write_file(a, content, sizeof content - 1);
+  CHECK(mkdir(sub, 0755) == 0);
+  CHECK(link(a, b) == 0);
+  CHECK(link(a, c) == 0);
+  if (run_sh("tar -cf hard.tar -C h a.txt b.txt sub/c.txt && gzip -k hard.tar && tar -tvf hard.tar | grep -c 'link to' "
+             "| grep -qx 2"))
+    LH_TEST_SKIP("GNU tar did not store hard links");
+  const char *tar = tpath("hard.tar"), *tgz = tpath("hard.tar.gz");
+
+  /* Without globs: a.txt is the document, the others link to it (as before). */
+  {
+    lh_ingest_params p = lh_ingest_default_params();
+    run_out o;
+    run_ingest_paths(&p, &tar, 1, &o);
+    const run_entry *x = run_find(&o, "b.txt");
+    CHECK(run_find(&o, "a.txt") && run_find(&o, "a.txt")->e.status == LH_ENTRY_OK);
+    CHECK(x && x->e.type == LH_ENTRY_HARDLINK && x->e.status == LH_ENTRY_SKIPPED && x->e.reason == LH_REASON_LINK);
+    run_free(&o);
+  }
+  const char *inc_b[] = {"b.txt"}, *inc_b_sub[] = {"b.txt", "sub/*"}, *exc_a[] = {"a.txt"};
+  static const lh_ingest_order orders[] = {LH_INGEST_SORT_ARCHIVE, LH_INGEST_SORT_PATH};
+  const char *inputs[] = {tar, tgz};
+  for (int k = 0; k < 2; k++)
+    for (int q = 0; q < 2; q++) {
+      char label[64];
+      snprintf(label, sizeof label, "%s, %s", k ? "tar.gz" : "tar", q ? "sort path" : "archive order");
+      check(label, inputs[k], orders[q], inc_b, 1, NULL, 0, "b.txt", NULL, NULL);
+      check(label, inputs[k], orders[q], inc_b_sub, 2, NULL, 0, "b.txt", "sub/c.txt", "a.txt");
+      check(label, inputs[k], orders[q], NULL, 0, exc_a, 1, "b.txt", "sub/c.txt", "a.txt");
+    }
+  /* The archive in memory (seekable too). */
+  {
+    lh_buf mem = {0};
+    lh_error err;
+    CHECK(lh_file_read(tar, 1 << 20, &mem, &err) == LH_OK);
+    lh_ingest_params p = lh_ingest_default_params();
+    p.include = inc_b;
+    p.n_include = 1;
+    run_input in = {"mem.tar", mem.data, mem.len};
+    run_out o;
+    run_ingest_inputs(&p, &in, 1, &o);
+    CHECK(run_sha_is(run_find(&o, "b.txt"), content, sizeof content - 1));
+    run_free(&o);
+    lh_buf_free(&mem);
+  }
+  /* The folder: the first name met that is a document is read; later names link to it. */
+  check("folder", h, LH_INGEST_SORT_ARCHIVE, inc_b, 1, NULL, 0, "b.txt", NULL, NULL);
+  check("folder", h, LH_INGEST_SORT_ARCHIVE, inc_b_sub, 2, NULL, 0, "b.txt", "sub/c.txt", "b.txt");
+  return lh_test_end();
+}

@@ -1,0 +1,89 @@
+/* test_ingest_special.c — inputs that are not regular files or folders: a FIFO (which blocks an
+ * open until a writer comes), /dev/zero (which never ends), a unix socket, a symlink to a FIFO.
+ *
+ * What it proves: lh_ingest_add_path refuses each at once, before opening it, with an error that
+ * names the path and its kind; the same kinds met inside a folder walk are recorded as skipped
+ * ("special") without being opened, and the rest of the folder is read. A watchdog fails the test
+ * if anything waits (before this check existed, the FIFO hung lh_ingest_next forever).
+ */
+#include "tests/test.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "tests/ingest/ingest_run.h"
+
+static int make_socket(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    perror("socket");
+    return -1;
+  }
+  return fd;
+}
+
+static void refused(const char *path, const char *kind) {
+  lh_ingest_params p = lh_ingest_default_params();
+  run_out o;
+  double t0 = lh_now();
+  run_ingest_paths(&p, &path, 1, &o);
+  CHECK_MSG(o.add_st == LH_EINVAL, "%s: add_path gave %d (%s)", path, (int)o.add_st, o.msg);
+  CHECK_STR_CONTAINS(o.msg, path);
+  CHECK_STR_CONTAINS(o.msg, kind);
+  CHECK(lh_now() - t0 < 5);
+  run_free(&o);
+}
+
+int main(void) {
+  lh_test_begin("test_ingest_special");
+  run_watchdog(60);
+  const char *fifo = tpath("pipe");
+  CHECK(mkfifo(fifo, 0644) == 0);
+  refused(fifo, "FIFO");
+  refused("/dev/zero", "character device");
+  const char *sock = tpath("sock");
+  int sfd = make_socket(sock);
+  if (sfd >= 0) refused(sock, "socket");
+  const char *ln = tpath("link-to-pipe");
+  CHECK(symlink(fifo, ln) == 0);
+  refused(ln, "FIFO");
+
+  /* "-" (standard input) is still a stream the caller chose: accepted. */
+  {
+    lh_ingest_params p = lh_ingest_default_params();
+    lh_ingest *ing;
+    lh_error err;
+    CHECK(lh_ingest_open(&p, &ing, &err) == LH_OK);
+    CHECK(lh_ingest_add_path(ing, "-", &err) == LH_OK);
+    lh_ingest_close(ing);
+  }
+
+  /* Inside a folder: recorded, never opened; the regular file beside them is read. */
+  const char *dir = tpath("tree");
+  CHECK(mkdir(dir, 0755) == 0);
+  char p1[1200], p2[1200], p3[1200];
+  snprintf(p1, sizeof p1, "%s/a-pipe", dir);
+  snprintf(p2, sizeof p2, "%s/b-sock", dir);
+  snprintf(p3, sizeof p3, "%s/c.txt", dir);
+  CHECK(mkfifo(p1, 0644) == 0);
+  int sfd2 = make_socket(p2);
+  write_file(p3, "text\n", 5);
+  lh_ingest_params p = lh_ingest_default_params();
+  run_out o;
+  run_ingest_paths(&p, &dir, 1, &o);
+  CHECK_EQ(o.st, LH_OK);
+  const run_entry *x;
+  CHECK((x = run_find(&o, "a-pipe")) && x->e.type == LH_ENTRY_FIFO && x->e.status == LH_ENTRY_SKIPPED &&
+        x->e.reason == LH_REASON_SPECIAL);
+  if (sfd2 >= 0)
+    CHECK((x = run_find(&o, "b-sock")) && x->e.type == LH_ENTRY_SOCKET && x->e.reason == LH_REASON_SPECIAL);
+  CHECK((x = run_find(&o, "c.txt")) && x->e.status == LH_ENTRY_OK && run_sha_is(x, "text\n", 5));
+  CHECK_EQ(o.stats.skipped_by_reason[LH_REASON_SPECIAL], sfd2 >= 0 ? 2 : 1);
+  run_free(&o);
+  if (sfd >= 0) close(sfd);
+  if (sfd2 >= 0) close(sfd2);
+  return lh_test_end();
+}
