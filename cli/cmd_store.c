@@ -30,8 +30,9 @@ static void usage(FILE *f) {
           "  gc       remove checkpoints: unused for AGE (30s, 15m, 12h, 7d, 2w), least recently used\n"
           "           until the payload fits SIZE (bytes, or with K, M, G, T: powers of 1024), or all but\n"
           "           the last N of each job (older ones keep only the KV rows their successors need).\n"
-          "           The chains of queued and running jobs are never removed. Freed space goes back to\n"
-          "           the file system unless --no-vacuum.\n");
+          "           The chains of queued and running jobs are never removed. Cached file digests of\n"
+          "           files that are gone are dropped too. Freed space goes back to the file system\n"
+          "           unless --no-vacuum.\n");
 }
 
 static int parse_age(const char *s, int64_t *out) {
@@ -363,6 +364,7 @@ int lh_cmd_store(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "bytes_freed", (double)r.bytes_freed);
       cJSON_AddNumberToObject(o, "file_before", (double)r.file_before);
       cJSON_AddNumberToObject(o, "file_after", (double)r.file_after);
+      cJSON_AddNumberToObject(o, "digests_dropped", (double)r.digests_dropped);
       cJSON_AddNumberToObject(o, "seconds", dt);
       print_json(o);
     } else {
@@ -372,6 +374,9 @@ int lh_cmd_store(int argc, char **argv) {
              gp.dry_run ? "dry run: " : "", lh_store_path(s), (long long)r.deleted, (long long)r.thinned,
              (long long)r.protected_ckpts, human(r.bytes_freed, a, sizeof a), gp.dry_run ? "would be freed" : "freed",
              human(r.file_before, b, sizeof b), human(r.file_after, c, sizeof c), dt);
+      if (r.digests_dropped)
+        printf("%s %lld cached file digest(s) of files that are gone\n", gp.dry_run ? "would drop" : "dropped",
+               (long long)r.digests_dropped);
     }
   }
   lh_store_close(s);

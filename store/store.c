@@ -652,6 +652,7 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
 void lh_store_close(lh_store *s) {
   if (!s) return;
   lh_store__heartbeat_stop(s);
+  if (s->db) lh_store__digests_close(s);
   if (s->db) {
     lh_store__rollback(s);
     sqlite3_close_v2(s->db);

@@ -12,8 +12,8 @@
  *                  error text has a CRC-32C
  *     documents    the ingest manifest of each job (path, bytes, sha256, token span)
  *     results      a finished job's result (JSON text and an optional blob) with a CRC-32C
- *     file_digests a cache of file digests by file identity (model weights, documents): schema
- *                  only, not used yet
+ *     file_digests a cache of file digests by file identity (model weights, documents):
+ *                  lh_store_digest_cache
  *     checkpoints  one row per saved state: (model, prefix hash) -> position, parent, sizes
  *     ckpt_pages   the checkpoint payload, split into pages with a CRC-32C each
  *
@@ -376,6 +376,27 @@ typedef struct lh_store_writer_stats {
 } lh_store_writer_stats;
 void lh_store_writer_get_stats(lh_store_writer *w, lh_store_writer_stats *st);
 
+/* ---- file digest cache (store/store_digest.c) ------------------------------------------------
+ *
+ * file_digests remembers what reading a whole file taught (engine/engine.h's lh_file_digest: its
+ * digest and, for weights, the first non-finite element) by the file's identity (lh_file_identity:
+ * real path, size, mtime_ns, ctime_ns, inode, device), per kind: "model" for lh_model_open's weight
+ * files (lh_model_params.digest_cache), "doc" for a request's documents (jobs/inputs.h). Each kind
+ * has its own digest function, so a path may have one row per kind.
+ */
+
+/* Fill *cache with callbacks over this handle's file_digests rows of kind (1 to 31 characters).
+ * The callbacks run on the thread using the handle, outside any store transaction, and stay valid
+ * until lh_store_close. get hits only when the row of (kind, path) passes its CRC-32C and every
+ * identity field equals; a damaged row is a miss with a warning (the file is read again). put keeps
+ * the entry in memory (get sees it at once) and writes the kept entries in one transaction when
+ * 128 have gathered, on lh_store_digest_flush and on lh_store_close; a read-only handle never
+ * writes. Neither callback fails its caller: store errors are a miss or a logged warning. */
+lh_status lh_store_digest_cache(lh_store *s, const char *kind, lh_digest_cache *cache, lh_error *err);
+/* Write the entries every cache of this handle keeps. The entries are gone from memory either way
+ * (a lost entry only costs one more read of its file). */
+lh_status lh_store_digest_flush(lh_store *s, lh_error *err);
+
 /* ---- engine glue (store/store_engine.c; needs the engine) --------------------------------- */
 
 /* lh_store_model_put for an open model: its id, folder and a short description. */
@@ -427,6 +448,7 @@ typedef struct lh_store_gc_params {
   int dry_run;           /* report only */
   int vacuum;            /* return freed pages to the file system (incremental vacuum; default 1) */
   int64_t now_ms;        /* 0 = now (tests pass a later time) */
+  int drop_gone_digests; /* drop file_digests rows whose path stat() no longer finds (default 1) */
 } lh_store_gc_params;
 lh_store_gc_params lh_store_gc_default_params(void);
 
@@ -434,6 +456,7 @@ typedef struct lh_store_gc_report {
   int64_t deleted, thinned, protected_ckpts;
   int64_t bytes_freed;             /* checkpoint payload removed */
   int64_t file_before, file_after; /* database file size */
+  int64_t digests_dropped;         /* file_digests rows of files that are gone */
 } lh_store_gc_report;
 /* Apply the policies. Never touches the chain of a queued or running job's resume point: its
  * ancestors may be thinned, never deleted, and the resume point keeps its state. */

@@ -17,6 +17,8 @@
  * and neither it nor any ancestor is deleted (ancestors may be thinned: the resume point needs only
  * their KV rows). Deletion is leaf-first, so a parent never goes before its children. Space returns
  * to the file system through incremental vacuum (auto_vacuum=INCREMENTAL is set at creation).
+ * Before planning, gc drops the file_digests rows of files that are gone (store_digest.c; the
+ * stat() calls happen outside the write lock).
  *
  * It must never: delete a checkpoint that a surviving checkpoint descends from, or touch the chain
  * of a queued or running job's resume point beyond thinning its ancestors.
@@ -290,6 +292,7 @@ lh_store_gc_params lh_store_gc_default_params(void) {
   p.max_bytes = -1;
   p.keep_last = -1;
   p.vacuum = 1;
+  p.drop_gone_digests = 1;
   return p;
 }
 
@@ -454,7 +457,9 @@ lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_rep
   memset(r, 0, sizeof *r);
   lh_store_gc_params p = pp ? *pp : lh_store_gc_default_params();
   r->file_before = file_size(s->path);
-  lh_status st = lh_store__begin(s, "collecting garbage", err);
+  lh_status st;
+  if (p.drop_gone_digests && (st = lh_store__drop_gone_digests(s, p.dry_run, &r->digests_dropped, err))) return st;
+  st = lh_store__begin(s, "collecting garbage", err);
   if (st) return st;
   gnode *v = NULL;
   int n = 0;

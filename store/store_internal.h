@@ -2,8 +2,8 @@
  *
  * store.c owns the connection (open, pragmas, schema, error mapping, statements); store_jobs.c the
  * job state machine and claims; store_ckpt.c checkpoint pages, chains and prefix lookup;
- * store_writer.c the asynchronous writer; store_admin.c stats, verify and gc; store_engine.c the
- * engine glue.
+ * store_writer.c the asynchronous writer; store_admin.c stats, verify and gc; store_digest.c the
+ * file digest cache; store_engine.c the engine glue.
  */
 #ifndef LH_STORE_INTERNAL_H
 #define LH_STORE_INTERNAL_H
@@ -35,6 +35,8 @@ struct lh_store {
   pthread_t hb_thread;
   pthread_mutex_t hb_mu;
   pthread_cond_t hb_cv;
+  /* file digest caches, one per kind (store_digest.c) */
+  struct lh_store__digests *digests;
 };
 
 struct lh_store_ckpt {
@@ -130,6 +132,13 @@ uint32_t lh_store__error_crc(int64_t job_id, const void *text, size_t len);
  * ERROR_OK is NULL (not true) when the error text is NULL. */
 #define LH_STORE__RESULT_OK(r) r ".crc32c = lh_result_crc(" r ".job_id, " r ".json, " r ".blob)"
 #define LH_STORE__ERROR_OK(j) j ".error_crc32c = lh_error_crc(" j ".id, " j ".error)"
+
+/* File digests (store_digest.c). The row checksum of file_digests (docs/store.md); flush the
+ * unwritten puts and free the caches (lh_store_close); drop the rows of files stat() reports gone,
+ * outside the write lock for the stat() calls (lh_store_gc). */
+uint32_t lh_store__digest_crc(const char *kind, const lh_file_identity *id, const lh_file_digest *d);
+void lh_store__digests_close(lh_store *s);
+lh_status lh_store__drop_gone_digests(lh_store *s, int dry_run, int64_t *dropped, lh_error *err);
 
 /* Claims (store_jobs.c): 1 if the owner described is alive (its claim holds), 0 if not. */
 int lh_store__owner_alive(const lh_store *s, const char *host, int64_t pid, int64_t start, int64_t heartbeat_ms,
