@@ -5,11 +5,17 @@
 #   make demo    build, then run examples/demo.jsonl on the embedded model
 #   make bench   build, then run the benchmarks under bench/
 #   make fuzz    build the libFuzzer targets in build-fuzz/
+#   make install build, then install into PREFIX (default /usr/local; DESTDIR honoured): bin/longhaul,
+#                its man page and bash completion, share/longhaul/ (NIAH haystack, embedded model)
+#                and share/doc/longhaul/ (README, LICENSE, examples/slurm); NO_BUILD=1 skips the
+#                build step and BUILD_DIR names an existing build folder (default build)
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
+BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all deps deps-test build test test-asan fuzz fuzz-short demo bench clean
+.PHONY: all deps deps-test build test test-asan fuzz fuzz-short demo bench install clean
 all: build
 
 deps:
@@ -47,6 +53,9 @@ demo: build
 
 bench: build
 	@bench/run.sh
+
+install: $(if $(NO_BUILD),,build)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR) --prefix "$(PREFIX)"
 
 clean:
 	rm -rf build build-asan build-fuzz

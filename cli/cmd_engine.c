@@ -42,7 +42,7 @@ static void usage(FILE *f, const char *cmd) {
   fprintf(f, "  --ids FILE     whitespace-separated token ids\n"
              "  --chunk N      feed the prompt in calls of N tokens (default: as few calls as possible)\n"
              "  --threads N    CPU threads (default: all cores)\n"
-             "  --device D     cpu (default) or cuda\n"
+             "  --device D     cpu (default) or cuda (also called gpu)\n"
              "  -v             report timings on stderr\n");
 }
 
@@ -124,13 +124,13 @@ static int parse_args(int argc, char **argv, engine_args *a) {
     usage(stderr, cmd);
     return 0;
   }
-  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda")) {
-    fprintf(stderr, "longhaul %s: --device must be cpu or cuda (got '%s')\n", cmd, a->device);
+  lh_error e;
+  if (strcmp(a->device, "cpu") && strcmp(a->device, "cuda") && strcmp(a->device, "gpu")) {
+    fprintf(stderr, "longhaul %s: --device must be cpu or cuda (also called gpu); got '%s'\n", cmd, a->device);
     return 0;
   }
-  if (!strcmp(a->device, "cuda") && !lh_backend_find("cuda")) {
-    fprintf(stderr, "longhaul %s: this build has no CUDA backend (configure with -DLH_CUDA=ON on a machine with "
-                    "the CUDA toolkit, or use --device cpu)\n", cmd);
+  if (lh_backend_check(a->device, &e) != LH_OK) {
+    fprintf(stderr, "longhaul %s: --device %s: %s\n", cmd, a->device, e.msg);
     return 0;
   }
   return 1;

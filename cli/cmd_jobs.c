@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jobs/runner.h"
+#include "jobs/shard.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
@@ -59,7 +62,9 @@ static void run_usage(FILE *f) {
           "  --keep-checkpoints N   at the end, each prefix keeps its final checkpoint and N before it with\n"
           "                         their states (default 4; -1 keeps all); the rest keep only KV rows\n"
           "  --shard I/N            run only shard I of N (0 <= I < N), with its own store and\n"
-          "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together\n"
+          "                         OUT/output-I-of-N.jsonl; requests over the same documents stay together.\n"
+          "                         Without it, a Slurm array task runs shard (SLURM_ARRAY_TASK_ID - MIN) / STEP\n"
+          "                         of SLURM_ARRAY_TASK_COUNT; `longhaul merge OUT` joins the shards\n"
           "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
           "\n"
           "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 75 stopped by a full disk,\n"
@@ -176,7 +181,8 @@ int lh_cmd_run(int argc, char **argv) {
       {"documents-root", required_argument, 0, 'R'},
       {0, 0, 0, 0}};
   optind = 1;
-  int c;
+  opterr = 0;
+  int c, shard_given = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'm': p.model_dir = optarg; break;
@@ -208,6 +214,7 @@ int lh_cmd_run(int argc, char **argv) {
         fprintf(stderr, "longhaul run: --shard %s: expected I/N with 0 <= I < N\n", optarg);
         return LH_EXIT_USAGE;
       }
+      shard_given = 1;
       break;
     case 'P': {
       int m = lh_progress_mode_parse(optarg);
@@ -219,7 +226,7 @@ int lh_cmd_run(int argc, char **argv) {
       break;
     }
     case 'h': run_usage(stdout); return LH_EXIT_OK;
-    default: run_usage(stderr); return LH_EXIT_USAGE;
+    default: return lh_args_bad_option("run", argv, opts);
     }
   }
   if (optind + 1 != argc) {
@@ -232,6 +239,13 @@ int lh_cmd_run(int argc, char **argv) {
     fprintf(stderr, "longhaul run: --model and --out are required (or a --defaults file naming them)\n");
     return LH_EXIT_USAGE;
   }
+  /* a task of a Slurm job array runs its own shard without --shard (jobs/shard.h) */
+  char shard_note[256] = "";
+  if (!shard_given && lh_shard_from_env(&p.shard_index, &p.shard_count, shard_note, sizeof shard_note) < 0) {
+    fprintf(stderr, "longhaul run: %s\n", shard_note);
+    return LH_EXIT_USAGE;
+  }
+  p.shard_note = shard_note;
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   lh_runner_summary sum;
@@ -274,132 +288,298 @@ int lh_cmd_run(int argc, char **argv) {
   return sum.failed || sum.bad_lines ? LH_EXIT_FAILED : LH_EXIT_OK;
 }
 
-/* ---- status / results ---- */
+/* ---- status / results ----
+ *
+ * Both read the stores named by --out DIR (its longhaul.db and any shard's store) or --db FILE,
+ * read-only. A job's progress is shown as its own: a request answered from a group's shared
+ * prefix has no checkpoint of its own, so the group's counts for it (see status_usage). */
 
-static int open_store_ro(const char *db, lh_store **s) {
+static void status_usage(FILE *f) {
+  fprintf(f,
+          "usage: longhaul status [--out DIR | --db FILE] [--json]\n"
+          "\n"
+          "The jobs of a store, one row per request: its state, tokens, attempts and error. --out DIR\n"
+          "reads DIR/longhaul.db and, after runs with --shard I/N, every DIR/longhaul-shard-I-of-N.db;\n"
+          "--db FILE reads that store (default ./longhaul.db).\n"
+          "\n"
+          "  tokens_done    prompt tokens computed for the job: all of them once it is done; before,\n"
+          "                 the position of the last checkpoint of its prefix (which the requests\n"
+          "                 over the same documents share)\n"
+          "  tokens_total   its prompt tokens (- until a run has read its documents)\n"
+          "\n"
+          "--json prints one object: {\"stores\": [PATH...], \"counts\": {\"queued\", \"running\", \"done\",\n"
+          "\"failed\"}, \"jobs\": [JOB...]} with each JOB {\"store\", \"id\", \"batch\", \"custom_id\", \"state\",\n"
+          "\"attempts\", \"tokens_done\", \"tokens_total\" (null: unknown), \"completion_tokens\" (done jobs),\n"
+          "\"created\", \"started\", \"finished\" (ISO 8601 UTC, null: not yet), \"owner\", \"owner_alive\"\n"
+          "(running jobs), \"error\" (failed jobs: {\"code\", \"message\", \"status_code\"})}.\n");
+}
+
+static void results_usage(FILE *f) {
+  fprintf(f, "usage: longhaul results JOB [--out DIR | --db FILE]\n"
+             "  print the result.json of a finished job (JOB: its custom_id or job number), from the\n"
+             "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db)\n");
+}
+
+static int open_store_ro(const char *cmd, const char *db, lh_store **s) {
   lh_store_params sp = lh_store_default_params();
   sp.read_only = 1;
   sp.create = 0;
   lh_error e;
   if (lh_store_open(db, &sp, s, &e) != LH_OK) {
-    fprintf(stderr, "longhaul: %s\n", e.msg);
+    fprintf(stderr, "longhaul %s: %s\n", cmd, e.msg);
     return -1;
   }
   return 0;
 }
 
-static const char *db_from_args(int argc, char **argv, int *rest) {
-  const char *db = NULL, *out = NULL;
-  static char buf[4200];
-  int j = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--db") && i + 1 < argc) db = argv[++i];
-    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    else rest[j++] = i;
+/* --out DIR, --db FILE, and for status --json; the rest stays in argv[optind..). */
+static int store_args(const char *cmd, int argc, char **argv, const char **db, const char **out, int *json) {
+  static const struct option status_opts[] = {{"db", required_argument, 0, 'd'}, {"out", required_argument, 0, 'o'},
+                                              {"json", no_argument, 0, 'j'},     {"help", no_argument, 0, 'h'},
+                                              {0, 0, 0, 0}};
+  static const struct option results_opts[] = {{"db", required_argument, 0, 'd'}, {"out", required_argument, 0, 'o'},
+                                               {"help", no_argument, 0, 'h'},     {0, 0, 0, 0}};
+  const struct option *opts = json ? status_opts : results_opts;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd': *db = optarg; break;
+    case 'o': *out = optarg; break;
+    case 'j': *json = 1; break;
+    case 'h': json ? status_usage(stdout) : results_usage(stdout); return LH_EXIT_OK;
+    default: return lh_args_bad_option(cmd, argv, opts);
+    }
   }
-  rest[j] = 0;
-  if (!db && out) {
-    snprintf(buf, sizeof buf, "%s/longhaul.db", out);
-    db = buf;
+  return -1;
+}
+
+static int by_group(const void *a, const void *b) {
+  const lh_store_job_info *x = *(const lh_store_job_info *const *)a, *y = *(const lh_store_job_info *const *)b;
+  if (x->batch_id != y->batch_id) return x->batch_id < y->batch_id ? -1 : 1;
+  return strcmp(x->group_key ? x->group_key : "", y->group_key ? y->group_key : "");
+}
+
+/* tokens_done as status shows it: a done job's whole prompt; otherwise the furthest checkpoint
+ * of its group's prefix (jobs of one batch with one group key share it), within its prompt. */
+static int job_progress(const lh_store_job_info *v, size_t n, int64_t *done) {
+  const lh_store_job_info **o = malloc((n ? n : 1) * sizeof *o);
+  if (!o) return -1;
+  for (size_t i = 0; i < n; i++) o[i] = &v[i], done[i] = v[i].tokens_done;
+  qsort(o, n, sizeof *o, by_group);
+  for (size_t i = 0, j; i < n; i = j) {
+    int64_t most = 0;
+    for (j = i; j < n && !by_group(&o[i], &o[j]); j++)
+      if (o[j]->tokens_done > most) most = o[j]->tokens_done;
+    for (size_t k = i; k < j && o[i]->group_key; k++) done[o[k] - v] = most;
   }
-  return db ? db : "longhaul.db";
+  free(o);
+  for (size_t i = 0; i < n; i++) {
+    if (v[i].state == LH_JOB_DONE && v[i].tokens_total >= 0) done[i] = v[i].tokens_total;
+    else if (v[i].tokens_total >= 0 && done[i] > v[i].tokens_total) done[i] = v[i].tokens_total;
+  }
+  return 0;
+}
+
+static void add_time(cJSON *o, const char *key, int64_t ms) {
+  if (ms <= 0) {
+    cJSON_AddNullToObject(o, key);
+    return;
+  }
+  const time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char b[40];
+  strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(o, key, b);
+}
+
+static cJSON *job_json(lh_store *s, const char *path, const lh_store_job_info *j, int64_t done) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "store", path);
+  cJSON_AddNumberToObject(o, "id", (double)j->id);
+  cJSON_AddStringToObject(o, "batch", j->batch);
+  cJSON_AddStringToObject(o, "custom_id", j->custom_id);
+  cJSON_AddStringToObject(o, "state", lh_job_state_name(j->state));
+  cJSON_AddNumberToObject(o, "attempts", j->attempts);
+  cJSON_AddNumberToObject(o, "tokens_done", (double)done);
+  if (j->tokens_total >= 0) cJSON_AddNumberToObject(o, "tokens_total", (double)j->tokens_total);
+  else cJSON_AddNullToObject(o, "tokens_total");
+  if (j->state == LH_JOB_DONE) {
+    lh_buf js = {0};
+    cJSON *r = lh_store_job_result(s, j->id, &js, NULL, NULL) == LH_OK ? cJSON_ParseWithLength(js.data, js.len) : NULL;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "tokens"), "completion");
+    if (cJSON_IsNumber(c)) cJSON_AddNumberToObject(o, "completion_tokens", c->valuedouble);
+    else cJSON_AddNullToObject(o, "completion_tokens");
+    cJSON_Delete(r);
+    lh_buf_free(&js);
+  }
+  add_time(o, "created", j->created_ms);
+  add_time(o, "started", j->started_ms);
+  add_time(o, "finished", j->finished_ms);
+  if (j->owner) {
+    cJSON_AddStringToObject(o, "owner", j->owner);
+    cJSON_AddBoolToObject(o, "owner_alive", j->owner_alive == 1);
+  }
+  if (j->error) {
+    cJSON *e = cJSON_Parse(j->error);
+    if (!cJSON_IsObject(e)) {
+      cJSON_Delete(e);
+      e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "message", j->error);
+    }
+    cJSON_AddItemToObject(o, "error", e);
+  }
+  return o;
 }
 
 int lh_cmd_status(int argc, char **argv) {
-  int rest[64] = {0};
-  if (argc > 60) return LH_EXIT_USAGE;
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: longhaul status [--db FILE | --out DIR]\n  the jobs in a store: state, tokens, attempts, error\n");
-      return LH_EXIT_OK;
-    }
-  const char *db = db_from_args(argc, argv, rest);
-  if (rest[0]) {
-    fprintf(stderr, "longhaul status: unexpected argument '%s'\n", argv[rest[0]]);
+  const char *db = NULL, *out = NULL;
+  int json = 0;
+  int rc = store_args("status", argc, argv, &db, &out, &json);
+  if (rc >= 0) return rc;
+  if (optind < argc) {
+    fprintf(stderr, "longhaul status: unexpected argument '%s'\nsee longhaul status --help\n", argv[optind]);
     return LH_EXIT_USAGE;
   }
-  lh_store *s;
-  if (open_store_ro(db, &s)) return LH_EXIT_USAGE;
-  lh_store_job_info *list = NULL;
-  size_t n = 0;
-  lh_error e;
-  if (lh_store_job_list(s, 0, &list, &n, &e) != LH_OK) {
-    fprintf(stderr, "longhaul status: %s\n", e.msg);
-    lh_store_close(s);
-    return LH_EXIT_USAGE;
-  }
+  char **paths;
+  size_t np;
+  if (lh_args_stores("status", db, out, "longhaul.db", &paths, &np)) return LH_EXIT_USAGE;
+  rc = LH_EXIT_OK;
   int counts[LH_JOB_STATE_COUNT] = {0};
-  printf("%-6s %-24s %-8s %12s %12s %4s  %s\n", "job", "custom_id", "state", "tokens_done", "tokens_total", "try",
-         "error");
-  for (size_t i = 0; i < n; i++) {
-    const lh_store_job_info *j = &list[i];
-    counts[j->state]++;
-    char err1[90] = "";
-    if (j->error) {
-      cJSON *o = cJSON_Parse(j->error);
-      const char *m = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : j->error;
-      snprintf(err1, sizeof err1, "%s", m ? m : j->error);
-      cJSON_Delete(o);
+  size_t total = 0;
+  cJSON *root = json ? cJSON_CreateObject() : NULL, *jobs = NULL, *stores = NULL;
+  if (root) stores = cJSON_AddArrayToObject(root, "stores"), jobs = cJSON_CreateArray();
+  for (size_t k = 0; k < np && rc == LH_EXIT_OK; k++) {
+    lh_store *s;
+    if (open_store_ro("status", paths[k], &s)) {
+      rc = LH_EXIT_USAGE;
+      break;
     }
-    printf("%-6lld %-24.24s %-8s %12lld %12lld %4d  %s\n", (long long)j->id, j->custom_id, lh_job_state_name(j->state),
-           (long long)j->tokens_done, (long long)j->tokens_total, j->attempts, err1);
+    lh_store_job_info *list = NULL;
+    size_t n = 0;
+    lh_error e;
+    int64_t *done = NULL;
+    if (lh_store_job_list(s, 0, &list, &n, &e) != LH_OK) {
+      fprintf(stderr, "longhaul status: %s: %s\n", paths[k], e.msg);
+      rc = LH_EXIT_USAGE;
+    } else if (!(done = malloc((n ? n : 1) * sizeof *done)) || job_progress(list, n, done)) {
+      fprintf(stderr, "longhaul status: %s: out of memory\n", paths[k]);
+      rc = LH_EXIT_USAGE;
+    }
+    if (root) cJSON_AddItemToArray(stores, cJSON_CreateString(paths[k]));
+    if (!root && rc == LH_EXIT_OK) {
+      if (np > 1) printf("%s%s\n", k ? "\n" : "", paths[k]);
+      printf("%-6s %-24s %-8s %12s %12s %4s  %s\n", "job", "custom_id", "state", "tokens_done", "tokens_total",
+             "try", "error");
+    }
+    for (size_t i = 0; rc == LH_EXIT_OK && i < n; i++) {
+      const lh_store_job_info *j = &list[i];
+      counts[j->state]++;
+      total++;
+      if (root) {
+        cJSON_AddItemToArray(jobs, job_json(s, paths[k], j, done[i]));
+        continue;
+      }
+      char err1[90] = "", tot[24] = "-";
+      if (j->error) {
+        cJSON *o = cJSON_Parse(j->error);
+        const char *m = o ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message")) : j->error;
+        snprintf(err1, sizeof err1, "%s", m ? m : j->error);
+        cJSON_Delete(o);
+      }
+      if (j->tokens_total >= 0) snprintf(tot, sizeof tot, "%lld", (long long)j->tokens_total);
+      printf("%-6lld %-24.24s %-8s %12lld %12s %4d  %s\n", (long long)j->id, j->custom_id, lh_job_state_name(j->state),
+             (long long)done[i], tot, j->attempts, err1);
+    }
+    free(done);
+    lh_store_job_list_free(list, n);
+    lh_store_close(s);
   }
-  printf("\n%zu jobs: %d queued, %d running, %d done, %d failed\n", n, counts[LH_JOB_QUEUED], counts[LH_JOB_RUNNING],
-         counts[LH_JOB_DONE], counts[LH_JOB_FAILED]);
-  lh_store_job_list_free(list, n);
-  lh_store_close(s);
-  return LH_EXIT_OK;
+  if (rc == LH_EXIT_OK && root) {
+    cJSON *c = cJSON_AddObjectToObject(root, "counts");
+    for (int i = 0; i < LH_JOB_STATE_COUNT; i++) cJSON_AddNumberToObject(c, lh_job_state_name((lh_job_state)i), counts[i]);
+    cJSON_AddItemToObject(root, "jobs", jobs);
+    jobs = NULL;
+    char *t = cJSON_Print(root);
+    if (t) printf("%s\n", t);
+    free(t);
+  } else if (rc == LH_EXIT_OK) {
+    printf("\n%zu jobs: %d queued, %d running, %d done, %d failed\n", total, counts[LH_JOB_QUEUED],
+           counts[LH_JOB_RUNNING], counts[LH_JOB_DONE], counts[LH_JOB_FAILED]);
+  }
+  cJSON_Delete(jobs);
+  cJSON_Delete(root);
+  lh_args_stores_free(paths, np);
+  return rc;
 }
 
 int lh_cmd_results(int argc, char **argv) {
-  int rest[64] = {0};
-  if (argc > 60) return LH_EXIT_USAGE;
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: longhaul results JOB [--db FILE | --out DIR]\n"
-             "  print the result.json of a finished job (JOB: its custom_id or job number)\n");
-      return LH_EXIT_OK;
-    }
-  const char *db = db_from_args(argc, argv, rest);
-  if (!rest[0] || rest[1]) {
-    fprintf(stderr, "usage: longhaul results JOB [--db FILE | --out DIR]\n");
+  const char *db = NULL, *out = NULL;
+  int rc = store_args("results", argc, argv, &db, &out, NULL);
+  if (rc >= 0) return rc;
+  if (optind + 1 != argc) {
+    fprintf(stderr, "longhaul results: expected one JOB (its custom_id or job number)\nsee longhaul results --help\n");
     return LH_EXIT_USAGE;
   }
-  const char *want = argv[rest[0]];
-  lh_store *s;
-  if (open_store_ro(db, &s)) return LH_EXIT_USAGE;
-  lh_store_job_info *list = NULL;
-  size_t n = 0;
-  lh_error e;
-  int rc = LH_EXIT_FAILED, matches = 0;
+  const char *want = argv[optind];
+  char **paths;
+  size_t np;
+  if (lh_args_stores("results", db, out, "longhaul.db", &paths, &np)) return LH_EXIT_USAGE;
+  lh_store *found = NULL;
+  const char *where = NULL;
   int64_t id = 0;
-  if (lh_store_job_list(s, 0, &list, &n, &e) == LH_OK) {
-    for (size_t i = 0; i < n; i++) {
-      char num[32];
-      snprintf(num, sizeof num, "%lld", (long long)list[i].id);
-      if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
-        /* the newest batch's job wins when a custom_id was used in several batches */
-        id = list[i].id;
-        matches++;
+  int matches = 0;
+  rc = LH_EXIT_FAILED;
+  for (size_t k = 0; k < np; k++) {
+    lh_store *s;
+    if (open_store_ro("results", paths[k], &s)) {
+      rc = LH_EXIT_USAGE;
+      break;
+    }
+    lh_store_job_info *list = NULL;
+    size_t n = 0;
+    lh_error e;
+    int here = 0;
+    if (lh_store_job_list(s, 0, &list, &n, &e) == LH_OK) {
+      for (size_t i = 0; i < n; i++) {
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)list[i].id);
+        if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
+          /* the newest batch's job wins when a custom_id was used in several batches */
+          id = list[i].id;
+          matches++;
+          here = 1;
+        }
       }
     }
+    lh_store_job_list_free(list, n);
+    if (here) {
+      lh_store_close(found);
+      found = s, where = paths[k];
+    } else {
+      lh_store_close(s);
+    }
   }
-  if (!id) {
-    fprintf(stderr, "longhaul results: no job '%s' in %s\n", want, db);
-  } else {
+  if (rc != LH_EXIT_USAGE && !found) {
+    fprintf(stderr, "longhaul results: no job '%s' in %s%s\n", want, paths[0], np > 1 ? " or the shard stores beside it" : "");
+  } else if (found) {
     lh_buf js = {0};
     lh_store_job_info info;
+    lh_error e;
     memset(&info, 0, sizeof info);
-    if (lh_store_job_get(s, id, &info, &e) == LH_OK && info.state != LH_JOB_DONE) {
+    if (lh_store_job_get(found, id, &info, &e) == LH_OK && info.state != LH_JOB_DONE) {
       fprintf(stderr, "longhaul results: job '%s' is %s%s%s\n", want, lh_job_state_name(info.state),
               info.error ? ": " : "", info.error ? info.error : "");
-    } else if (lh_store_job_result(s, id, &js, NULL, &e) == LH_OK) {
+    } else if (lh_store_job_result(found, id, &js, NULL, &e) == LH_OK) {
       cJSON *o = cJSON_ParseWithLength(js.data, js.len);
       char *pretty = o ? cJSON_Print(o) : NULL;
       printf("%s\n", pretty ? pretty : js.data);
       free(pretty);
       cJSON_Delete(o);
-      if (matches > 1) fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the newest\n", matches, want);
+      if (matches > 1)
+        fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the newest of %s\n", matches, want, where);
       rc = LH_EXIT_OK;
     } else {
       fprintf(stderr, "longhaul results: %s\n", e.msg);
@@ -407,7 +587,7 @@ int lh_cmd_results(int argc, char **argv) {
     lh_store_job_info_clear(&info);
     lh_buf_free(&js);
   }
-  lh_store_job_list_free(list, n);
-  lh_store_close(s);
+  lh_store_close(found);
+  lh_args_stores_free(paths, np);
   return rc;
 }

@@ -1,4 +1,5 @@
-/* cmd_store.c — `longhaul store ls|verify|gc --db FILE`: look into a store, check it, trim it.
+/* cmd_store.c — `longhaul store ls|verify|gc --db FILE` (or --out DIR, the folder of a run):
+ * look into a store, check it, trim it.
  *
  * ls and verify open the store read-only (verify --repair and gc open it writable). Every command
  * prints human-readable tables, or one JSON object with --json. Exit status: 0 fine, 1 verify found
@@ -11,16 +12,20 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: longhaul store ls     --db FILE [--jobs | --checkpoints] [--json]\n"
-          "       longhaul store verify --db FILE [--repair] [--json]\n"
-          "       longhaul store gc     --db FILE [--older-than AGE] [--max-size SIZE] [--keep-last N]\n"
+          "usage: longhaul store ls     STORE [--jobs | --checkpoints] [--json]\n"
+          "       longhaul store verify STORE [--repair] [--json]\n"
+          "       longhaul store gc     STORE [--older-than AGE] [--max-size SIZE] [--keep-last N]\n"
           "                             [--dry-run] [--no-vacuum] [--json]\n"
+          "\n"
+          "  STORE is --db FILE, or --out DIR for the store of `longhaul run --out DIR` (DIR/longhaul.db;\n"
+          "  a folder of --shard runs holds one store per shard: name one with --db)\n"
           "\n"
           "  ls       list batches, jobs and checkpoints with their sizes\n"
           "  verify   check every checkpoint page's CRC-32C, every chain's structure, every job result's\n"
@@ -212,12 +217,47 @@ static lh_status ls_ckpts(lh_store *s, cJSON *root, lh_error *err) {
   return LH_OK;
 }
 
+/* An argument `store SUB` cannot use: an option of another subcommand says whose it is; a known
+ * option here lacks its value; anything else gets the nearest of SUB's options. */
+static int bad_argument(const char *cmd, const char *a, const char *const names[][9], const size_t *n_names, int which) {
+  static const char *const subs[] = {"ls", "verify", "gc"};
+  if (!strncmp(a, "--", 2))
+    for (int s = 0; s < 3; s++)
+      for (size_t i = 0; i < n_names[s]; i++)
+        if (!strcmp(a + 2, names[s][i])) {
+          if (s == which || i < 4) fprintf(stderr, "longhaul %s: option %s needs a value\n", cmd, a);
+          else fprintf(stderr, "longhaul %s: option %s belongs to `longhaul store %s`\n", cmd, a, subs[s]);
+          fprintf(stderr, "see longhaul store --help\n");
+          return LH_EXIT_USAGE;
+        }
+  lh_args_unknown_option(cmd, a, names[which], n_names[which]);
+  return LH_EXIT_USAGE;
+}
+
 int lh_cmd_store(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? LH_EXIT_USAGE : LH_EXIT_OK;
   }
-  const char *sub = argv[1], *db = NULL;
+  const char *sub = argv[1], *db = NULL, *out = NULL;
+  static const char *const subs[] = {"ls", "verify", "gc"};
+  static const char *const names[][9] = {{"db", "out", "json", "help", "jobs", "checkpoints"},
+                                         {"db", "out", "json", "help", "repair"},
+                                         {"db", "out", "json", "help", "older-than", "max-size", "keep-last", "dry-run",
+                                          "no-vacuum"}};
+  static const size_t n_names[] = {6, 5, 9};
+  int which = -1;
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(sub, subs[i])) which = i;
+  if (which < 0) {
+    const char *near = lh_args_nearest(sub, subs, 3);
+    if (near) fprintf(stderr, "longhaul store: unknown subcommand '%s'; did you mean '%s'?\n", sub, near);
+    else fprintf(stderr, "longhaul store: unknown subcommand '%s' (ls, verify or gc)\n", sub);
+    fprintf(stderr, "see longhaul store --help\n");
+    return LH_EXIT_USAGE;
+  }
+  char cmd[32];
+  snprintf(cmd, sizeof cmd, "store %s", sub);
   int json = 0, repair = 0, only_jobs = 0, only_ckpts = 0;
   lh_store_gc_params gp = lh_store_gc_default_params();
   int policies = 0;
@@ -225,7 +265,11 @@ int lh_cmd_store(int argc, char **argv) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--db") && val) db = argv[++i];
-    else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--out") && val) out = argv[++i];
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return LH_EXIT_OK;
+    } else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--repair") && !strcmp(sub, "verify")) repair = 1;
     else if (!strcmp(a, "--jobs") && !strcmp(sub, "ls")) only_jobs = 1;
     else if (!strcmp(a, "--checkpoints") && !strcmp(sub, "ls")) only_ckpts = 1;
@@ -253,19 +297,28 @@ int lh_cmd_store(int argc, char **argv) {
       gp.keep_last = (int)k;
       policies++;
     } else {
-      fprintf(stderr, "longhaul store %s: unexpected argument '%s'%s\n\n", sub, a, val || a[0] != '-' ? "" : " (missing its value?)");
-      usage(stderr);
-      return LH_EXIT_USAGE;
+      return bad_argument(cmd, a, names, n_names, which);
     }
   }
-  if (strcmp(sub, "ls") && strcmp(sub, "verify") && strcmp(sub, "gc")) {
-    fprintf(stderr, "longhaul store: unknown subcommand '%s'\n\n", sub);
-    usage(stderr);
+  if (!db && !out) {
+    fprintf(stderr, "longhaul store %s: --db FILE is required (or --out DIR: the folder of `longhaul run --out DIR`)\n",
+            sub);
     return LH_EXIT_USAGE;
   }
+  char **paths = NULL, dbbuf[4200];
+  size_t np = 0;
   if (!db) {
-    fprintf(stderr, "longhaul store %s: --db FILE is required\n", sub);
-    return LH_EXIT_USAGE;
+    if (lh_args_stores(cmd, NULL, out, NULL, &paths, &np)) return LH_EXIT_USAGE;
+    if (np > 1) {
+      fprintf(stderr, "longhaul store %s: --out %s holds %zu stores (one per shard):", sub, out, np);
+      for (size_t i = 0; i < np; i++) fprintf(stderr, " %s", paths[i]);
+      fprintf(stderr, "; name one with --db FILE\n");
+      lh_args_stores_free(paths, np);
+      return LH_EXIT_USAGE;
+    }
+    snprintf(dbbuf, sizeof dbbuf, "%s", paths[0]);
+    lh_args_stores_free(paths, np);
+    db = dbbuf;
   }
   if (!strcmp(sub, "gc") && !policies) {
     fprintf(stderr, "longhaul store gc: give at least one of --older-than, --max-size, --keep-last\n");

@@ -17,6 +17,8 @@ int lh_cmd_store(int argc, char **argv); /* store ls|verify|gc */
 int lh_cmd_run(int argc, char **argv);
 int lh_cmd_status(int argc, char **argv);
 int lh_cmd_results(int argc, char **argv);
+/* shards (cli/cmd_merge.c) */
+int lh_cmd_merge(int argc, char **argv);
 /* NIAH (cli/cmd_niah.c) */
 int lh_cmd_niah(int argc, char **argv);
 

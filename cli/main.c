@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/comm.h"
+#include "cli/args.h"
 #include "cli/commands.h"
 
 typedef struct command {
@@ -21,6 +22,7 @@ static const command commands[] = {
     {"run", lh_cmd_run, "run a batch file of jobs (OpenAI Batch API JSONL with documents)"},
     {"status", lh_cmd_status, "show jobs in a store"},
     {"results", lh_cmd_results, "print a finished job's result"},
+    {"merge", lh_cmd_merge, "assemble the output files of `run --shard I/N` runs in batch order"},
     {"niah", lh_cmd_niah, "run a needle-in-a-haystack sweep and draw its heatmap"},
     {"ingest", lh_cmd_ingest, "turn archives, folders and files into tokens and a manifest"},
     {"tokenize", lh_cmd_tokenize, "encode or decode text with a HF tokenizer.json"},
@@ -76,9 +78,16 @@ static int dispatch(int argc, char **argv) {
     printf("longhaul %s\n", LH_VERSION);
     return LH_EXIT_OK;
   }
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+  const size_t n = sizeof commands / sizeof *commands;
+  const char *names[sizeof commands / sizeof *commands];
+  for (size_t i = 0; i < n; i++) {
     if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "longhaul: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
+    names[i] = commands[i].name;
+  }
+  const char *near = lh_args_nearest(argv[1][0] == '-' ? "" : argv[1], names, n);
+  if (argv[1][0] == '-') fprintf(stderr, "longhaul: unknown option %s before the command\n", argv[1]);
+  else if (near) fprintf(stderr, "longhaul: unknown command '%s'; did you mean '%s'?\n", argv[1], near);
+  else fprintf(stderr, "longhaul: unknown command '%s'\n", argv[1]);
+  fprintf(stderr, "see longhaul --help\n");
   return LH_EXIT_USAGE;
 }

@@ -168,9 +168,11 @@ struct lh_backend {
   const lh_backend_ops *ops;
 };
 
-/* Backends compiled into this binary. lh_backend_find returns NULL for unknown or unavailable
- * names (the CUDA backend is absent in a CPU-only build). */
+/* Backends compiled into this binary: "cpu" (also NULL), "cuda" (also "gpu"). lh_backend_find
+ * returns NULL for unknown or unavailable names (the CUDA backend is absent in a CPU-only build);
+ * lh_backend_check says which with LH_EUNSUPPORTED and a message that says what to do. */
 const lh_backend_ops *lh_backend_find(const char *name);
+lh_status lh_backend_check(const char *name, lh_error *err);
 extern const lh_backend_ops lh_backend_cpu;
 #ifdef LH_HAVE_CUDA
 extern const lh_backend_ops lh_backend_cuda;

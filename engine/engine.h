@@ -173,6 +173,11 @@ lh_model_params lh_model_default_params(void);
  * vocabulary); errors name the file and tensor or key. Unknown tensors are logged as warnings. */
 lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err);
 void lh_model_close(lh_model *m); /* accepts NULL */
+/* The checks lh_model_open makes before reading anything, for a command to make before it
+ * creates files: dir is a folder (LH_ENOTFOUND otherwise; for a path shaped like a Hugging Face
+ * repo id, "owner/name", the message says that nothing is downloaded and how to fetch the folder)
+ * and backend (NULL: "cpu") is in this build (lh_backend_check's LH_EUNSUPPORTED). */
+lh_status lh_model_check(const char *dir, const char *backend, lh_error *err);
 
 const lh_config *lh_model_config(const lh_model *m);
 const char *lh_model_dir(const lh_model *m);

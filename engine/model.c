@@ -31,6 +31,7 @@
  * leaf) opens in 12 ms instead of 1.8 ms. A digest cache entry per file makes all of this free.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,27 @@ void lh_model_close(lh_model *m) {
 
 static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, lh_error *err);
 
+/* "owner/name" with nothing else: how the Hub names a repository, and no local path. */
+static int looks_like_repo_id(const char *s) {
+  const char *slash = strchr(s, '/');
+  if (!slash || slash == s || !slash[1] || strchr(slash + 1, '/') || s[0] == '.' || s[0] == '~') return 0;
+  for (const char *c = s; *c; c++)
+    if (!isalnum((unsigned char)*c) && !strchr("-_./", *c)) return 0;
+  return 1;
+}
+
+lh_status lh_model_check(const char *dir, const char *backend, lh_error *err) {
+  if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
+  if (!lh_is_dir(dir) && looks_like_repo_id(dir))
+    return lh_error_set(err, LH_ENOTFOUND,
+                        "%s: not a model folder (no such directory). It looks like a Hugging Face repo id, and "
+                        "longhaul downloads nothing: fetch the folder first (huggingface-cli download %s --local-dir "
+                        "DIR) and pass that DIR",
+                        dir, dir);
+  if (!lh_is_dir(dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (no such directory)", dir);
+  return backend && !strcmp(backend, "none") ? LH_OK : lh_backend_check(backend ? backend : "cpu", err);
+}
+
 /* A model over several ranks (engine/ranks.c): rank 0 tells the others to open it too, each rank
  * opens its own, and all agree; without a backend ("none") there is nothing to spread. */
 lh_status lh_model_open(const char *dir, const lh_model_params *params, lh_model **out, lh_error *err) {
@@ -247,10 +269,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   m->params.backend = m->backend_name;
   m->max_rows = p.max_rows;
 
-  if (!lh_is_dir(dir)) {
-    st = lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (no such directory)", dir);
-    goto fail;
-  }
+  if ((st = lh_model_check(dir, bname, err))) goto fail;
   char cpath[4096];
   if ((st = lh_path_join(cpath, sizeof cpath, dir, "config.json"))) {
     st = lh_error_set(err, st, "%s: path too long", dir);
@@ -287,10 +306,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
 
   if (strcmp(bname, "none")) {
     m->ops = lh_backend_find(bname);
-    if (!m->ops) {
-      st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not available in this build (try \"cpu\")", bname);
-      goto fail;
-    }
+    snprintf(m->backend_name, sizeof m->backend_name, "%s", m->ops->name); /* "gpu" is "cuda" */
     if (!m->ops->open) {
       m->ops = NULL;
       st = lh_error_set(err, LH_EUNSUPPORTED, "backend '%s' is not implemented in this build yet", bname);

@@ -821,6 +821,8 @@ lh_status lh_output_success(lh_buf *out, const lh_request *r, const char *reques
   cJSON_AddNumberToObject(usage, "prompt_tokens", (double)c->prompt_tokens);
   cJSON_AddNumberToObject(usage, "completion_tokens", (double)c->completion_tokens);
   cJSON_AddNumberToObject(usage, "total_tokens", (double)(c->prompt_tokens + c->completion_tokens));
+  cJSON *details = cJSON_AddObjectToObject(usage, "prompt_tokens_details");
+  cJSON_AddNumberToObject(details, "cached_tokens", (double)c->cached_tokens);
   cJSON_AddNullToObject(root, "error");
   return emit(out, root);
 }

@@ -8,13 +8,12 @@
  *             "max_tokens": 64, "temperature": 0, "top_p": 1, "seed": 7, "stop": ["\n\n"],
  *             "documents": ["repo.tar.gz",
  *                           {"path": "docs/", "include": ["*.md"], "exclude": ["draft"],
- *                            "frame": "<document path=\"{path}\">\n{content}\n</document>\n"}]}}
+ *                            "frame": "<document path=\"{path}\">\n{text}\n</document>\n"}]}}
  *
  * `url` is /v1/chat/completions (body.messages) or /v1/completions (body.prompt, a string).
  * `max_completion_tokens` is accepted as a synonym of `max_tokens`. `documents` is longhaul's
  * extension: inputs (archive, folder or file paths) that are ingested and placed before the
- * messages, at the start of the first user turn (chat) or before the prompt (completions), so
- * requests with the same documents share one prefill. A relative document path resolves against
+ * messages (jobs/chat.h) or the prompt, so requests with the same documents share one prefill. A relative document path resolves against
  * the batch file's folder; for a batch read from a stream (standard input, `run -`), against the
  * current directory; lh_batch_params.base_dir overrides both.
  *
@@ -40,7 +39,7 @@
  *
  * Output. Every string the output functions write is valid UTF-8: text that is not (a byte-level
  * model's answer, a file name in a message) has each maximal invalid subpart replaced by U+FFFD,
- * as HF tokenizers' decode does (util/utf8_replace.h).
+ * as HF tokenizers' decode does (util/utf8.h).
  *
  * Ownership: an lh_batch owns every string in its requests; they live until lh_batch_free.
  */
@@ -153,6 +152,9 @@ typedef struct lh_completion {
   const char *finish_reason; /* "stop" | "length" */
   int64_t prompt_tokens;
   int64_t completion_tokens;
+  int64_t cached_tokens;     /* prompt tokens not computed for this request: restored from a
+                                checkpoint, or a prefix another request of the same group computed
+                                (usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM) */
   int64_t created;           /* unix time */
   const char *model;         /* model name to report */
 } lh_completion;

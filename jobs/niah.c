@@ -36,6 +36,7 @@
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/utf8.h"
 
 #ifndef LH_DATA_DIR
 #define LH_DATA_DIR "examples"
@@ -152,15 +153,21 @@ static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_pr
   lh_status st = lh_ingest_open(&ip, &ing, err);
   if (st == LH_OK) st = lh_ingest_add_path(ing, corpus, err);
   lh_ingest_batch b;
-  lh_progress_begin(prog, "haystack", "ingest", 0, "B");
+  lh_ingest_stats is;
+  if (st == LH_OK) lh_ingest_stats_get(ing, &is);
+  lh_progress_begin(prog, "haystack", "ingest", st == LH_OK && is.source_total > 0 ? is.source_total : 0, "B");
   while (st == LH_OK && (st = lh_ingest_next(ing, &b, err)) == LH_OK) {
     lh_i32vec_append(&S->H, b.tokens, b.n_tokens);
-    lh_ingest_stats is;
     lh_ingest_stats_get(ing, &is);
     lh_progress_update(prog, is.source_bytes);
     if (b.done) break;
   }
-  lh_progress_end(prog);
+  if (ing) {
+    lh_ingest_stats_get(ing, &is);
+    lh_progress_update(prog, is.source_bytes);
+  }
+  if (st == LH_OK) lh_progress_end(prog);
+  else lh_progress_stop(prog, "failed");
   lh_ingest_close(ing);
   if (st != LH_OK) return lh_error_prefix(err, st, "haystack %s: ", corpus);
   S->corpus_tokens = (int64_t)S->H.len;
@@ -300,7 +307,8 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
     lh_progress_begin(prog, label, "prefill", total, "tok");
     lh_progress_prefill(prog, fork_at); /* the shared prefix is restored, not prefilled here */
     st = lh_pipeline_feed(f.state, toks.data + fork_at, total - fork_at, &S->plan, &h, NULL, err);
-    lh_progress_end(prog);
+    if (st == LH_OK) lh_progress_end(prog);
+    else lh_progress_stop(prog, st == LH_EINTR ? "interrupted" : "failed");
   }
   if (st == LH_OK) {
     lh_decode_params dp = {.stop_ids = S->stop_ids, .n_stop_ids = S->n_stop, .stop = &niah_stop};
@@ -309,10 +317,14 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
   }
   lh_buf ans = {0};
   if (st == LH_OK) {
-    lh_tokenizer_decode(S->tok, f.tokens.data, f.tokens.len, 1, &ans, NULL);
+    lh_buf raw = {0};
+    lh_tokenizer_decode(S->tok, f.tokens.data, f.tokens.len, 1, &raw, NULL);
+    lh_utf8_replace(&ans, raw.data ? raw.data : "", raw.len, NULL); /* results files are valid UTF-8 */
+    lh_buf_free(&raw);
     const lh_niah__measure m = {
         .tokens = total, .needle_token = (int64_t)S->head.len + t->pos[0], .seconds = lh_now() - t0,
-        .tokens_computed = total - fork_at + lh_prefix_computed(mainpx) - main_before + (int64_t)f.tokens.len};
+        .tokens_computed = total - fork_at + lh_prefix_computed(mainpx) - main_before + (int64_t)f.tokens.len,
+        .answer_ids = f.tokens.data, .n_answer_ids = f.tokens.len};
     int ok = 0;
     char got[512];
     st = lh_niah__record(rf, results, t, p->variant, ans.data, &m, &ok, got, sizeof got, err);
@@ -394,8 +406,14 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     st = lh_error_set(err, LH_EIO, "%s: %s", results, strerror(errno));
     goto done;
   }
+  int todo = 0, ran = 0; /* the sweep counter: trials left to this run */
+  for (int i = 0; i < S.nt; i++) todo += !S.order[i]->done;
+  lh_progress_batch(prog, "trial", 0, 0, todo);
   for (int i = 0; i < S.nt && st == LH_OK; i++)
-    if (!S.order[i]->done) st = run_trial(&S, mainpx, S.order[i], rf, results, prog, sum, err);
+    if (!S.order[i]->done) {
+      st = run_trial(&S, mainpx, S.order[i], rf, results, prog, sum, err);
+      if (st == LH_OK) lh_progress_batch(prog, "trial", ++ran, 0, todo);
+    }
   {
     lh_error we;
     const lh_status ws = lh_store_writer_close(writer, &we);

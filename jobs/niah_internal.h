@@ -82,6 +82,8 @@ typedef struct lh_niah__measure {
   int64_t needle_token;    /* the first needle's position in the prompt */
   int64_t tokens_computed; /* prefilled or decoded for this trial by this sweep */
   double seconds;
+  const int32_t *answer_ids; /* the answer's token ids (the exact bytes, where the text had to be repaired) */
+  size_t n_answer_ids;
 } lh_niah__measure;
 /* Score answer against t (RULER's string_match_all, contains, exact) and append its line to
  * results.jsonl (rf, named path), flushed to disk before returning (niah.c invariant 4). *found

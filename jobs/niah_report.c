@@ -378,6 +378,7 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
   cJSON_AddStringToObject(o, "question", t->question);
   cJSON_AddStringToObject(o, "expected", t->expected);
   cJSON_AddStringToObject(o, "answer", a);
+  cJSON_AddItemToObject(o, "answer_token_ids", cJSON_CreateIntArray(m->answer_ids, (int)m->n_answer_ids));
   cJSON_AddNumberToObject(o, "exact", !strcmp(a, t->expected));
   cJSON_AddNumberToObject(o, "contains", contains);
   cJSON_AddNumberToObject(o, "score", score);

@@ -37,12 +37,14 @@
 #include "jobs/batch.h"
 #include "jobs/chat.h"
 #include "jobs/outdir.h"
+#include "jobs/shard.h"
 #include "pipeline/pipeline.h"
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
 #include "util/testpoint.h"
+#include "util/utf8.h"
 
 #ifndef LH_VERSION
 #define LH_VERSION "0"
@@ -119,6 +121,7 @@ typedef struct run {
   int64_t *job_ids;   /* [batch.n], 0 for bad lines and other shards */
   struct job_line *by_job; /* [n_by_job] (job id, line index), sorted by job id */
   int n_by_job;
+  int todo;           /* requests of this run's shard not already done: the progress's batch */
   lh_plan plan;
   char model_name[256];
   int32_t stop_ids[8];
@@ -377,7 +380,9 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     }
     int64_t offset = (int64_t)P->len;
     lh_ingest_batch b;
-    lh_progress_begin(R->prog, r->custom_id, "ingest", 0, "B");
+    lh_ingest_stats is;
+    lh_ingest_stats_get(ing, &is);
+    lh_progress_begin(R->prog, NULL, "ingest", is.source_total > 0 ? is.source_total : 0, "B");
     while ((st = lh_ingest_next(ing, &b, err)) == LH_OK) {
       if (lh_i32vec_append(P, b.tokens, b.n_tokens) != LH_OK) {
         st = lh_error_set(err, LH_ENOMEM, "out of memory holding the prompt's tokens");
@@ -386,16 +391,16 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
       for (size_t i = 0; i < b.n_entries; i++)
         if ((st = manifest_add(man, &b.entries[i], offset)) != LH_OK) break;
       if (st != LH_OK) break;
-      lh_ingest_stats is;
       lh_ingest_stats_get(ing, &is);
       lh_testpoint("ingest");
       lh_progress_update(R->prog, is.source_bytes);
       if (b.done) break;
     }
-    lh_ingest_stats is;
     lh_ingest_stats_get(ing, &is);
     *mb += (double)is.source_bytes / 1e6;
-    lh_progress_end(R->prog);
+    lh_progress_update(R->prog, is.source_bytes);
+    if (st == LH_OK) lh_progress_end(R->prog);
+    else lh_progress_stop(R->prog, "failed");
     lh_ingest_close(ing);
     if (st != LH_OK) return lh_error_prefix(err, st, "document %s: ", di->path);
   }
@@ -589,10 +594,11 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   if (g->restored)
     lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", g->label,
                      (long long)g->restored, (long long)g->P.len);
-  lh_progress_begin(R->prog, g->label, "prefill", (int64_t)g->P.len, "tok");
+  lh_progress_begin(R->prog, NULL, "prefill", (int64_t)g->P.len, "tok");
   lh_progress_prefill(R->prog, g->restored);
   st = lh_prefix_advance(*px, (int64_t)g->P.len, &e);
-  lh_progress_end(R->prog);
+  if (st == LH_OK) lh_progress_end(R->prog);
+  else lh_progress_stop(R->prog, g->lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
   g->computed = lh_prefix_computed(*px);
   R->sum->tokens_prefilled += g->computed;
   g->t_prefill = lh_now() - t0;
@@ -670,9 +676,12 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   lh_decode_params dp = {.stop_ids = R->stop_ids, .n_stop_ids = R->n_stop_ids,
                          .context_limit = R->cfg->max_position_embeddings, .on_token = on_token,
                          .progress = on_decoded, .user = g, .stop = &stop_requested};
-  lh_progress_begin(R->prog, g->label, "decode", 0, "tok");
+  int64_t most = 0; /* the decode's bound: every fork to its max_tokens */
+  for (int f = 0; f < g->nf; f++) most += g->forks[f].max_tokens;
+  lh_progress_begin(R->prog, NULL, "decode", most, "tok");
   lh_status st = lh_decode_forks(g->forks, g->nf, &dp, err);
-  lh_progress_end(R->prog);
+  if (st == LH_OK) lh_progress_end(R->prog);
+  else lh_progress_stop(R->prog, st == LH_EINTR ? "interrupted" : "failed");
   for (int f = 0; f < g->nf; f++) {
     const lh_fork *F = &g->forks[f];
     job *J = &g->J[g->fork_job[f]];
@@ -692,7 +701,13 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
-  cJSON_AddStringToObject(o, "answer", J->text.data ? J->text.data : "");
+  /* the answer as text is valid UTF-8 whatever bytes the model chose (each invalid sequence one
+   * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
+  lh_buf answer = {0};
+  lh_utf8_replace(&answer, J->text.data ? J->text.data : "", J->text.len, NULL);
+  cJSON_AddStringToObject(o, "answer", answer.data ? answer.data : "");
+  lh_buf_free(&answer);
+  cJSON_AddItemToObject(o, "completion_token_ids", cJSON_CreateIntArray(F->tokens.data, (int)F->tokens.len));
   cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
   cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
   cJSON_AddStringToObject(o, "model", R->model_name);
@@ -703,6 +718,9 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON_AddNumberToObject(t, "shared_prefix", (double)g->P.len);
   cJSON_AddNumberToObject(t, "own_suffix", (double)J->suffix.len);
   cJSON_AddNumberToObject(t, "completion", (double)F->tokens.len);
+  /* cached: the prompt tokens this request did not compute. The group's prefix is computed once,
+   * after what a checkpoint restored; its first request pays for that part, the others reuse it. */
+  cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed)));
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
   cJSON_AddBoolToObject(c, "hit", g->restored > 0);
   cJSON_AddNumberToObject(c, "tokens_reused", (double)g->restored);
@@ -780,7 +798,9 @@ static lh_status run_group(run *R, const int64_t *ids, int n, lh_error *err) {
   lh_prefix *px = NULL;
   lh_status st = LH_OK;
   if ((g.lead = group_bind(&g, ids)) < 0) goto out;
-  snprintf(g.label, sizeof g.label, "%s%s", g.J[g.lead].r->custom_id, n > 1 ? "+" : "");
+  if (n > 1) snprintf(g.label, sizeof g.label, "%s +%d", g.J[g.lead].r->custom_id, n - 1);
+  else snprintf(g.label, sizeof g.label, "%s", g.J[g.lead].r->custom_id);
+  lh_progress_job(R->prog, g.J[g.lead].r->custom_id, n);
   if (!group_ingest(&g) || R->fault || !group_admit(&g) || R->fault) goto out;
   if ((st = group_prefill(&g, &px, err)) != LH_OK || !px) goto out;
   if ((st = group_decode(&g, px, err)) != LH_OK || R->fault) goto out;
@@ -839,6 +859,7 @@ static lh_status done_line(run *R, const lh_request *r, int64_t job, const char 
         .finish_reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "finish_reason")),
         .prompt_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "prompt")),
         .completion_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "completion")),
+        .cached_tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "cached")),
         .created = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "created")),
         /* the model that answered, whatever the request named (README, "Outputs") */
         .model = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "model"))};
@@ -899,6 +920,15 @@ static lh_status write_output(run *R, lh_error *err) {
   if (st == LH_OK) st = lh_outdir_put(R->out, errname, errs.data ? errs.data : "", errs.len, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", outname, NULL, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", errname, NULL, err);
+  if (st == LH_OK && R->p->shard_count > 1 && strcmp(R->p->batch_path, "-")) {
+    /* the record that lets `longhaul merge OUT` find and check the batch (a batch read from
+     * standard input has no path: merge needs --batch then) */
+    char rec[64];
+    lh_shard_record_name(R->p->shard_index, R->p->shard_count, rec, sizeof rec);
+    lh_buf_clear(&out);
+    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, R->p->shard_index, R->p->shard_count, &out, err);
+    if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
+  }
   lh_buf_free(&out);
   lh_buf_free(&errs);
   return st;
@@ -955,9 +985,10 @@ static lh_status run_jobs(run *R, lh_error *err) {
   while (st == LH_OK) {
     int nids = 0;
     if (stop_requested) st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
-    else if ((st = lh_store_job_claim_next(R->store, R->batch_id, R->p->max_group, ids, &nids, err)) == LH_OK)
+    else if ((st = lh_store_job_claim_next(R->store, R->batch_id, R->p->max_group, ids, &nids, err)) == LH_OK) {
       st = run_group(R, ids, nids, err);
-    else if (st == LH_ENOTFOUND) break;
+      lh_progress_batch(R->prog, "request", R->sum->done, R->sum->failed, R->todo);
+    } else if (st == LH_ENOTFOUND) break;
     else env_fault(R, st, err);
   }
   free(ids);
@@ -978,7 +1009,10 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   run_paths(p, sum, lock, sizeof lock);
   /* everything that can be checked without the model first: the output folder (one run at a
    * time, writable), the batch, the store */
-  lh_status st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
+  /* a model folder that is not there, or a backend this build lacks, creates nothing */
+  lh_status st = lh_model_check(p->model_dir, p->device, err);
+  if (st != LH_OK) return lh_error_prefix(err, st, "--model: ");
+  st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
   if (st) return st;
   /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
   lh_batch_params bp = lh_batch_default_params();
@@ -989,12 +1023,15 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   lh_store_params sp = lh_store_default_params();
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
   R.prog = lh_progress_open(p->progress, stderr, 10);
+  if (p->shard_note && *p->shard_note) lh_progress_note(R.prog, "%s", p->shard_note);
   if ((st = open_model(&R, err)) != LH_OK) goto done;
   if ((st = lh_store_model_register(R.store, R.model, err)) != LH_OK) goto done;
   char bname[4200];
   snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
   if ((st = lh_store_batch_put(R.store, bname, &R.batch_id, err)) != LH_OK) goto done;
   if ((st = add_jobs(&R, err)) != LH_OK || (st = index_jobs(&R, err)) != LH_OK) goto done;
+  R.todo = sum->requests - sum->skipped_done;
+  lh_progress_batch(R.prog, "request", 0, 0, R.todo);
   if (p->checkpoint_every > 0) {
     lh_store_writer_params wp = lh_store_writer_default_params();
     if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;

@@ -50,6 +50,7 @@ typedef struct lh_runner_params {
   int force;                 /* rerun jobs that are already done or failed */
   int wait;                  /* another run holds OUT: wait for it (default: fail with LH_EBUSY naming it) */
   int shard_index, shard_count; /* run only shard i of n (0/1 = everything) */
+  const char *shard_note;    /* NULL, or where the shard came from (jobs/shard.h), for the first progress line */
   int max_group;             /* most requests decoded together (default 64) */
   int keep_checkpoints;      /* retention at the end of a run: each prefix keeps its final checkpoint and
                                 at most this many before it with their states (older ones keep only the KV

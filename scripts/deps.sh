@@ -4,12 +4,15 @@
 # Usage: scripts/deps.sh [build|test]   (test adds the archive tools, fuzzing runtime and Python)
 set -euo pipefail
 what=${1:-build}
+# help2man makes the man page from the binary's --help (scripts/make_manpage.sh) at build time.
 build_pkgs=(build-essential cmake pkg-config libsqlite3-dev libarchive-dev libcjson-dev
-  libopenblas-dev libpcre2-dev libutf8proc-dev libcairo2-dev)
+  libopenblas-dev libpcre2-dev libutf8proc-dev libcairo2-dev help2man)
 # Open MPI: optional for a build (runs over several processes, issue 10), installed for the tests.
+# slurm-wlm and munge: tests/slurm/slurm_array.sh starts its own single-node Slurm (the packages'
+# own services are not used); man-db renders the man page in tests/install/install.sh.
 test_pkgs=(clang libclang-rt-14-dev python3 python3-venv python3-pip sqlite3 libarchive-tools
   zip unzip p7zip-full cpio xorriso genisoimage gzip bzip2 xz-utils zstd lz4 tar
-  libopenmpi-dev openmpi-bin)
+  libopenmpi-dev openmpi-bin slurm-wlm munge man-db)
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")
 missing=()

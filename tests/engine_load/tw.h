@@ -51,8 +51,9 @@ static inline void tw_write_text(const char *path, const char *s) { tw_write_fil
 static inline char *tw_path(const char *dir, const char *name) {
   static char bufs[8][4096];
   static int k;
-  char *b = bufs[k++ % 8];
-  snprintf(b, 4096, "%s/%s", dir, name);
+  char *b = bufs[k++ % 8], tmp[4096]; /* dir may be an earlier result: build apart, then copy */
+  snprintf(tmp, sizeof tmp, "%s/%s", dir, name);
+  memcpy(b, tmp, sizeof tmp);
   return b;
 }
 

@@ -34,3 +34,26 @@ restored() { sed -n 's/.* \([0-9][0-9]*\) restored from checkpoints.*/\1/p' "$1"
 checkpoints() { python3 -c 'import sqlite3, sys
 try: print(sqlite3.connect(sys.argv[1], timeout=5).execute("select count(*) from checkpoints").fetchone()[0])
 except Exception: print(0)' "$1/longhaul.db" 2>/dev/null || echo 0; }
+# An output folder as text to compare runs by (run_faults.sh, run_kill_points.sh): output.jsonl,
+# errors.jsonl and every job folder, without what names a moment or this run's work: timestamps,
+# timings, rates, the store's path, and the cache counters (how much a resumed run restored).
+norm() { python3 - "$1" <<'P'
+import json, os, sys
+out = sys.argv[1]
+def clean(o):
+    if isinstance(o, dict):
+        return {k: clean(v) for k, v in o.items()
+                if k not in ("created", "timings_s", "rates", "cache", "cached", "path", "cached_tokens", "prompt_tokens_details")}
+    if isinstance(o, list):
+        return [clean(v) for v in o]
+    return o
+for name in ("output.jsonl", "errors.jsonl"):
+    for l in open(os.path.join(out, name)):
+        print(name, json.dumps(clean(json.loads(l)), sort_keys=True))
+for j in sorted(os.listdir(os.path.join(out, "jobs"))):
+    d = os.path.join(out, "jobs", j)
+    print(j, sorted(os.listdir(d)))
+    print(j, json.dumps(clean(json.load(open(os.path.join(d, "result.json")))), sort_keys=True))
+    print(j, open(os.path.join(d, "manifest.jsonl")).read())
+P
+}

@@ -20,28 +20,6 @@ B
 RUN=("$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 32 --progress none)
 "${RUN[@]}" --out "$T/ref" > "$T/ref.log" 2>&1 && fail "the reference run should exit 1 (one request fails)" || true
 [ -s "$T/ref/output.jsonl" ] || { cat "$T/ref.log"; fail "no reference output"; }
-# The outputs, with what names a moment or this run's work set aside: timestamps, timings, rates,
-# the store's path, and the cache counters (how much a resumed run restored).
-norm() { python3 - "$1" <<'P'
-import json, os, sys
-out = sys.argv[1]
-def clean(o):
-    if isinstance(o, dict):
-        return {k: clean(v) for k, v in o.items()
-                if k not in ("created", "timings_s", "rates", "cache", "path", "cached_tokens", "prompt_tokens_details")}
-    if isinstance(o, list):
-        return [clean(v) for v in o]
-    return o
-for name in ("output.jsonl", "errors.jsonl"):
-    for l in open(os.path.join(out, name)):
-        print(name, json.dumps(clean(json.loads(l)), sort_keys=True))
-for j in sorted(os.listdir(os.path.join(out, "jobs"))):
-    d = os.path.join(out, "jobs", j)
-    print(j, sorted(os.listdir(d)))
-    print(j, json.dumps(clean(json.load(open(os.path.join(d, "result.json")))), sort_keys=True))
-    print(j, open(os.path.join(d, "manifest.jsonl")).read())
-P
-}
 norm "$T/ref" > "$T/ref.norm"
 grep -q '"custom_id": "bad"' "$T/ref.norm" || fail "errors.jsonl lacks the failed request"
 
@@ -99,13 +77,16 @@ trap 'umount "$M" 2>/dev/null; rm -rf "$T"' EXIT
 mkdir -p "$M/ro" && mount -o remount,ro "$M"
 start=$(date +%s%N)
 set +e
-"$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$M/ro" > "$T/ro.log" 2>&1
+# (a model folder that exists but holds nothing: loading it would fail, so a message naming it
+# would show the model was read before the output folder was checked)
+mkdir -p "$T/empty-model"
+"$LH" run "$T/batch.jsonl" --model "$T/empty-model" --out "$M/ro" > "$T/ro.log" 2>&1
 rc=$?
 set -e
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ $rc = 75 ] || { cat "$T/ro.log"; fail "a read-only --out exited $rc, expected 75"; }
 grep -q "not writable" "$T/ro.log" || { cat "$T/ro.log"; fail "the message does not say the folder is not writable"; }
-grep -q "no-such-model" "$T/ro.log" && fail "the model was looked at before the output folder was checked"
+grep -q "empty-model" "$T/ro.log" && fail "the model was read before the output folder was checked"
 echo "run_faults: read-only --out refused in $ms ms: ok"
 mount -o remount,rw "$M"
 # full disk: size the tmpfs at half of what the reference run wrote

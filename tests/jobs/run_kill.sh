@@ -25,7 +25,10 @@ strip() { python3 -c '
 import json, sys
 for l in open(sys.argv[1]):
     o = json.loads(l)
-    if o["response"]["body"]: o["response"]["body"].pop("created")
+    if o["response"]["body"]:
+        o["response"]["body"].pop("created")
+        # how many prompt tokens came from a checkpoint depends on where the kills fell
+        o["response"]["body"]["usage"].pop("prompt_tokens_details")
     print(json.dumps(o, sort_keys=True))' "$1"; }
 diff <(strip "$T/ref/output.jsonl") <(strip "$T/out/output.jsonl") || fail "output differs after $kills kills"
 echo "run_kill: ok after $kills kills"

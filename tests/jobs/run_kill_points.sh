@@ -19,26 +19,6 @@ B
 RUN=("$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 256 --progress none)
 LH_TEST_POINTS="$T/points" "${RUN[@]}" --out "$T/ref" > "$T/ref.log" 2>&1 || true
 [ -s "$T/ref/output.jsonl" ] || { cat "$T/ref.log"; fail "no reference output"; }
-norm() { python3 - "$1" <<'P'
-import json, os, sys
-out = sys.argv[1]
-def clean(o):
-    if isinstance(o, dict):
-        return {k: clean(v) for k, v in o.items()
-                if k not in ("created", "timings_s", "rates", "cache", "path", "cached_tokens", "prompt_tokens_details")}
-    if isinstance(o, list):
-        return [clean(v) for v in o]
-    return o
-for name in ("output.jsonl", "errors.jsonl"):
-    for l in open(os.path.join(out, name)):
-        print(name, json.dumps(clean(json.loads(l)), sort_keys=True))
-for j in sorted(os.listdir(os.path.join(out, "jobs"))):
-    d = os.path.join(out, "jobs", j)
-    print(j, sorted(os.listdir(d)))
-    print(j, json.dumps(clean(json.load(open(os.path.join(d, "result.json")))), sort_keys=True))
-    print(j, open(os.path.join(d, "manifest.jsonl")).read())
-P
-}
 norm "$T/ref" > "$T/ref.norm"
 # The points: stratified over the kinds, evenly spaced within each kind, then topped up.
 python3 - "$T/points" "${LH_KILL_POINTS:-56}" "${LH_KILL_SEED:-29}" > "$T/plan" <<'P'

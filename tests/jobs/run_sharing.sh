@@ -26,6 +26,17 @@ computed=$(sed -n 's/.*tokens: \([0-9]*\) prefilled.*/\1/p' "$T/run.log")
 docs=$(json 'import sys; print(json.load(open(sys.argv[1]))["tokens"]["documents"])' "$T/out/jobs/s1/result.json")
 own=$(json 'import sys; print(sum(json.load(open(f"{sys.argv[1]}/jobs/{j}/result.json"))["tokens"]["own_suffix"] for j in ("s1","s2","s3")))' "$T/out")
 [ "$computed" = $((docs + own)) ] || fail "$computed tokens prefilled for $docs of documents and $own of questions: not one prefill"
+# usage.prompt_tokens_details.cached_tokens: the prefix is computed once; the first request pays
+# for it, the other two reuse it
+json '
+import sys
+docs = int(sys.argv[2])
+c = {}
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    c[o["custom_id"]] = o["response"]["body"]["usage"]["prompt_tokens_details"]["cached_tokens"]
+assert sorted(c.values()) == [0, docs, docs], (c, docs)
+' "$T/out/output.jsonl" "$docs"
 # alone, each gets the same answer
 for j in s1 s2 s3; do
   grep "\"custom_id\": \"$j\"" "$T/batch.jsonl" > "$T/$j.jsonl"
@@ -34,4 +45,9 @@ for j in s1 s2 s3; do
   b=$(json 'import sys; print(json.load(open(sys.argv[1]))["answer"])' "$T/alone-$j/jobs/$j/result.json")
   [ "$a" = "$b" ] || fail "$j answers '$a' in the group and '$b' alone"
 done
+# a rerun restores the documents from the final checkpoint: all of them are cached
+"$LH" run "$T/s1.jsonl" --model "$MODEL" --out "$T/alone-s1" --chunk 256 --progress none --force > /dev/null 2>&1 \
+  || fail "the rerun with --force failed"
+cached=$(json 'import sys; print(json.loads(open(sys.argv[1]).readline())["response"]["body"]["usage"]["prompt_tokens_details"]["cached_tokens"])' "$T/alone-s1/output.jsonl")
+[ "$cached" = "$docs" ] || fail "the rerun reports $cached cached tokens, not the $docs document tokens it restored"
 echo "run_sharing: 3 requests with different system messages, one prefill of $docs document tokens: ok"

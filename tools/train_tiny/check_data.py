@@ -145,8 +145,16 @@ G_NEEDLES = [(side, n, grammar_regex(n["text"], True)) for side in SIDES for n i
 G_QUESTIONS = [(side, sec, q, grammar_regex(q["text"], False)) for side in SIDES
                for sec in ("questions", "multi_value_questions", "file_questions") for q in SIDES[side][sec]]
 ALL_ATTRS = {a: side for side in SIDES for a in SIDES[side]["attributes"]}
-KIND_RX = {side: [re.compile("|".join(grammar.pattern_regex(p, SIDES[side]["value_words"]) for p in k["patterns"]))
-                  for k in SIDES[side]["value_kinds"]] for side in SIDES}
+TRAIN7 = grammar.families("train", 7)   # version 7's train side: more value kinds (grammar.VALUE_KINDS_V7)
+
+
+def _kind_rx(fam):
+    return [re.compile("|".join(grammar.pattern_regex(p, fam["value_words"]) for p in k["patterns"]))
+            for k in fam["value_kinds"]]
+
+
+KIND_RX = {side: _kind_rx(SIDES[side]) for side in SIDES}
+KIND_RX["train7"] = _kind_rx(TRAIN7)
 
 
 def grammar_facts(prompt: str, keys: set):
@@ -236,9 +244,11 @@ def grammar_expected(question: str, prompt: str, gfacts, keys: set):
     return hits[0]["value"], (qsides, hits)
 
 
-def check_grammar_split(qsides, hits, question, held_keys):
+def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
-    matched by a train template, with a train attribute, a train key and a value of a train kind."""
+    matched by a train template, with a train attribute, a train key and a value of a train kind
+    (version 7: of its train kinds) that no held-out kind could have drawn."""
+    train_rx = KIND_RX["train7" if version >= 7 else "train"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:
@@ -248,8 +258,10 @@ def check_grammar_split(qsides, hits, question, held_keys):
             raise ValueError(f"held-out attribute {f['attr']!r}")
         if f["key"] in held_keys:
             raise ValueError(f"held-out key {f['key']!r}")
-        if not any(rx.fullmatch(f["value"]) for rx in KIND_RX["train"]):
+        if not any(rx.fullmatch(f["value"]) for rx in train_rx):
             raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of no train value kind")
+        if any(rx.fullmatch(f["value"]) for rx in KIND_RX["heldout"]):
+            raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of a held-out value kind's form")
 
 
 def main():
@@ -284,8 +296,10 @@ def main():
     n_grammar = 0
     if args.leak_heldout:
         gen.fam = grammar.Families.load(committed)
+        gen.fam_fixed = True
     eos = gen.eos_id
     per_task, per_step, dense_spans, long_spans = collections.Counter(), [], [], []
+    repo_g = collections.Counter()   # repository samples with grammar facts in their archive (version 7)
     for step in range(args.first, args.first + args.steps):
         samples, length = data.batch_for_step(gen, args.seed, step, args.progress, args.tokens_per_step,
                                               args.max_len, args.version)
@@ -314,7 +328,7 @@ def main():
                     gwant, gwhy = grammar_expected(question, prompt, gfacts, all_keys) if args.version >= 6 \
                         else (None, None)
                     if gwant is not None:
-                        check_grammar_split(*gwhy, question, held_keys)
+                        check_grammar_split(*gwhy, question, held_keys, args.version)
                         n_grammar += 1
                     try:
                         want = expected(question, prompt, magic, repo)
@@ -334,6 +348,8 @@ def main():
                 prev_end = en
                 per_task[s["task"]] += 1
                 n_spans += 1
+            if s["task"].startswith("repo") and gfacts:
+                repo_g[s["task"]] += 1
         dense = any(s["task"].endswith("_dense") for s in samples)  # the long steps' mix has none
         (dense_spans if dense else long_spans).append(n_spans)
         per_step.append(n_spans)
@@ -347,6 +363,9 @@ def main():
     if args.version >= 6:
         print(f"  {n_grammar} answers read through the grammar; every question template, needle template, "
               "attribute, value kind and key they used is on the train side of the hash split")
+    if repo_g:
+        print("  repository samples with grammar facts in their archive: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(repo_g.items())))
 
 
 if __name__ == "__main__":

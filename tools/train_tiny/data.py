@@ -119,6 +119,15 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      tasks at 0.60 of the mix and add grammar facts (single with distractors, multi-key,
 #      multi-value, "which file"); the dense steps (DENSE_MIXES[6]) give the grammar 0.60,
 #      including short archives of small files for "which file" (file_dense).
+#   7: (session 11) version 6 with the repository value question back at 0.11 of the long steps
+#      (version 6 had halved it to 0.05; the 0.06 comes from the grammar's single fact, 0.22 ->
+#      0.16) and at 0.10 of the dense steps (from 0.06; fact_dense 0.32 -> 0.28); the repository
+#      facts get 1-3 grammar facts as distractors in the archive's files (60% of repo_value and
+#      repo_file samples, 50% of repo_dense ones), and the grammar's train side gets 17 more value
+#      kinds, words, URLs and paths (grammar.VALUE_KINDS_V7; the held-out side is unchanged). Why:
+#      step 8581 (version 6, 734 steps) answered `make demo`'s "What is the value of
+#      DEFAULT_WORKER_TIMEOUT?" over 204K tokens with "100" where step 7847 answered 4817, and
+#      got 0 of 69 held-out values that are not digits (TRAINING.md, "Session 10").
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -127,6 +136,7 @@ MIXES = {
     5: (0.20, 0.30, 0.10, 0.14, 0.08, 0.11, 0.07, 0.0),   # multi-value 0.08 -> 0.10
     # version 6: TASKS_V6 (version 3's tasks, then the grammar's fact, fact_multikey, fact_mv, fact_file)
     6: (0.14, 0.14, 0.06, 0.06, 0.04, 0.05, 0.05, 0.0, 0.22, 0.10, 0.06, 0.08),
+    7: (0.14, 0.14, 0.06, 0.06, 0.04, 0.11, 0.05, 0.0, 0.16, 0.10, 0.06, 0.08),   # repo_value 0.05 -> 0.11
 }
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
@@ -141,13 +151,18 @@ DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
                    "repo_dense": 0.20, "multikey": 0.05, "magic": 0.10},
                6: {"multikey_dense": 0.12, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
                    "repo_dense": 0.06, "multikey": 0.03, "magic": 0.05,
-                   "fact_dense": 0.32, "fact_mv_dense": 0.12, "file_dense": 0.16}}
+                   "fact_dense": 0.32, "fact_mv_dense": 0.12, "file_dense": 0.16},
+               7: {"multikey_dense": 0.12, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
+                   "repo_dense": 0.10, "multikey": 0.03, "magic": 0.05,
+                   "fact_dense": 0.28, "fact_mv_dense": 0.12, "file_dense": 0.16}}
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
 MV_LONG_VALUES = (2, 6)
 TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
+REPO_GRAMMAR_P = 0.6      # version 7: share of repo_value / repo_file samples with grammar facts as distractors
+REPO_DENSE_GRAMMAR_P = 0.5  # ... and of repo_dense samples
 
 
 def frame(path: str, text: str) -> str:
@@ -180,8 +195,21 @@ class Generator:
             self.fam = grammar.Families.load(families_path or HELDOUT_FAMILIES)
         else:
             self.fam = grammar.Families.side("train")
+        # the grammar's train side by data version (7 adds value kinds); batch_for_step picks it.
+        # fam_fixed keeps self.fam whatever the version (evaluation; check_data's --leak-heldout).
+        self.fam_fixed = held_out
+        self._fams = {6: self.fam} if not held_out else {}
         self.eos_id = tokenizer.token_to_id(EOS)
         self.chars_per_token = 3.0
+
+    def use_grammar(self, version: int):
+        """Draw the grammar's facts from its train side as data version `version` has it."""
+        if self.fam_fixed:
+            return
+        v = 7 if version >= 7 else 6
+        if v not in self._fams:
+            self._fams[v] = grammar.Families.side("train", v)
+        self.fam = self._fams[v]
 
     # ---- text pieces -------------------------------------------------------------------
 
@@ -313,16 +341,17 @@ class Generator:
         extra_turns > 0 (multikey and repo tasks) asks about further planted facts in later turns.
         distractors > 0 (magic task) adds hard negatives: magic-number lines for other keys, in
         the target's phrasing or another training phrasing, at random depths; only the target's
-        key is asked about. mv_values: (lo, hi) of each key's value count in multivalue_dense, as
+        key is asked about; for repo_value, repo_file and repo_dense (version 7) it plants that
+        many grammar facts in the archive's files. mv_values: (lo, hi) of each key's value count in multivalue_dense, as
         rng.integers(lo, hi)."""
         layout = layout or ("prefix" if rng.random() < 0.2 else "inturn")
         style = style or ("raw" if rng.random() < 0.4 else "framed")
         magic = EVAL_MAGIC if phrasing == "eval" else TRAIN_MAGIC_V4 if phrasing == "train4" else TRAIN_MAGIC
         overhead = 60
         if task in ("repo_value", "repo_file"):
-            return self._repo(rng, task, length, depth, layout, extra_turns)
+            return self._repo(rng, task, length, depth, layout, extra_turns, distractors)
         if task == "repo_dense":
-            return self._repo_dense(rng, length, layout)
+            return self._repo_dense(rng, length, layout, distractors)
         if task in GRAMMAR_TASKS:
             return self._grammar_task(rng, task, length, depth, layout, style, n_needles, extra_turns,
                                       distractors)
@@ -441,10 +470,11 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, task, depth)
 
-    def _repo(self, rng, task, length, depth, layout, extra_turns=0):
-        """A framed repository archive with facts planted in some of its files."""
+    def _repo(self, rng, task, length, depth, layout, extra_turns=0, distractors=0):
+        """A framed repository archive with facts planted in some of its files, and (version 7)
+        `distractors` grammar facts in random files."""
         pool = self.corpus.code
-        pieces = self._pieces(rng, max(64, length - 80), pool=pool)
+        pieces = self._pieces(rng, max(64, length - 80 - 24 * distractors), pool=pool)
         n_plants = min(len(pieces), int(rng.integers(2, 5) if extra_turns else rng.integers(1, 4)))
         # The target file sits at the requested depth (by token position of its piece).
         if depth is None:
@@ -468,6 +498,8 @@ class Generator:
             d = float(rng.random()) if depth is None else float(rng.random())
             text, _ = self._insert_lines(rng, text, [line], [d])
             new[i] = (path, text)
+        if distractors:
+            new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
         if task == "repo_value":
             question, answer = REPO_VALUE_Q.format(name=names[0]), vals[0]
@@ -482,12 +514,12 @@ class Generator:
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
         return self._pack(ids, spans, answer, task, depth)
 
-    def _repo_dense(self, rng, length, layout):
+    def _repo_dense(self, rng, length, layout, distractors=0):
         """Version 4's dense repository samples: a small framed archive with 3-10 facts planted in
         its files (a file may hold several), then 2-6 of them asked, value (65%) or file, one per
-        turn."""
+        turn; version 7 adds `distractors` grammar facts in random files."""
         n, n_turns = int(rng.integers(3, 11)), int(rng.integers(2, 7))
-        pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns), pool=self.corpus.code)
+        pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns - 24 * distractors), pool=self.corpus.code)
         names = []
         while len(names) < n:
             nm = self._name(rng)
@@ -500,6 +532,8 @@ class Generator:
             path, text = new[i]
             text, _ = self._insert_lines(rng, text, [plant_line(path, names[j], vals[j])], [float(rng.random())])
             new[i] = (path, text)
+        if distractors:
+            new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
         turns = []
         for j in rng.permutation(n).tolist()[:n_turns]:
@@ -543,6 +577,17 @@ class Generator:
             out.append({"key": key, "attr": attr, "value": v, "kind": k,
                         "needle": needle if one_needle else fam.needle(rng)})
         return out
+
+    def _plant_gfacts(self, rng, pieces, n: int):
+        """Version 7: n grammar facts, each at a random line of a random piece of an archive
+        [(path, text)], as distractors for the repository facts (never asked about)."""
+        new = list(pieces)
+        for f in self._gfacts(rng, n):
+            i = int(rng.integers(len(new)))
+            path, text = new[i]
+            text, _ = self._insert_lines(rng, text, [self._gline(f)], [float(rng.random())])
+            new[i] = (path, text)
+        return new
 
     def _gline(self, f) -> str:
         return self.fam.line(f["needle"], f["key"], f["attr"], f["value"])
@@ -691,6 +736,7 @@ CURRICULA = {
 }
 CURRICULA[5] = CURRICULA[4]
 CURRICULA[6] = CURRICULA[4]
+CURRICULA[7] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:
@@ -706,6 +752,7 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
                    version: int = 1):
     """The batch of one training step: a pure function of (seed, step, progress, version)."""
     rng = np.random.default_rng([seed, step])
+    gen.use_grammar(version)
     if version >= 3 and rng.random() < DENSE_STEP_P:
         return dense_batch(gen, rng, tokens_per_step, max_len, version)
     top = curriculum_max_len(progress, max_len, version)
@@ -733,6 +780,8 @@ def batch_for_step(gen: Generator, seed: int, step: int, progress: float, tokens
         dis = 0
         if version >= 2 and task in ("magic", "fact") and rng.random() < HARD_NEG_P:
             dis = int(rng.integers(1, 5))
+        elif version >= 7 and task in ("repo_value", "repo_file") and rng.random() < REPO_GRAMMAR_P:
+            dis = int(rng.integers(1, 4))
         samples.append(gen.sample(rng, task, length, n_needles=n, extra_turns=extra, distractors=dis,
                                   phrasing=phrasing))
     return samples, length
@@ -753,6 +802,8 @@ def dense_batch(gen: Generator, rng, tokens_per_step: int, max_len: int, version
     for _ in range(max(1, tokens_per_step // length)):
         task = names[int(rng.choice(len(names), p=p))]
         dis = int(rng.integers(1, 5)) if task == "magic" else 0
+        if version >= 7 and task == "repo_dense" and rng.random() < REPO_DENSE_GRAMMAR_P:
+            dis = int(rng.integers(1, 4))
         n = int(rng.integers(2, 5)) if task == "multikey" else None
         samples.append(gen.sample(rng, task, length, n_needles=n, distractors=dis, phrasing=phrasing,
                                   mv_values=mv))

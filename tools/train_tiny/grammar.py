@@ -217,6 +217,33 @@ VALUE_KINDS = [
     ("date", ["20{d2}-0{D}-1{d}"]),
 ]
 
+# Version 7 (session 11): more value kinds on the train side, all words, URLs and paths. Why: at
+# step 8581 (version 6) the held-out word, URL, UUID and date values got 0 of 69, their answers
+# starting with a train kind's prefix and then mixing characters from several lines. A separate
+# list, so that version 6's train side (and so its batches) and the held-out side
+# (heldout_families.json) stay as they were; families("train", version=7) adds it. Every name is on
+# the train side of the hash split (checked below), none is an earlier kind's name and no pattern
+# is an earlier kind's pattern.
+VALUE_KINDS_V7 = [
+    ("word_snake", ["{w}_{w}", "{w}_{w}_{w}"]),
+    ("word_triple", ["{w}-{w}-{w}"]),
+    ("slug", ["{w}.{w}", "{w}+{w}"]),
+    ("letters", ["{a6}", "{a8}"]),
+    ("letters_pair", ["{a4}-{a4}", "{a3}.{a5}"]),
+    ("hostname", ["{w}.{w}.internal", "{w}{d2}.example.net", "{w}-{w}.local"]),
+    ("url_io", ["https://{w}.io/{w}", "https://www.{w}.dev/{w}/{w}"]),
+    ("url_query", ["https://{w}.example.org/{w}?id={d4}", "http://{w}.example.net/{w}?q={w}"]),
+    ("url_git", ["git@{w}.example.org:{w}/{w}.git", "https://git.example.org/{w}/{w}.git"]),
+    ("url_ftp", ["ftp://{w}.example.net/{w}.tar.gz", "s3://{w}-{w}/{w}/"]),
+    ("url_api", ["http://localhost:{D}{d3}/{w}", "https://api.{w}.com/v{D}/{w}"]),
+    ("path_home", ["/home/{w}/{w}", "~/{w}/{w}.txt"]),
+    ("path_windows", ["C:\\{w}\\{w}.exe"]),
+    ("path_tar", ["{w}-{D}.{d}.tar.gz", "dist/{w}-{D}.{d}.{d}.whl"]),
+    ("path_json", ["config/{w}.json", "{w}/{w}.yaml"]),
+    ("path_log", ["/var/log/{w}/{w}.log", "logs/{w}-{d4}.log"]),
+    ("path_usr", ["/usr/local/{w}/{w}", "/opt/{w}/bin/{w}"]),
+]
+
 ID_STYLES = ("snake", "upper", "camel", "pascal", "dotted", "kebab")
 SECTIONS = ("needles", "questions", "multi_value_questions", "file_questions", "value_kinds",
             "attributes", "value_words")
@@ -246,13 +273,26 @@ def _all_items():
             "value_words": VALUE_WORDS}
 
 
-def families(side: str) -> dict:
-    """The items of one side ("train" or "heldout") in heldout_families.json's form."""
+def families(side: str, version: int = 6) -> dict:
+    """The items of one side ("train" or "heldout") in heldout_families.json's form. Data version 7
+    adds VALUE_KINDS_V7 to the train side; the held-out side is the same for every version."""
     want = side == "heldout"
     out = {}
     for section, items in _all_items().items():
         out[section] = [it for it in items if held_out(section, it) == want]
+    if side == "train" and version >= 7:
+        out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V7)
     return to_json_form(out)
+
+
+def _check_v7():
+    names = {n for n, _ in VALUE_KINDS}
+    pats = {p for _, ps in VALUE_KINDS for p in ps}
+    for n, ps in VALUE_KINDS_V7:
+        assert not held_out("value_kinds", (n, ps)), f"version 7 value kind {n!r} is on the held-out side"
+        assert n not in names and not set(ps) & pats, f"version 7 value kind {n!r} repeats an earlier kind"
+        names.add(n)
+        pats |= set(ps)
 
 
 def to_json_form(sec: dict) -> dict:
@@ -371,6 +411,9 @@ def pattern_regex(pat: str, words=None) -> str:
     return out + re.escape(pat[pos:])
 
 
+_check_v7()
+
+
 class Families:
     """One side's items (a heldout_families.json-form dict), ready to draw facts from."""
 
@@ -385,8 +428,8 @@ class Families:
         self.words = fam["value_words"]
 
     @classmethod
-    def side(cls, side: str):
-        return cls(families(side))
+    def side(cls, side: str, version: int = 6):
+        return cls(families(side, version))
 
     @classmethod
     def load(cls, path: str):

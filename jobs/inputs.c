@@ -1,0 +1,179 @@
+/* inputs.c — see inputs.h.
+ *
+ * Invariants
+ *  1. The digest is a function of the documents' paths as written and the bytes and names of the
+ *     files they reach; it does not depend on the cache (a hit gives the digest a read would).
+ *  2. A cache entry is put only after a complete read during which the file's identity did not
+ *     change.
+ *  3. Nothing but a regular file is ever opened for reading.
+ */
+#define _GNU_SOURCE
+#include "jobs/inputs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/hash.h"
+
+static void feed_str(lh_sha256 *h, const char *tag, const char *s) {
+  lh_sha256_update(h, tag, strlen(tag) + 1);
+  lh_sha256_update(h, s, strlen(s) + 1);
+}
+
+static void identity_of(const struct stat *sb, const char *real, lh_file_identity *id) {
+  memset(id, 0, sizeof *id);
+  snprintf(id->path, sizeof id->path, "%s", real);
+  id->size = (uint64_t)sb->st_size;
+  id->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+  id->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
+  id->inode = (uint64_t)sb->st_ino;
+  id->device = (uint64_t)sb->st_dev;
+}
+
+static int same_identity(const lh_file_identity *a, const lh_file_identity *b) {
+  return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns && a->inode == b->inode &&
+         a->device == b->device && !strcmp(a->path, b->path);
+}
+
+/* SHA-256 of the regular file at path, through the cache (invariant 2). */
+static lh_status file_digest(const char *path, const lh_digest_cache *cache, uint8_t out[32], lh_error *err) {
+  char real[PATH_MAX];
+  if (!realpath(path, real)) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  for (int attempt = 0; attempt < 3; attempt++) {
+    const int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+    struct stat before, after;
+    lh_file_identity id, id2;
+    if (fstat(fd, &before) != 0 || !S_ISREG(before.st_mode)) { /* invariant 3: swapped under us */
+      close(fd);
+      return lh_error_set(err, LH_EIO, "%s: not a regular file any more", path);
+    }
+    identity_of(&before, real, &id);
+    lh_file_digest fd_cached;
+    if (cache && cache->get && cache->get(cache->user, &id, &fd_cached)) {
+      close(fd);
+      memcpy(out, fd_cached.sha256, 32);
+      return LH_OK;
+    }
+    lh_sha256 h;
+    lh_sha256_init(&h);
+    static __thread char buf[1 << 20];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) lh_sha256_update(&h, buf, (size_t)n);
+    const int e = errno;
+    const int ok = n == 0 && fstat(fd, &after) == 0;
+    close(fd);
+    if (n < 0) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+    if (!ok) continue;
+    identity_of(&after, real, &id2);
+    if (!same_identity(&id, &id2)) continue; /* written while we read: read again */
+    lh_sha256_final(&h, out);
+    if (cache && cache->put) {
+      lh_file_digest d = {.nonfinite_at = -1};
+      memcpy(d.sha256, out, 32);
+      cache->put(cache->user, &id, &d);
+    }
+    return LH_OK;
+  }
+  return lh_error_set(err, LH_EIO, "%s: the file kept changing while its digest was taken", path);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* One path (file, folder, link or other) into h; rel names it inside its document. */
+static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, const lh_digest_cache *cache,
+                             int depth, lh_error *err) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) {
+    feed_str(h, "missing", rel);
+    return LH_OK;
+  }
+  if (S_ISLNK(sb.st_mode)) {
+    char target[PATH_MAX];
+    const ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = 0;
+    feed_str(h, "link", rel);
+    feed_str(h, "target", target);
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return LH_OK; /* a link's folder is not walked */
+  }
+  if (S_ISREG(sb.st_mode)) {
+    uint8_t d[32];
+    lh_status st = file_digest(path, cache, d, err);
+    if (st) return st;
+    feed_str(h, "file", rel);
+    lh_sha256_update(h, d, 32);
+    return LH_OK;
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    feed_str(h, S_ISFIFO(sb.st_mode) ? "fifo" : S_ISSOCK(sb.st_mode) ? "socket" : "device", rel);
+    return LH_OK;
+  }
+  if (depth > 256) return lh_error_set(err, LH_ELIMIT, "%s: folders nested more than 256 deep", path);
+  feed_str(h, "dir", rel);
+  DIR *dir = opendir(path);
+  if (!dir) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  lh_status st = LH_OK;
+  for (struct dirent *e; (e = readdir(dir));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **nn = realloc(names, cap * sizeof *nn);
+      if (!nn) {
+        st = lh_error_set(err, LH_ENOMEM, "out of memory");
+        break;
+      }
+      names = nn;
+    }
+    if (!(names[n] = strdup(e->d_name))) {
+      st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      break;
+    }
+    n++;
+  }
+  closedir(dir);
+  if (st == LH_OK) qsort(names, n, sizeof *names, cmp_name);
+  for (size_t i = 0; i < n && st == LH_OK; i++) {
+    char child[PATH_MAX], crel[PATH_MAX];
+    if ((size_t)snprintf(child, sizeof child, "%s/%s", path, names[i]) >= sizeof child ||
+        (size_t)snprintf(crel, sizeof crel, "%s/%s", rel, names[i]) >= sizeof crel) {
+      st = lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", path, names[i]);
+      break;
+    }
+    st = digest_path(h, child, crel, cache, depth + 1, err);
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return st;
+}
+
+lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, char out[65], lh_error *err) {
+  lh_sha256 h;
+  lh_sha256_init(&h);
+  feed_str(&h, "longhaul inputs", "v1");
+  for (int d = 0; d < r->n_documents; d++) {
+    const lh_document_input *di = &r->documents[d];
+    feed_str(&h, "document", di->path);
+    if (!strcmp(di->resolved, "-")) { /* a stream cannot be named by its content: a new job every run */
+      char nonce[64];
+      snprintf(nonce, sizeof nonce, "%ld %ld", (long)getpid(), (long)time(NULL));
+      feed_str(&h, "stream", nonce);
+      continue;
+    }
+    lh_status st = digest_path(&h, di->resolved, ".", cache, 0, err);
+    if (st) return lh_error_prefix(err, st, "document %s: ", di->path);
+  }
+  uint8_t dg[32];
+  lh_sha256_final(&h, dg);
+  lh_hex(dg, 32, out);
+  return LH_OK;
+}

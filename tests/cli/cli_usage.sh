@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# cli_usage.sh — what a user meets at the command line, on the real binary:
+#   - a misspelt command or option gets one line with the nearest spelling and "see ... --help",
+#     not the whole help; store's subcommands and options likewise;
+#   - status --json: documented fields; a finished request of a group (a fork of the shared
+#     prefix, with no checkpoint of its own) shows all its prompt tokens done, and an interrupted
+#     group shows the shared prefix's progress for each of its requests;
+#   - status, results and store ls|verify|gc take --out DIR as well as --db FILE; a folder of
+#     shard runs: status and results read every shard's store, store asks which one;
+#   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
+#     that nothing is downloaded and how to fetch the folder.
+. "$(dirname "$0")/../jobs/lib.sh"
+make_repo
+mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
+tar -C "$T/repo2" -czf "$T/repo2.tar.gz" .
+run() { # expected rc, name, command...: output (stdout and stderr) in $T/name.out
+  local want=$1 name=$2; shift 2
+  set +e
+  "$@" > "$T/$name.out" 2>&1
+  local rc=$?
+  set -e
+  [ "$rc" = "$want" ] || { cat "$T/$name.out"; fail "$name: exit status $rc, expected $want"; }
+}
+says() { grep -qF -- "$2" "$T/$1.out" || { cat "$T/$1.out"; fail "$1: expected '$2'"; }; }
+lines() { [ "$(wc -l < "$T/$1.out")" = "$2" ] || { cat "$T/$1.out"; fail "$1: $(wc -l < "$T/$1.out") lines, expected $2"; }; }
+
+# ---- misspellings: one line and where to read more ----
+run 2 cmd "$LH" stauts --out "$T"
+says cmd "longhaul: unknown command 'stauts'; did you mean 'status'?"
+says cmd "see longhaul --help"
+lines cmd 2
+run 2 cmd2 "$LH" frobnicate
+says cmd2 "longhaul: unknown command 'frobnicate'"
+grep -q "did you mean" "$T/cmd2.out" && fail "a suggestion for a word near no command"
+lines cmd2 2
+run 2 opt "$LH" status --jsno --out "$T"
+says opt "longhaul status: unknown option --jsno; did you mean --json?"
+says opt "see longhaul status --help"
+lines opt 2
+run 2 opt2 "$LH" results q1 --dbb x.db
+says opt2 "unknown option --dbb; did you mean --db?"
+lines opt2 2
+run 2 opt3 "$LH" status --out
+says opt3 "option --out needs a value"
+run 2 st1 "$LH" store verfy --db x.db
+says st1 "unknown subcommand 'verfy'; did you mean 'verify'?"
+lines st1 2
+run 2 st2 "$LH" store ls --jbos --db x.db
+says st2 "longhaul store ls: unknown option --jbos; did you mean --jobs?"
+lines st2 2
+run 2 st3 "$LH" store ls --repair --db x.db
+says st3 "option --repair belongs to \`longhaul store verify\`"
+
+# ---- a run: a group of two over one archive, one alone, a plain completion ----
+req() { # id, archives...
+  python3 -c 'import json,sys
+print(json.dumps({"custom_id":sys.argv[1],"method":"POST","url":"/v1/chat/completions",
+  "body":{"messages":[{"role":"user","content":"Where is it?"}],"max_tokens":4,"temperature":0,
+  "documents":sys.argv[2:]}}))' "$@"; }
+{ req q1 repo.tar.gz; req q2 repo.tar.gz; req n1 repo2.tar.gz; req n2 repo2.tar.gz repo2.tar.gz
+  echo '{"custom_id":"c1","method":"POST","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":3,"temperature":0}}'
+} > "$T/batch.jsonl"
+run 0 r1 "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/out" --chunk 256 --progress none
+run 0 s1 "$LH" status --out "$T/out" --json
+json '
+import sys, re
+d = json.load(open(sys.argv[1]))
+assert d["stores"] == [sys.argv[2] + "/longhaul.db"], d["stores"]
+assert d["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 0}, d["counts"]
+jobs = {j["custom_id"]: j for j in d["jobs"]}
+assert set(jobs) == {"q1", "q2", "n1", "n2", "c1"}
+for j in jobs.values():
+    assert j["state"] == "done" and j["store"] == d["stores"][0]
+    assert j["tokens_total"] > 0 and j["tokens_done"] == j["tokens_total"], j   # a fork included
+    assert 1 <= j["completion_tokens"] <= 4, j
+    for k in ("created", "started", "finished"):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", j[k]), j
+    assert "error" not in j and "owner" not in j
+assert jobs["q2"]["tokens_total"] > 1000   # the archive: q2 is the fork of q1s prefix
+' "$T/s1.out" "$T/out"
+run 0 s2 "$LH" status --out "$T/out"
+python3 - "$T/s2.out" <<'PY' || fail "status table: tokens_done of a finished job"
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit() and " jobs: " not in l]
+assert len(rows) == 5 and all(r[2] == "done" and r[3] == r[4] != "0" for r in rows), rows
+PY
+run 0 s3 "$LH" status --db "$T/out/longhaul.db" --json
+cmp "$T/s1.out" "$T/s3.out" > /dev/null || { diff "$T/s1.out" "$T/s3.out" | head; fail "status --db and --out differ"; }
+run 0 res "$LH" results q2 --out "$T/out"
+json 'import sys; assert json.load(open(sys.argv[1]))["custom_id"] == "q2"' "$T/res.out"
+for sub in "ls --json" "verify --json" "gc --keep-last 1 --dry-run --json"; do
+  run 0 a "$LH" store $sub --out "$T/out"
+  run 0 b "$LH" store $sub --db "$T/out/longhaul.db"
+  python3 - "$T/a.out" "$T/b.out" <<'PY' || fail "store $sub: --out and --db disagree"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for d in (a, b):
+    d.pop("seconds", None)
+assert a == b, (a, b)
+PY
+done
+
+# ---- shards in one folder ----
+for s in 0 1; do run 0 sh$s "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/sh" --chunk 256 --shard $s/2 --progress none; done
+run 0 ss "$LH" status --out "$T/sh" --json
+json '
+import sys
+d = json.load(open(sys.argv[1]))
+assert [s.rsplit("/", 1)[1] for s in d["stores"]] == ["longhaul-shard-0-of-2.db", "longhaul-shard-1-of-2.db"], d["stores"]
+assert sorted(j["custom_id"] for j in d["jobs"]) == ["c1", "n1", "n2", "q1", "q2"], d["jobs"]
+assert d["counts"]["done"] == 5
+# each job is reported from the store of the shard that ran it (its output-I-of-2.jsonl has it);
+# which shard a group goes to hashes the paths of its documents, so the split differs by run
+for j in d["jobs"]:
+    i = j["store"].rsplit("-of-", 1)[0][-1]
+    ids = [json.loads(l)["custom_id"] for l in open(f"{sys.argv[2]}/output-{i}-of-2.jsonl")]
+    assert j["custom_id"] in ids, (j["custom_id"], j["store"], ids)
+' "$T/ss.out" "$T/sh"
+for id in q1 n1 n2 c1; do
+  run 0 rs "$LH" results $id --out "$T/sh"
+  json 'import sys; assert json.load(open(sys.argv[1]))["custom_id"] == sys.argv[2]' "$T/rs.out" $id
+done
+run 2 sls "$LH" store ls --out "$T/sh"
+says sls "holds 2 stores (one per shard)"
+says sls "name one with --db FILE"
+
+# ---- an interrupted group: each request shows the shared prefix's progress ----
+python3 -c 'import json
+for i in (1, 2):
+    print(json.dumps({"custom_id": f"g{i}", "method": "POST", "url": "/v1/chat/completions",
+      "body": {"messages": [{"role": "user", "content": f"Question {i}?"}], "max_tokens": 2, "temperature": 0,
+               "documents": ["repo.tar.gz"] * 40}}))' > "$T/long.jsonl"
+"$LH" run "$T/long.jsonl" --model "$MODEL" --out "$T/int" --chunk 256 --progress none > "$T/int.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 1200); do [ "$(checkpoints "$T/int")" -ge 2 ] && break; sleep 0.05; done
+kill -INT $pid
+set +e; wait $pid; rc=$?; set -e
+[ $rc = 130 ] || { cat "$T/int.log"; fail "the interrupted run exited $rc"; }
+run 0 si "$LH" status --out "$T/int" --json
+json '
+import sys
+jobs = {j["custom_id"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
+g1, g2 = jobs["g1"], jobs["g2"]
+assert g1["state"] == g2["state"] == "queued", (g1, g2)
+assert 0 < g1["tokens_done"] < g1["tokens_total"], g1
+assert g2["tokens_done"] == g1["tokens_done"], (g1, g2)   # the shared prefix is g2s too
+' "$T/si.out"
+
+# ---- devices and model folders ----
+run 2 dev "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dev" --device gpu --progress none
+if grep -q "built without CUDA" "$T/dev.out"; then
+  says dev "this longhaul was built without CUDA ("
+  says dev "; use --device cpu or "
+else
+  grep -q "unknown device" "$T/dev.out" && fail "--device gpu is not taken for cuda"
+fi
+run 1 hf "$LH" model info --model MiniMaxAI/MiniMax-Text-01
+says hf "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
+says hf "downloads nothing"
+run 2 hf2 "$LH" run "$T/batch.jsonl" --model MiniMaxAI/MiniMax-Text-01 --out "$T/hf" --progress none
+says hf2 "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
+# a model that is not there, or a backend this build lacks, leaves no --out behind
+[ ! -e "$T/hf" ] || fail "run with a missing --model created --out"
+[ -n "$(grep -l 'built without CUDA' "$T/dev.out")" ] && [ -e "$T/dev" ] && fail "run with an absent backend created --out"
+run 2 nomodel "$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$T/nomodel" --progress none
+says nomodel "--model: $T/no-such-model: not a model folder"
+[ ! -e "$T/nomodel" ] || fail "run with a missing --model created --out"
+# run's options are suggested too
+run 2 runopt "$LH" run "$T/batch.jsonl" --modle "$MODEL" --out "$T/x"
+says runopt "longhaul run: unknown option --modle; did you mean --model?"
+lines runopt 2
+echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids: ok"

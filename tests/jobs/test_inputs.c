@@ -1,0 +1,112 @@
+/* test_inputs.c — jobs/inputs.h: the digest of a request's documents changes with any byte of any
+ * file they reach and with names in a folder, not with a touch; the cache spares the read of an
+ * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened. */
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "jobs/inputs.h"
+#include "tests/test.h"
+#include "util/fs.h"
+
+static void put(const char *dir, const char *name, const char *text) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  fputs(text, f);
+  fclose(f);
+}
+
+static lh_request req_of(const char *path) {
+  char line[2048];
+  snprintf(line, sizeof line,
+           "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[\"%s\"]}}", path);
+  lh_request r;
+  lh_request_parse(line, strlen(line), 1, "/", &r);
+  return r;
+}
+
+static void digest(const char *path, const lh_digest_cache *c, char out[65]) {
+  lh_request r = req_of(path);
+  lh_error err;
+  CHECK_MSG(lh_inputs_digest(&r, c, out, &err) == LH_OK, "%s", err.msg);
+  lh_request_free(&r);
+}
+
+/* a one-entry cache that counts */
+typedef struct mem { lh_file_identity k; lh_file_digest v; int have, gets, hits, puts; } mem;
+static int mget(void *u, const lh_file_identity *k, lh_file_digest *out) {
+  mem *m = u;
+  m->gets++;
+  if (!m->have || memcmp(&m->k, k, sizeof *k)) return 0;
+  *out = m->v;
+  m->hits++;
+  return 1;
+}
+static void mput(void *u, const lh_file_identity *k, const lh_file_digest *v) {
+  mem *m = u;
+  m->k = *k, m->v = *v, m->have = 1, m->puts++;
+}
+
+int main(void) {
+  lh_test_begin("test_inputs");
+  char dir[600], sub[700], a[65], b[65], c[65];
+  snprintf(dir, sizeof dir, "%s/docs", lh_test_tmpdir());
+  snprintf(sub, sizeof sub, "%s/src", dir);
+  lh_mkdir_p(sub, NULL);
+  put(dir, "README", "hello\n");
+  put(sub, "x.c", "int x = 1;\n");
+  digest(dir, NULL, a);
+  digest(dir, NULL, b);
+  CHECK(!strcmp(a, b));
+  put(sub, "x.c", "int x = 2;\n"); /* one byte deep in the tree */
+  digest(dir, NULL, b);
+  CHECK_MSG(strcmp(a, b), "a changed byte under the folder changes the digest");
+  put(sub, "x.c", "int x = 1;\n");
+  digest(dir, NULL, b);
+  CHECK_MSG(!strcmp(a, b), "the same bytes again give the same digest (a touch is not a change)");
+  char from[800], to[800];
+  snprintf(from, sizeof from, "%s/README", dir);
+  snprintf(to, sizeof to, "%s/README.md", dir);
+  rename(from, to);
+  digest(dir, NULL, b);
+  CHECK_MSG(strcmp(a, b), "a renamed file changes the digest");
+  rename(to, from);
+
+  /* a FIFO and a socket in the folder are named, not opened (this would hang otherwise) */
+  char fifo[800];
+  snprintf(fifo, sizeof fifo, "%s/pipe", dir);
+  CHECK(mkfifo(fifo, 0644) == 0);
+  int sk = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  char sockpath[800];
+  snprintf(sockpath, sizeof sockpath, "%s/sock", dir);
+  CHECK(strlen(sockpath) < sizeof sa.sun_path);
+  memcpy(sa.sun_path, sockpath, strlen(sockpath) + 1);
+  CHECK(bind(sk, (struct sockaddr *)&sa, sizeof sa) == 0);
+  digest(dir, NULL, c);
+  CHECK(strcmp(a, c));
+  digest(fifo, NULL, c); /* a FIFO named as the document itself */
+  close(sk);
+
+  /* the cache: a miss reads and puts, a hit reads nothing, a changed file misses */
+  char file[800];
+  snprintf(file, sizeof file, "%s/README", dir);
+  mem m = {0};
+  lh_digest_cache cache = {.get = mget, .put = mput, .user = &m};
+  char d1[65], d2[65], d3[65];
+  digest(file, &cache, d1);
+  CHECK_EQ(m.puts, 1);
+  digest(file, &cache, d2);
+  CHECK_EQ(m.hits, 1);
+  CHECK(!strcmp(d1, d2));
+  digest(file, NULL, d3);
+  CHECK_MSG(!strcmp(d1, d3), "a cache hit gives what a read gives");
+  m.v.sha256[0] ^= 1; /* the cache is only asked about an unchanged identity */
+  put(dir, "README", "hellO\n");
+  digest(file, &cache, d2);
+  CHECK_MSG(strcmp(d1, d2) && m.puts == 2, "a rewritten file misses the cache and is read again");
+  return lh_test_end();
+}
