@@ -165,6 +165,7 @@ int main(void) {
   test_max_tokens();
 #ifdef LH_ASAN
   fprintf(stderr, "note: the address-space cases are skipped under AddressSanitizer\n");
+  (void)test_bounded;
 #else
   test_bounded();
 #endif
