@@ -270,6 +270,12 @@ int lh_cmd_run(int argc, char **argv) {
          sum.interrupted_left ? "" : "\n");
   if (sum.interrupted_left) printf(", %d interrupted\n", sum.interrupted_left);
   if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
+  if (sum.changed)
+    printf("  %d request%s computed again: %s inputs changed (documents, model or parameters)\n", sum.changed,
+           sum.changed == 1 ? "" : "s", sum.changed == 1 ? "its" : "their");
+  if (sum.damaged)
+    printf("  %d request%s computed again: %s stored answer or error was damaged\n", sum.damaged,
+           sum.damaged == 1 ? "" : "s", sum.damaged == 1 ? "its" : "their");
   printf("  tokens: %lld prefilled, %lld restored from checkpoints (skipped), %lld shared between requests, "
          "%lld decoded; %.1f s\n",
          (long long)sum.tokens_prefilled, (long long)sum.tokens_restored, (long long)sum.tokens_shared,
@@ -574,7 +580,10 @@ int lh_cmd_results(int argc, char **argv) {
     lh_store_job_info info;
     lh_error e;
     memset(&info, 0, sizeof info);
-    if (lh_store_job_get(found, id, &info, &e) == LH_OK && info.state != LH_JOB_DONE) {
+    if (lh_store_job_get(found, id, &info, &e) == LH_OK && info.state == LH_JOB_FAILED && info.damaged > 0) {
+      fprintf(stderr, "longhaul results: job '%s' is failed, and its stored error fails its checksum (the store was "
+              "damaged); rerun the batch to compute it again\n", want);
+    } else if (info.state != LH_JOB_DONE && info.batch) {
       fprintf(stderr, "longhaul results: job '%s' is %s%s%s\n", want, lh_job_state_name(info.state),
               info.error ? ": " : "", info.error ? info.error : "");
     } else if (lh_store_job_result(found, id, &js, NULL, &e) == LH_OK) {

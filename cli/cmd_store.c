@@ -28,13 +28,16 @@ static void usage(FILE *f) {
           "  a folder of --shard runs holds one store per shard: name one with --db)\n"
           "\n"
           "  ls       list batches, jobs and checkpoints with their sizes\n"
-          "  verify   check every checkpoint page's CRC-32C, every chain's structure and SQLite's own\n"
-          "           structure; --repair drops damaged checkpoints and what depends on them\n"
+          "  verify   check every checkpoint page's CRC-32C, every chain's structure, every job result's\n"
+          "           and error text's CRC-32C and SQLite's own structure; --repair drops damaged\n"
+          "           checkpoints and what depends on them, and requeues jobs whose result or error is\n"
+          "           damaged (the next run recomputes them)\n"
           "  gc       remove checkpoints: unused for AGE (30s, 15m, 12h, 7d, 2w), least recently used\n"
           "           until the payload fits SIZE (bytes, or with K, M, G, T: powers of 1024), or all but\n"
           "           the last N of each job (older ones keep only the KV rows their successors need).\n"
-          "           The chains of queued and running jobs are never removed. Freed space goes back to\n"
-          "           the file system unless --no-vacuum.\n");
+          "           The chains of queued and running jobs are never removed. Cached file digests of\n"
+          "           files that are gone are dropped too. Freed space goes back to the file system\n"
+          "           unless --no-vacuum.\n");
 }
 
 static int parse_age(const char *s, int64_t *out) {
@@ -355,7 +358,7 @@ int lh_cmd_store(int argc, char **argv) {
       goto fail;
     }
     double dt = lh_now() - t0;
-    int bad = r.damaged > 0 || !r.db_ok;
+    int bad = r.damaged > 0 || r.damaged_jobs > 0 || !r.db_ok;
     if (json) {
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "path", lh_store_path(s));
@@ -366,6 +369,10 @@ int lh_cmd_store(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "bytes", (double)r.bytes);
       cJSON_AddNumberToObject(o, "damaged", (double)r.damaged);
       cJSON_AddNumberToObject(o, "dropped", (double)r.dropped);
+      cJSON_AddNumberToObject(o, "results", (double)r.results);
+      cJSON_AddNumberToObject(o, "errors", (double)r.errors);
+      cJSON_AddNumberToObject(o, "damaged_jobs", (double)r.damaged_jobs);
+      cJSON_AddNumberToObject(o, "requeued", (double)r.requeued);
       cJSON *a = cJSON_AddArrayToObject(o, "problems");
       for (char *line = r.problems.data; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -377,14 +384,21 @@ int lh_cmd_store(int argc, char **argv) {
     } else {
       char a[32];
       if (r.problems.len) fputs(r.problems.data, stdout);
-      printf("%s: %lld checkpoint(s), %lld page(s), %s checked in %.2f s: %s\n", lh_store_path(s), (long long)r.checkpoints,
-             (long long)r.pages, human(r.bytes, a, sizeof a), dt,
+      printf("%s: %lld checkpoint(s), %lld page(s), %s, %lld result(s), %lld error text(s) checked in %.2f s: %s\n",
+             lh_store_path(s), (long long)r.checkpoints, (long long)r.pages, human(r.bytes, a, sizeof a),
+             (long long)r.results, (long long)r.errors, dt,
              bad ? (r.db_ok ? "DAMAGED" : "DAMAGED (SQLite structure)") : "ok");
       if (r.damaged && repair)
         printf("repair: dropped %lld checkpoint(s) (the damaged ones and their descendants); rerunning their jobs "
                "recomputes them\n", (long long)r.dropped);
       else if (r.damaged)
         printf("run with --repair to drop the damaged checkpoints; their jobs then recompute them\n");
+      if (r.damaged_jobs && repair)
+        printf("repair: requeued %lld of %lld damaged job(s) (their result or error dropped); the next run "
+               "recomputes them\n", (long long)r.requeued, (long long)r.damaged_jobs);
+      else if (r.damaged_jobs)
+        printf("%lld job(s) have a damaged result or error: run with --repair to requeue them; the next run then "
+               "recomputes them\n", (long long)r.damaged_jobs);
     }
     lh_buf_free(&r.problems);
     if (bad) rc = LH_EXIT_FAILED;
@@ -403,6 +417,7 @@ int lh_cmd_store(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "bytes_freed", (double)r.bytes_freed);
       cJSON_AddNumberToObject(o, "file_before", (double)r.file_before);
       cJSON_AddNumberToObject(o, "file_after", (double)r.file_after);
+      cJSON_AddNumberToObject(o, "digests_dropped", (double)r.digests_dropped);
       cJSON_AddNumberToObject(o, "seconds", dt);
       print_json(o);
     } else {
@@ -412,6 +427,9 @@ int lh_cmd_store(int argc, char **argv) {
              gp.dry_run ? "dry run: " : "", lh_store_path(s), (long long)r.deleted, (long long)r.thinned,
              (long long)r.protected_ckpts, human(r.bytes_freed, a, sizeof a), gp.dry_run ? "would be freed" : "freed",
              human(r.file_before, b, sizeof b), human(r.file_after, c, sizeof c), dt);
+      if (r.digests_dropped)
+        printf("%s %lld cached file digest(s) of files that are gone\n", gp.dry_run ? "would drop" : "dropped",
+               (long long)r.digests_dropped);
     }
   }
   lh_store_close(s);

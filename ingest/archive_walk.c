@@ -179,7 +179,7 @@ static int frame_load(frame *f) {
   int e = errno;
   closedir(d);
   if (e) return e;
-  qsort(f->ents, f->n, sizeof *f->ents, dent_cmp);
+  if (f->n) qsort(f->ents, f->n, sizeof *f->ents, dent_cmp); /* an empty folder has no array */
   for (size_t i = 0; i < f->n; i++) f->ents[i].key[f->ents[i].len] = 0; /* sorted: now just the name */
   return 0;
 }

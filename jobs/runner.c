@@ -3,7 +3,11 @@
  * Invariants
  *  1. Every valid request is a job in the store, unique by (batch, custom_id); the batch is named
  *     by the batch file's content digest, so rerunning the same file finds the same jobs and an
- *     edited file is a new batch (whose prefixes still meet the old checkpoints by content).
+ *     edited file is a new batch (whose prefixes still meet the old checkpoints by content). A job
+ *     carries its identity (job_identity: the model's id, the parameters that change answers and
+ *     its documents by content); a rerun whose identity differs makes it new work (the store
+ *     drops the old answer), and a stored answer or error that fails its checksum is recomputed,
+ *     never printed.
  *  2. A job's answer exists only once its state is `done` in the store: output.jsonl and the
  *     per-job folders are rebuilt from the store at the end of every run, so a crash at any moment
  *     loses at most the work since the last checkpoint, and rerunning prints the same lines.
@@ -31,11 +35,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/comm.h"
 #include "engine/engine.h"
 #include "ingest/ingest.h"
 #include "tokenizer/tokenizer.h"
 #include "jobs/batch.h"
 #include "jobs/chat.h"
+#include "jobs/inputs.h"
 #include "jobs/outdir.h"
 #include "jobs/shard.h"
 #include "pipeline/pipeline.h"
@@ -130,6 +136,9 @@ typedef struct run {
   lh_outdir *out;
   lh_status fault;    /* the first failure of the store or the output folder: the run stops */
   lh_error fault_err;
+  lh_digest_cache doc_cache; /* the store's file digests of documents (kind "doc") */
+  char params_digest[65];    /* what every job's identity shares: model and parameters */
+  char last_docs_key[65], last_inputs[65]; /* the previous request's documents and their digest */
 } run;
 
 typedef struct job {
@@ -226,7 +235,60 @@ static void collect_stop_ids(run *R) {
   lh_buf_free(&b);
 }
 
-/* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force. */
+/* What every job of this run shares in its identity: everything outside the request that changes
+ * an answer. The model id names every byte of the weights and the config; the version, the chunk
+ * plan (where prefill calls are cut), the backend, the CPU attention mode, the chat format, the
+ * default max_tokens and the ranks the model is spread over. Threads and checkpoint_every are
+ * not in it: the answers do not depend on them (docs/design.md, exactness contract). */
+static void params_digest(run *R) {
+  char buf[1024];
+  const lh_comm *world = lh_comm_world();
+  const int n = snprintf(buf, sizeof buf,
+                         "longhaul job identity v1\nmodel %s\nversion %s\nchunk %lld\nbackend %s\ncpu_attention %d\n"
+                         "chat %d\nmax_tokens_default %d\nranks %d\n",
+                         lh_model_id(R->model), LH_VERSION, (long long)R->plan.chunk, lh_model_backend(R->model),
+                         lh_model_cpu_attention(R->model), (int)R->chat.kind, R->p->max_tokens_default,
+                         world ? lh_comm_size(world) : 1);
+  uint8_t d[32];
+  lh_sha256_buf(buf, (size_t)n, d);
+  lh_hex(d, 32, R->params_digest);
+}
+
+/* A job's identity: the run's parameters and the request's documents by content (jobs/inputs.h).
+ * The request itself is pinned by request_json (its line of a batch named by its digest). A
+ * document that cannot be read names its error instead: the job then fails on it, and runs again
+ * once the document changes. */
+static void job_identity(run *R, const lh_request *r, char out[65]) {
+  char key[65], inputs[65];
+  lh_request_documents_key(r, key);
+  int stream = 0;
+  for (int d = 0; d < r->n_documents; d++) stream |= !strcmp(r->documents[d].resolved, "-");
+  if (!stream && R->last_docs_key[0] && !strcmp(key, R->last_docs_key)) {
+    memcpy(inputs, R->last_inputs, sizeof inputs);
+  } else {
+    lh_error e;
+    if (lh_inputs_digest(r, &R->doc_cache, inputs, &e) != LH_OK) {
+      uint8_t d[32];
+      char msg[sizeof e.msg + 16];
+      const int n = snprintf(msg, sizeof msg, "unreadable: %s", e.msg);
+      lh_sha256_buf(msg, (size_t)n, d);
+      lh_hex(d, 32, inputs);
+    }
+    memcpy(R->last_docs_key, key, sizeof key);
+    memcpy(R->last_inputs, inputs, sizeof inputs);
+  }
+  lh_sha256 s;
+  lh_sha256_init(&s);
+  lh_sha256_update(&s, R->params_digest, 64);
+  lh_sha256_update(&s, inputs, 64);
+  uint8_t d[32];
+  lh_sha256_final(&s, d);
+  lh_hex(d, 32, out);
+}
+
+/* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force,
+ * and as new work those whose inputs changed (the store drops their old result) or whose stored
+ * result or error fails its checksum. */
 static lh_status add_jobs(run *R, lh_error *err) {
   R->job_ids = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->job_ids);
   if (!R->job_ids) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -256,19 +318,29 @@ static lh_status add_jobs(run *R, lh_error *err) {
     cJSON_AddStringToObject(o, "custom_id", r->custom_id);
     cJSON_AddStringToObject(o, "batch_sha256", R->batch_digest);
     char *js = render_json_string(o);
+    char identity[65];
+    job_identity(R, r, identity);
     lh_store_job_spec spec = {.custom_id = r->custom_id, .request_json = js, .group_key = key,
-                              .model_id = lh_model_id(R->model)};
+                              .model_id = lh_model_id(R->model), .identity = identity};
     int existed = 0;
     lh_status st = lh_store_job_add(R->store, R->batch_id, &spec, &R->job_ids[i], &existed, err);
     free(js);
     if (st != LH_OK) return st;
     R->sum->requests++;
-    if (existed) {
+    if (existed == 2) {
+      R->sum->changed++;
+    } else if (existed) {
       lh_store_job_info info;
       if (lh_store_job_get(R->store, R->job_ids[i], &info, err) != LH_OK) return err ? err->code : LH_EIO;
       int finished = info.state == LH_JOB_DONE || info.state == LH_JOB_FAILED;
+      const int damaged = finished && info.damaged > 0, was_done = info.state == LH_JOB_DONE;
       lh_store_job_info_clear(&info);
-      if (finished && R->p->force) {
+      if (damaged) {
+        lh_log_warn("line %d ('%s'): its stored %s fails its checksum (the store was damaged): computing it again",
+                    r->line, r->custom_id, was_done ? "answer" : "error");
+        R->sum->damaged++;
+      }
+      if (finished && (R->p->force || damaged)) {
         if ((st = lh_store_job_requeue(R->store, R->job_ids[i], err)) != LH_OK) return st;
       } else if (finished) {
         R->sum->skipped_done++;
@@ -1008,7 +1080,16 @@ static lh_status write_output(run *R, lh_error *err) {
     if (!R->job_ids[i]) continue; /* another shard's */
     lh_store_job_info info;
     if ((st = lh_store_job_get(R->store, R->job_ids[i], &info, err)) != LH_OK) break;
-    if (info.state == LH_JOB_DONE) {
+    if (info.damaged > 0 && (info.state == LH_JOB_DONE || info.state == LH_JOB_FAILED)) {
+      /* damaged since this run began (add_jobs requeues what was damaged before): never printed */
+      char msg[512];
+      snprintf(msg, sizeof msg, "the stored %s of this request fails its checksum (the store was damaged after it "
+               "was written); rerun the same command to compute it again",
+               info.state == LH_JOB_DONE ? "answer" : "error");
+      lh_log_warn("line %d ('%s'): %s", r->line, r->custom_id, msg);
+      st = lh_output_error(&out, r->custom_id, rid, 500, "internal_error", msg);
+      if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "internal_error", msg);
+    } else if (info.state == LH_JOB_DONE) {
       st = done_line(R, r, R->job_ids[i], rid, &out, err);
     } else if (info.state == LH_JOB_FAILED) {
       cJSON *o = info.error ? cJSON_Parse(info.error) : NULL;
@@ -1064,7 +1145,11 @@ static lh_status open_model(run *R, lh_error *err) {
   mp.threads = p->threads;
   mp.cpu_attention = p->cpu_attention;
   mp.max_rows = lh_plan_max_rows(&R->plan, mp.max_rows);
-  lh_status st = lh_model_open(p->model_dir, &mp, &R->model, err);
+  lh_digest_cache weights; /* every byte of the weights is read once, then known by file identity */
+  lh_status st = lh_store_digest_cache(R->store, "model", &weights, err);
+  if (st != LH_OK) return st;
+  mp.digest_cache = &weights;
+  st = lh_model_open(p->model_dir, &mp, &R->model, err);
   if (st != LH_OK) return lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
   R->cfg = lh_model_config(R->model);
   if (!strcmp(lh_model_backend(R->model), "cpu")) {
@@ -1137,7 +1222,11 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   char bname[4200];
   snprintf(bname, sizeof bname, "sha256:%s", R.batch_digest);
   if ((st = lh_store_batch_put(R.store, bname, &R.batch_id, err)) != LH_OK) goto done;
+  params_digest(&R);
+  if ((st = lh_store_digest_cache(R.store, "doc", &R.doc_cache, err)) != LH_OK) goto done;
   if ((st = add_jobs(&R, err)) != LH_OK || (st = index_jobs(&R, err)) != LH_OK) goto done;
+  lh_error de;
+  if (lh_store_digest_flush(R.store, &de) != LH_OK) lh_log_warn("%s (the documents are read again next run)", de.msg);
   R.todo = sum->requests - sum->skipped_done;
   lh_progress_batch(R.prog, "request", 0, 0, R.todo);
   if (p->checkpoint_every > 0) {

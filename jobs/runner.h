@@ -7,7 +7,11 @@
  *   1. Lock and check the output folder (jobs/outdir.h): one run per output at a time, and a
  *      folder that cannot be written is refused before any work.
  *   2. Parse the batch (jobs/batch.h). Malformed lines become error lines; the rest become jobs in
- *      the store (idempotent: rerunning the same batch finds them).
+ *      the store (idempotent: rerunning the same batch finds them). A job's identity covers the
+ *      model (every byte), the parameters that change answers and its documents' contents
+ *      (jobs/inputs.h): when it differs from the stored job's, the job is computed again, reusing
+ *      checkpoints only where the token prefix still matches. The weights' and documents' digests
+ *      are cached in the store by file identity, so an unchanged rerun reads neither again.
  *   3. Claim jobs a group at a time: requests with the same documents (and model) form a group
  *      that shares one ingest and one prefill.
  *   4. Ingest the group's documents once into tokens (ingest/ingest.h); each request's prompt is
@@ -65,6 +69,8 @@ lh_runner_params lh_runner_default_params(void);
 
 typedef struct lh_runner_summary {
   int requests, bad_lines, done, failed, skipped_done, not_in_shard, interrupted_left;
+  int changed;               /* jobs queued again because their inputs changed (documents, model, parameters) */
+  int damaged;               /* finished jobs queued again because their stored answer or error failed its checksum */
   int64_t tokens_prefilled;  /* computed in this run */
   int64_t tokens_restored;   /* restored from checkpoints in this run */
   int64_t tokens_shared;     /* prefix tokens computed once and used by several requests */

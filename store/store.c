@@ -14,6 +14,8 @@
  *      busy timeout are set on every connection. docs/store.md has the measurements behind them.
  *   4. Every write transaction is BEGIN IMMEDIATE: it takes the write lock first or fails with
  *      LH_EBUSY after busy_timeout_ms, so no transaction dies half way on a lock upgrade.
+ *   5. Every connection has the row checksum functions (lh_result_crc, lh_error_crc) before any
+ *      statement runs; migrations use them, the schema (views, triggers, constraints) never does.
  * It must never: print, exit, or leave a transaction open after returning an error.
  */
 #define _GNU_SOURCE
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include "store/store_internal.h"
+#include "util/hash.h"
 #include "util/log.h"
 
 #define LH_STORE_APP_ID 0x4c485354 /* "LHST" */
@@ -123,8 +126,92 @@ static const char *const schema_v1 =
     "  UNIQUE(ckpt_id, part, layer, seq)\n"
     ");\n";
 
+/* Version 2: every row a result is rebuilt from carries a CRC-32C that reads check (results: over
+ * the job id, json and blob; a failed job's error text: over the job id and the text; see
+ * lh_store__result_crc), jobs carry the runner's identity of their inputs, and file_digests caches
+ * file digests by file identity (store_digest.c). Rows that exist get their checksums here, with
+ * the SQL functions open registers; a results row always has one (NOT NULL), an error text has
+ * one exactly while it is set. */
+static const char *const schema_v2 =
+    "ALTER TABLE jobs ADD COLUMN identity TEXT;\n"
+    "ALTER TABLE jobs ADD COLUMN error_crc32c INTEGER;\n"
+    "ALTER TABLE results ADD COLUMN crc32c INTEGER NOT NULL DEFAULT 0;\n"
+    "CREATE TABLE file_digests(\n"
+    "  kind TEXT NOT NULL,                  -- whose files: 'model' weights, 'doc' documents\n"
+    "  path TEXT NOT NULL,                  -- realpath() of the file\n"
+    "  size INTEGER NOT NULL,\n"
+    "  mtime_ns INTEGER NOT NULL,\n"
+    "  ctime_ns INTEGER NOT NULL,\n"
+    "  inode INTEGER NOT NULL,              -- st_ino and st_dev as int64 bit patterns\n"
+    "  device INTEGER NOT NULL,\n"
+    "  sha256 BLOB NOT NULL,                -- 32 bytes: the file's digest\n"
+    "  nonfinite_at INTEGER NOT NULL,       -- first non-finite element's offset, -1 none\n"
+    "  crc32c INTEGER NOT NULL,             -- over every column above (store_digest.c)\n"
+    "  updated_ms INTEGER NOT NULL,\n"
+    "  PRIMARY KEY(kind, path)\n"
+    ") WITHOUT ROWID;\n"
+    "UPDATE results SET crc32c = lh_result_crc(job_id, json, blob);\n"
+    "UPDATE jobs SET error_crc32c = lh_error_crc(id, error) WHERE error IS NOT NULL;\n";
+
 /* migrations[v-1] takes a file from version v-1 to v. Append; never edit a shipped entry. */
-static const char *const migrations[LH_STORE_SCHEMA_VERSION] = {schema_v1};
+static const char *const migrations[LH_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2};
+
+/* ---- row checksums ------------------------------------------------------------------------- */
+
+uint32_t lh_store__crc_i64(uint32_t crc, int64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)v >> (8 * i));
+  return lh_crc32c(crc, b, 8);
+}
+
+uint32_t lh_store__crc_field(uint32_t crc, const void *p, size_t n) {
+  crc = lh_store__crc_i64(crc, (int64_t)n);
+  return n ? lh_crc32c(crc, p, n) : crc;
+}
+
+uint32_t lh_store__result_crc(int64_t job_id, const void *json, size_t json_len, const void *blob, size_t blob_len) {
+  uint32_t crc = lh_store__crc_field(lh_store__crc_i64(0, job_id), json, json_len);
+  return lh_store__crc_field(crc, blob, blob ? blob_len : 0);
+}
+
+uint32_t lh_store__error_crc(int64_t job_id, const void *text, size_t len) {
+  return lh_store__crc_field(lh_store__crc_i64(0, job_id), text, len);
+}
+
+/* lh_result_crc(job_id, json, blob) and lh_error_crc(job_id, text): the text and blob bytes as
+ * stored (sqlite3_value_text/_blob, then _bytes, in that order as SQLite requires). */
+static void sql_result_crc(sqlite3_context *c, int argc, sqlite3_value **v) {
+  (void)argc;
+  const void *json = sqlite3_value_text(v[1]);
+  size_t jn = (size_t)sqlite3_value_bytes(v[1]);
+  const void *blob = sqlite3_value_blob(v[2]);
+  size_t bn = (size_t)sqlite3_value_bytes(v[2]);
+  sqlite3_result_int64(c, lh_store__result_crc(sqlite3_value_int64(v[0]), json, jn, blob, bn));
+}
+
+static void sql_error_crc(sqlite3_context *c, int argc, sqlite3_value **v) {
+  (void)argc;
+  if (sqlite3_value_type(v[1]) == SQLITE_NULL) {
+    sqlite3_result_null(c); /* no text, no checksum: error_crc32c is NULL exactly when error is */
+    return;
+  }
+  const void *t = sqlite3_value_text(v[1]);
+  size_t n = (size_t)sqlite3_value_bytes(v[1]);
+  sqlite3_result_int64(c, lh_store__error_crc(sqlite3_value_int64(v[0]), t, n));
+}
+
+#ifndef SQLITE_DIRECTONLY
+#define SQLITE_DIRECTONLY 0 /* SQLite before 3.30: the functions are usable from the schema too (it never uses them) */
+#endif
+
+static lh_status register_functions(lh_store *s, lh_error *err) {
+  const int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY;
+  int rc = sqlite3_create_function_v2(s->db, "lh_result_crc", 3, flags, NULL, sql_result_crc, NULL, NULL, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_create_function_v2(s->db, "lh_error_crc", 2, flags, NULL, sql_error_crc, NULL, NULL, NULL);
+  if (rc != SQLITE_OK) return lh_store__sql_error(s, rc, err, "registering the checksum functions");
+  return LH_OK;
+}
 
 lh_store_params lh_store_default_params(void) {
   lh_store_params p;
@@ -543,7 +630,8 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
   sqlite3_busy_timeout(s->db, s->p.busy_timeout_ms);
   sqlite3_extended_result_codes(s->db, 1);
   int64_t v = 0, app = 0, tables = 0;
-  lh_status st = identify(s, &v, &app, &tables, err);
+  lh_status st = register_functions(s, err);
+  if (!st) st = identify(s, &v, &app, &tables, err);
   if (!st) st = check_identity(s, v, app, tables, err);
   if (!st && s->p.read_only && v < LH_STORE_SCHEMA_VERSION)
     st = lh_error_set(err, LH_EUNSUPPORTED,
@@ -564,6 +652,7 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
 void lh_store_close(lh_store *s) {
   if (!s) return;
   lh_store__heartbeat_stop(s);
+  if (s->db) lh_store__digests_close(s);
   if (s->db) {
     lh_store__rollback(s);
     sqlite3_close_v2(s->db);

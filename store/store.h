@@ -7,9 +7,13 @@
  *     models       one row per model identity (lh_model_id: SHA-256 of config + tensor index)
  *     batches      one row per batch the runner loaded (a name the runner chooses)
  *     jobs         one row per request, unique by (batch, custom_id); the job state machine
- *                  (queued -> running -> done | failed) is drawn in store/store_jobs.c
+ *                  (queued -> running -> done | failed) is drawn in store/store_jobs.c; a job
+ *                  carries its identity (the runner's digest of its inputs) and a failed job's
+ *                  error text has a CRC-32C
  *     documents    the ingest manifest of each job (path, bytes, sha256, token span)
- *     results      a finished job's result (JSON text and an optional blob)
+ *     results      a finished job's result (JSON text and an optional blob) with a CRC-32C
+ *     file_digests a cache of file digests by file identity (model weights, documents):
+ *                  lh_store_digest_cache
  *     checkpoints  one row per saved state: (model, prefix hash) -> position, parent, sizes
  *     ckpt_pages   the checkpoint payload, split into pages with a CRC-32C each
  *
@@ -64,8 +68,10 @@ extern "C" {
 #endif
 
 /* The schema version this build writes (PRAGMA user_version). Older files are migrated forward
- * on open; newer ones are refused with LH_EUNSUPPORTED. */
-#define LH_STORE_SCHEMA_VERSION 1
+ * on open (a read-only open of an older file is refused: open it writable once); newer ones are
+ * refused with LH_EUNSUPPORTED. Version 2 added checksums on results and error texts, job
+ * identities and the file digest cache (docs/store.md has the schema). */
+#define LH_STORE_SCHEMA_VERSION 2
 
 typedef struct lh_store lh_store;
 
@@ -124,11 +130,25 @@ typedef struct lh_store_job_spec {
   const char *group_key;    /* jobs of one batch with the same key share one prefill and are claimed
                                together (e.g. a digest of the documents spec); NULL = alone */
   const char *model_id;     /* may be NULL */
+  const char *identity;     /* the runner's digest of everything the answer depends on (model,
+                               parameters, the request, the documents' contents); NULL = none given */
 } lh_store_job_spec;
 
-/* Add a job in state queued. Idempotent by (batch, custom_id): if it exists with the same request,
- * *job_id is the existing job and *existed = 1 (its state is untouched); with a different request
- * it is LH_EINVAL naming the custom_id. existed may be NULL. */
+/* Add a job in state queued; *job_id is its id and *existed (existed may be NULL) says what was
+ * there:
+ *   0  nothing: the job was added, queued.
+ *   1  the job, with the same request and identity (or spec->identity NULL): untouched, whatever
+ *      its state.
+ *   2  the job, with the same request but another identity (its inputs changed; a job stored
+ *      without an identity, e.g. by a schema-1 store, counts as changed): in one transaction it
+ *      takes the new identity and, whatever its state (queued, done, failed, or running under a
+ *      dead owner), becomes queued with attempts 0, no owner, and its result, error, document
+ *      manifest and token count dropped, as a new job would be. Its checkpoints and resume point
+ *      stay (they are content-addressed: a prefix that still matches is reused). A job running
+ *      under a live owner is left alone: LH_EBUSY naming the owner.
+ * The request_json of a custom_id is fixed: the same custom_id in the same batch with a different
+ * request_json is LH_EINVAL naming the custom_id (a runner keeps request_json stable and puts what
+ * changes into the identity). */
 lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spec *spec, int64_t *job_id,
                            int *existed, lh_error *err);
 /* The job with this custom_id in the batch; batch_id 0 searches every batch (LH_EINVAL when the
@@ -183,6 +203,12 @@ typedef struct lh_store_job_info {
   int64_t tokens_done;      /* position of that checkpoint */
   int64_t tokens_total;     /* -1 = unknown */
   int has_result;
+  char *identity;           /* NULL when none */
+  int damaged;              /* lh_store_job_get: 1 when the rows the job's outcome is rebuilt from
+                               fail their check (done: the result row's CRC-32C, or the row is
+                               missing; failed: the error text's CRC-32C, or the text is missing),
+                               else 0; requeue such a job to recompute it. lh_store_job_list does
+                               not read results: -1 (not checked; lh_store_verify checks them all) */
 } lh_store_job_info;
 
 lh_status lh_store_job_get(lh_store *s, int64_t job_id, lh_store_job_info *info, lh_error *err);
@@ -192,7 +218,8 @@ void lh_store_job_info_clear(lh_store_job_info *info);
 void lh_store_job_list_free(lh_store_job_info *list, size_t n);
 
 /* The result of a done job: its JSON text appended to json, its blob (if any and blob != NULL)
- * appended to blob. LH_ENOTFOUND if the job has no result. */
+ * appended to blob. LH_ENOTFOUND if the job has no result; LH_ECORRUPT, naming the job's id and
+ * custom_id, when the row fails its CRC-32C (nothing is appended then): requeue the job. */
 lh_status lh_store_job_result(lh_store *s, int64_t job_id, lh_buf *json, lh_buf *blob, lh_error *err);
 
 /* A job's document manifest, one row per ingested entry. */
@@ -349,6 +376,27 @@ typedef struct lh_store_writer_stats {
 } lh_store_writer_stats;
 void lh_store_writer_get_stats(lh_store_writer *w, lh_store_writer_stats *st);
 
+/* ---- file digest cache (store/store_digest.c) ------------------------------------------------
+ *
+ * file_digests remembers what reading a whole file taught (engine/engine.h's lh_file_digest: its
+ * digest and, for weights, the first non-finite element) by the file's identity (lh_file_identity:
+ * real path, size, mtime_ns, ctime_ns, inode, device), per kind: "model" for lh_model_open's weight
+ * files (lh_model_params.digest_cache), "doc" for a request's documents (jobs/inputs.h). Each kind
+ * has its own digest function, so a path may have one row per kind.
+ */
+
+/* Fill *cache with callbacks over this handle's file_digests rows of kind (1 to 31 characters).
+ * The callbacks run on the thread using the handle, outside any store transaction, and stay valid
+ * until lh_store_close. get hits only when the row of (kind, path) passes its CRC-32C and every
+ * identity field equals; a damaged row is a miss with a warning (the file is read again). put keeps
+ * the entry in memory (get sees it at once) and writes the kept entries in one transaction when
+ * 128 have gathered, on lh_store_digest_flush and on lh_store_close; a read-only handle never
+ * writes. Neither callback fails its caller: store errors are a miss or a logged warning. */
+lh_status lh_store_digest_cache(lh_store *s, const char *kind, lh_digest_cache *cache, lh_error *err);
+/* Write the entries every cache of this handle keeps. The entries are gone from memory either way
+ * (a lost entry only costs one more read of its file). */
+lh_status lh_store_digest_flush(lh_store *s, lh_error *err);
+
 /* ---- engine glue (store/store_engine.c; needs the engine) --------------------------------- */
 
 /* lh_store_model_put for an open model: its id, folder and a short description. */
@@ -379,13 +427,18 @@ typedef struct lh_store_verify_report {
   int64_t checkpoints, pages, bytes; /* checked */
   int64_t damaged;                   /* checkpoints with a problem */
   int64_t dropped;                   /* removed by repair (damaged + descendants) */
+  int64_t results, errors;           /* result rows and failed jobs' error texts checked */
+  int64_t damaged_jobs;              /* jobs whose result or error fails its check (as job_get's damaged) */
+  int64_t requeued;                  /* damaged jobs put back to queued by repair */
   int db_ok;                         /* PRAGMA quick_check passed */
   lh_buf problems;                   /* one line per problem; free with lh_buf_free */
 } lh_store_verify_report;
 /* Check every page's CRC-32C and size, every chain (parents present, positions consistent, layouts
- * equal, page sets complete) and SQLite's own structure. With repair (needs a writable store),
- * damaged checkpoints and their descendants are dropped. Returns LH_OK when the check ran (damage
- * is in the report), an error when it could not run. */
+ * equal, page sets complete), every result row's and error text's CRC-32C, and SQLite's own
+ * structure. With repair (needs a writable store), damaged checkpoints and their descendants are
+ * dropped, and damaged jobs go back to queued with their result and error dropped (the next run
+ * recomputes them; a result row of a job that is not done is only dropped). Returns LH_OK when
+ * the check ran (damage is in the report), an error when it could not run. */
 lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh_error *err);
 
 typedef struct lh_store_gc_params {
@@ -395,6 +448,7 @@ typedef struct lh_store_gc_params {
   int dry_run;           /* report only */
   int vacuum;            /* return freed pages to the file system (incremental vacuum; default 1) */
   int64_t now_ms;        /* 0 = now (tests pass a later time) */
+  int drop_gone_digests; /* drop file_digests rows whose path stat() no longer finds (default 1) */
 } lh_store_gc_params;
 lh_store_gc_params lh_store_gc_default_params(void);
 
@@ -402,6 +456,7 @@ typedef struct lh_store_gc_report {
   int64_t deleted, thinned, protected_ckpts;
   int64_t bytes_freed;             /* checkpoint payload removed */
   int64_t file_before, file_after; /* database file size */
+  int64_t digests_dropped;         /* file_digests rows of files that are gone */
 } lh_store_gc_report;
 /* Apply the policies. Never touches the chain of a queued or running job's resume point: its
  * ancestors may be thinned, never deleted, and the resume point keeps its state. */

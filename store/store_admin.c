@@ -1,5 +1,10 @@
 /* store_admin.c — what `longhaul store ls|verify|gc` runs: sizes, integrity checks, retention.
  *
+ * verify reads everything once: SQLite's structure, every job's result row and error text against
+ * its CRC-32C (and a done job without a result, a failed one without an error), every checkpoint
+ * page and chain. Repair requeues damaged jobs (their next run recomputes them) and drops damaged
+ * checkpoints with their descendants.
+ *
  * gc plans on a snapshot of the checkpoint forest taken inside its write transaction (so nothing
  * changes between planning and deleting) and applies three policies:
  *   keep_last N   per producing job, checkpoints older than its N newest lose their state (are
@@ -12,6 +17,8 @@
  * and neither it nor any ancestor is deleted (ancestors may be thinned: the resume point needs only
  * their KV rows). Deletion is leaf-first, so a parent never goes before its children. Space returns
  * to the file system through incremental vacuum (auto_vacuum=INCREMENTAL is set at creation).
+ * Before planning, gc drops the file_digests rows of files that are gone (store_digest.c; the
+ * stat() calls happen outside the write lock).
  *
  * It must never: delete a checkpoint that a surviving checkpoint descends from, or touch the chain
  * of a queued or running job's resume point beyond thinning its ancestors.
@@ -57,6 +64,108 @@ static void problem(lh_store_verify_report *r, const char *fmt, const char *a) {
   lh_buf_printf(&r->problems, fmt, a);
 }
 
+typedef struct id_list {
+  int64_t *v;
+  size_t n, cap;
+} id_list;
+
+static int id_push(id_list *l, int64_t id) {
+  if (l->n == l->cap) {
+    size_t nc = l->cap ? 2 * l->cap : 16;
+    int64_t *nv = realloc(l->v, nc * sizeof *nv);
+    if (!nv) return -1;
+    l->v = nv, l->cap = nc;
+  }
+  l->v[l->n++] = id;
+  return 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Run sql (rows: job id, custom_id) and record each row as a damaged job with the problem line
+ * "job <id> ('<custom_id>'): <what>". */
+static lh_status damaged_rows(lh_store *s, const char *sql, const char *what, id_list *bad, lh_store_verify_report *r,
+                              lh_error *err) {
+  sqlite3_stmt *q;
+  lh_status st = lh_store__query(s, err, &q, sql, SQL_NO_ARGS);
+  if (st) return st;
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char *cid = (const char *)sqlite3_column_text(q, 1);
+    lh_buf_printf(&r->problems, "job %lld ('%s'): %s\n", (long long)sqlite3_column_int64(q, 0), cid ? cid : "?",
+                  what);
+    if (id_push(bad, sqlite3_column_int64(q, 0))) {
+      st = lh_error_set(err, LH_ENOMEM, "%s: out of memory verifying", s->path);
+      break;
+    }
+  }
+  sqlite3_finalize(q);
+  if (!st && rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "verifying %s", what);
+  return st;
+}
+
+/* Check every result row and error text; the damaged jobs' ids go to bad (sorted, distinct). */
+static lh_status verify_jobs(lh_store *s, lh_store_verify_report *r, id_list *bad, lh_error *err) {
+  lh_status st;
+  if ((st = lh_store__int(s, "SELECT count(*) FROM results", &r->results, err)) ||
+      (st = lh_store__int(s, "SELECT count(*) FROM jobs WHERE error IS NOT NULL OR state = 'failed'", &r->errors,
+                          err)) ||
+      (st = damaged_rows(s,
+                         "SELECT r.job_id, j.custom_id FROM results r LEFT JOIN jobs j ON j.id = r.job_id "
+                         "WHERE NOT (" LH_STORE__RESULT_OK("r") ") ORDER BY r.job_id",
+                         "its result row fails its checksum (CRC-32C)", bad, r, err)) ||
+      (st = damaged_rows(s,
+                         "SELECT j.id, j.custom_id FROM jobs j WHERE j.state = 'done' AND NOT EXISTS("
+                         "SELECT 1 FROM results r WHERE r.job_id = j.id) ORDER BY j.id",
+                         "done, but its result row is missing", bad, r, err)) ||
+      (st = damaged_rows(s,
+                         "SELECT j.id, j.custom_id FROM jobs j WHERE j.error IS NOT NULL AND NOT coalesce("
+                         LH_STORE__ERROR_OK("j") ", 0) ORDER BY j.id",
+                         "its error text fails its checksum (CRC-32C)", bad, r, err)) ||
+      (st = damaged_rows(s, "SELECT j.id, j.custom_id FROM jobs j WHERE j.state = 'failed' AND j.error IS NULL",
+                         "failed, but its error text is missing", bad, r, err)))
+    return st;
+  if (bad->n) qsort(bad->v, bad->n, sizeof *bad->v, cmp_i64);
+  size_t k = 0;
+  for (size_t i = 0; i < bad->n; i++)
+    if (k == 0 || bad->v[k - 1] != bad->v[i]) bad->v[k++] = bad->v[i];
+  bad->n = k;
+  r->damaged_jobs = (int64_t)k;
+  return LH_OK;
+}
+
+/* Repair of damaged jobs, in one transaction: a done or failed one goes back to queued with its
+ * result and error dropped (as lh_store_job_requeue, whatever its owner: done and failed jobs have
+ * none); any other keeps its state and loses only the damaged rows (a result row of a job that is
+ * not done is used by nothing). */
+static lh_status requeue_damaged(lh_store *s, const id_list *bad, lh_store_verify_report *r, lh_error *err) {
+  lh_status st = lh_store__begin(s, "requeueing damaged jobs", err);
+  if (st) return st;
+  int64_t now = lh_store__now_ms();
+  for (size_t i = 0; i < bad->n && !st; i++) {
+    int64_t id = bad->v[i];
+    st = lh_store__run(s, err,
+                       "UPDATE jobs SET state = 'queued', attempts = 0, error = NULL, error_crc32c = NULL, "
+                       "finished_ms = NULL, updated_ms = ?2 WHERE id = ?1 AND state IN ('done', 'failed')",
+                       SQL_ARGS(SQL_INT(id), SQL_INT(now)), "requeueing damaged job %lld", (long long)id);
+    if (!st) r->requeued += sqlite3_changes(s->db);
+    if (!st)
+      st = lh_store__run(s, err,
+                         "UPDATE jobs SET error = NULL, error_crc32c = NULL WHERE id = ?1 AND error IS NOT NULL "
+                         "AND NOT coalesce(" LH_STORE__ERROR_OK("jobs") ", 0)",
+                         SQL_ARGS(SQL_INT(id)), "dropping the damaged error of job %lld", (long long)id);
+    if (!st)
+      st = lh_store__run(s, err,
+                         "DELETE FROM results WHERE job_id = ?1 AND (NOT (" LH_STORE__RESULT_OK("results") ") OR "
+                         "(SELECT state FROM jobs WHERE id = ?1) = 'queued')",
+                         SQL_ARGS(SQL_INT(id)), "dropping the damaged result of job %lld", (long long)id);
+  }
+  return lh_store__end(s, st, "requeueing damaged jobs", err);
+}
+
 lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh_error *err) {
   memset(r, 0, sizeof *r);
   if (repair && s->p.read_only)
@@ -86,6 +195,14 @@ lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh
                   (const char *)sqlite3_column_text(q, 2));
   }
   sqlite3_finalize(q);
+
+  id_list bad_jobs = {0};
+  if ((st = verify_jobs(s, r, &bad_jobs, err)) ||
+      (repair && bad_jobs.n && (st = requeue_damaged(s, &bad_jobs, r, err)))) {
+    free(bad_jobs.v);
+    return st;
+  }
+  free(bad_jobs.v);
 
   lh_store_ckpt_info *list;
   size_t n;
@@ -175,6 +292,7 @@ lh_store_gc_params lh_store_gc_default_params(void) {
   p.max_bytes = -1;
   p.keep_last = -1;
   p.vacuum = 1;
+  p.drop_gone_digests = 1;
   return p;
 }
 
@@ -339,7 +457,9 @@ lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_rep
   memset(r, 0, sizeof *r);
   lh_store_gc_params p = pp ? *pp : lh_store_gc_default_params();
   r->file_before = file_size(s->path);
-  lh_status st = lh_store__begin(s, "collecting garbage", err);
+  lh_status st;
+  if (p.drop_gone_digests && (st = lh_store__drop_gone_digests(s, p.dry_run, &r->digests_dropped, err))) return st;
+  st = lh_store__begin(s, "collecting garbage", err);
   if (st) return st;
   gnode *v = NULL;
   int n = 0;

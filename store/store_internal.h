@@ -2,8 +2,8 @@
  *
  * store.c owns the connection (open, pragmas, schema, error mapping, statements); store_jobs.c the
  * job state machine and claims; store_ckpt.c checkpoint pages, chains and prefix lookup;
- * store_writer.c the asynchronous writer; store_admin.c stats, verify and gc; store_engine.c the
- * engine glue.
+ * store_writer.c the asynchronous writer; store_admin.c stats, verify and gc; store_digest.c the
+ * file digest cache; store_engine.c the engine glue.
  */
 #ifndef LH_STORE_INTERNAL_H
 #define LH_STORE_INTERNAL_H
@@ -35,6 +35,8 @@ struct lh_store {
   pthread_t hb_thread;
   pthread_mutex_t hb_mu;
   pthread_cond_t hb_cv;
+  /* file digest caches, one per kind (store_digest.c) */
+  struct lh_store__digests *digests;
 };
 
 struct lh_store_ckpt {
@@ -116,6 +118,27 @@ lh_status lh_store__writable(lh_store *s, const char *what, lh_error *err);
 
 /* Duplicate a column's text (NULL stays NULL). */
 char *lh_store__col_strdup(sqlite3_stmt *st, int col);
+
+/* Row checksums (store.c). CRC-32C over the little-endian int64 job id, then for each field its
+ * length as a little-endian int64 and its bytes: (json, blob) for a result, the text for an error.
+ * A NULL blob and an empty one are the same. The SQL functions lh_result_crc(job_id, json, blob)
+ * and lh_error_crc(job_id, text) compute the same on every connection the store opens (the schema
+ * never refers to them, so other SQLite clients can still read and write the file). */
+uint32_t lh_store__crc_i64(uint32_t crc, int64_t v);                  /* the 8 bytes, little-endian */
+uint32_t lh_store__crc_field(uint32_t crc, const void *p, size_t n); /* n as crc_i64, then the bytes */
+uint32_t lh_store__result_crc(int64_t job_id, const void *json, size_t json_len, const void *blob, size_t blob_len);
+uint32_t lh_store__error_crc(int64_t job_id, const void *text, size_t len);
+/* SQL conditions, for a results row aliased r and a jobs row aliased j: the row passes its check.
+ * ERROR_OK is NULL (not true) when the error text is NULL. */
+#define LH_STORE__RESULT_OK(r) r ".crc32c = lh_result_crc(" r ".job_id, " r ".json, " r ".blob)"
+#define LH_STORE__ERROR_OK(j) j ".error_crc32c = lh_error_crc(" j ".id, " j ".error)"
+
+/* File digests (store_digest.c). The row checksum of file_digests (docs/store.md); flush the
+ * unwritten puts and free the caches (lh_store_close); drop the rows of files stat() reports gone,
+ * outside the write lock for the stat() calls (lh_store_gc). */
+uint32_t lh_store__digest_crc(const char *kind, const lh_file_identity *id, const lh_file_digest *d);
+void lh_store__digests_close(lh_store *s);
+lh_status lh_store__drop_gone_digests(lh_store *s, int dry_run, int64_t *dropped, lh_error *err);
 
 /* Claims (store_jobs.c): 1 if the owner described is alive (its claim holds), 0 if not. */
 int lh_store__owner_alive(const lh_store *s, const char *host, int64_t pid, int64_t start, int64_t heartbeat_ms,

@@ -13,7 +13,9 @@
  *     |                +------------------ lh_store_job_requeue -------------------------------------+
  *     +------------------------------------ lh_store_job_requeue (from done) --------------------------+
  *
- * (a stale claim that has used up params.max_attempts goes to failed instead of running).
+ * (a stale claim that has used up params.max_attempts goes to failed instead of running; and
+ * lh_store_job_add of a job whose identity changed moves it from any state but running under a live
+ * owner back to queued, as requeue does, also dropping its document manifest.)
  *
  * Invariants:
  *   1. A job is running iff it has an owner (owner_host, owner_pid, owner_start) and a heartbeat.
@@ -23,6 +25,12 @@
  *      transaction.
  *   3. Only the owner moves a running job on (_done, _fail, _release check the owner in the UPDATE);
  *      anyone may take it over once the owner is dead.
+ *   4. What a job's outcome is rebuilt from is checksummed where it is written: a results row's
+ *      crc32c (lh_store__result_crc over job id, json, blob) in the INSERT that stores it, and
+ *      jobs.error_crc32c (lh_store__error_crc) in every UPDATE that sets jobs.error; error_crc32c is
+ *      NULL exactly when error is. Reads (lh_store_job_result, job_get's damaged, verify) check.
+ *   5. request is fixed per (batch, custom_id); identity is what may change, and a changed identity
+ *      never leaves a result, error or manifest of the old inputs behind.
  *
  * Dead owners. owner_host is "hostname boot-id pid-namespace". When it equals ours, the owner's pid
  * is in our process table: it is alive iff /proc/<pid>/stat exists, is not a zombie and shows the
@@ -65,6 +73,7 @@ static lh_job_state state_from_text(const unsigned char *t) {
 #define MINE_ARGS(s, first) SQL_INT(first), SQL_TEXT((s)->me.host), SQL_INT((s)->me.pid), SQL_INT((s)->me.start)
 #define OWNED "id = ?1 AND " MINE
 #define HEARTBEAT_SQL "UPDATE jobs SET heartbeat_ms = ?1 WHERE " MINE
+#define CLEAR_OWNER "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL, heartbeat_ms = NULL"
 
 int lh_store__owner_alive(const lh_store *s, const char *host, int64_t pid, int64_t start, int64_t heartbeat_ms,
                           int64_t now_ms) {
@@ -201,6 +210,25 @@ lh_status lh_store_job_find(lh_store *s, int64_t batch_id, const char *custom_id
   return LH_OK;
 }
 
+/* The job's inputs changed (lh_store_job_add, existed = 2): the new identity, and a fresh start in
+ * queued with nothing of the old inputs kept but the checkpoints (content-addressed). Inside the
+ * caller's transaction. */
+static lh_status job_renew(lh_store *s, int64_t job_id, const char *identity, lh_error *err) {
+  lh_status st = lh_store__run(s, err,
+                               "UPDATE jobs SET identity = ?2, state = 'queued', attempts = 0, error = NULL, "
+                               "error_crc32c = NULL, started_ms = NULL, finished_ms = NULL, tokens_total = -1, "
+                               "updated_ms = ?3, " CLEAR_OWNER " WHERE id = ?1",
+                               SQL_ARGS(SQL_INT(job_id), SQL_TEXT(identity), SQL_INT(lh_store__now_ms())),
+                               "renewing job %lld", (long long)job_id);
+  if (!st)
+    st = lh_store__run(s, err, "DELETE FROM results WHERE job_id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                       "dropping the old result of job %lld", (long long)job_id);
+  if (!st)
+    st = lh_store__run(s, err, "DELETE FROM documents WHERE job_id = ?1", SQL_ARGS(SQL_INT(job_id)),
+                       "dropping the old documents of job %lld", (long long)job_id);
+  return st;
+}
+
 lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spec *spec, int64_t *job_id,
                            int *existed, lh_error *err) {
   if (existed) *existed = 0;
@@ -209,26 +237,46 @@ lh_status lh_store_job_add(lh_store *s, int64_t batch_id, const lh_store_job_spe
   lh_status st = lh_store__begin(s, "adding a job", err);
   if (st) return st;
   sqlite3_stmt *q;
-  st = lh_store__row(s, err, &q, "SELECT id, request FROM jobs WHERE batch_id = ?1 AND custom_id = ?2",
+  st = lh_store__row(s, err, &q,
+                     "SELECT id, request, identity, state, owner_host, owner_pid, owner_start, heartbeat_ms, "
+                     "owner_name FROM jobs WHERE batch_id = ?1 AND custom_id = ?2",
                      SQL_ARGS(SQL_INT(batch_id), SQL_TEXT(spec->custom_id)), "adding job '%s'", spec->custom_id);
   if (st == LH_OK) { /* there already: the same request is the same job */
+    int64_t id = sqlite3_column_int64(q, 0);
     const char *old = (const char *)sqlite3_column_text(q, 1);
+    const char *old_identity = (const char *)sqlite3_column_text(q, 2);
+    lh_job_state js = state_from_text(sqlite3_column_text(q, 3));
+    int changed = spec->identity && (!old_identity || strcmp(old_identity, spec->identity) != 0);
     if (old && strcmp(old, spec->request_json) != 0) {
       st = lh_error_set(err, LH_EINVAL,
                         "%s: custom_id '%s' is already in this batch with a different request; custom_ids must be "
                         "unique (use a new batch to change a request)",
                         s->path, spec->custom_id);
+    } else if (changed && js == LH_JOB_RUNNING &&
+               lh_store__owner_alive(s, (const char *)sqlite3_column_text(q, 4), sqlite3_column_int64(q, 5),
+                                     sqlite3_column_int64(q, 6), sqlite3_column_int64(q, 7), lh_store__now_ms())) {
+      const char *name = (const char *)sqlite3_column_text(q, 8);
+      st = lh_error_set(err, LH_EBUSY,
+                        "%s: job %lld ('%s') has new inputs but is running under %s pid %lld, which is alive, on "
+                        "the old ones; wait for that run to end (or stop it), then run again",
+                        s->path, (long long)id, spec->custom_id, name ? name : "?",
+                        (long long)sqlite3_column_int64(q, 5));
     } else {
-      *job_id = sqlite3_column_int64(q, 0);
-      if (existed) *existed = 1;
+      *job_id = id;
+      if (existed) *existed = changed ? 2 : 1;
+      if (changed && js != LH_JOB_QUEUED)
+        lh_log_info("%s: job %lld ('%s') has new inputs: queued again (it was %s)", s->path, (long long)id,
+                    spec->custom_id, lh_job_state_name(js));
     }
     sqlite3_finalize(q);
+    if (!st && changed) st = job_renew(s, *job_id, spec->identity, err);
   } else if (st == LH_ENOTFOUND) {
     st = lh_store__run(s, err,
-                       "INSERT INTO jobs(batch_id, custom_id, group_key, model_id, request, state, created_ms, "
-                       "updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6)",
+                       "INSERT INTO jobs(batch_id, custom_id, group_key, model_id, request, identity, state, "
+                       "created_ms, updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 'queued', ?7, ?7)",
                        SQL_ARGS(SQL_INT(batch_id), SQL_TEXT(spec->custom_id), SQL_TEXT(spec->group_key),
-                                SQL_TEXT(spec->model_id), SQL_TEXT(spec->request_json), SQL_INT(lh_store__now_ms())),
+                                SQL_TEXT(spec->model_id), SQL_TEXT(spec->request_json), SQL_TEXT(spec->identity),
+                                SQL_INT(lh_store__now_ms())),
                        "adding job '%s'", spec->custom_id);
     if (st && (sqlite3_errcode(s->db) & 0xff) == SQLITE_CONSTRAINT) /* the batch's foreign key */
       st = lh_error_set(err, LH_ENOTFOUND, "%s: no batch %lld to add job '%s' to", s->path, (long long)batch_id,
@@ -278,9 +326,12 @@ static int take(lh_store *s, const claimable *c, int64_t now, lh_error *err) {
     snprintf(msg, sizeof msg, "gave up after %d attempts: the process running it (last %s) died each time",
              c->attempts, c->old_owner ? c->old_owner : "?");
     if (lh_store__run(s, err,
-                      "UPDATE jobs SET state = 'failed', error = ?2, finished_ms = ?3, updated_ms = ?3, "
-                      "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL WHERE id = ?1",
-                      SQL_ARGS(SQL_INT(c->id), SQL_TEXT(msg), SQL_INT(now)), "failing job %lld", (long long)c->id))
+                      "UPDATE jobs SET state = 'failed', error = ?2, error_crc32c = ?4, finished_ms = ?3, "
+                      "updated_ms = ?3, owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL "
+                      "WHERE id = ?1",
+                      SQL_ARGS(SQL_INT(c->id), SQL_TEXT(msg), SQL_INT(now),
+                               SQL_INT(lh_store__error_crc(c->id, msg, strlen(msg)))),
+                      "failing job %lld", (long long)c->id))
       return -1;
     lh_log_warn("%s: job %lld failed: %s", s->path, (long long)c->id, msg);
     return 0;
@@ -288,7 +339,8 @@ static int take(lh_store *s, const claimable *c, int64_t now, lh_error *err) {
   if (lh_store__run(s, err,
                     "UPDATE jobs SET state = 'running', attempts = attempts + 1, owner_host = ?2, "
                     "owner_name = ?3, owner_pid = ?4, owner_start = ?5, heartbeat_ms = ?6, "
-                    "started_ms = coalesce(started_ms, ?6), updated_ms = ?6, error = NULL WHERE id = ?1",
+                    "started_ms = coalesce(started_ms, ?6), updated_ms = ?6, error = NULL, error_crc32c = NULL "
+                    "WHERE id = ?1",
                     SQL_ARGS(SQL_INT(c->id), SQL_TEXT(s->me.host), SQL_TEXT(s->me.hostname), SQL_INT(s->me.pid),
                              SQL_INT(s->me.start), SQL_INT(now)),
                     "claiming job %lld", (long long)c->id))
@@ -499,13 +551,15 @@ static lh_status not_ours(lh_store *s, int64_t job_id, const char *what, lh_erro
   return st;
 }
 
-/* One owner-checked transition: UPDATE jobs SET <set> WHERE OWNED, with ?5 = now and ?6 = text. */
-static lh_status owned_update(lh_store *s, int64_t job_id, const char *set, const char *text, const char *what,
+/* One owner-checked transition: UPDATE jobs SET <set> WHERE OWNED, with ?5 = now, and when error is
+ * given ?6 = error and ?7 = its CRC-32C (lh_store__error_crc). */
+static lh_status owned_update(lh_store *s, int64_t job_id, const char *set, const char *error, const char *what,
                               lh_error *err) {
   char sql[512];
   snprintf(sql, sizeof sql, "UPDATE jobs SET %s WHERE " OWNED, set);
-  const lh_store__arg args[6] = {MINE_ARGS(s, job_id), SQL_INT(lh_store__now_ms()), SQL_TEXT(text)};
-  lh_status st = lh_store__run(s, err, sql, args, text ? 6 : 5, "%s job %lld", what, (long long)job_id);
+  const lh_store__arg args[7] = {MINE_ARGS(s, job_id), SQL_INT(lh_store__now_ms()), SQL_TEXT(error),
+                                 SQL_INT(error ? lh_store__error_crc(job_id, error, strlen(error)) : 0)};
+  lh_status st = lh_store__run(s, err, sql, args, error ? 7 : 5, "%s job %lld", what, (long long)job_id);
   if (st) return st;
   if (sqlite3_changes(s->db) == 0) return not_ours(s, job_id, what, err);
   return LH_OK;
@@ -521,19 +575,21 @@ lh_status lh_store_job_check_claim(lh_store *s, int64_t job_id, lh_error *err) {
   return LH_OK;
 }
 
-#define CLEAR_OWNER "owner_host = NULL, owner_name = NULL, owner_pid = NULL, owner_start = NULL, heartbeat_ms = NULL"
-
 lh_status lh_store_job_done(lh_store *s, int64_t job_id, const char *result_json, const void *blob, size_t blob_len,
                             lh_error *err) {
   if (!result_json) return lh_error_set(err, LH_EINVAL, "%s: job %lld: a result needs JSON", s->path, (long long)job_id);
   lh_status st = lh_store__begin(s, "finishing a job", err);
   if (st) return st;
-  st = owned_update(s, job_id, "state = 'done', finished_ms = ?5, updated_ms = ?5, error = NULL, " CLEAR_OWNER, NULL,
-                    "finishing", err);
+  st = owned_update(s, job_id,
+                    "state = 'done', finished_ms = ?5, updated_ms = ?5, error = NULL, error_crc32c = NULL, "
+                    CLEAR_OWNER, NULL, "finishing", err);
+  uint32_t crc = lh_store__result_crc(job_id, result_json, strlen(result_json), blob, blob_len);
   if (!st)
-    st = lh_store__run(s, err, "INSERT OR REPLACE INTO results(job_id, json, blob, created_ms) VALUES(?1, ?2, ?3, ?4)",
+    st = lh_store__run(s, err,
+                       "INSERT OR REPLACE INTO results(job_id, json, blob, created_ms, crc32c) "
+                       "VALUES(?1, ?2, ?3, ?4, ?5)",
                        SQL_ARGS(SQL_INT(job_id), SQL_TEXT(result_json), SQL_BLOB(blob, blob_len),
-                                SQL_INT(lh_store__now_ms())),
+                                SQL_INT(lh_store__now_ms()), SQL_INT(crc)),
                        "storing the result of job %lld", (long long)job_id);
   return lh_store__end(s, st, "finishing a job", err);
 }
@@ -541,7 +597,8 @@ lh_status lh_store_job_done(lh_store *s, int64_t job_id, const char *result_json
 lh_status lh_store_job_fail(lh_store *s, int64_t job_id, const char *message, lh_error *err) {
   lh_status st = lh_store__begin(s, "failing a job", err);
   if (st) return st;
-  st = owned_update(s, job_id, "state = 'failed', finished_ms = ?5, updated_ms = ?5, error = ?6, " CLEAR_OWNER,
+  st = owned_update(s, job_id,
+                    "state = 'failed', finished_ms = ?5, updated_ms = ?5, error = ?6, error_crc32c = ?7, " CLEAR_OWNER,
                     message ? message : "failed", "failing", err);
   return lh_store__end(s, st, "failing a job", err);
 }
@@ -572,8 +629,8 @@ lh_status lh_store_job_requeue(lh_store *s, int64_t job_id, lh_error *err) {
   }
   if (!st)
     st = lh_store__run(s, err,
-                       "UPDATE jobs SET state = 'queued', attempts = 0, error = NULL, finished_ms = NULL, "
-                       "updated_ms = ?2, " CLEAR_OWNER " WHERE id = ?1",
+                       "UPDATE jobs SET state = 'queued', attempts = 0, error = NULL, error_crc32c = NULL, "
+                       "finished_ms = NULL, updated_ms = ?2, " CLEAR_OWNER " WHERE id = ?1",
                        SQL_ARGS(SQL_INT(job_id), SQL_INT(lh_store__now_ms())), "requeueing job %lld",
                        (long long)job_id);
   if (!st)
@@ -596,12 +653,17 @@ lh_status lh_store_job_set_tokens(lh_store *s, int64_t job_id, int64_t tokens_to
 
 /* ---- reading jobs -------------------------------------------------------------------------- */
 
-#define JOB_INFO_SQL                                                                                          \
+/* The job info query; damaged is the SQL of its last column (JOB_DAMAGED, or -1 for not checked). */
+#define JOB_INFO_SQL(damaged)                                                                                 \
   "SELECT j.id, j.batch_id, b.name, j.custom_id, j.group_key, j.model_id, j.request, j.state, j.attempts, "   \
   "j.created_ms, j.started_ms, j.finished_ms, j.heartbeat_ms, j.error, j.owner_name, j.owner_pid, "           \
   "j.owner_host, j.owner_start, j.ckpt_id, c.pos, j.tokens_total, "                                           \
-  "EXISTS(SELECT 1 FROM results r WHERE r.job_id = j.id) "                                                     \
+  "EXISTS(SELECT 1 FROM results r WHERE r.job_id = j.id), j.identity, " damaged " "                           \
   "FROM jobs j JOIN batches b ON b.id = j.batch_id LEFT JOIN checkpoints c ON c.id = j.ckpt_id "
+/* 1 when the rows a job's outcome is rebuilt from fail their check (store.h: lh_store_job_info). */
+#define JOB_DAMAGED                                                                                           \
+  "CASE j.state WHEN 'done' THEN NOT EXISTS(SELECT 1 FROM results r WHERE r.job_id = j.id AND "              \
+  LH_STORE__RESULT_OK("r") ") WHEN 'failed' THEN NOT coalesce(" LH_STORE__ERROR_OK("j") ", 0) ELSE 0 END"
 
 static lh_status fill_info(lh_store *s, sqlite3_stmt *q, int64_t now, lh_store_job_info *in) {
   memset(in, 0, sizeof *in);
@@ -631,6 +693,8 @@ static lh_status fill_info(lh_store *s, sqlite3_stmt *q, int64_t now, lh_store_j
   in->tokens_done = sqlite3_column_int64(q, 19);
   in->tokens_total = sqlite3_column_int64(q, 20);
   in->has_result = sqlite3_column_int(q, 21);
+  in->identity = lh_store__col_strdup(q, 22);
+  in->damaged = sqlite3_column_int(q, 23);
   if (!in->batch || !in->custom_id || !in->request_json) return LH_ENOMEM;
   return LH_OK;
 }
@@ -644,6 +708,7 @@ void lh_store_job_info_clear(lh_store_job_info *in) {
   free(in->request_json);
   free(in->error);
   free(in->owner);
+  free(in->identity);
   memset(in, 0, sizeof *in);
 }
 
@@ -656,7 +721,7 @@ void lh_store_job_list_free(lh_store_job_info *list, size_t n) {
 lh_status lh_store_job_get(lh_store *s, int64_t job_id, lh_store_job_info *info, lh_error *err) {
   memset(info, 0, sizeof *info);
   sqlite3_stmt *q;
-  lh_status st = lh_store__row(s, err, &q, JOB_INFO_SQL "WHERE j.id = ?1", SQL_ARGS(SQL_INT(job_id)),
+  lh_status st = lh_store__row(s, err, &q, JOB_INFO_SQL(JOB_DAMAGED) "WHERE j.id = ?1", SQL_ARGS(SQL_INT(job_id)),
                                "reading job %lld", (long long)job_id);
   if (st == LH_ENOTFOUND) return lh_error_set(err, LH_ENOTFOUND, "%s: no job %lld", s->path, (long long)job_id);
   if (st) return st;
@@ -672,7 +737,7 @@ lh_status lh_store_job_list(lh_store *s, int64_t batch_id, lh_store_job_info **o
   *out = NULL;
   *n = 0;
   sqlite3_stmt *q;
-  lh_status st = lh_store__query(s, err, &q, JOB_INFO_SQL "WHERE ?1 = 0 OR j.batch_id = ?1 ORDER BY j.id",
+  lh_status st = lh_store__query(s, err, &q, JOB_INFO_SQL("-1") "WHERE ?1 = 0 OR j.batch_id = ?1 ORDER BY j.id",
                                  SQL_ARGS(SQL_INT(batch_id)));
   if (st) return st;
   int64_t now = lh_store__now_ms();
@@ -710,18 +775,29 @@ lh_status lh_store_job_list(lh_store *s, int64_t batch_id, lh_store_job_info **o
 
 lh_status lh_store_job_result(lh_store *s, int64_t job_id, lh_buf *json, lh_buf *blob, lh_error *err) {
   sqlite3_stmt *q;
-  lh_status st = lh_store__row(s, err, &q, "SELECT json, blob FROM results WHERE job_id = ?1",
+  lh_status st = lh_store__row(s, err, &q,
+                               "SELECT r.json, r.blob, r.crc32c, j.custom_id FROM results r "
+                               "LEFT JOIN jobs j ON j.id = r.job_id WHERE r.job_id = ?1",
                                SQL_ARGS(SQL_INT(job_id)), "reading the result of job %lld", (long long)job_id);
   if (st == LH_ENOTFOUND)
     return lh_error_set(err, LH_ENOTFOUND, "%s: job %lld has no result", s->path, (long long)job_id);
   if (st) return st;
   const void *t = sqlite3_column_text(q, 0);
-  int tn = sqlite3_column_bytes(q, 0);
-  if (json && (lh_buf_append(json, t, (size_t)tn) || lh_buf_append(json, "", 0)))
-    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
+  size_t tn = (size_t)sqlite3_column_bytes(q, 0);
   const void *b = sqlite3_column_blob(q, 1);
-  int bn = sqlite3_column_bytes(q, 1);
-  if (!st && blob && b && lh_buf_append(blob, b, (size_t)bn))
+  size_t bn = (size_t)sqlite3_column_bytes(q, 1);
+  if ((uint32_t)sqlite3_column_int64(q, 2) != lh_store__result_crc(job_id, t, tn, b, bn) ||
+      sqlite3_column_int64(q, 2) >> 32) {
+    const char *cid = (const char *)sqlite3_column_text(q, 3);
+    st = lh_error_set(err, LH_ECORRUPT,
+                      "%s: the stored result of job %lld ('%s') fails its checksum (CRC-32C): the row was damaged "
+                      "after it was written; requeue the job (longhaul store verify --repair) and run again to "
+                      "recompute it",
+                      s->path, (long long)job_id, cid ? cid : "?");
+  }
+  if (!st && json && (lh_buf_append(json, t, tn) || lh_buf_append(json, "", 0)))
+    st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
+  if (!st && blob && b && lh_buf_append(blob, b, bn))
     st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading a result", s->path);
   sqlite3_finalize(q);
   return st;

@@ -70,7 +70,7 @@ static int synth(int argc, char **argv) {
   int64_t job;
   char cid[64];
   snprintf(cid, sizeof cid, "job-%llu", (unsigned long long)seed);
-  lh_store_job_spec spec = {cid, "{\"synth\":true}", NULL, TOY_MODEL_ID};
+  lh_store_job_spec spec = {cid, "{\"synth\":true}", NULL, TOY_MODEL_ID, NULL};
   const char *what;
   int began = driver_job_begin(s, "synth", &spec, n, out, &job, &what, &e);
   if (began < 0) return fail(what, &e);

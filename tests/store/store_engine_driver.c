@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
   if (lh_store_open(db, NULL, &s, &e)) return fail("opening the store", &e);
   if (lh_store_model_register(s, m, &e)) return fail("registering the model", &e);
   int64_t job;
-  lh_store_job_spec spec = {"engine", "{}", NULL, lh_model_id(m)};
+  lh_store_job_spec spec = {"engine", "{}", NULL, lh_model_id(m), NULL};
   const char *what;
   int began = driver_job_begin(s, "kill", &spec, n, out, &job, &what, &e);
   if (began < 0) return fail(what, &e);

@@ -90,7 +90,7 @@ int main(void) {
 
   /* Job A: checkpoints at 100, 250, 600 (an uneven chunk plan). */
   int64_t batch, jobA, jobB;
-  lh_store_job_spec sa = {"a", "{}", NULL, NULL}, sb = {"b", "{}", NULL, NULL};
+  lh_store_job_spec sa = {"a", "{}", NULL, NULL, NULL}, sb = {"b", "{}", NULL, NULL, NULL};
   CHECK(lh_store_batch_put(s, "t", &batch, &e) == LH_OK);
   CHECK(lh_store_job_add(s, batch, &sa, &jobA, NULL, &e) == LH_OK);
   CHECK(lh_store_job_add(s, batch, &sb, &jobB, NULL, &e) == LH_OK);

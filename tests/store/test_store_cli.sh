@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_store_cli.sh — `longhaul store ls|verify|gc` on a real store made by the store driver:
-# tables and JSON that agree with the store, verify finding planted damage (exit 1) and --repair
-# removing it, gc policies shrinking the file, and usage errors (exit 2) that say what was wrong.
+# tables and JSON that agree with the store, verify finding planted damage (exit 1) in a checkpoint
+# page and in a stored answer, and --repair removing it (dropping the checkpoints, requeueing the
+# job), gc policies shrinking the file, and usage errors (exit 2) that say what was wrong.
 set -euo pipefail
 lh=${LH_LONGHAUL:?}
 driver=${LH_BINARY_DIR:?}/tests/store/store_driver
@@ -65,6 +66,22 @@ expect_rc 0 "$lh" store ls --db "$db" --checkpoints
 has "(none)"
 expect_rc 0 "$lh" store gc --db "$db" --older-than 7d
 has "deleted 0 checkpoint(s)"
+
+# One changed byte in a stored answer: verify names the job, --repair requeues it for the next run.
+sqlite3 "$db" "UPDATE results SET json = replace(json, '\"digest\"', '\"digesT\"') WHERE job_id = (SELECT min(job_id) FROM results)"
+expect_rc 1 "$lh" store verify --db "$db"
+has "('job-7'): its result row fails its checksum"
+has "DAMAGED"
+has "run with --repair to requeue them"
+expect_rc 1 "$lh" store verify --db "$db" --json
+[ "$(json 'd["ok"], d["damaged_jobs"], d["results"], d["damaged"]')" = "False 1 2 0" ] || fail "verify --json: damaged job"
+expect_rc 1 "$lh" store verify --db "$db" --repair
+has "requeued 1 of 1 damaged job(s)"
+expect_rc 0 "$lh" store verify --db "$db"
+has "1 result(s), 0 error text(s) checked"
+has ": ok"
+expect_rc 0 "$lh" store ls --db "$db"
+has "jobs: 1 queued, 0 running, 1 done, 0 failed"
 
 # Usage errors.
 expect_rc 2 "$lh" store

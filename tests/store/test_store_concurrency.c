@@ -22,7 +22,7 @@ static void race(const char *driver, const char *dir, const char *name, const ch
   for (int i = 0; i < JOBS; i++) {
     char cid[32];
     snprintf(cid, sizeof cid, "job-%02d", i);
-    lh_store_job_spec sp = {cid, "{}", NULL, NULL};
+    lh_store_job_spec sp = {cid, "{}", NULL, NULL, NULL};
     CHECK(lh_store_job_add(s, batch, &sp, &ids[i], NULL, &e) == LH_OK);
   }
   char *argv[] = {(char *)driver, "worker", "--db", db, "--batch", "race", "--log", logf, "--work-ms", (char *)work_ms,

@@ -93,7 +93,7 @@ int main(void) {
   CHECK(lh_store_open(path, NULL, &s, &e) == LH_OK);
   CHECK(lh_store_model_register(s, m, &e) == LH_OK);
   int64_t batch, job;
-  lh_store_job_spec spec = {"e", "{}", NULL, lh_model_id(m)};
+  lh_store_job_spec spec = {"e", "{}", NULL, lh_model_id(m), NULL};
   CHECK(lh_store_batch_put(s, "engine", &batch, &e) == LH_OK);
   CHECK(lh_store_job_add(s, batch, &spec, &job, NULL, &e) == LH_OK);
 

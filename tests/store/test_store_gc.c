@@ -38,7 +38,7 @@ static void build(const char *path) {
   lh_store *s = setup_store_open(path, NULL);
   lh_error e;
   int64_t b;
-  lh_store_job_spec a = {"A", "{}", NULL, NULL}, bb = {"B", "{}", NULL, NULL}, c = {"C", "{}", NULL, NULL};
+  lh_store_job_spec a = {"A", "{}", NULL, NULL, NULL}, bb = {"B", "{}", NULL, NULL, NULL}, c = {"C", "{}", NULL, NULL, NULL};
   CHECK(lh_store_batch_put(s, "gc", &b, &e) == LH_OK);
   CHECK(lh_store_job_add(s, b, &a, &JA, NULL, &e) == LH_OK);
   CHECK(lh_store_job_add(s, b, &bb, &JB, NULL, &e) == LH_OK);

@@ -54,14 +54,14 @@ int main(int argc, char **argv) {
   /* Adds are idempotent by (batch, custom_id); a changed request is refused. */
   int64_t j1, j2, j3, j4, j5, jx;
   int existed = -1;
-  lh_store_job_spec s1 = {"q1", "{\"q\":1}", "docsA", NULL}, s2 = {"q2", "{\"q\":2}", "docsA", NULL},
-                    s3 = {"q3", "{\"q\":3}", NULL, NULL}, s4 = {"q4", "{\"q\":4}", "docsA", NULL};
+  lh_store_job_spec s1 = {"q1", "{\"q\":1}", "docsA", NULL, NULL}, s2 = {"q2", "{\"q\":2}", "docsA", NULL, NULL},
+                    s3 = {"q3", "{\"q\":3}", NULL, NULL, NULL}, s4 = {"q4", "{\"q\":4}", "docsA", NULL, NULL};
   CHECK(lh_store_job_add(s, b1, &s1, &j1, &existed, &e) == LH_OK);
   CHECK_EQ(existed, 0);
   CHECK(lh_store_job_add(s, b1, &s1, &jx, &existed, &e) == LH_OK);
   CHECK_EQ(existed, 1);
   CHECK_EQ(jx, j1);
-  lh_store_job_spec changed = {"q1", "{\"q\":99}", NULL, NULL};
+  lh_store_job_spec changed = {"q1", "{\"q\":99}", NULL, NULL, NULL};
   CHECK(lh_store_job_add(s, b1, &changed, &jx, NULL, &e) == LH_EINVAL);
   CHECK_STR_CONTAINS(e.msg, "custom_id 'q1' is already in this batch with a different request");
   CHECK(lh_store_job_add(s, b1, &s2, &j2, NULL, &e) == LH_OK);
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
   CHECK(lh_store_job_add(s, b2, &s1, &j5, NULL, &e) == LH_OK); /* same custom_id, other batch */
   CHECK(j5 != j1);
   CHECK(lh_store_job_add(s, 999, &s3, &jx, NULL, &e) == LH_ENOTFOUND);
-  lh_store_job_spec nocid = {NULL, "{}", NULL, NULL};
+  lh_store_job_spec nocid = {NULL, "{}", NULL, NULL, NULL};
   CHECK(lh_store_job_add(s, b1, &nocid, &jx, NULL, &e) == LH_EINVAL);
   CHECK(lh_store_job_find(s, b1, "q3", &jx, &e) == LH_OK);
   CHECK_EQ(jx, j3);
@@ -263,7 +263,7 @@ int main(int argc, char **argv) {
     lh_store *m;
     CHECK(lh_store_open(path, &sp, &m, &e) == LH_OK);
     int64_t b3, jj;
-    lh_store_job_spec sj = {"poison", "{}", NULL, NULL};
+    lh_store_job_spec sj = {"poison", "{}", NULL, NULL, NULL};
     CHECK(lh_store_batch_put(m, "poison", &b3, &e) == LH_OK);
     CHECK(lh_store_job_add(m, b3, &sj, &jj, NULL, &e) == LH_OK);
     for (int k = 0; k < 2; k++) {
@@ -275,6 +275,7 @@ int main(int argc, char **argv) {
     CHECK(lh_store_job_get(m, jj, &in, &e) == LH_OK);
     CHECK_EQ(in.state, LH_JOB_FAILED);
     CHECK_STR_CONTAINS(in.error, "gave up after 2 attempts");
+    CHECK_EQ(in.damaged, 0); /* the store's own error text carries its checksum too */
     lh_store_job_info_clear(&in);
     lh_store_close(m);
   }
@@ -283,7 +284,7 @@ int main(int argc, char **argv) {
   {
     lh_store *h = open_at(path, 1);
     int64_t b4, jh;
-    lh_store_job_spec sh = {"hb", "{}", NULL, NULL};
+    lh_store_job_spec sh = {"hb", "{}", NULL, NULL, NULL};
     CHECK(lh_store_batch_put(h, "hb", &b4, &e) == LH_OK);
     CHECK(lh_store_job_add(h, b4, &sh, &jh, NULL, &e) == LH_OK);
     CHECK(lh_store_job_claim(h, jh, &e) == LH_OK);

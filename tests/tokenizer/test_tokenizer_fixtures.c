@@ -13,6 +13,7 @@
 
 #include "tokenizer/tokenizer_int.h"
 #include "tests/test.h"
+#include "tests/tokenizer/fixture_json.h"
 #include "util/fs.h"
 
 /* two id vectors hold the same ids (either may be empty, with a NULL buffer) */
@@ -33,39 +34,6 @@ static uint64_t rnd(void) {
   rng ^= rng >> 7;
   rng ^= rng << 17;
   return rng;
-}
-
-static int b64val(int c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-static void b64dec(const char *s, lh_buf *out) {
-  uint32_t acc = 0;
-  int bits = 0;
-  for (; *s; s++) {
-    int v = b64val((unsigned char)*s);
-    if (v < 0) continue;
-    acc = (acc << 6) | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      char ch = (char)((acc >> bits) & 0xFF);
-      lh_buf_append(out, &ch, 1);
-    }
-  }
-}
-
-static int ids_eq(const lh_i32vec *v, const cJSON *arr) {
-  if ((int)v->len != cJSON_GetArraySize(arr)) return 0;
-  size_t i = 0;
-  for (const cJSON *e = arr->child; e; e = e->next, i++)
-    if ((int32_t)e->valuedouble != v->data[i]) return 0;
-  return 1;
 }
 
 static void print_ids(const char *what, const int32_t *p, size_t n) {

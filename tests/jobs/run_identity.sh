@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# run_identity.sh — a nightly rerun into the same --out (issue 29): a job is its inputs, not its
+# custom_id. With models/haul-tiny and a fact planted in an archive:
+#   - unchanged, the rerun says "already done", computes nothing and reads neither the weights nor
+#     the archive again (their digests come from the store's cache, whose rows stay untouched);
+#   - the archive replaced by one with another value, the answer follows the new value and the
+#     manifest the new bytes; checkpoints are reused only up to where the tokens still match;
+#   - another --chunk, or one changed bit of the weights, computes the job again;
+#   - one changed byte of the stored answer (sqlite3, behind the store's back): store verify
+#     fails, and the rerun recomputes the answer instead of printing the damaged one.
+. "$(dirname "$0")/lib.sh"
+HT=$SRC/models/haul-tiny
+[ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
+tar --sort=name -cf /dev/null --files-from /dev/null 2>/dev/null || { echo "SKIPPED: tar --sort=name is needed" >&2; exit 77; }
+mkdir -p "$T/repo/src" "$T/repo/zz"
+cp "$SRC"/util/hash.h "$SRC"/util/buf.h "$T/repo/src/"
+# The fact is the archive's last file (names sort), so a changed value changes only its last tokens.
+archive() {
+  printf 'Operations notes.\nThe special magic lighthouse number is: %s.\nEnd of notes.\n' "$1" > "$T/repo/zz/notes.md"
+  rm -f "$T/repo.tar.gz"
+  tar --sort=name -C "$T/repo" -czf "$T/repo.tar.gz" .
+}
+cat > "$T/batch.jsonl" <<'B'
+{"custom_id":"q","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is the special magic lighthouse number?"}],"max_tokens":16,"temperature":0,"documents":["repo.tar.gz"]}}
+B
+OUT=$T/out
+run() { # log name, extra flags...
+  "$LH" run "$T/batch.jsonl" --model "${MODEL_DIR:-$HT}" --out "$OUT" --chunk "${CHUNK:-256}" --keep-checkpoints -1 \
+    --progress none "${@:2}" > "$T/$1.log" 2>&1 || { cat "$T/$1.log"; fail "$1: run failed"; }
+}
+answer() { json 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["response"]["body"]["choices"][0]["message"]["content"])' "$OUT/output.jsonl"; }
+prefilled() { sed -n 's/.*tokens: \([0-9]*\) prefilled.*/\1/p' "$T/$1.log"; }
+digests() { python3 -c 'import sqlite3, sys
+for r in sqlite3.connect(sys.argv[1]).execute("select kind, path, updated_ms from file_digests order by kind, path"): print(*r)' "$OUT/longhaul.db"; }
+sha_of_notes() { json 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if o.get("path", "").endswith("zz/notes.md"): print(o["sha256"])' "$OUT/jobs/q/manifest.jsonl"; }
+
+# 1. The first run answers from the archive.
+archive 7305614
+run first
+a1=$(answer)
+case "$a1" in *7305614*) ;; *) fail "the first answer '$a1' does not hold the planted 7305614";; esac
+docs=$(json 'import sys,json; print(json.load(open(sys.argv[1]))["tokens"]["documents"])' "$OUT/jobs/q/result.json")
+[ "$docs" -gt 600 ] || fail "only $docs document tokens: too short to see a partial reuse"
+n1=$(sha_of_notes)
+[ -n "$n1" ] || fail "the manifest does not name zz/notes.md"
+digests > "$T/digests-1.txt"
+grep -q '^model .*model.safetensors ' "$T/digests-1.txt" || { cat "$T/digests-1.txt"; fail "the weights' digest is not cached"; }
+grep -q '^doc .*repo.tar.gz ' "$T/digests-1.txt" || { cat "$T/digests-1.txt"; fail "the archive's digest is not cached"; }
+cp "$OUT/output.jsonl" "$T/output-1.jsonl"
+
+# 2. Unchanged: already done, nothing computed, nothing read again, the same output.
+run same
+grep -q "1 already done" "$T/same.log" || { cat "$T/same.log"; fail "the unchanged rerun did not say 1 already done"; }
+[ "$(prefilled same)" = 0 ] || fail "the unchanged rerun prefilled $(prefilled same) tokens"
+grep -q "computed again" "$T/same.log" && fail "the unchanged rerun computed something again"
+cmp -s "$OUT/output.jsonl" "$T/output-1.jsonl" || fail "the unchanged rerun changed output.jsonl"
+digests > "$T/digests-2.txt"
+diff "$T/digests-1.txt" "$T/digests-2.txt" || fail "the unchanged rerun read the weights or the archive again"
+
+# 3. The archive replaced: a new answer, a new manifest; only the unchanged token prefix reused.
+archive 2938416
+run changed
+grep -q "1 already done" "$T/changed.log" && { cat "$T/changed.log"; fail "the archive changed and the rerun called the job already done"; }
+grep -q "1 request computed again: its inputs changed" "$T/changed.log" || { cat "$T/changed.log"; fail "the rerun did not say the inputs changed"; }
+a2=$(answer)
+case "$a2" in *2938416*) ;; *) fail "after the archive changed the answer is '$a2', not the new 2938416 (was '$a1')";; esac
+case "$a2" in *7305614*) fail "the old value survived the change: '$a2'";; esac
+n2=$(sha_of_notes)
+[ "$n2" != "$n1" ] || fail "the manifest still has the old digest of zz/notes.md"
+r=$(restored "$T/changed.log")
+[ -n "$r" ] && [ "$r" -gt 0 ] || { cat "$T/changed.log"; fail "nothing of the unchanged prefix was reused"; }
+[ "$r" -lt "$docs" ] || fail "$r tokens restored: at or past the changed file (the documents are $docs tokens)"
+
+# 4. A parameter that changes answers (the chunk plan), then the weights: computed again.
+CHUNK=128 run chunk
+grep -q "1 request computed again" "$T/chunk.log" || { cat "$T/chunk.log"; fail "another --chunk did not compute the job again"; }
+CHUNK=128 run chunk-same
+grep -q "1 already done" "$T/chunk-same.log" || { cat "$T/chunk-same.log"; fail "the same --chunk twice computed again"; }
+mkdir "$T/model"
+cp "$HT"/*.json "$HT/model.safetensors" "$T/model/"
+python3 - "$T/model/model.safetensors" <<'P'
+import json, struct, sys
+f = open(sys.argv[1], "r+b")
+n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n))
+name, t = next((k, v) for k, v in sorted(h.items()) if k != "__metadata__" and v["dtype"] in ("BF16", "F16"))
+off = 8 + n + t["data_offsets"][0]  # the low byte of the first element: its last mantissa bit
+f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 1]))
+P
+MODEL_DIR=$T/model CHUNK=128 run weights
+grep -q "1 request computed again" "$T/weights.log" || { cat "$T/weights.log"; fail "one changed bit of the weights did not compute the job again"; }
+
+# 5. One changed byte of the stored answer: verify fails, the rerun recomputes it.
+good=$(answer)
+python3 - "$OUT/longhaul.db" <<'P'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+(j,) = db.execute("select json from results").fetchone()
+i = j.index('"answer":"') + len('"answer":"')
+c = j[i]
+j2 = j[:i] + ("Y" if c != "Y" else "Z") + j[i + 1:]
+db.execute("update results set json = ?", (j2,))
+db.commit()
+P
+set +e
+"$LH" store verify --db "$OUT/longhaul.db" > "$T/verify.log" 2>&1
+rc=$?
+set -e
+[ "$rc" = 1 ] || { cat "$T/verify.log"; fail "store verify exited $rc over a damaged answer"; }
+grep -q "('q'): its result row fails its checksum" "$T/verify.log" || { cat "$T/verify.log"; fail "verify did not name the job"; }
+MODEL_DIR=$T/model CHUNK=128 run damaged
+grep -q "1 request computed again: its stored answer or error was damaged" "$T/damaged.log" \
+  || { cat "$T/damaged.log"; fail "the rerun did not recompute the damaged answer"; }
+[ "$(answer)" = "$good" ] || fail "after the damage the answer is '$(answer)', not '$good'"
+"$LH" store verify --db "$OUT/longhaul.db" > "$T/verify2.log" 2>&1 || { cat "$T/verify2.log"; fail "verify after the rerun"; }
+echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights and a damaged answer recomputed: ok"
