@@ -88,12 +88,29 @@ static lh_status file_digest(const char *path, const lh_digest_cache *cache, uin
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* The excluded paths as devices and inodes (those that exist when the digest starts). */
+typedef struct skip_set {
+  dev_t dev[8];
+  ino_t ino[8];
+  int n;
+} skip_set;
+
+static int skipped(const skip_set *sk, const struct stat *sb) {
+  for (int i = 0; i < sk->n; i++)
+    if (sk->dev[i] == sb->st_dev && sk->ino[i] == sb->st_ino) return 1;
+  return 0;
+}
+
 /* One path (file, folder, link or other) into h; rel names it inside its document. */
 static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, const lh_digest_cache *cache,
-                             int depth, lh_error *err) {
+                             const skip_set *sk, int depth, lh_error *err) {
   struct stat sb;
   if (lstat(path, &sb) != 0) {
     feed_str(h, "missing", rel);
+    return LH_OK;
+  }
+  if (skipped(sk, &sb)) { /* named, never read: what is in it changes from run to run */
+    feed_str(h, "excluded", rel);
     return LH_OK;
   }
   if (S_ISLNK(sb.st_mode)) {
@@ -149,7 +166,7 @@ static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, co
       st = lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", path, names[i]);
       break;
     }
-    st = digest_path(h, child, crel, cache, depth + 1, err);
+    st = digest_path(h, child, crel, cache, sk, depth + 1, err);
   }
   for (size_t i = 0; i < n; i++) free(names[i]);
   free(names);
@@ -157,6 +174,19 @@ static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, co
 }
 
 lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, char out[65], lh_error *err) {
+  return lh_inputs_digest_excluding(r, cache, NULL, 0, out, err);
+}
+
+lh_status lh_inputs_digest_excluding(const lh_request *r, const lh_digest_cache *cache, const char *const *exclude,
+                                     size_t n_exclude, char out[65], lh_error *err) {
+  skip_set sk = {.n = 0};
+  for (size_t i = 0; i < n_exclude && sk.n < 8; i++) {
+    struct stat sb;
+    if (exclude[i] && stat(exclude[i], &sb) == 0) {
+      sk.dev[sk.n] = sb.st_dev;
+      sk.ino[sk.n++] = sb.st_ino;
+    }
+  }
   lh_sha256 h;
   lh_sha256_init(&h);
   feed_str(&h, "longhaul inputs", "v1");
@@ -169,7 +199,7 @@ lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, ch
       feed_str(&h, "stream", nonce);
       continue;
     }
-    lh_status st = digest_path(&h, di->resolved, ".", cache, 0, err);
+    lh_status st = digest_path(&h, di->resolved, ".", cache, &sk, 0, err);
     if (st) return lh_error_prefix(err, st, "document %s: ", di->path);
   }
   uint8_t dg[32];

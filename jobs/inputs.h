@@ -8,7 +8,10 @@
  * that file's bytes; any other kind of file (FIFO, socket, device) contributes its kind and is
  * never opened, so a hostile document cannot hang the digest. The walk is broader than what
  * ingest reads (it ignores include/exclude globs and ingest's skip rules): a change anywhere under
- * a document folder makes a new job, which costs a recomputation, never a stale answer.
+ * a document folder makes a new job, which costs a recomputation, never a stale answer. Paths given
+ * to lh_inputs_digest_excluding (the runner's output folder and store, as ingest leaves them out
+ * of its walks) are named where they are met but never read, so a rerun into an output folder
+ * inside a document folder finds its jobs done.
  *
  * Each file's SHA-256 is remembered in a digest cache (engine/engine.h's lh_digest_cache; the
  * runner passes the store's, kind "doc") keyed by its identity (real path, size, mtime, ctime,
@@ -25,5 +28,9 @@
 /* out: 64 lowercase hex chars and NUL. cache may be NULL (every file is read). A document that
  * does not exist digests as "missing" (the ingest then fails that job with its own message). */
 lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, char out[65], lh_error *err);
+/* The same, leaving out exclude[0..n_exclude) (at most 8; matched by device and inode, those that
+ * do not exist ignored). */
+lh_status lh_inputs_digest_excluding(const lh_request *r, const lh_digest_cache *cache, const char *const *exclude,
+                                     size_t n_exclude, char out[65], lh_error *err);
 
 #endif

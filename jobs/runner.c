@@ -267,7 +267,12 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
     memcpy(inputs, R->last_inputs, sizeof inputs);
   } else {
     lh_error e;
-    if (lh_inputs_digest(r, &R->doc_cache, inputs, &e) != LH_OK) {
+    /* what ingest leaves out of its folder walks (ingest_documents), the digest leaves out too */
+    char wal[4200], shm[4200];
+    snprintf(wal, sizeof wal, "%s-wal", R->sum->db_path);
+    snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
+    const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
+    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip, sizeof skip / sizeof *skip, inputs, &e) != LH_OK) {
       uint8_t d[32];
       char msg[sizeof e.msg + 16];
       const int n = snprintf(msg, sizeof msg, "unreadable: %s", e.msg);

@@ -123,4 +123,9 @@ for m in sys.argv[1:3]:
 u = [json.loads(open(o).readline())["response"]["body"]["usage"]["prompt_tokens"] for o in sys.argv[3:5]]
 assert u[0] == u[1], u
 ' "$T/w1.manifest" "$T/w2.manifest" "$T/w1.output" "$T/w2.output"
+# and without --force the rerun finds its job done: the job's identity does not read out/ either
+"$LH" run "$T/w/batch.jsonl" --model "$MODEL" --out "$T/w/out" --db "$T/w/state/store.db" --progress none \
+  > "$T/w3.log" 2>&1 || { cat "$T/w3.log"; fail "run 3 over a folder holding its own output"; }
+grep -q ' 1 already done' "$T/w3.log" || { cat "$T/w3.log"; fail "a rerun into an --out inside the document folder redid its job"; }
+cmp -s "$T/w/out/output.jsonl" "$T/w2.output" || fail "the rerun changed output.jsonl"
 echo "run_documents: ok"

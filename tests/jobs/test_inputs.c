@@ -1,6 +1,7 @@
 /* test_inputs.c — jobs/inputs.h: the digest of a request's documents changes with any byte of any
  * file they reach and with names in a folder, not with a touch; the cache spares the read of an
- * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened. */
+ * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened; an
+ * excluded folder inside a document folder (the runner's --out) is named, its contents ignored. */
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -108,5 +109,21 @@ int main(void) {
   put(dir, "README", "hellO\n");
   digest(file, &cache, d2);
   CHECK_MSG(strcmp(d1, d2) && m.puts == 2, "a rewritten file misses the cache and is read again");
+
+  /* an output folder inside the document folder: left out by identity, whatever it holds */
+  char outdir[800], e1[65], e2[65], n1[65], n2[65];
+  snprintf(outdir, sizeof outdir, "%s/out", dir);
+  lh_mkdir_p(outdir, NULL);
+  lh_request r = req_of(dir);
+  const char *ex[] = {outdir, "/no/such/path"};
+  lh_error err;
+  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e1, &err) == LH_OK);
+  CHECK(lh_inputs_digest(&r, NULL, n1, &err) == LH_OK);
+  put(outdir, "output.jsonl", "{\"a\": 1}\n");
+  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e2, &err) == LH_OK);
+  CHECK(lh_inputs_digest(&r, NULL, n2, &err) == LH_OK);
+  CHECK_MSG(!strcmp(e1, e2), "what the excluded folder holds does not change the digest");
+  CHECK_MSG(strcmp(n1, n2), "without the exclusion it does");
+  lh_request_free(&r);
   return lh_test_end();
 }
