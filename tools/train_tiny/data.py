@@ -28,6 +28,7 @@ import json
 import lzma
 import math
 import os
+import re
 
 import numpy as np
 
@@ -128,6 +129,14 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      step 8581 (version 6, 734 steps) answered `make demo`'s "What is the value of
 #      DEFAULT_WORKER_TIMEOUT?" over 204K tokens with "100" where step 7847 answered 4817, and
 #      got 0 of 69 held-out values that are not digits (TRAINING.md, "Session 10").
+#   8: (session 12) version 7's mixes with three changes in what the samples hold: repository
+#      names with prefixes real constants have (DEFAULT_, MAX_, ...) and, in 60% of repository
+#      samples, near-miss names (a word swapped, a prefix or suffix, a word dropped) planted with
+#      other numbers, in dense ones asked too; the grammar's {w} drawn from the corpus's training
+#      words instead of 76 value words; and 12 value kinds of random shape (grammar.VALUE_KINDS_V8).
+#      Why: step 9336 (version 7) answered the demo's DEFAULT_WORKER_TIMEOUT with
+#      `_MIN_SCHEDULED_TIMER_HANDLES = 100`'s value from 19K tokens earlier, or with a value made of
+#      value words ("pepper@gecko.org"), and held-out non-digit values stayed at 0 of 69.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -138,6 +147,7 @@ MIXES = {
     6: (0.14, 0.14, 0.06, 0.06, 0.04, 0.05, 0.05, 0.0, 0.22, 0.10, 0.06, 0.08),
     7: (0.14, 0.14, 0.06, 0.06, 0.04, 0.11, 0.05, 0.0, 0.16, 0.10, 0.06, 0.08),   # repo_value 0.05 -> 0.11
 }
+MIXES[8] = MIXES[7]
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -155,6 +165,7 @@ DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
                7: {"multikey_dense": 0.12, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
                    "repo_dense": 0.10, "multikey": 0.03, "magic": 0.05,
                    "fact_dense": 0.28, "fact_mv_dense": 0.12, "file_dense": 0.16}}
+DENSE_MIXES[8] = DENSE_MIXES[7]
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -163,6 +174,11 @@ TRAIN_MIX = MIXES[1]
 HARD_NEG_P = 0.6          # version 2: share of single-needle samples with distractor needles
 REPO_GRAMMAR_P = 0.6      # version 7: share of repo_value / repo_file samples with grammar facts as distractors
 REPO_DENSE_GRAMMAR_P = 0.5  # ... and of repo_dense samples
+NEAR_MISS_P = 0.6         # version 8: share of repo_value / repo_file / repo_dense samples with near-miss names
+NAME_PREFIX_P = 0.3       # version 8: share of repository names with a prefix real constants have
+NAME_PREFIXES = ("DEFAULT", "MAX", "MIN", "NUM", "INITIAL", "LOCAL", "GLOBAL", "_MIN", "_MAX")
+NAME_SUFFIXES = ("MAX", "MIN", "MS", "LIMIT", "SIZE", "COUNT", "DEFAULT", "SECS")
+WORD_V8 = re.compile(r"[a-z]{3,10}")   # version 8's value words: corpus training words of this form
 
 
 def frame(path: str, text: str) -> str:
@@ -200,15 +216,26 @@ class Generator:
         self.fam_fixed = held_out
         self._fams = {6: self.fam} if not held_out else {}
         self.eos_id = tokenizer.token_to_id(EOS)
+        self.version = 1
         self.chars_per_token = 3.0
 
     def use_grammar(self, version: int):
-        """Draw the grammar's facts from its train side as data version `version` has it."""
+        """Draw the grammar's facts from its train side as data version `version` has it, and
+        (version 8) the repository facts with near-miss names."""
+        self.version = version
         if self.fam_fixed:
             return
-        v = 7 if version >= 7 else 6
+        v = min(8, max(6, version))
         if v not in self._fams:
-            self._fams[v] = grammar.Families.side("train", v)
+            fam = grammar.Families.side("train", v)
+            if v >= 8:
+                # {w} from the corpus's training words (thousands), not 76 fixed value words, so that
+                # writing a value word from memory stops paying; never a held-out value word, and no
+                # value any held-out kind could draw (grammar.Families.value draws again)
+                held = grammar.families("heldout")
+                fam.words = [w for w in self.corpus.words if WORD_V8.fullmatch(w) and w not in held["value_words"]]
+                fam.reject = grammar.kinds_regex(held)
+            self._fams[v] = fam
         self.fam = self._fams[v]
 
     # ---- text pieces -------------------------------------------------------------------
@@ -230,7 +257,42 @@ class Generator:
 
     def _name(self, rng) -> str:
         n = int(rng.integers(2, 4))
-        return "_".join(self._key(rng).upper() for _ in range(n))
+        name = "_".join(self._key(rng).upper() for _ in range(n))
+        if self.version >= 8 and rng.random() < NAME_PREFIX_P:
+            name = NAME_PREFIXES[int(rng.integers(len(NAME_PREFIXES)))] + "_" + name
+        return name
+
+    def _near_names(self, rng, name: str, n: int, taken=()) -> list:
+        """Version 8: n names that look like `name` but are not it, as real code has them
+        (DEFAULT_WORKER_TIMEOUT beside _MIN_SCHEDULED_TIMER_HANDLES or WORKER_TIMEOUT_MAX): one word
+        swapped for another, a prefix or suffix added or changed, or a word dropped."""
+        out, words = [], name.split("_")
+        while len(out) < n:
+            w = list(words)
+            how = int(rng.integers(4))
+            if how == 0:
+                w[int(rng.integers(len(w)))] = self._key(rng).upper()
+            elif how == 1:
+                pre = NAME_PREFIXES[int(rng.integers(len(NAME_PREFIXES)))]
+                w = [pre] + (w[1:] if w[0] in NAME_PREFIXES else w)
+            elif how == 2:
+                w = w + [NAME_SUFFIXES[int(rng.integers(len(NAME_SUFFIXES)))]]
+            elif len(w) > 2:
+                del w[int(rng.integers(len(w)))]
+            else:
+                w = ["_" + w[0]] + w[1:]
+            nm = "_".join(w)
+            if nm != name and nm not in out and nm not in taken:
+                out.append(nm)
+        return out
+
+    def _near_number(self, rng, v: str) -> str:
+        """A near-miss constant's value: often a round number, as in real code, never v."""
+        while True:
+            x = str(int(rng.choice([10, 30, 60, 100, 128, 256, 1000, 1024, 3600, 4096]))) if rng.random() < 0.4 \
+                else self._number(rng, int(rng.integers(2, 8)))
+            if x != v:
+                return x
 
     @staticmethod
     def _number(rng, digits: int) -> str:
@@ -498,6 +560,14 @@ class Generator:
             d = float(rng.random()) if depth is None else float(rng.random())
             text, _ = self._insert_lines(rng, text, [line], [d])
             new[i] = (path, text)
+        if self.version >= 8 and rng.random() < NEAR_MISS_P:
+            # near-miss names of the asked one, with other numbers, anywhere in the archive
+            for nm in self._near_names(rng, names[0], int(rng.integers(1, 4)), names):
+                i = int(rng.integers(len(new)))
+                path, text = new[i]
+                text, _ = self._insert_lines(rng, text, [plant_line(path, nm, self._near_number(rng, vals[0]))],
+                                             [float(rng.random())])
+                new[i] = (path, text)
         if distractors:
             new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
@@ -521,6 +591,10 @@ class Generator:
         n, n_turns = int(rng.integers(3, 11)), int(rng.integers(2, 7))
         pieces = self._pieces(rng, max(64, length - 80 - 20 * n_turns - 24 * distractors), pool=self.corpus.code)
         names = []
+        if self.version >= 8 and rng.random() < NEAR_MISS_P:
+            # version 8: the names are near misses of one another, and each asked one must be told apart
+            names = [self._name(rng)]
+            names += self._near_names(rng, names[0], int(rng.integers(1, n)), names)
         while len(names) < n:
             nm = self._name(rng)
             if nm not in names:
@@ -737,6 +811,7 @@ CURRICULA = {
 CURRICULA[5] = CURRICULA[4]
 CURRICULA[6] = CURRICULA[4]
 CURRICULA[7] = CURRICULA[4]
+CURRICULA[8] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:

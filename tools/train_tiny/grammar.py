@@ -244,6 +244,46 @@ VALUE_KINDS_V7 = [
     ("path_usr", ["/usr/local/{w}/{w}", "/opt/{w}/bin/{w}"]),
 ]
 
+# Version 8 (session 12): values of no fixed form. Sessions 10 and 11 trained 37 value kinds and
+# the held-out kinds that are not digits stayed at 0 of 69: the model writes values of the forms it
+# was trained on (or makes one from the 76 value words), it does not copy what the text holds. So
+# version 8 adds 12 kinds of random shape, each 15 patterns of 1-4 segments (letters, digits, hex,
+# capitals or a word, 2-8 long) joined by separators, so that the only way to answer is to copy.
+# Every pattern has a segment that is not digits, so none can draw a held-out digits or date value;
+# check_data.py checks every value against the held-out kinds' regexes. Drawn from a fixed seed
+# (Python's random), so the list is the same on every machine; names that the hash puts on the
+# held-out side are skipped. With version 8 the train side's {w} is drawn from the corpus's
+# training words (Generator.use_grammar), not from VALUE_WORDS' 76 train words.
+def _v8_kinds():
+    import random
+    rnd = random.Random(8)
+    segs = ("a", "d", "x", "A", "w")
+    seps = ("-", "_", ".", "/", ":", "@", "+", "#", "", "~", "=", ",")
+    heads = ("", "", "", "v", "id-", "0x", "#", "/", "~", "$")
+    known = {p for _, ps in VALUE_KINDS + VALUE_KINDS_V7 for p in ps}
+    kinds, i = [], 0
+    while len(kinds) < 12:
+        name = f"shape_{i:02d}"
+        i += 1
+        if held_out("value_kinds", (name, [])):
+            continue
+        pats = []
+        while len(pats) < 15:
+            parts = [rnd.choice(segs) for _ in range(rnd.randint(1, 4))]
+            if all(p == "d" for p in parts):
+                parts[rnd.randrange(len(parts))] = rnd.choice(("a", "x", "A", "w"))
+            body = ""
+            for j, p in enumerate(parts):
+                if j:
+                    body += rnd.choice(seps)
+                body += "{w}" if p == "w" else "{%s%d}" % (p, rnd.randint(2, 8))
+            pat = rnd.choice(heads) + body
+            if pat not in known and pat not in pats:
+                pats.append(pat)
+        kinds.append((name, pats))
+    return kinds
+
+
 ID_STYLES = ("snake", "upper", "camel", "pascal", "dotted", "kebab")
 SECTIONS = ("needles", "questions", "multi_value_questions", "file_questions", "value_kinds",
             "attributes", "value_words")
@@ -275,13 +315,15 @@ def _all_items():
 
 def families(side: str, version: int = 6) -> dict:
     """The items of one side ("train" or "heldout") in heldout_families.json's form. Data version 7
-    adds VALUE_KINDS_V7 to the train side; the held-out side is the same for every version."""
+    adds VALUE_KINDS_V7 to the train side, version 8 VALUE_KINDS_V8; the held-out side is the same for every version."""
     want = side == "heldout"
     out = {}
     for section, items in _all_items().items():
         out[section] = [it for it in items if held_out(section, it) == want]
     if side == "train" and version >= 7:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V7)
+    if side == "train" and version >= 8:
+        out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V8)
     return to_json_form(out)
 
 
@@ -395,6 +437,12 @@ def draw_value(rng, patterns, words) -> str:
     return "".join(out)
 
 
+def kinds_regex(fam: dict) -> re.Pattern:
+    """One regex matching every value the kinds of a side (its own value words for {w}) can draw."""
+    return re.compile("|".join("(?:" + pattern_regex(p, fam["value_words"]) + ")"
+                               for k in fam["value_kinds"] for p in k["patterns"]))
+
+
 def pattern_regex(pat: str, words=None) -> str:
     """A regex source matching the values a pattern draws."""
     cls = {"d": "[0-9]", "D": "[1-9]", "x": "[0-9a-f]", "X": "[0-9A-F]", "a": "[a-z]", "A": "[A-Z]"}
@@ -412,6 +460,8 @@ def pattern_regex(pat: str, words=None) -> str:
 
 
 _check_v7()
+VALUE_KINDS_V8 = _v8_kinds()
+assert not any(held_out("value_kinds", k) for k in VALUE_KINDS_V8), "a version 8 value kind is on the held-out side"
 
 
 class Families:
@@ -426,6 +476,7 @@ class Families:
         self.kinds = fam["value_kinds"]
         self.attrs = fam["attributes"]
         self.words = fam["value_words"]
+        self.reject = None
 
     @classmethod
     def side(cls, side: str, version: int = 6):
@@ -441,7 +492,12 @@ class Families:
 
     def value(self, rng, kind=None) -> str:
         kind = kind or self.pick(rng, self.kinds)
-        return draw_value(rng, kind["patterns"], self.words)
+        v = draw_value(rng, kind["patterns"], self.words)
+        # version 8's shapes can draw a held-out kind's form (7 hex digits that are all digits):
+        # draw again (self.reject is set by Generator.use_grammar for version 8)
+        while self.reject is not None and self.reject.fullmatch(v):
+            v = draw_value(rng, kind["patterns"], self.words)
+        return v
 
     def needle(self, rng, kinds_of_text=None):
         pool = self.needles if kinds_of_text is None else [n for n in self.needles if n["kind"] in kinds_of_text]
