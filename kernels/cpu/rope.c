@@ -61,11 +61,20 @@ void lh_rope(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int he
   lh_pool_run(pool, (n + 15) / 16, rope_task, &j);
 }
 
-float lh_length_scale_factor(int64_t pos, int base, float s) {
-  if (base <= 0 || pos + 1 <= base) return 1.0f; /* ln <= 0 clamps to 0 */
-  float g = (float)log((double)(pos + 1) / (double)base);
+/* g = fl32(ln((pos+1)/base)), 0 where that is not positive (and for base <= 0: off). */
+static float length_scale_log(int64_t pos, int base) {
+  if (base <= 0 || pos + 1 <= base) return 0.0f;
+  return (float)log((double)(pos + 1) / (double)base);
+}
+
+/* f = fl32(1 + fl32(s g)); exactly 1 where g or s is 0. */
+static float length_scale_apply(float g, float s) {
   float sg = s * g;
   return 1.0f + sg;
+}
+
+float lh_length_scale_factor(int64_t pos, int base, float s) {
+  return length_scale_apply(length_scale_log(pos, base), s);
 }
 
 typedef struct lscale_job {
@@ -81,9 +90,10 @@ static void lscale_task(void *ctx, int64_t t, int worker) {
   const lscale_job *j = ctx;
   int64_t r0 = t * 16, r1 = r0 + 16 < j->n ? r0 + 16 : j->n;
   for (int64_t r = r0; r < r1; r++) {
-    if (j->pos[r] + 1 <= j->base) continue; /* every factor is 1 */
+    float g = length_scale_log(j->pos[r], j->base);
+    if (g == 0.0f) continue; /* every factor is 1 */
     for (int h = 0; h < j->n_heads; h++) {
-      float f = lh_length_scale_factor(j->pos[r], j->base, j->scale[h]);
+      float f = length_scale_apply(g, j->scale[h]);
       float *x = j->x + r * j->ld + (int64_t)h * j->head_dim;
       for (int i = 0; i < j->head_dim; i++) x[i] *= f;
     }
