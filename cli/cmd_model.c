@@ -95,6 +95,7 @@ static int info(const char *dir, int json) {
     cJSON_AddNumberToObject(cfg, "block_size", c->block_size);
     cJSON_AddNumberToObject(cfg, "rotary_dim", c->rotary_dim);
     cJSON_AddNumberToObject(cfg, "rope_theta", c->rope_theta);
+    if (c->attn_length_scale_base) cJSON_AddNumberToObject(cfg, "attn_length_scale_base", c->attn_length_scale_base);
     cJSON_AddNumberToObject(cfg, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddBoolToObject(cfg, "postnorm", c->postnorm);
@@ -143,6 +144,9 @@ static int info(const char *dir, int json) {
   printf("  MoE: %d experts, top-%d, intermediate %d (SwiGLU)\n", c->n_experts, c->top_k, c->intermediate_size);
   printf("  lightning: block %d;  softmax: RoPE theta %g on %d of %d dims per head%s\n", c->block_size,
          c->rope_theta, c->rotary_dim, c->head_dim, c->rotary_dim < c->head_dim ? " (partial)" : "");
+  if (c->attn_length_scale_base)
+    printf("  softmax queries scaled by 1 + s_h max(0, ln((pos+1)/%d)), s_h learned per head\n",
+           c->attn_length_scale_base);
   printf("  residual factors: lightning alpha %.9g beta %.9g, softmax alpha %.9g beta %.9g, MoE alpha %.9g "
          "beta %.9g\n",
          c->attn_alpha[LH_LAYER_LIGHTNING], c->attn_beta[LH_LAYER_LIGHTNING], c->attn_alpha[LH_LAYER_SOFTMAX],

@@ -64,6 +64,8 @@ typedef struct lh_layer_weights {
   lh_tensor k_proj;           /* [Hkv*d, hidden] */
   lh_tensor v_proj;           /* [Hkv*d, hidden] */
   lh_tensor o_proj;           /* [hidden, H*d] */
+  float length_scale[LH_MAX_HEADS]; /* per query head s_h of the length-aware query scaling, fp32 (only
+                                       n_heads used; all 0 unless cfg attn_length_scale_base > 0) */
   /* MoE */
   lh_tensor router;           /* [E, hidden] */
   lh_tensor *w1;              /* [E] of [I, hidden]  gate */
@@ -133,8 +135,8 @@ typedef struct lh_backend_ops {
   lh_status (*attn_lightning)(lh_backend *be, int layer, int lightning_idx, const void *h, const lh_batch *b,
                               void *out, lh_error *err);
   /* out = softmax attention block of layer `layer` (q/k/v projections, RoPE on the first
-   * rotary_dim dims, append K/V rows at each segment's positions, causal GQA attention over
-   * [0, pos+nrows), o_proj). */
+   * rotary_dim dims, the length-aware query scaling when the config has it, append K/V rows at
+   * each segment's positions, causal GQA attention over [0, pos+nrows), o_proj). */
   lh_status (*attn_softmax)(lh_backend *be, int layer, int softmax_idx, const void *h, const lh_batch *b,
                             void *out, lh_error *err);
   /* out = MoE block of layer `layer` on h (router softmax in fp32, top-k, renormalise, SwiGLU

@@ -20,6 +20,10 @@
  *   postnorm               always 1 (HF's only layout)                postnorm: must be true (the remote
  *                                                                     code's default false is not implemented)
  *   block_size             block_size (256)                           block_size (256: the remote code's BLOCK)
+ *   attn_length_scale_base refused unless absent, null or 0         attn_length_scale_base (0: off): longhaul's
+ *                          (transformers has no such scaling)         extension, L0 of the length-aware query
+ *                                                                     scaling (docs/design.md); > 0 needs
+ *                                                                     self_attn.length_scale in softmax layers
  *   head_dim               head_dim; null or absent: hidden_size / num_attention_heads (both forms)
  *   n_kv_heads             num_key_value_heads (8, HF's dataclass default; null: num_attention_heads) (both)
  *   n_experts / top_k      num_local_experts (alias num_experts) / num_experts_per_tok (both, required)
@@ -39,11 +43,12 @@
  * modeling_minimax_text_01.py (rotate-half within q[..., :rotary_dim]).
  *
  * Invariants: on LH_OK every lh_config field is filled and consistent (head counts divide, top_k <=
- * experts, layers <= LH_MAX_LAYERS, rotary_dim even and <= head_dim); on failure *cfg is
- * unspecified. Errors name the file and the key. lh_generation_config_check holds a model folder's
- * generation_config.json to the same rule for its eos_token_id (the key longhaul's runner reads
- * from it: more ids that end an answer). The parser never trusts the input: any byte
- * string is handled without reading past len (the fuzz target fuzz_config checks this).
+ * experts, layers <= LH_MAX_LAYERS, rotary_dim even and <= head_dim, attn_length_scale_base >= 0 and
+ * 0 in the HF form); on failure *cfg is unspecified. Errors name the file and the key.
+ * lh_generation_config_check holds a model folder's generation_config.json to the same rule for its
+ * eos_token_id (the key longhaul's runner reads from it: more ids that end an answer). The parser
+ * never trusts the input: any byte string is handled without reading past len (the fuzz target
+ * fuzz_config checks this).
  */
 #include <math.h>
 #include <stdio.h>
@@ -404,6 +409,14 @@ static lh_status parse_hf(const pctx *c, lh_config *cfg) {
                 c->path, cfg->head_dim);
   cfg->rotary_dim = cfg->head_dim;
   cfg->postnorm = 1;
+  int lsb = 0;
+  if ((st = get_int(c, "attn_length_scale_base", 0, 0, 0, CFG_INT_MAX, &lsb))) return st;
+  if (lsb)
+    return lh_error_set(c->err, LH_EUNSUPPORTED,
+                        "%s: key 'attn_length_scale_base' is %d: the length-aware query scaling is longhaul's "
+                        "extension of the original minimax_text_01 form, and transformers' minimax form cannot "
+                        "express it (write the model's config.json in the minimax_text_01 form)",
+                        c->path, lsb);
 
   static const char *const other[] = {"attn_type_list", "layernorm_full_attention_alpha",
                                       "layernorm_full_attention_beta", "layernorm_linear_attention_alpha",
@@ -503,6 +516,12 @@ static lh_status parse_original(const pctx *c, lh_config *cfg) {
   if (cfg->rotary_dim > cfg->head_dim || cfg->rotary_dim % 2)
     return lh_error_set(c->err, LH_EFORMAT, "%s: key 'rotary_dim' is %d: it must be even and at most head_dim (%d)",
                         c->path, cfg->rotary_dim, cfg->head_dim);
+
+  /* The length-aware query scaling (docs/design.md): absent, null or 0 is the plain model. */
+  if ((st = get_int(c, "attn_length_scale_base", 0, 0, 0, CFG_INT_MAX, &cfg->attn_length_scale_base))) return st;
+  if (cfg->attn_length_scale_base && !cfg->n_softmax)
+    lh_log_warn("%s: key 'attn_length_scale_base' is %d but no layer is softmax attention: it changes nothing",
+                c->path, cfg->attn_length_scale_base);
 
   static const char *const other[] = {"layer_types",           "full_attn_alpha_factor",   "full_attn_beta_factor",
                                       "linear_attn_alpha_factor", "linear_attn_beta_factor", "mlp_alpha_factor",

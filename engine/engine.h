@@ -65,6 +65,8 @@ typedef struct lh_config {
   int block_size;              /* lightning block length B */
   int rotary_dim;              /* dims rotated by RoPE, first rotary_dim of each head (== head_dim when full) */
   double rope_theta;
+  int attn_length_scale_base;  /* L0 of the length-aware query scaling in softmax layers; 0: off (the plain
+                                  model). See lh_length_scale in kernels/cpu/ops.h and docs/design.md */
   double rms_norm_eps;         /* decoder and final norms; the lightning all-heads norm uses 1e-6 as HF does */
   int tie_word_embeddings;
   int postnorm;                /* 1: residual taken after the norm (MiniMax-Text-01, HF); 0: before */

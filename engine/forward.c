@@ -16,6 +16,8 @@
  *     Attn(h) = W_out( sigmoid(W_gate h) * RMSNorm_all_heads(o) )   (that norm's eps is 1e-6)
  * with s_h = (2^(-8/H))^(h+1) * (1 - l/(L-1+1e-5) + 1e-5).
  * Softmax attention: q,k,v projections, RoPE (rotate-half) on the first rotary_dim dims,
+ *     when attn_length_scale_base L0 > 0 each query head h at position p scaled by
+ *     1 + s_h max(0, ln((p+1)/L0)) (the layer's learned length_scale),
  *     causal GQA softmax(q k^T / sqrt(d)) v, o_proj.
  * MoE: p = softmax(W_router h) in fp32, top_k experts (ties: lowest index), weights p / sum p,
  *     sum_e w_e * W2_e(SiLU(W1_e h) * W3_e h) added in ascending expert order.

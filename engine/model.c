@@ -13,7 +13,9 @@
  * that changes the computed numbers, floats in hex; not model_type, token ids or the context
  * limit); then, for every logical weight in a fixed order (embedding, final norm, lm_head or
  * "tied", each layer's norms, attention projections, router and experts w1, w3, w2 in expert
- * order), its role, dtype, shape and byte length, followed by each lightning layer's slopes; then
+ * order), its role, dtype, shape and byte length, followed by each lightning layer's slopes and,
+ * when the config sets attn_length_scale_base (a line of its own in the config part, absent
+ * otherwise, so the ids of models without it are what they were), each softmax layer's scales; then
  * the number of weight files and their digests (engine/safetensors.h: a tree of SHA-256 over the
  * file's every byte), sorted bytewise. So any change to any byte of any file (data, header or
  * padding) changes the id, while the folder, the shard file names and the order of the index do
@@ -103,6 +105,7 @@ static lh_status model_id(lh_model *m, const lh_st_set *s, lh_error *err) {
                 (double)c->mlp_beta);
   for (int i = 0; i < c->n_layers; i++) lh_buf_append(&b, c->layer_kind[i] == LH_LAYER_LIGHTNING ? "L" : "S", 1);
   lh_buf_append(&b, "\n", 1);
+  if (c->attn_length_scale_base) lh_buf_printf(&b, "length_scale_base=%d\n", c->attn_length_scale_base);
   lh_sha256 h;
   lh_sha256_init(&h);
   lh_sha256_update(&h, b.data, b.len);
@@ -135,6 +138,7 @@ static lh_status model_id(lh_model *m, const lh_st_set *s, lh_error *err) {
       H(k_proj);
       H(v_proj);
       H(o_proj);
+      if (c->attn_length_scale_base) lh_sha256_update(&h, lw->length_scale, sizeof(float) * (size_t)c->n_heads);
     }
     H(router);
 #undef H

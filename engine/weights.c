@@ -7,7 +7,8 @@
  *              self_attn.slope_rate [H,1,1], query_decay [H,B,1], key_decay [H,B,1], diagonal_decay [1,H,B,B]
  *              (transformers' save_pretrained writes them) at any block length B, not only the config's
  *   softmax:   self_attn.{q,o}_proj.weight [H*d, hidden] / [hidden, H*d], self_attn.{k,v}_proj.weight
- *              [Hkv*d, hidden]
+ *              [Hkv*d, hidden]; self_attn.length_scale [H] exactly when the config's
+ *              attn_length_scale_base is set (required then, refused otherwise: see length_scale)
  *   MoE, under block_sparse_moe. or mlp. (transformers' conversion for "minimax" -> "mixtral" renames
  *   .block_sparse_moe. to .mlp., so it loads either):
  *              gate.weight [E, hidden]; experts either per expert, experts.E.w1/w3.weight [I, hidden] and
@@ -260,6 +261,43 @@ static lh_status lightning_buffers(wctx *c, int layer, const char *p, lh_layer_w
   return LH_OK;
 }
 
+/* A softmax layer's learned per-head scales of the length-aware query scaling (docs/design.md).
+ * With attn_length_scale_base set the tensor must be there, [H], finite. Without it the tensor is
+ * refused rather than ignored: it was learned with the scaling on, and the model without it is
+ * another function, which no one should get by accident. */
+static lh_status length_scale(wctx *c, int layer, const char *p, lh_layer_weights *lw) {
+  const lh_config *cfg = &c->m->cfg;
+  char name[512];
+  snprintf(name, sizeof name, "%sself_attn.length_scale", p);
+  lh_st_tensor *t = find(c, name);
+  if (!cfg->attn_length_scale_base) {
+    if (!t) return LH_OK;
+    return lh_error_set(c->err, LH_EFORMAT,
+                        "%s: tensor '%s' is a learned scale of the length-aware query scaling, but config.json "
+                        "does not set attn_length_scale_base: set it to the base the model was trained with, or "
+                        "remove the tensor if the model was trained without the scaling",
+                        file_of(c, t), name);
+  }
+  if (!t) {
+    char hint[256];
+    snprintf(hint, sizeof hint, "config.json sets attn_length_scale_base (%d), so softmax layer %d needs its "
+             "per-head scales [%d]", cfg->attn_length_scale_base, layer, cfg->n_heads);
+    return missing(c, name, hint);
+  }
+  int64_t want[3] = {cfg->n_heads, 0, 0};
+  lh_tensor v = {0};
+  lh_status st = view(c, t, 1, want, &v);
+  if (st) return st;
+  for (int h = 0; h < cfg->n_heads; h++) {
+    float s = to_f32(v.data, v.dtype, h);
+    if (!isfinite(s))
+      return lh_error_set(c->err, LH_EFORMAT, "%s: tensor '%s' holds a non-finite value at head %d", file_of(c, t),
+                          name, h);
+    lw->length_scale[h] = s;
+  }
+  return LH_OK;
+}
+
 /* ---- MoE ----------------------------------------------------------------------------------- */
 
 static const char *slice_name(wctx *c, const char *fused, int e, const char *what) {
@@ -439,6 +477,7 @@ static lh_status layer_weights(wctx *c, int l, lh_layer_weights *lw) {
     if ((st = need(c, name, 2, KD, Hd, 0, &lw->v_proj, NULL))) return st;
     snprintf(name, sizeof name, "%sself_attn.o_proj.weight", p);
     if ((st = need(c, name, 2, Hd, HD, 0, &lw->o_proj, NULL))) return st;
+    if ((st = length_scale(c, l, p, lw))) return st;
   }
   return moe(c, l, p, lw);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build the HF-parity fixtures for the engine: small random MiniMax models with reference logits.
 
-Usage: /work/pyenv/bin/python tools/make_engine_fixtures.py [OUT_DIR]   (default tests/fixtures/engine)
+Usage: /work/pyenv/bin/python tools/make_engine_fixtures.py [OUT_DIR [NAME ...]]
+       (default tests/fixtures/engine and every fixture; NAMEs make only those)
 
 Needs torch (CPU is enough), transformers 5.17.0 and safetensors. Every fixture folder holds:
   config.json, model.safetensors or model.safetensors.index.json + shards   the model
@@ -32,6 +33,12 @@ Where the reference comes from:
          1 - l/(L-1) + 1e-5 in float32), with query/key/diagonal decay tables rebuilt from them.
          transformers' get_slope_rate agrees with it for power-of-two head counts up to rounding.
     The config is written from the HF config with the key mapping documented in engine/config.c.
+  * The length-aware query scaling (attn_length_scale_base, docs/design.md) is longhaul's own
+    extension, which no released code has: its fixture's reference is the original-form reference
+    above plus tools/train_tiny/model.py's enable_length_scale, the same code the tiny model trains
+    with (it wraps transformers' eager attention function: each softmax layer's query, after RoPE,
+    times 1 + s_h max(0, ln((p+1)/L0)) at the position_ids transformers passes down). The script
+    checks that the scaling is in effect (zeroing the scales moves the logits) and records how far.
 
 Weights are random with scales chosen so that logits are far from flat (the script checks the
 spread); every norm weight is random (never all ones). bf16/f16 fixtures round the weights first,
@@ -56,6 +63,9 @@ from safetensors.torch import load_file, save_file
 import transformers
 import transformers.models.minimax.modeling_minimax as mm
 from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_tiny"))
+from model import enable_length_scale  # noqa: E402  (the training code's length-aware scaling)
 
 torch.set_num_threads(2)
 GREEDY_STEPS = 16
@@ -158,6 +168,22 @@ SPECS = [
         alpha=dict(full=(1.3, 0.9), linear=(1.3, 0.9), mlp=(1.3, 0.9)),
         dtype="f32", write="save_pretrained",
     ),
+    dict(
+        name="orig_length_scale_gqa2",
+        covers=[
+            "length-aware softmax query scaling: attn_length_scale_base 8, learned self_attn.length_scale [4] in "
+            "both softmax layers, s_h random in [0.3, 1.0] (reference: tools/train_tiny/model.py "
+            "enable_length_scale on transformers' attention, see the script)",
+            "original minimax_text_01 form, rotary_dim 8 of 16, bf16 weights (the scales stored in bf16 too)",
+            "GQA ratio 2 (4 heads, 2 kv heads); LSLS plan, two softmax layers",
+            "top-2 of 4 experts; alphas 3.5565588200778455, betas 1; block_size 32 (written) vs T = 300",
+        ],
+        seed=707, T=300, vocab=256, hidden=48, heads=4, kv=2, head_dim=16, inter=16, experts=4, top_k=2,
+        layers=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        block=32, theta=10000.0, tie=False, rotary_dim=8,
+        alpha=dict(full=(MT01_ALPHA, 1.0), linear=(MT01_ALPHA, 1.0), mlp=(MT01_ALPHA, 1.0)),
+        dtype="bf16", write="original", write_block=True, length_scale_base=8,
+    ),
 ]
 
 
@@ -202,6 +228,8 @@ def randomize(model, spec, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
             elif name.endswith("down_proj"):
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+            elif name.endswith("self_attn.length_scale"):
+                p.copy_(torch.rand(p.shape, generator=gen) * 0.7 + 0.3)
             elif p.dim() == 2:
                 gain = 1.5 if (".q_proj" in name or ".k_proj" in name) else 1.0
                 p.copy_(torch.randn(p.shape, generator=gen) * (gain / math.sqrt(p.shape[1])))
@@ -219,6 +247,8 @@ def build_model(spec):
     gen = torch.Generator().manual_seed(spec["seed"])
     torch.manual_seed(spec["seed"])
     model = MiniMaxForCausalLM(hf_config(spec)).eval()
+    if spec.get("length_scale_base"):
+        enable_length_scale(model, spec["length_scale_base"])
     randomize(model, spec, gen)
     return model, gen
 
@@ -341,6 +371,8 @@ def original_config(model, spec):
         "postnorm": True, "shared_intermediate_size": 0,
         "torch_dtype": {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[spec["dtype"]],
     }
+    if spec.get("length_scale_base"):
+        cfg["attn_length_scale_base"] = spec["length_scale_base"]
     if spec.get("write_block"):
         cfg["block_size"] = c.block_size
     else:
@@ -427,6 +459,9 @@ def make_fixture(spec, root):
     finally:
         mm.apply_rotary_pos_emb = ORIGINAL_APPLY_ROPE
 
+    extra = {}
+    if spec.get("length_scale_base"):
+        extra = length_scale_meta(ref, spec, ids, logits)
     lg = logits.numpy().astype("<f4")
     std = float(lg.std(axis=1).mean())
     assert std > 1.0, f"{spec['name']}: logits are too flat (mean per-position std {std:.3f})"
@@ -449,6 +484,7 @@ def make_fixture(spec, root):
         "layer_types": list(cfg.layer_types),
         "reference": (
             "in-memory MiniMaxForCausalLM with the original code's partial RoPE and slopes patched in"
+            + (" and tools/train_tiny/model.py's length-aware query scaling" if spec.get("length_scale_base") else "")
             if spec["write"] == "original"
             else "MiniMaxForCausalLM.from_pretrained(this folder, dtype=float32, attn_implementation='eager')"
         ),
@@ -461,6 +497,7 @@ def make_fixture(spec, root):
             for l, layer in enumerate(ref.model.layers)
             if isinstance(layer.self_attn, mm.MiniMaxLightningAttention)
         },
+        **extra,
         "greedy_steps": GREEDY_STEPS,
         "greedy_min_margin": round(min(margins), 5),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
@@ -474,16 +511,52 @@ def make_fixture(spec, root):
     return size
 
 
+def rel_l2(a, b):
+    return float(((a - b) ** 2).sum().sqrt() / (b ** 2).sum().sqrt())
+
+
+def length_scale_meta(ref, spec, ids, logits):
+    """The scales the reference used, how far the logits move without them (the scaling must
+    matter), and how far transformers' own bf16 run of the same model is from its fp32 logits (the
+    GPU test's envelope, tests/gpu/bf16_envelope.txt)."""
+    scales = {str(l): [float(x) for x in layer.self_attn.length_scale.tolist()]
+              for l, layer in enumerate(ref.model.layers) if hasattr(layer.self_attn, "length_scale")}
+    mm.apply_rotary_pos_emb = partial_apply_rotary_pos_emb
+    try:
+        saved = {l: ref.model.layers[int(l)].self_attn.length_scale.detach().clone() for l in scales}
+        with torch.no_grad():
+            for l in scales:
+                ref.model.layers[int(l)].self_attn.length_scale.zero_()
+            plain = forward_logits(ref, ids)
+            for l in scales:
+                ref.model.layers[int(l)].self_attn.length_scale.copy_(saved[l])
+            bf = copy.deepcopy(ref).to(torch.bfloat16)
+            lb = forward_logits(bf, ids)
+    finally:
+        mm.apply_rotary_pos_emb = ORIGINAL_APPLY_ROPE
+    effect = rel_l2(plain, logits)
+    assert effect > 0.05, f"{spec['name']}: the length scaling moves the logits by only {effect:.3g} (rel L2)"
+    assert torch.equal(plain[: spec["length_scale_base"]], logits[: spec["length_scale_base"]]), \
+        "positions below the base must not be scaled"
+    return {"length_scale": {"attn_length_scale_base": spec["length_scale_base"], "scales": scales,
+                             "rel_l2_of_logits_with_scales_zeroed": round(effect, 4)},
+            "hf_bf16_rel_l2": round(rel_l2(lb, logits), 5)}
+
+
 ORIGINAL_APPLY_ROPE = mm.apply_rotary_pos_emb
 
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
                                                                 "engine")
+    only = set(sys.argv[2:])
+    unknown = only - {s["name"] for s in SPECS}
+    assert not unknown, f"no fixture named {sorted(unknown)}"
     os.makedirs(root, exist_ok=True)
     assert transformers.__version__ == "5.17.0", f"made with transformers 5.17.0, found {transformers.__version__}"
-    total = sum(make_fixture(s, root) for s in SPECS)
-    print(f"total {total / 1024 / 1024:.2f} MiB in {len(SPECS)} fixtures")
+    specs = [s for s in SPECS if not only or s["name"] in only]
+    total = sum(make_fixture(s, root) for s in specs)
+    print(f"total {total / 1024 / 1024:.2f} MiB in {len(specs)} fixtures")
 
 
 if __name__ == "__main__":

@@ -86,6 +86,17 @@ void lh_rope_inv_freq(double theta, int rotary_dim, float *inv_freq);
 void lh_rope(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int head_dim, int rotary_dim,
              const float *inv_freq, const int64_t *pos);
 
+/* Length-aware query scaling (config key attn_length_scale_base = base > 0; docs/design.md): the
+ * factor for a query at 0-based position pos in a head whose learned scale is s,
+ *   g = fl32(ln((pos + 1) / base)) (the log in double), 0 where that is negative,
+ *   f = fl32(1 + fl32(s * g)),
+ * so f is exactly 1 for pos < base or s == 0. */
+float lh_length_scale_factor(int64_t pos, int base, float s);
+/* x[n x n_heads x head_dim] (row stride ld) *= that factor, every dim of head h with scale[h], row
+ * r at position pos[r]. Applied to queries after RoPE: their logits q.k/sqrt(d) scale by f. */
+void lh_length_scale(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int head_dim, const float *scale,
+                     int base, const int64_t *pos);
+
 /* ---- lightning attention ------------------------------------------------------------------ */
 
 /* Scratch floats lh_lightning_head needs for block size B and head dim d. */

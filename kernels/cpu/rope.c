@@ -6,6 +6,10 @@
  * Partial rotary (the original MiniMax-Text-01 `rotary_dim`, vLLM's neox style): only the first
  * rotary_dim dims of a head rotate, pairing i with i + rotary_dim/2, with frequencies over
  * rotary_dim; the remaining dims pass through.
+ *
+ * Length-aware query scaling (lh_length_scale) lives here too: like RoPE it is a function of the
+ * absolute position alone, applied to q after the rotation, so chunked prefill and decode compute
+ * it the same way wherever a call starts.
  */
 #include <math.h>
 
@@ -55,4 +59,50 @@ void lh_rope(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int he
              const float *inv_freq, const int64_t *pos) {
   rope_job j = {x, ld, n, n_heads, head_dim, rotary_dim, inv_freq, pos};
   lh_pool_run(pool, (n + 15) / 16, rope_task, &j);
+}
+
+/* g = fl32(ln((pos+1)/base)), 0 where that is not positive (and for base <= 0: off). */
+static float length_scale_log(int64_t pos, int base) {
+  if (base <= 0 || pos + 1 <= base) return 0.0f;
+  return (float)log((double)(pos + 1) / (double)base);
+}
+
+/* f = fl32(1 + fl32(s g)); exactly 1 where g or s is 0. */
+static float length_scale_apply(float g, float s) {
+  float sg = s * g;
+  return 1.0f + sg;
+}
+
+float lh_length_scale_factor(int64_t pos, int base, float s) {
+  return length_scale_apply(length_scale_log(pos, base), s);
+}
+
+typedef struct lscale_job {
+  float *x;
+  int64_t ld, n;
+  int n_heads, head_dim, base;
+  const float *scale;
+  const int64_t *pos;
+} lscale_job;
+
+static void lscale_task(void *ctx, int64_t t, int worker) {
+  (void)worker;
+  const lscale_job *j = ctx;
+  int64_t r0 = t * 16, r1 = r0 + 16 < j->n ? r0 + 16 : j->n;
+  for (int64_t r = r0; r < r1; r++) {
+    float g = length_scale_log(j->pos[r], j->base);
+    if (g == 0.0f) continue; /* every factor is 1 */
+    for (int h = 0; h < j->n_heads; h++) {
+      float f = length_scale_apply(g, j->scale[h]);
+      float *x = j->x + r * j->ld + (int64_t)h * j->head_dim;
+      for (int i = 0; i < j->head_dim; i++) x[i] *= f;
+    }
+  }
+}
+
+void lh_length_scale(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int head_dim, const float *scale,
+                     int base, const int64_t *pos) {
+  if (base <= 0) return;
+  lscale_job j = {x, ld, n, n_heads, head_dim, base, scale, pos};
+  lh_pool_run(pool, (n + 15) / 16, lscale_task, &j);
 }

@@ -1,6 +1,6 @@
-/* attention.cu — softmax attention over paged KV: RoPE with the K/V append, the chunked-prefill
- * kernel (flash-attention form on tensor cores) and the split-key decode kernel with its ordered
- * merge.
+/* attention.cu — softmax attention over paged KV: RoPE (and the length-aware query scaling) with the
+ * K/V append, the chunked-prefill kernel (flash-attention form on tensor cores) and the split-key
+ * decode kernel with its ordered merge.
  *
  * Paged KV (engine/backend.h): position p of a sequence lives in page p / 256, row p % 256; a page
  * is [2][Hkv][256][d] bf16, so 64 consecutive keys of one kv head are one contiguous 64 x d block.
@@ -48,7 +48,7 @@ static __device__ __forceinline__ int find_seg(const lh_cuda_aseg *segs, int nse
 
 static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_aseg *segs,
                                       int nseg, int H, int Hkv, int D, int rd, const float *__restrict__ inv_freq,
-                                      bf16 *__restrict__ q_out) {
+                                      const float *__restrict__ qscale, int lbase, bf16 *__restrict__ q_out) {
   const int64_t r = blockIdx.x;
   const lh_cuda_aseg seg = segs[find_seg(segs, nseg, r)];
   if (r < seg.row0 || r >= seg.row0 + seg.nrows) return;
@@ -56,13 +56,18 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
   bf16 *page = (bf16 *)seg.pages[pos / PAGE];
   const int prow = (int)(pos % PAGE), half = D / 2, rh = rd / 2;
   const bf16 *row = qkv + r * qkv_stride;
+  /* The length-aware query scaling: g = fl32(ln((pos+1)/L0)) in double, clamped at 0; the factor
+   * of head h is 1 + s_h g in fp32 (lh_length_scale_factor); 0 where it is off or pos < L0. */
+  const float lg = qscale && lbase > 0 && pos + 1 > lbase ? (float)log((double)(pos + 1) / (double)lbase) : 0.0f;
   for (int idx = threadIdx.x; idx < (H + Hkv) * half; idx += blockDim.x) {
     const int head = idx / half, j = idx % half;
     const bf16 *src;
     bf16 *dst;
+    float f = 1.0f;
     if (head < H) {
       src = row + (int64_t)head * D;
       dst = q_out + r * (int64_t)H * D + (int64_t)head * D;
+      if (lg > 0.0f) f = 1.0f + qscale[head] * lg;
     } else {
       int g = head - H;
       src = row + (int64_t)H * D + (int64_t)g * D;
@@ -74,12 +79,17 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
       sincos((double)((float)pos * inv_freq[j]), &sd, &cd);
       const float sn = (float)sd, cs = (float)cd;
       float x1 = lh_bf(src[j]), x2 = lh_bf(src[j + rh]);
-      dst[j] = lh_tobf(x1 * cs - x2 * sn);
-      dst[j + rh] = lh_tobf(x2 * cs + x1 * sn);
+      dst[j] = lh_tobf(f * (x1 * cs - x2 * sn));
+      dst[j + rh] = lh_tobf(f * (x2 * cs + x1 * sn));
     } else {
       int jj = rd + 2 * (j - rh);
-      dst[jj] = src[jj];
-      dst[jj + 1] = src[jj + 1];
+      if (f != 1.0f) {
+        dst[jj] = lh_tobf(f * lh_bf(src[jj]));
+        dst[jj + 1] = lh_tobf(f * lh_bf(src[jj + 1]));
+      } else {
+        dst[jj] = src[jj];
+        dst[jj + 1] = src[jj + 1];
+      }
     }
   }
   for (int idx = threadIdx.x; idx < Hkv * D; idx += blockDim.x) {
@@ -90,11 +100,11 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
 
 extern "C" cudaError_t lh_cuda_rope_kv(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_aseg *segs,
                                        int nseg, int64_t n, int H, int Hkv, int d, int rotary_dim,
-                                       const float *inv_freq, void *q_out) {
+                                       const float *inv_freq, const float *qscale, int lscale_base, void *q_out) {
   if (n <= 0) return cudaSuccess;
-  if (d % 2 || rotary_dim % 2 || rotary_dim > d) return cudaErrorInvalidValue;
+  if (d % 2 || rotary_dim % 2 || rotary_dim > d || lscale_base < 0) return cudaErrorInvalidValue;
   rope_kv_kernel<<<(unsigned)n, 128, 0, st>>>((const bf16 *)qkv, qkv_stride, segs, nseg, H, Hkv, d, rotary_dim,
-                                              inv_freq, (bf16 *)q_out);
+                                              inv_freq, qscale, lscale_base, (bf16 *)q_out);
   return cudaGetLastError();
 }
 

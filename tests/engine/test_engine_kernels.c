@@ -203,6 +203,45 @@ static void test_rope(lh_pool *pool) {
   }
 }
 
+/* lh_length_scale against 1 + s max(0, ln((p+1)/L0)) in double: exactly 1 below the base and for
+ * s = 0; within fp32 rounding at positions up to 2^22 (4M tokens); row padding untouched. */
+static void test_length_scale(lh_pool *pool) {
+  const int L0 = 4096;
+  CHECK(lh_length_scale_factor(0, L0, 0.7f) == 1.0f);
+  CHECK(lh_length_scale_factor(L0 - 1, L0, 0.7f) == 1.0f); /* (p+1)/L0 = 1 */
+  CHECK(lh_length_scale_factor(L0, L0, 0.7f) > 1.0f);
+  CHECK(lh_length_scale_factor(1 << 22, L0, 0.0f) == 1.0f);
+  CHECK(lh_length_scale_factor(1 << 22, 0, 0.7f) == 1.0f); /* off */
+  const float qwen = (float)(1.0 / log((double)L0));      /* s = 1/ln L0: log-n scaling, ln(p+1)/ln(L0) */
+  CHECK(fabs(lh_length_scale_factor((1 << 20) - 1, L0, qwen) - 20.0 / 12.0) <= 1e-6);
+  int n = 37, H = 3, d = 8, ld = H * d + 1;
+  float *x = frand((size_t)n * ld, 1), *x0 = malloc((size_t)n * ld * sizeof *x0), s[3] = {0.0f, 0.35f, -0.2f};
+  memcpy(x0, x, (size_t)n * ld * sizeof *x);
+  int64_t *pos = malloc((size_t)n * sizeof *pos);
+  for (int r = 0; r < n; r++) pos[r] = r < 5 ? L0 - 3 + r : (int64_t)r * 113381 + L0;
+  lh_length_scale(pool, x, ld, n, H, d, s, L0, pos);
+  double *ref = malloc((size_t)n * H * d * sizeof *ref);
+  float *got = malloc((size_t)n * H * d * sizeof *got);
+  size_t k = 0;
+  int exact = 1;
+  for (int r = 0; r < n; r++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < d; i++, k++) {
+        double g = log((double)(pos[r] + 1) / L0);
+        float v = x0[(size_t)r * ld + (size_t)h * d + i];
+        ref[k] = v * (1 + s[h] * (g > 0 ? g : 0));
+        got[k] = x[(size_t)r * ld + (size_t)h * d + i];
+        if ((h == 0 || pos[r] + 1 <= L0) && got[k] != v) exact = 0;
+      }
+  CLOSE("length_scale", got, ref, k);
+  CHECK_MSG(exact, "length_scale: a head with s = 0 or a position below the base changed");
+  CHECK(x[(size_t)(n - 1) * ld + H * d] == x0[(size_t)(n - 1) * ld + H * d]);
+  memcpy(x, x0, (size_t)n * ld * sizeof *x);
+  lh_length_scale(pool, x, ld, n, H, d, s, 0, pos);
+  CHECK(!memcmp(x, x0, (size_t)n * ld * sizeof *x)); /* base 0: off */
+  free(x), free(x0), free(pos), free(ref), free(got);
+}
+
 /* double recurrence: S = lambda S + k^T v, o = q S */
 static void lightning_ref(int n, int d, double slope, const float *q, const float *k, const float *v, int ld,
                           double *S, double *o) {
@@ -565,6 +604,7 @@ int main(void) {
   test_rowwise(pool);
   test_exp();
   test_rope(pool);
+  test_length_scale(pool);
   test_lightning();
   test_attention();
   test_attention_tiling();

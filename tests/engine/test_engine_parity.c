@@ -10,6 +10,7 @@
  *   - greedy continuation by decode steps equals greedy.txt, both one state at a time and as a
  *     batch of forks through lh_decode_batch;
  *   - 1 and 2 threads give bitwise identical logits.
+ * (orig_length_scale_gqa2 puts the length-aware query scaling through all of these.)
  * Skips (77) when the fixtures are absent.
  */
 #include "tests/test.h"

@@ -1,6 +1,7 @@
 /* test_load_config.c — lh_config_parse on both config forms: defaults as transformers 5.17 and the
  * original code define them, the key mapping between the forms, warnings, and every error; token
- * ids of config.json and generation_config.json inside the vocabulary. */
+ * ids of config.json and generation_config.json inside the vocabulary; longhaul's own key
+ * attn_length_scale_base. */
 #include "tests/engine_load/tw.h"
 
 #include "engine/internal.h"
@@ -423,6 +424,36 @@ static void test_minimax_text_01_slice(void) {
   CHECK(!memcmp(&a, &b, sizeof a));
 }
 
+/* attn_length_scale_base: longhaul's extension of the original form (absent, null, 0: off); the HF
+ * form, which transformers reads without it, refuses it unless it says off. */
+static void test_length_scale_base(void) {
+  tw_log_begin();
+  CHECK_EQ(parse("{" ORIG_BASE "}"), LH_OK);
+  CHECK_EQ(cfg.attn_length_scale_base, 0);
+  CHECK_EQ(parse("{" ORIG_BASE ",\"attn_length_scale_base\":4096}"), LH_OK);
+  CHECK_EQ(cfg.attn_length_scale_base, 4096);
+  CHECK_EQ((int)tw_log_len, 0);
+  CHECK_EQ(parse("{" ORIG_BASE ",\"attn_length_scale_base\":0}"), LH_OK);
+  CHECK_EQ(cfg.attn_length_scale_base, 0);
+  CHECK_EQ(parse("{" ORIG_BASE ",\"attn_length_scale_base\":null}"), LH_OK);
+  CHECK_EQ(cfg.attn_length_scale_base, 0);
+  CHECK_ERR("{" ORIG_BASE ",\"attn_length_scale_base\":-8}", LH_EFORMAT, "attn_length_scale_base");
+  CHECK_ERR("{" ORIG_BASE ",\"attn_length_scale_base\":8.5}", LH_EFORMAT, "attn_length_scale_base");
+  CHECK_ERR("{" ORIG_BASE ",\"attn_length_scale_base\":\"8\"}", LH_EFORMAT, "attn_length_scale_base");
+  CHECK_ERR("{" ORIG_BASE ",\"attn_length_scale_base\":true}", LH_EFORMAT, "attn_length_scale_base");
+  /* no softmax layer: accepted, said to change nothing */
+  CHECK_EQ(parse("{\"model_type\":\"minimax_text_01\",\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":32,"
+                 "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_local_experts\":4,\"num_key_value_heads\":4,"
+                 "\"num_experts_per_tok\":2,\"attn_type_list\":[0,0],\"postnorm\":true,\"attn_length_scale_base\":8}"),
+           LH_OK);
+  CHECK_STR_CONTAINS(tw_log, "no layer is softmax attention");
+  CHECK_ERR("{" HF_KV ",\"attn_length_scale_base\":4096}", LH_EUNSUPPORTED, "attn_length_scale_base");
+  CHECK_STR_CONTAINS(err.msg, "minimax_text_01");
+  CHECK_EQ(parse("{" HF_KV ",\"attn_length_scale_base\":0}"), LH_OK);
+  CHECK_EQ(cfg.attn_length_scale_base, 0);
+  CHECK_ERR("{" HF_KV ",\"attn_length_scale_base\":-1}", LH_EFORMAT, "attn_length_scale_base");
+}
+
 int main(void) {
   lh_test_begin("test_load_config");
   test_token_ids();
@@ -437,5 +468,6 @@ int main(void) {
   test_original_errors();
   test_form_equivalence();
   test_minimax_text_01_slice();
+  test_length_scale_base();
   return lh_test_end();
 }

@@ -1,7 +1,8 @@
 /* test_load_fixtures.c — every committed HF fixture (tests/fixtures/engine/<name>/) loads with
  * backend "none", and the parsed configuration matches the fixture's own config.json and the
- * layer plan and lightning slopes transformers used (meta.json, written by the fixture script from
- * the reference model). The reference files are consistent with the config (sizes, id ranges). */
+ * layer plan, lightning slopes and length-aware scales transformers used (meta.json, written by the
+ * fixture script from the reference model). The reference files are consistent with the config
+ * (sizes, id ranges). */
 #include "tests/engine_load/tw.h"
 
 #include <dirent.h>
@@ -85,6 +86,7 @@ static void check_fixture(const char *dir, const char *name) {
     CHECK(c->mlp_beta == (float)num(cj, "layernorm_mlp_beta", -1));
     CHECK_EQ(c->rotary_dim, (int)num(cj, "rotary_dim", -1));
     CHECK(c->rotary_dim < c->head_dim);
+    CHECK_EQ(c->attn_length_scale_base, (int)num(cj, "attn_length_scale_base", 0));
   } else {
     CHECK(c->attn_alpha[LH_LAYER_SOFTMAX] == (float)num(cj, "full_attn_alpha_factor", -1));
     CHECK(c->attn_beta[LH_LAYER_SOFTMAX] == (float)num(cj, "full_attn_beta_factor", -1));
@@ -127,6 +129,24 @@ static void check_fixture(const char *dir, const char *name) {
   }
   CHECK_EQ(n_layers_with_slopes, c->n_lightning);
   if (original) CHECK_MSG(inexact == 0, "%s: %d slopes differ from the original formula", name, inexact);
+  /* the length-aware scales the reference used (meta.json), exactly */
+  const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta, "length_scale"), "scales");
+  int n_scaled = 0;
+  cJSON_ArrayForEach(e, ls) {
+    int l = atoi(e->string);
+    CHECK(l >= 0 && l < c->n_layers && c->layer_kind[l] == LH_LAYER_SOFTMAX);
+    if (l < 0 || l >= c->n_layers) continue;
+    n_scaled++;
+    CHECK_EQ(cJSON_GetArraySize(e), c->n_heads);
+    int h = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, e) {
+      CHECK_MSG(m->w.layers[l].length_scale[h] == (float)v->valuedouble, "%s: layer %d head %d length scale", name,
+                l, h);
+      h++;
+    }
+  }
+  CHECK_EQ(n_scaled, c->attn_length_scale_base ? c->n_softmax : 0);
   /* the reference files agree with the config */
   int bad = 0, T = count_ids(tw_path(dir, "ids.txt"), c->vocab_size, &bad);
   CHECK_MSG(T > 0 && bad == 0, "%s: ids.txt", name);

@@ -1,7 +1,8 @@
 /* gpu_parity.c — every CUDA backend operation and kernel against the CPU reference, kernels/cpu.
  *
- * For several model shapes (tiny, the embedded model's, a d=64 one, an odd head size that takes the
- * fallback paths, and MiniMax-Text-01's real widths) it builds random bf16 weights on the host and
+ * For several model shapes (tiny, the embedded model's, the same with the length-aware query scaling
+ * on, a d=64 one, an odd head size that takes the fallback paths, and MiniMax-Text-01's real widths)
+ * it builds random bf16 weights on the host and
  * binds both lh_backend_cuda and lh_backend_cpu to them. Each operation runs through the backend
  * table on both, on the same bf16-valued inputs; the CPU backend is a sequence of kernels/cpu calls
  * in fp32 (kernels/cpu/ops.h), so it is the reference. At the real shapes the CUDA kernels are also
@@ -313,6 +314,9 @@ static void build_model(model *m, const char *name, lh_config cfg) {
       double factor = 1.0 - (double)l / ((double)cfg.n_layers - 1.0 + 1e-5) + 1e-5;
       for (int h = 0; h < cfg.n_heads; h++) L->slope[h] = (float)(pow(base, h + 1) * factor);
     } else {
+      if (cfg.attn_length_scale_base) /* the learned scales, in [0.3, 1] */
+        for (int h = 0; h < cfg.n_heads; h++)
+          L->length_scale[h] = 0.65f + 0.35f * lh_cuda_hash_uniform(g_seed + 91, (uint64_t)(l * 1000 + h));
       L->q_proj = bf_tensor(m, "q_proj", Hd, hid, sh);
       L->k_proj = bf_tensor(m, "k_proj", kvd, hid, sh);
       L->v_proj = bf_tensor(m, "v_proj", kvd, hid, sh);
@@ -1492,6 +1496,10 @@ int main(int argc, char **argv) {
   run_suite("embedded", make_cfg(192, 6, 2, 32, 4, 256, 2, 256, "LLSLLS", 8), 200, 75, 1100, 100, 1);
   run_suite("d64", make_cfg(256, 4, 2, 64, 8, 128, 2, 300, "LS", 64), 257, 63, 1030, 100, 1);
   run_suite("d40", make_cfg(80, 2, 1, 40, 3, 64, 1, 50, "LS", 20), 70, 9, 300, 40, 1);
+  /* the embedded shape with the length-aware query scaling on: L0 64, so most rows are scaled */
+  lh_config ls = make_cfg(192, 6, 2, 32, 4, 256, 2, 256, "LLSLLS", 8);
+  ls.attn_length_scale_base = 64;
+  run_suite("lscale", ls, 200, 75, 1100, 100, 1);
   if (!quick) {
     /* MiniMax-Text-01 widths: a lightning layer with the full 32 x 9216 MoE, a softmax layer with
      * a small MoE (host memory), then the kernels over longer inputs. */

@@ -13,6 +13,15 @@ frequencies theta ** (-2i / rotary_dim) for i < rotary_dim / 2, the other dims u
 embedding rotary_dim/2 frequencies and replacing the module's apply_rotary_pos_emb with one that
 rotates the leading cos.shape[-1] dims. No other modeling code is replaced.
 
+Length-aware query scaling (ARCH["length_scale_base"] = L0 > 0; off by default; docs/design.md).
+Every softmax attention layer gets a learned parameter `self_attn.length_scale` [heads] (zeros at
+init: the plain model), and a query at 0-based position p in head h is multiplied, after RoPE and
+before q k^T, by 1 + s_h max(0, ln((p + 1) / L0)). `enable_length_scale` does it without touching
+the modeling code: it wraps the attention functions transformers dispatches to (sdpa and eager),
+and the wrapper scales the query of any module carrying a length_scale, at the position_ids the
+decoder layer passes down. Exported as config key attn_length_scale_base and tensors
+model.layers.N.self_attn.length_scale, which longhaul's engine reads.
+
 Checkpoint forms written by `export`:
 - config.json: the original `minimax_text_01` form (attn_type_list 0 = lightning, 1 = softmax,
   layernorm_*_alpha/beta, rotary_dim, rope_theta, postnorm, shared_intermediate_size 0), which
@@ -21,7 +30,8 @@ Checkpoint forms written by `export`:
   (load with `load_hf`, which also re-enables partial RoPE);
 - model.safetensors in bf16 with the tensor names transformers 5.17's save_pretrained writes
   (per-expert block_sparse_moe.experts.E.w1/w2/w3), without the lightning decay buffers, which
-  are functions of the config and are recomputed on load.
+  are functions of the config and are recomputed on load; with the length-aware scaling on, also
+  each softmax layer's self_attn.length_scale.
 """
 
 import json
@@ -50,6 +60,8 @@ ARCH = {
     "block_size": 256,
     "rms_norm_eps": 1e-5,
     "max_position_embeddings": 10_240_000,
+    # L0 of the length-aware query scaling in softmax layers; 0: off (train.py --length-scale-base)
+    "length_scale_base": 0,
 }
 
 
@@ -121,7 +133,7 @@ def original_config(arch, bos_id, eos_id):
         "torch_dtype": "bfloat16",
         "use_cache": True,
         "vocab_size": arch["vocab_size"],
-    }
+    } | ({"attn_length_scale_base": arch["length_scale_base"]} if arch.get("length_scale_base") else {})
 
 
 def _rotate_half(x):
@@ -151,11 +163,59 @@ def enable_partial_rope(model, rotary_dim: int, theta: float):
     return model
 
 
+def length_scale_factor(scale, position_ids, base: int):
+    """[B, H, T, 1] fp32 factors 1 + s_h max(0, ln((p + 1) / base)) for scale [H] and position_ids
+    [B, T]: the log in float64, rounded to float32, then s_h g and 1 + (s_h g) each in float32, as
+    kernels/cpu's lh_length_scale_factor forms them."""
+    g = torch.log((position_ids.to(torch.float64) + 1) / base).clamp(min=0).to(torch.float32)
+    return 1 + scale.to(torch.float32)[None, :, None, None] * g[:, None, :, None]
+
+
+def _length_scaled(inner):
+    """An attention function that first scales the query of a module carrying length_scale."""
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        scale = getattr(module, "length_scale", None)
+        if scale is not None:
+            pos = kwargs.get("position_ids")
+            if pos is None:
+                raise RuntimeError("length-aware query scaling needs position_ids in the attention call")
+            f = length_scale_factor(scale, pos.to(query.device), module.length_scale_base)
+            query = query * f.to(query.dtype)
+        return inner(module, query, key, value, attention_mask, **kwargs)
+    attention.lh_length_scaled = True
+    return attention
+
+
+def enable_length_scale(model, base: int):
+    """Give each softmax attention layer a learned length_scale [heads] (zeros, unless it has one)
+    and scale its queries by position (the module docstring). base <= 0: the model is unchanged."""
+    if base <= 0:
+        return model
+    impl = model.config._attn_implementation
+    if impl not in ("sdpa", "eager"):
+        raise ValueError(f"length-aware query scaling is wired into the sdpa and eager attention only, not {impl}")
+    fns = modeling_minimax.ALL_ATTENTION_FUNCTIONS
+    if not getattr(fns["sdpa"], "lh_length_scaled", False):
+        fns["sdpa"] = _length_scaled(fns["sdpa"])
+    if not getattr(modeling_minimax.eager_attention_forward, "lh_length_scaled", False):
+        modeling_minimax.eager_attention_forward = _length_scaled(modeling_minimax.eager_attention_forward)
+    heads = model.config.num_attention_heads
+    for layer in model.model.layers:
+        att = layer.self_attn
+        if not isinstance(att, modeling_minimax.MiniMaxAttention):
+            continue
+        if getattr(att, "length_scale", None) is None:
+            att.length_scale = torch.nn.Parameter(torch.zeros(heads, device=att.q_proj.weight.device))
+        att.length_scale_base = int(base)
+    return model
+
+
 def build(arch, bos_id, eos_id, seed: int):
     torch.manual_seed(seed)
     cfg = hf_config(arch, bos_id, eos_id)
     cfg._attn_implementation = "sdpa"
     model = MiniMaxForCausalLM(cfg)
+    enable_length_scale(model, arch.get("length_scale_base", 0))
     return enable_partial_rope(model, arch["rotary_dim"], arch["rope_theta"])
 
 
@@ -179,6 +239,8 @@ def export(model, arch, out_dir: str, bos_id: int, eos_id: int):
         f.write("\n")
     hf = hf_config(arch, bos_id, eos_id).to_dict()
     hf["rotary_dim"] = arch["rotary_dim"]
+    if arch.get("length_scale_base"):
+        hf["attn_length_scale_base"] = arch["length_scale_base"]
     hf["_comment"] = ("transformers form of this model; transformers 5.17 ignores partial_rotary_factor "
                       "for MiniMax: load with tools/train_tiny/model.py load_hf to get RoPE on the first "
                       "rotary_dim dims only")
@@ -201,6 +263,7 @@ def load_hf(model_dir: str, dtype=torch.float32, device="cpu"):
     with open(os.path.join(model_dir, "hf_config.json")) as f:
         raw = json.load(f)
     rotary_dim = raw.pop("rotary_dim")
+    length_scale_base = raw.pop("attn_length_scale_base", 0)
     raw.pop("_comment", None)
     with tempfile.TemporaryDirectory() as tmp:
         # from_pretrained does the per-expert -> fused renaming that save_pretrained undid
@@ -216,6 +279,15 @@ def load_hf(model_dir: str, dtype=torch.float32, device="cpu"):
             qd, kd, dd = att.decay_factors(slope)
             att.slope_rate = slope
             att.query_decay, att.key_decay, att.diagonal_decay = qd, kd, dd
+    if length_scale_base:
+        # from_pretrained drops the tensors it has no parameter for; give them their parameters back
+        from safetensors import safe_open
+        enable_length_scale(model, length_scale_base)
+        with safe_open(os.path.join(model_dir, "model.safetensors"), framework="pt") as f:
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith(".self_attn.length_scale"):
+                        p.copy_(f.get_tensor(name).to(p.dtype))
     model = model.to(device)
     enable_partial_rope(model, rotary_dim, model.config.rope_parameters["rope_theta"])
     model.eval()

@@ -147,11 +147,17 @@ def load_state(model, opt, state_dir):
         elif fn.startswith("moments-"):
             moments.update(load_file(os.path.join(state_dir, fn)))
     missing = [n for n, _ in model.named_parameters() if n not in weights]
+    # a length-aware scale the state predates starts at zero: the trained model, unchanged
+    fresh = [n for n in missing if n.endswith(".self_attn.length_scale")]
+    if fresh:
+        log(f"state in {state_dir} has no {fresh}: they start at zero")
+    missing = [n for n in missing if n not in fresh]
     if missing:
         raise SystemExit(f"state in {state_dir} lacks weights {missing[:3]}")
     with torch.no_grad():
         for n, p in model.named_parameters():
-            p.copy_(weights[n].to(p.device))
+            if n in weights:
+                p.copy_(weights[n].to(p.device))
     with open(os.path.join(state_dir, "run.json")) as f:
         run = json.load(f)
     if moments and opt is not None:
@@ -165,6 +171,8 @@ def load_state(model, opt, state_dir):
         state = {}
         for i, p in index.items():
             n = names[id(p)]
+            if "m." + n not in moments:  # a parameter the state predates: fresh moments
+                continue
             state[i] = {"step": torch.tensor(float(run.get("adam_step", run["step"]))),
                         "exp_avg": moments["m." + n].to(p.device, torch.float32),
                         "exp_avg_sq": moments["v." + n].to(p.device, torch.float32)}
@@ -195,10 +203,17 @@ def init_from_model(model, model_dir):
             raise SystemExit(f"--init-from {model_dir}: no lightning layer below layer {i} to take its attention from")
         donor[i] = d
         log(f"init: layer {i} softmax -> lightning, attention from layer {d}, out_proj zeroed")
+    own = {n for n, _ in model.named_parameters()}
+    dropped = [n for n in sd if n.endswith(".self_attn.length_scale") and n not in own]
+    if dropped:
+        log(f"init: {model_dir} has length-aware scales {dropped}, which this model (length scaling off) drops")
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n in sd:
                 p.copy_(sd[n].to(p.device, p.dtype))
+                continue
+            if n.endswith(".self_attn.length_scale"):  # the folder predates the scaling: start at zero
+                log(f"init: {n} starts at zero")
                 continue
             parts = n.split(".")  # model.layers.I.self_attn.X.weight
             i = int(parts[2])
@@ -208,6 +223,20 @@ def init_from_model(model, model_dir):
                 p.zero_()
             else:
                 p.copy_(sd[".".join(parts[:2] + [str(donor[i])] + parts[3:])].to(p.device, p.dtype))
+
+
+def stored_length_scale_base(args):
+    """The length-aware scaling's L0 the run resumes with (0 for a fresh run or an older state):
+    needed before the model is built, so read ahead of load_state."""
+    path = None
+    if args.state_dir and os.path.exists(os.path.join(args.state_dir, "run.json")):
+        path = os.path.join(args.state_dir, "run.json")
+    elif args.init_from and args.init_state:
+        path = args.init_state
+    if path is None:
+        return 0
+    with open(path) as f:
+        return int(json.load(f).get("length_scale_base", 0))
 
 
 # ---- the step -----------------------------------------------------------------------------
@@ -385,6 +414,9 @@ def main():
                     help="switch the task mix / curriculum version (data.MIXES) from this call on; kept in the state")
     ap.add_argument("--first-weight", type=float, default=None,
                     help="loss weight of each answer's first token (default: the state's, else 1); kept in the state")
+    ap.add_argument("--length-scale-base", type=int, default=None,
+                    help="L0 of the length-aware query scaling in softmax layers (0: off; default: the "
+                         "state's, else 0); kept in the state")
     ap.add_argument("--peak-lr", type=float, default=2e-3)
     ap.add_argument("--cont-lr", type=float, default=0.1, help="LR after phase 1, as a fraction of the peak")
     ap.add_argument("--lm-weight", type=float, default=0.1)
@@ -408,7 +440,11 @@ def main():
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(args.tokenizer_dir, "tokenizer.json"))
     bos_id, eos_id = tok.token_to_id(data.BOS), tok.token_to_id(data.EOS)
-    arch = dict(M.ARCH, vocab_size=tok.get_vocab_size())
+    prior_lsb = stored_length_scale_base(args)
+    lsb = prior_lsb if args.length_scale_base is None else args.length_scale_base
+    if lsb < 0:
+        raise SystemExit(f"--length-scale-base must be 0 (off) or positive, not {lsb}")
+    arch = dict(M.ARCH, vocab_size=tok.get_vocab_size(), length_scale_base=lsb)
     model = M.build(arch, bos_id, eos_id, args.seed).to(device)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
@@ -440,7 +476,7 @@ def main():
         run = {"step": 0, "total_steps": args.total_steps, "peak_lr": args.peak_lr, "cont_lr": args.cont_lr,
                "warmup_steps": 60, "seed": args.seed, "data_seed": args.data_seed,
                "tokens_per_step": args.tokens_per_step, "max_len": args.max_len, "train_seconds": 0.0,
-               "calls": [], "history": [], "arch": arch}
+               "length_scale_base": lsb, "calls": [], "history": [], "arch": arch}
     changes = {}
     if args.replan_max_len and args.replan_max_len != run["max_len"]:
         changes["max_len"] = [run["max_len"], args.replan_max_len]
@@ -448,6 +484,9 @@ def main():
     if args.data_version and args.data_version != run.get("data_version", 1):
         changes["data_version"] = [run.get("data_version", 1), args.data_version]
         run["data_version"] = args.data_version
+    if lsb != run.get("length_scale_base", 0):
+        changes["length_scale_base"] = [run.get("length_scale_base", 0), lsb]
+        run["length_scale_base"] = lsb
     if args.first_weight is not None and args.first_weight != run.get("first_weight", 1.0):
         changes["first_weight"] = [run.get("first_weight", 1.0), args.first_weight]
         run["first_weight"] = args.first_weight

@@ -514,6 +514,8 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
     lh_rope(be->pool, q, HD, n, c->n_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
     lh_rope(be->pool, k, KD, n, c->n_kv_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
   }
+  lh_length_scale(be->pool, q, HD, n, c->n_heads, (int)d, be->w->layers[layer].length_scale,
+                  c->attn_length_scale_base, be->pos); /* a no-op when the config has it off */
   for (int i = 0; i < b->nseg; i++) {
     const lh_segment *s = &b->seg[i];
     lh_kv_pages kv = {s->seq->kv_pages[si], c->n_kv_heads, (int)d, LH_KV_PAGE_TOKENS};
@@ -660,6 +662,8 @@ static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float
       lh_rope(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d, c->rotary_dim, be->inv_freq, be->pos);
       lh_rope(be->pool, k + kc, KD, n, (int)(g1 - g0), (int)d, c->rotary_dim, be->inv_freq, be->pos);
     }
+    lh_length_scale(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d,
+                    be->w->layers[layer].length_scale + g0 * rep, c->attn_length_scale_base, be->pos);
     for (int i = 0; i < b->nseg; i++) {
       const lh_segment *s = &b->seg[i];
       /* the pages hold kv heads from st_g0 (k and v rows are shifted to match) */

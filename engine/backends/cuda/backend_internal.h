@@ -39,6 +39,7 @@ struct cu_layer {
   /* softmax */
   bf16_t *qkv;                 /* [(H + 2*Hkv)*d, hidden]: q_proj, k_proj, v_proj rows */
   bf16_t *o_proj;              /* [hidden, H*d] */
+  float *length_scale;         /* [H] s_h of the length-aware query scaling; NULL when the config has it off */
   /* MoE */
   bf16_t *router;              /* [E, hidden] */
   bf16_t *w13;                 /* [E][2*I, hidden]: w1 (gate) rows then w3 (up) rows */

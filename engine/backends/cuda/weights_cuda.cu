@@ -5,7 +5,7 @@
  * Layout on the device: one allocation for all weights, carved in layer order into the pointers of
  * cu_layer (see backend_internal.h for shapes); projections that read the same input are stored
  * fused (lightning qkv + output_gate, softmax q + k + v, each expert's w1 + w3) so each is one GEMM.
- * Norm weights and slopes are fp32. The workspace is a second single allocation sized from the
+ * Norm weights, slopes and the length-aware query scales are fp32. The workspace is a second single allocation sized from the
  * config and max_rows; nothing in it grows with context length except the decode split partials.
  *
  * Never: keep a pointer into the caller's host weights past open (they are copied), or leave the
@@ -90,6 +90,7 @@ static size_t carve_weights(lh_cuda_backend *b, unsigned char *base, int tied) {
     } else {
       L.qkv = (bf16_t *)take((size_t)(s.H + 2 * s.Hkv) * s.d * s.hidden * 2);
       L.o_proj = (bf16_t *)take((size_t)s.hidden * s.Hd * 2);
+      if (b->cfg.attn_length_scale_base > 0) L.length_scale = (float *)take((size_t)s.H * 4);
     }
     L.router = (bf16_t *)take((size_t)s.E * s.hidden * 2);
     L.w13 = (bf16_t *)take((size_t)s.El * 2 * s.I * s.hidden * 2);
@@ -409,6 +410,9 @@ static lh_status upload_all(lh_cuda_backend *b, const lh_weights *w, stager *s, 
       LH_TRY(stage_block(s, &W.k_proj, KdAll * D, D, k0, Kd, 0, D, L.qkv + sh.Hd * D, 0, err));
       LH_TRY(stage_block(s, &W.v_proj, KdAll * D, D, k0, Kd, 0, D, L.qkv + (sh.Hd + Kd) * D, 0, err));
       LH_TRY(stage_block(s, &W.o_proj, D * HdAll, HdAll, 0, D, c0, sh.Hd, L.o_proj, 0, err));
+      if (L.length_scale)
+        CU(cudaMemcpyAsync(L.length_scale, W.length_scale + b->h0, sh.H * sizeof(float), cudaMemcpyHostToDevice,
+                           b->stream));
     }
     LH_TRY(stage_tensor(s, &W.router, sh.E * D, L.router, 0, err));
     const int64_t Iall = b->cfg.intermediate_size, i0 = b->i0;
@@ -522,6 +526,7 @@ static lh_status fill_random(lh_cuda_backend *b, uint64_t seed, lh_error *err) {
       CU(rows(L.qkv + s.Hd * D, HdAll + k0, Kd, D, key));
       CU(rows(L.qkv + (s.Hd + Kd) * D, HdAll + KdAll + k0, Kd, D, key));
       CU(cols(L.o_proj, c0, s.Hd, HdAll, ++k));
+      if (L.length_scale) CU(cudaMemsetAsync(L.length_scale, 0, s.H * sizeof(float), b->stream)); /* the plain model */
     }
     CU(rows(L.router, 0, s.E, D, ++k));
     const int64_t Iall = b->cfg.intermediate_size, i0 = b->i0;
