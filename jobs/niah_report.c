@@ -122,6 +122,23 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
   return LH_OK;
 }
 
+/* Means over n > 0 rows of each trial's score, exact, contains (all values) and same_set; and the
+ * tokens computed and the tokens a naive run would have computed, summed. */
+typedef struct rows_total {
+  double score, exact, all_values, same_set;
+  int64_t computed, naive;
+} rows_total;
+
+static rows_total rows_mean(const row *rows, int n) {
+  rows_total t = {0};
+  for (int i = 0; i < n; i++) {
+    t.score += rows[i].score, t.exact += rows[i].exact, t.all_values += rows[i].contains;
+    t.same_set += rows[i].same_set, t.computed += rows[i].computed, t.naive += rows[i].tokens;
+  }
+  t.score /= n, t.exact /= n, t.all_values /= n, t.same_set /= n;
+  return t;
+}
+
 static int cmp_row(const void *a, const void *b) {
   const row *x = a, *y = b;
   if (x->length != y->length) return x->length < y->length ? -1 : 1;
@@ -216,12 +233,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   snprintf(path, sizeof path, "%s/results.csv", out_dir);
   st = lh_file_write_atomic(path, csv.data, csv.len, err);
   lh_buf_free(&csv);
-  double acc = 0, ex = 0, all = 0, set = 0;
-  int64_t computed = 0, naive = 0;
-  for (int i = 0; i < n; i++) {
-    acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains, set += rows[i].same_set;
-    computed += rows[i].computed, naive += rows[i].tokens;
-  }
+  const rows_total t = rows_mean(rows, n);
   int nc;
   lh_niah_cell *cells = rows_cells(rows, n, &nc);
   if (!cells) {
@@ -237,13 +249,13 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   cJSON_AddStringToObject(o, "title", title);
   cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
   cJSON_AddNumberToObject(o, "trials", n);
-  cJSON_AddNumberToObject(o, "accuracy", acc / n);
-  cJSON_AddNumberToObject(o, "exact", ex / n);
-  cJSON_AddNumberToObject(o, "all_values", all / n);
-  cJSON_AddNumberToObject(o, "same_set", set / n);
-  cJSON_AddNumberToObject(o, "tokens_computed", (double)computed);
-  cJSON_AddNumberToObject(o, "tokens_naive", (double)naive);
-  cJSON_AddNumberToObject(o, "computed_share", naive ? (double)computed / (double)naive : 0);
+  cJSON_AddNumberToObject(o, "accuracy", t.score);
+  cJSON_AddNumberToObject(o, "exact", t.exact);
+  cJSON_AddNumberToObject(o, "all_values", t.all_values);
+  cJSON_AddNumberToObject(o, "same_set", t.same_set);
+  cJSON_AddNumberToObject(o, "tokens_computed", (double)t.computed);
+  cJSON_AddNumberToObject(o, "tokens_naive", (double)t.naive);
+  cJSON_AddNumberToObject(o, "computed_share", t.naive ? (double)t.computed / (double)t.naive : 0);
   cJSON_AddNumberToObject(o, "trials_per_cell_min", tmin);
   cJSON_AddNumberToObject(o, "trials_per_cell_max", tmax);
   cJSON *ca = cJSON_AddArrayToObject(o, "cells");
@@ -289,12 +301,12 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   }
   if (sum) {
     sum->trials = n;
-    sum->accuracy = acc / n;
-    sum->exact = ex / n;
-    sum->all_values = all / n;
-    sum->same_set = set / n;
-    sum->tokens_computed = computed;
-    sum->tokens_naive = naive;
+    sum->accuracy = t.score;
+    sum->exact = t.exact;
+    sum->all_values = t.all_values;
+    sum->same_set = t.same_set;
+    sum->tokens_computed = t.computed;
+    sum->tokens_naive = t.naive;
     sum->n_lengths = nl;
     memcpy(sum->by_length, by, (size_t)nl * sizeof *by);
   }
@@ -716,8 +728,8 @@ static lh_status side_load(side *s, const char *dir, const char *which, lh_error
     return lh_error_set(err, LH_ENOTFOUND, "%s: %s has no finished trials; compare takes two folders written by "
                         "`longhaul niah`", which, path);
   if (!(s->cells = rows_cells(s->rows, s->n, &s->nc))) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  for (int i = 0; i < s->n; i++) s->score += s->rows[i].score, s->all += s->rows[i].contains;
-  s->score /= s->n, s->all /= s->n;
+  const rows_total t = rows_mean(s->rows, s->n);
+  s->score = t.score, s->all = t.all_values;
   if (read_title(dir, s->title, sizeof s->title, NULL) != LH_OK) snprintf(s->title, sizeof s->title, "%s", s->name);
   return LH_OK;
 }
