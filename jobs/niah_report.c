@@ -12,6 +12,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -596,8 +597,32 @@ static void rows_outside(const row *rows, int n, const grid *now, char *out, siz
     snprintf(out + k, cap - k, "%s%d trials per cell", k ? ", " : "", max_trial + 1);
 }
 
-/* --force: remove what an earlier sweep left in OUT (its results and the reports made from them;
- * the checkpoint store stays, since checkpoints are keyed by model and tokens). */
+/* Remove OUT/prompts/ files named as --save-prompts names them (L<length>-D<depth>-T<trial>.txt),
+ * and the folder when that empties it; other files there are left alone. */
+static lh_status discard_prompts(const char *out_dir, lh_error *err) {
+  char dir[4200], path[4500];
+  snprintf(dir, sizeof dir, "%s/prompts", out_dir);
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "--force: cannot read %s: %s", dir, strerror(errno));
+  lh_status st = LH_OK;
+  struct dirent *e;
+  while (st == LH_OK && (errno = 0, e = readdir(d))) {
+    long long len;
+    double depth;
+    int trial, end = 0;
+    if (sscanf(e->d_name, "L%lld-D%lg-T%d.txt%n", &len, &depth, &trial, &end) != 3 || !end || e->d_name[end]) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) != 0 && errno != ENOENT)
+      st = lh_error_set(err, LH_EIO, "--force: cannot remove %s: %s", path, strerror(errno));
+  }
+  if (st == LH_OK && errno) st = lh_error_set(err, LH_EIO, "--force: cannot read %s: %s", dir, strerror(errno));
+  closedir(d);
+  if (st == LH_OK) rmdir(dir); /* fails, harmlessly, while other files are there */
+  return st;
+}
+
+/* --force: remove what an earlier sweep left in OUT (its results, the reports made from them and
+ * its saved prompts; the checkpoint store stays, since checkpoints are keyed by model and tokens). */
 static lh_status discard_earlier(const char *out_dir, lh_error *err) {
   static const char *const files[] = {"results.jsonl", "results.csv", "summary.json", "heatmap.png", "heatmap.svg"};
   char path[4200];
@@ -612,6 +637,7 @@ static lh_status discard_earlier(const char *out_dir, lh_error *err) {
     if (unlink(path) != 0 && errno != ENOENT)
       return lh_error_set(err, LH_EIO, "--force: cannot remove %s: %s", path, strerror(errno));
   }
+  if ((st = discard_prompts(out_dir, err))) return st;
   if (n) lh_log_info("niah: --force: discarded the %d finished trials in %s; the sweep starts fresh", n, out_dir);
   return LH_OK;
 }

@@ -6,7 +6,7 @@
 #    untouched; results.jsonl without sweep.json is refused too.
 #  - --extend grows a sweep when this run's grid holds the recorded one (finished trials kept, the
 #    missing ones run), and refuses (naming the flags to pass) when it does not.
-#  - --force discards the earlier results and starts fresh, and says so.
+#  - --force discards the earlier results (and saved prompts) and starts fresh, and says so.
 #  - A sweep.json without a grid (older builds) goes on when its trials fit this run's grid.
 #  - heatmap.svg carries the overall score (recomputed here from results.jsonl, floored) and the
 #    metric as text; summary.json has the per-cell all-values share.
@@ -94,6 +94,16 @@ assert [(r["length"], r["depth"], r["trial"]) for r in rows] == [(256, 50, 0)], 
 assert json.load(open(os.path.join(d, "sweep.json")))["grid"] == {"lengths": [256], "depths": [50], "trials": 1}
 assert json.load(open(os.path.join(d, "summary.json")))["trials"] == 1
 PY
+# --force discards the earlier sweep's saved prompts too: only this run's are left (a file of
+# another name there is not the sweep's and stays)
+niah_expect 0 "$T/p1.log" "${base[@]}" --lengths 256,512 --depths 0,100 --save-prompts --out "$T/p"
+[ "$(ls "$T/p/prompts" | wc -l)" = 4 ] || { ls "$T/p/prompts"; fail "--save-prompts wrote no 4 prompts"; }
+echo mine > "$T/p/prompts/notes.txt"
+niah_expect 0 "$T/p2.log" "${base[@]}" --lengths 256 --depths 50 --save-prompts --force --out "$T/p"
+[ "$(LC_ALL=C ls "$T/p/prompts" | tr '\n' ' ')" = "L256-D50-T0.txt notes.txt " ] || { ls "$T/p/prompts"; fail "--force left stale prompts"; }
+rm "$T/p/prompts/notes.txt"
+niah_expect 0 "$T/p3.log" "${base[@]}" --lengths 512 --depths 0 --force --out "$T/p"
+[ ! -e "$T/p/prompts" ] || { ls "$T/p/prompts"; fail "--force without --save-prompts left the prompts"; }
 
 # ---- folders from elsewhere ----
 # results.jsonl without sweep.json: nobody can tell which sweep made them
