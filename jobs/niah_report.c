@@ -187,6 +187,21 @@ static int cells_lengths(const lh_niah_cell *cells, int nc, length_acc *out, int
   return nl;
 }
 
+/* One CSV field from a JSON value: a string quoted (its quotes doubled), a number as is, anything
+ * else empty. */
+static void csv_field(lh_buf *csv, const cJSON *v) {
+  if (cJSON_IsString(v)) {
+    lh_buf_append(csv, "\"", 1);
+    for (const char *c = v->valuestring; *c; c++) {
+      if (*c == '"') lh_buf_append(csv, "\"", 1);
+      lh_buf_append(csv, c, 1);
+    }
+    lh_buf_append(csv, "\"", 1);
+  } else if (cJSON_IsNumber(v)) {
+    lh_buf_printf(csv, "%.10g", v->valuedouble);
+  }
+}
+
 lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah_summary *sum, lh_error *err) {
   char path[4200];
   snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
@@ -198,11 +213,15 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     free(rows);
     return lh_error_set(err, LH_ENOTFOUND, "%s has no finished trials", path);
   }
-  /* CSV in a stable order, from the JSONL (which is in run order) */
+  /* CSV in a stable order, from the JSONL (which is in run order); the last four columns are what
+   * a --families trial drew for its asked fact (empty without a families file) */
   FILE *f = fopen(path, "rb");
   lh_buf csv = {0};
   lh_buf_append_str(&csv, "length,depth,trial,variant,needle,expected,answer,exact,contains,score,tokens,tokens_computed,"
-                          "seconds,same_set\n");
+                          "seconds,same_set,needle_kind,needle_template,question_template,value_kind\n");
+  static const char *const keys[] = {"length", "depth", "trial", "variant", "needle", "expected", "answer", "exact",
+                                     "contains", "score", "tokens", "tokens_computed", "seconds"};
+  static const char *const family_keys[] = {"needle_kind", "needle", "question", "value_kind"};
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -210,23 +229,17 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     if (line[len - 1] != '\n') break;
     cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
     if (!o) continue;
-    const char *keys[] = {"length", "depth", "trial", "variant", "needle", "expected", "answer", "exact",
-                          "contains", "score", "tokens", "tokens_computed", "seconds"};
-    for (int k = 0; k < 13; k++) {
-      const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
       if (k) lh_buf_append(&csv, ",", 1);
-      if (cJSON_IsString(v)) {
-        lh_buf_append(&csv, "\"", 1);
-        for (const char *c = v->valuestring; *c; c++) {
-          if (*c == '"') lh_buf_append(&csv, "\"", 1);
-          lh_buf_append(&csv, c, 1);
-        }
-        lh_buf_append(&csv, "\"", 1);
-      } else if (cJSON_IsNumber(v)) {
-        lh_buf_printf(&csv, "%.10g", v->valuedouble);
-      }
+      csv_field(&csv, cJSON_GetObjectItemCaseSensitive(o, keys[k]));
     }
-    lh_buf_printf(&csv, ",%d\n", row_same_set(o));
+    lh_buf_printf(&csv, ",%d", row_same_set(o));
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
+    for (size_t k = 0; k < sizeof family_keys / sizeof *family_keys; k++) {
+      lh_buf_append(&csv, ",", 1);
+      csv_field(&csv, cJSON_GetObjectItemCaseSensitive(fam, family_keys[k]));
+    }
+    lh_buf_append(&csv, "\n", 1);
     cJSON_Delete(o);
   }
   free(line);

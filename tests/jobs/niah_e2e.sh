@@ -104,6 +104,9 @@ for r in rows:
     # same_set: the answer's items are exactly the expected values, in any order, once each
     items = sorted(x.strip() for x in r["answer"].split(",") if x.strip())
     assert int(r["same_set"]) == (items == sorted(vals)), (r["same_set"], items, vals)
+    # the family columns come last and are empty without --families
+    assert list(r)[-5:] == ["same_set", "needle_kind", "needle_template", "question_template", "value_kind"], list(r)
+    assert r["needle_kind"] == r["needle_template"] == r["question_template"] == r["value_kind"] == "", r
 s = json.load(open(os.path.join(d, "summary.json")))
 assert abs(s["accuracy"] - sum(float(r["score"]) for r in rows) / 6) < 1e-9, s["accuracy"]
 assert abs(s["all_values"] - sum(int(r["contains"]) for r in rows) / 6) < 1e-9, s["all_values"]
