@@ -7,7 +7,9 @@
 #     manifest the new bytes; checkpoints are reused only up to where the tokens still match;
 #   - another --chunk, or one changed bit of the weights, computes the job again;
 #   - one changed byte of the stored answer (sqlite3, behind the store's back): store verify
-#     fails, and the rerun recomputes the answer instead of printing the damaged one.
+#     fails, and the rerun recomputes the answer instead of printing the damaged one;
+#   - another --max-tokens (the default) computes again only the request that gives no
+#     max_tokens of its own: the identity holds each request's effective max_tokens.
 . "$(dirname "$0")/lib.sh"
 HT=$SRC/models/haul-tiny
 [ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
@@ -116,4 +118,22 @@ grep -q "1 request computed again: its stored answer or error was damaged" "$T/d
   || { cat "$T/damaged.log"; fail "the rerun did not recompute the damaged answer"; }
 [ "$(answer)" = "$good" ] || fail "after the damage the answer is '$(answer)', not '$good'"
 "$LH" store verify --db "$OUT/longhaul.db" > "$T/verify2.log" 2>&1 || { cat "$T/verify2.log"; fail "verify after the rerun"; }
-echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights and a damaged answer recomputed: ok"
+
+# 6. The default max_tokens: new work only for the request that decodes to it.
+printf 'The special magic lighthouse number is: 4411.\n' > "$T/fact.md"
+cat > "$T/mt.jsonl" <<'B'
+{"custom_id":"own","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is the special magic lighthouse number?"}],"max_tokens":6,"temperature":0,"documents":["fact.md"]}}
+{"custom_id":"dflt","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is the special magic lighthouse number?"}],"temperature":0,"documents":["fact.md"]}}
+B
+mt_run() { # log name, --max-tokens
+  "$LH" run "$T/mt.jsonl" --model "$HT" --out "$T/mt" --chunk 256 --max-tokens "$2" --progress none > "$T/$1.log" 2>&1 \
+    || { cat "$T/$1.log"; fail "$1: run failed"; }
+}
+mt_run mt-first 8
+mt_run mt-same 8
+grep -q "2 already done" "$T/mt-same.log" || { cat "$T/mt-same.log"; fail "the same --max-tokens computed again"; }
+mt_run mt-other 9
+grep -q "1 already done" "$T/mt-other.log" || { cat "$T/mt-other.log"; fail "another --max-tokens made the request with its own max_tokens new work"; }
+grep -q "1 request computed again: its inputs changed" "$T/mt-other.log" \
+  || { cat "$T/mt-other.log"; fail "another --max-tokens did not compute again the request without max_tokens"; }
+echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"
