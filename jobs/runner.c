@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/comm.h"
 #include "engine/engine.h"
@@ -262,9 +263,12 @@ static void params_digest(run *R) {
 
 /* A job's identity: the run's parameters, the request's effective max_tokens (its own or the
  * run's default) and its documents by content (jobs/inputs.h). The rest of the request is pinned
- * by request_json (its line of a batch named by its digest). A
- * document that cannot be read names its error instead: the job then fails on it, and runs again
- * once the document changes. */
+ * by request_json (its line of a batch named by its digest). A missing document is named as
+ * missing (jobs/inputs.h): the job fails on it, stays failed while it is missing, and runs once it
+ * appears. Documents that cannot be read (an I/O or permission error, a file that kept changing)
+ * have no content to name, so, as for a stream, the identity is this run's alone: the job is new
+ * work on every run until they can be read, and neither a failure nor an answer stands for
+ * inputs nobody could read. */
 static void job_identity(run *R, const lh_request *r, char out[65]) {
   char key[65], inputs[65];
   lh_request_documents_key(r, key);
@@ -280,10 +284,12 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
     snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
     const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
     if (lh_inputs_digest_excluding(r, &R->doc_cache, skip, sizeof skip / sizeof *skip, inputs, &e) != LH_OK) {
+      lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
+                  r->custom_id, e.msg);
       uint8_t d[32];
-      char msg[sizeof e.msg + 16];
-      const int n = snprintf(msg, sizeof msg, "unreadable: %s", e.msg);
-      lh_sha256_buf(msg, (size_t)n, d);
+      char nonce[96];
+      const int n = snprintf(nonce, sizeof nonce, "unreadable %ld %ld", (long)getpid(), (long)time(NULL));
+      lh_sha256_buf(nonce, (size_t)n, d);
       lh_hex(d, 32, inputs);
     }
     memcpy(R->last_docs_key, key, sizeof key);
