@@ -331,13 +331,23 @@ static void results_usage(FILE *f) {
              "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db)\n");
 }
 
-static int open_store_ro(const char *cmd, const char *db, lh_store **s) {
+/* Open db read-only and list its jobs (lh_store_job_list's order) into *list, *n: 0, or -1 with
+ * the error printed for longhaul cmd and nothing left open. The caller frees the list with
+ * lh_store_job_list_free and closes *s. */
+static int open_store_jobs(const char *cmd, const char *db, lh_store **s, lh_store_job_info **list, size_t *n) {
   lh_store_params sp = lh_store_default_params();
   sp.read_only = 1;
   sp.create = 0;
   lh_error e;
+  *s = NULL, *list = NULL, *n = 0;
   if (lh_store_open(db, &sp, s, &e) != LH_OK) {
     fprintf(stderr, "longhaul %s: %s\n", cmd, e.msg);
+    return -1;
+  }
+  if (lh_store_job_list(*s, 0, list, n, &e) != LH_OK) {
+    fprintf(stderr, "longhaul %s: %s: %s\n", cmd, db, e.msg);
+    lh_store_close(*s);
+    *s = NULL;
     return -1;
   }
   return 0;
@@ -464,18 +474,14 @@ int lh_cmd_status(int argc, char **argv) {
   if (root) stores = cJSON_AddArrayToObject(root, "stores"), jobs = cJSON_CreateArray();
   for (size_t k = 0; k < np && rc == LH_EXIT_OK; k++) {
     lh_store *s;
-    if (open_store_ro("status", paths[k], &s)) {
+    lh_store_job_info *list;
+    size_t n;
+    if (open_store_jobs("status", paths[k], &s, &list, &n)) {
       rc = LH_EXIT_USAGE;
       break;
     }
-    lh_store_job_info *list = NULL;
-    size_t n = 0;
-    lh_error e;
     int64_t *done = NULL;
-    if (lh_store_job_list(s, 0, &list, &n, &e) != LH_OK) {
-      fprintf(stderr, "longhaul status: %s: %s\n", paths[k], e.msg);
-      rc = LH_EXIT_USAGE;
-    } else if (!(done = malloc((n ? n : 1) * sizeof *done)) || job_progress(list, n, done)) {
+    if (!(done = malloc((n ? n : 1) * sizeof *done)) || job_progress(list, n, done)) {
       fprintf(stderr, "longhaul status: %s: out of memory\n", paths[k]);
       rc = LH_EXIT_USAGE;
     }
@@ -545,24 +551,21 @@ int lh_cmd_results(int argc, char **argv) {
   rc = LH_EXIT_FAILED;
   for (size_t k = 0; k < np; k++) {
     lh_store *s;
-    if (open_store_ro("results", paths[k], &s)) {
+    lh_store_job_info *list;
+    size_t n;
+    if (open_store_jobs("results", paths[k], &s, &list, &n)) {
       rc = LH_EXIT_USAGE;
       break;
     }
-    lh_store_job_info *list = NULL;
-    size_t n = 0;
-    lh_error e;
     int here = 0;
-    if (lh_store_job_list(s, 0, &list, &n, &e) == LH_OK) {
-      for (size_t i = 0; i < n; i++) {
-        char num[32];
-        snprintf(num, sizeof num, "%lld", (long long)list[i].id);
-        if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
-          /* the newest batch's job wins when a custom_id was used in several batches */
-          id = list[i].id;
-          matches++;
-          here = 1;
-        }
+    for (size_t i = 0; i < n; i++) {
+      char num[32];
+      snprintf(num, sizeof num, "%lld", (long long)list[i].id);
+      if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
+        /* the newest batch's job wins when a custom_id was used in several batches */
+        id = list[i].id;
+        matches++;
+        here = 1;
       }
     }
     lh_store_job_list_free(list, n);

@@ -68,7 +68,7 @@ static void usage(FILE *f) {
           "  --max-tokens N         answer length cap (default 128, as RULER's NIAH tasks)\n"
           "  --device cpu|cuda      --threads N   --db FILE (default OUT/niah.db)\n"
           "  --cpu-attention fp32|bf16|auto   as in `longhaul run` (default fp32)\n"
-          "  --force                discard earlier results in OUT and start fresh\n"
+          "  --force                discard earlier results and prompts in OUT, start fresh\n"
           "  --extend               grow the sweep in OUT: this run's lengths, depths and trials must\n"
           "                         hold all of its (its finished trials are kept, the new ones run)\n"
           "                         (without either, a sweep into an OUT that holds another sweep, or\n"

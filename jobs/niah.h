@@ -78,7 +78,7 @@ typedef struct lh_niah_params {
   uint64_t seed;
   int chunk;              /* tokens per chunk (default 4096) */
   int max_tokens;         /* answer length cap (default 128) */
-  int force;              /* discard earlier results in OUT */
+  int force;              /* discard earlier results (and saved prompts) in OUT */
   int extend;             /* grow the sweep in OUT to this grid, which holds its cells (same key) */
   int save_prompts;       /* write each trial's prompt text to OUT/prompts/L<length>-D<depth>-T<trial>.txt */
   lh_progress_mode progress;

@@ -12,6 +12,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -122,6 +123,23 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
   return LH_OK;
 }
 
+/* Means over n > 0 rows of each trial's score, exact, contains (all values) and same_set; and the
+ * tokens computed and the tokens a naive run would have computed, summed. */
+typedef struct rows_total {
+  double score, exact, all_values, same_set;
+  int64_t computed, naive;
+} rows_total;
+
+static rows_total rows_mean(const row *rows, int n) {
+  rows_total t = {0};
+  for (int i = 0; i < n; i++) {
+    t.score += rows[i].score, t.exact += rows[i].exact, t.all_values += rows[i].contains;
+    t.same_set += rows[i].same_set, t.computed += rows[i].computed, t.naive += rows[i].tokens;
+  }
+  t.score /= n, t.exact /= n, t.all_values /= n, t.same_set /= n;
+  return t;
+}
+
 static int cmp_row(const void *a, const void *b) {
   const row *x = a, *y = b;
   if (x->length != y->length) return x->length < y->length ? -1 : 1;
@@ -169,6 +187,21 @@ static int cells_lengths(const lh_niah_cell *cells, int nc, length_acc *out, int
   return nl;
 }
 
+/* One CSV field from a JSON value: a string quoted (its quotes doubled), a number as is, anything
+ * else empty. */
+static void csv_field(lh_buf *csv, const cJSON *v) {
+  if (cJSON_IsString(v)) {
+    lh_buf_append(csv, "\"", 1);
+    for (const char *c = v->valuestring; *c; c++) {
+      if (*c == '"') lh_buf_append(csv, "\"", 1);
+      lh_buf_append(csv, c, 1);
+    }
+    lh_buf_append(csv, "\"", 1);
+  } else if (cJSON_IsNumber(v)) {
+    lh_buf_printf(csv, "%.10g", v->valuedouble);
+  }
+}
+
 lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah_summary *sum, lh_error *err) {
   char path[4200];
   snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
@@ -180,11 +213,15 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     free(rows);
     return lh_error_set(err, LH_ENOTFOUND, "%s has no finished trials", path);
   }
-  /* CSV in a stable order, from the JSONL (which is in run order) */
+  /* CSV in a stable order, from the JSONL (which is in run order); the last four columns are what
+   * a --families trial drew for its asked fact (empty without a families file) */
   FILE *f = fopen(path, "rb");
   lh_buf csv = {0};
   lh_buf_append_str(&csv, "length,depth,trial,variant,needle,expected,answer,exact,contains,score,tokens,tokens_computed,"
-                          "seconds,same_set\n");
+                          "seconds,same_set,needle_kind,needle_template,question_template,value_kind\n");
+  static const char *const keys[] = {"length", "depth", "trial", "variant", "needle", "expected", "answer", "exact",
+                                     "contains", "score", "tokens", "tokens_computed", "seconds"};
+  static const char *const family_keys[] = {"needle_kind", "needle", "question", "value_kind"};
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -192,23 +229,17 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     if (line[len - 1] != '\n') break;
     cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
     if (!o) continue;
-    const char *keys[] = {"length", "depth", "trial", "variant", "needle", "expected", "answer", "exact",
-                          "contains", "score", "tokens", "tokens_computed", "seconds"};
-    for (int k = 0; k < 13; k++) {
-      const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
       if (k) lh_buf_append(&csv, ",", 1);
-      if (cJSON_IsString(v)) {
-        lh_buf_append(&csv, "\"", 1);
-        for (const char *c = v->valuestring; *c; c++) {
-          if (*c == '"') lh_buf_append(&csv, "\"", 1);
-          lh_buf_append(&csv, c, 1);
-        }
-        lh_buf_append(&csv, "\"", 1);
-      } else if (cJSON_IsNumber(v)) {
-        lh_buf_printf(&csv, "%.10g", v->valuedouble);
-      }
+      csv_field(&csv, cJSON_GetObjectItemCaseSensitive(o, keys[k]));
     }
-    lh_buf_printf(&csv, ",%d\n", row_same_set(o));
+    lh_buf_printf(&csv, ",%d", row_same_set(o));
+    const cJSON *fam = cJSON_GetObjectItemCaseSensitive(o, "family");
+    for (size_t k = 0; k < sizeof family_keys / sizeof *family_keys; k++) {
+      lh_buf_append(&csv, ",", 1);
+      csv_field(&csv, cJSON_GetObjectItemCaseSensitive(fam, family_keys[k]));
+    }
+    lh_buf_append(&csv, "\n", 1);
     cJSON_Delete(o);
   }
   free(line);
@@ -216,12 +247,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   snprintf(path, sizeof path, "%s/results.csv", out_dir);
   st = lh_file_write_atomic(path, csv.data, csv.len, err);
   lh_buf_free(&csv);
-  double acc = 0, ex = 0, all = 0, set = 0;
-  int64_t computed = 0, naive = 0;
-  for (int i = 0; i < n; i++) {
-    acc += rows[i].score, ex += rows[i].exact, all += rows[i].contains, set += rows[i].same_set;
-    computed += rows[i].computed, naive += rows[i].tokens;
-  }
+  const rows_total t = rows_mean(rows, n);
   int nc;
   lh_niah_cell *cells = rows_cells(rows, n, &nc);
   if (!cells) {
@@ -237,13 +263,13 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   cJSON_AddStringToObject(o, "title", title);
   cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
   cJSON_AddNumberToObject(o, "trials", n);
-  cJSON_AddNumberToObject(o, "accuracy", acc / n);
-  cJSON_AddNumberToObject(o, "exact", ex / n);
-  cJSON_AddNumberToObject(o, "all_values", all / n);
-  cJSON_AddNumberToObject(o, "same_set", set / n);
-  cJSON_AddNumberToObject(o, "tokens_computed", (double)computed);
-  cJSON_AddNumberToObject(o, "tokens_naive", (double)naive);
-  cJSON_AddNumberToObject(o, "computed_share", naive ? (double)computed / (double)naive : 0);
+  cJSON_AddNumberToObject(o, "accuracy", t.score);
+  cJSON_AddNumberToObject(o, "exact", t.exact);
+  cJSON_AddNumberToObject(o, "all_values", t.all_values);
+  cJSON_AddNumberToObject(o, "same_set", t.same_set);
+  cJSON_AddNumberToObject(o, "tokens_computed", (double)t.computed);
+  cJSON_AddNumberToObject(o, "tokens_naive", (double)t.naive);
+  cJSON_AddNumberToObject(o, "computed_share", t.naive ? (double)t.computed / (double)t.naive : 0);
   cJSON_AddNumberToObject(o, "trials_per_cell_min", tmin);
   cJSON_AddNumberToObject(o, "trials_per_cell_max", tmax);
   cJSON *ca = cJSON_AddArrayToObject(o, "cells");
@@ -289,12 +315,12 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   }
   if (sum) {
     sum->trials = n;
-    sum->accuracy = acc / n;
-    sum->exact = ex / n;
-    sum->all_values = all / n;
-    sum->same_set = set / n;
-    sum->tokens_computed = computed;
-    sum->tokens_naive = naive;
+    sum->accuracy = t.score;
+    sum->exact = t.exact;
+    sum->all_values = t.all_values;
+    sum->same_set = t.same_set;
+    sum->tokens_computed = t.computed;
+    sum->tokens_naive = t.naive;
     sum->n_lengths = nl;
     memcpy(sum->by_length, by, (size_t)nl * sizeof *by);
   }
@@ -584,8 +610,32 @@ static void rows_outside(const row *rows, int n, const grid *now, char *out, siz
     snprintf(out + k, cap - k, "%s%d trials per cell", k ? ", " : "", max_trial + 1);
 }
 
-/* --force: remove what an earlier sweep left in OUT (its results and the reports made from them;
- * the checkpoint store stays, since checkpoints are keyed by model and tokens). */
+/* Remove OUT/prompts/ files named as --save-prompts names them (L<length>-D<depth>-T<trial>.txt),
+ * and the folder when that empties it; other files there are left alone. */
+static lh_status discard_prompts(const char *out_dir, lh_error *err) {
+  char dir[4200], path[4500];
+  snprintf(dir, sizeof dir, "%s/prompts", out_dir);
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "--force: cannot read %s: %s", dir, strerror(errno));
+  lh_status st = LH_OK;
+  struct dirent *e;
+  while (st == LH_OK && (errno = 0, e = readdir(d))) {
+    long long len;
+    double depth;
+    int trial, end = 0;
+    if (sscanf(e->d_name, "L%lld-D%lg-T%d.txt%n", &len, &depth, &trial, &end) != 3 || !end || e->d_name[end]) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) != 0 && errno != ENOENT)
+      st = lh_error_set(err, LH_EIO, "--force: cannot remove %s: %s", path, strerror(errno));
+  }
+  if (st == LH_OK && errno) st = lh_error_set(err, LH_EIO, "--force: cannot read %s: %s", dir, strerror(errno));
+  closedir(d);
+  if (st == LH_OK) rmdir(dir); /* fails, harmlessly, while other files are there */
+  return st;
+}
+
+/* --force: remove what an earlier sweep left in OUT (its results, the reports made from them and
+ * its saved prompts; the checkpoint store stays, since checkpoints are keyed by model and tokens). */
 static lh_status discard_earlier(const char *out_dir, lh_error *err) {
   static const char *const files[] = {"results.jsonl", "results.csv", "summary.json", "heatmap.png", "heatmap.svg"};
   char path[4200];
@@ -600,6 +650,7 @@ static lh_status discard_earlier(const char *out_dir, lh_error *err) {
     if (unlink(path) != 0 && errno != ENOENT)
       return lh_error_set(err, LH_EIO, "--force: cannot remove %s: %s", path, strerror(errno));
   }
+  if ((st = discard_prompts(out_dir, err))) return st;
   if (n) lh_log_info("niah: --force: discarded the %d finished trials in %s; the sweep starts fresh", n, out_dir);
   return LH_OK;
 }
@@ -716,8 +767,8 @@ static lh_status side_load(side *s, const char *dir, const char *which, lh_error
     return lh_error_set(err, LH_ENOTFOUND, "%s: %s has no finished trials; compare takes two folders written by "
                         "`longhaul niah`", which, path);
   if (!(s->cells = rows_cells(s->rows, s->n, &s->nc))) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  for (int i = 0; i < s->n; i++) s->score += s->rows[i].score, s->all += s->rows[i].contains;
-  s->score /= s->n, s->all /= s->n;
+  const rows_total t = rows_mean(s->rows, s->n);
+  s->score = t.score, s->all = t.all_values;
   if (read_title(dir, s->title, sizeof s->title, NULL) != LH_OK) snprintf(s->title, sizeof s->title, "%s", s->name);
   return LH_OK;
 }

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/comm.h"
 #include "engine/engine.h"
@@ -235,29 +236,39 @@ static void collect_stop_ids(run *R) {
   lh_buf_free(&b);
 }
 
+/* The max_tokens request r decodes to: its own, else the run's default. */
+static int request_max_tokens(const run *R, const lh_request *r) {
+  return r->max_tokens > 0 ? r->max_tokens : R->p->max_tokens_default;
+}
+
 /* What every job of this run shares in its identity: everything outside the request that changes
  * an answer. The model id names every byte of the weights and the config; the version, the chunk
- * plan (where prefill calls are cut), the backend, the CPU attention mode, the chat format, the
- * default max_tokens and the ranks the model is spread over. Threads and checkpoint_every are
- * not in it: the answers do not depend on them (docs/design.md, exactness contract). */
+ * plan (where prefill calls are cut), the backend, the CPU attention mode, the chat format and the
+ * ranks the model is spread over. The default max_tokens is not in it: it changes only the answers
+ * of requests that give none, so job_identity adds each request's effective max_tokens instead.
+ * Threads and checkpoint_every are not in it: the answers do not depend on them (docs/design.md,
+ * exactness contract). */
 static void params_digest(run *R) {
   char buf[1024];
   const lh_comm *world = lh_comm_world();
   const int n = snprintf(buf, sizeof buf,
-                         "longhaul job identity v1\nmodel %s\nversion %s\nchunk %lld\nbackend %s\ncpu_attention %d\n"
-                         "chat %d\nmax_tokens_default %d\nranks %d\n",
+                         "longhaul job identity v2\nmodel %s\nversion %s\nchunk %lld\nbackend %s\ncpu_attention %d\n"
+                         "chat %d\nranks %d\n",
                          lh_model_id(R->model), LH_VERSION, (long long)R->plan.chunk, lh_model_backend(R->model),
-                         lh_model_cpu_attention(R->model), (int)R->chat.kind, R->p->max_tokens_default,
-                         world ? lh_comm_size(world) : 1);
+                         lh_model_cpu_attention(R->model), (int)R->chat.kind, world ? lh_comm_size(world) : 1);
   uint8_t d[32];
   lh_sha256_buf(buf, (size_t)n, d);
   lh_hex(d, 32, R->params_digest);
 }
 
-/* A job's identity: the run's parameters and the request's documents by content (jobs/inputs.h).
- * The request itself is pinned by request_json (its line of a batch named by its digest). A
- * document that cannot be read names its error instead: the job then fails on it, and runs again
- * once the document changes. */
+/* A job's identity: the run's parameters, the request's effective max_tokens (its own or the
+ * run's default) and its documents by content (jobs/inputs.h). The rest of the request is pinned
+ * by request_json (its line of a batch named by its digest). A missing document is named as
+ * missing (jobs/inputs.h): the job fails on it, stays failed while it is missing, and runs once it
+ * appears. Documents that cannot be read (an I/O or permission error, a file that kept changing)
+ * have no content to name, so, as for a stream, the identity is this run's alone: the job is new
+ * work on every run until they can be read, and neither a failure nor an answer stands for
+ * inputs nobody could read. */
 static void job_identity(run *R, const lh_request *r, char out[65]) {
   char key[65], inputs[65];
   lh_request_documents_key(r, key);
@@ -273,10 +284,12 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
     snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
     const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
     if (lh_inputs_digest_excluding(r, &R->doc_cache, skip, sizeof skip / sizeof *skip, inputs, &e) != LH_OK) {
+      lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
+                  r->custom_id, e.msg);
       uint8_t d[32];
-      char msg[sizeof e.msg + 16];
-      const int n = snprintf(msg, sizeof msg, "unreadable: %s", e.msg);
-      lh_sha256_buf(msg, (size_t)n, d);
+      char nonce[96];
+      const int n = snprintf(nonce, sizeof nonce, "unreadable %ld %ld", (long)getpid(), (long)time(NULL));
+      lh_sha256_buf(nonce, (size_t)n, d);
       lh_hex(d, 32, inputs);
     }
     memcpy(R->last_docs_key, key, sizeof key);
@@ -286,6 +299,8 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
   lh_sha256_init(&s);
   lh_sha256_update(&s, R->params_digest, 64);
   lh_sha256_update(&s, inputs, 64);
+  char mt[32];
+  lh_sha256_update(&s, mt, (size_t)snprintf(mt, sizeof mt, "\nmax_tokens %d\n", request_max_tokens(R, r)));
   uint8_t d[32];
   lh_sha256_final(&s, d);
   lh_hex(d, 32, out);
@@ -706,7 +721,7 @@ static int group_admit(group *g) {
   for (int i = 0; i < g->n; i++) {
     job *J = &g->J[i];
     if (J->failed) continue;
-    J->max_tokens = J->r->max_tokens > 0 ? J->r->max_tokens : R->p->max_tokens_default;
+    J->max_tokens = request_max_tokens(R, J->r);
     lh_error e;
     if (tokenize_text(R, &J->after, &J->suffix, &e) != LH_OK) {
       fail_job(R, J->id, 500, "tokenizer_error", e.msg);

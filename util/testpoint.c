@@ -9,26 +9,38 @@
 #include <string.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int active;          /* either variable is set */
-static char kill_name[64];  /* "" = any */
-static long kill_at;        /* 0 = never */
+/* One NAME:N variable: the point's name ("" = any) and the passage that triggers (0 = never). */
+typedef struct trigger {
+  char name[64];
+  long at;
+  long passed; /* passages counted toward at */
+} trigger;
+
+static int active; /* any variable is set */
+static trigger kill_t, stop_t;
 static const char *log_path;
-static long passed;         /* passages counted toward kill_at */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
+static void read_trigger(const char *var, trigger *t) {
+  const char *k = getenv(var);
+  const char *colon = k ? strrchr(k, ':') : NULL;
+  if (!colon || colon - k >= (long)sizeof t->name) return;
+  memcpy(t->name, k, (size_t)(colon - k));
+  t->name[colon - k] = 0;
+  if (!strcmp(t->name, "any")) t->name[0] = 0;
+  t->at = strtol(colon + 1, NULL, 10);
+}
+
 static void read_env(void) {
-  const char *k = getenv("LH_TEST_KILL_AT");
+  read_trigger("LH_TEST_KILL_AT", &kill_t);
+  read_trigger("LH_TEST_STOP_AT", &stop_t);
   log_path = getenv("LH_TEST_POINTS");
-  if (k) {
-    const char *colon = strrchr(k, ':');
-    if (colon && colon - k < (long)sizeof kill_name) {
-      memcpy(kill_name, k, (size_t)(colon - k));
-      kill_name[colon - k] = 0;
-      if (!strcmp(kill_name, "any")) kill_name[0] = 0;
-      kill_at = strtol(colon + 1, NULL, 10);
-    }
-  }
-  active = kill_at > 0 || (log_path && *log_path);
+  active = kill_t.at > 0 || stop_t.at > 0 || (log_path && *log_path);
+}
+
+/* Whether this passage through name is t's (mu held). */
+static int fires(trigger *t, const char *name) {
+  return t->at > 0 && (!t->name[0] || !strcmp(t->name, name)) && ++t->passed == t->at;
 }
 
 void lh_testpoint(const char *name) {
@@ -42,8 +54,8 @@ void lh_testpoint(const char *name) {
       fclose(f);
     }
   }
-  const int counts = kill_at > 0 && (!kill_name[0] || !strcmp(kill_name, name));
-  const int die = counts && ++passed == kill_at;
+  const int die = fires(&kill_t, name), stop = fires(&stop_t, name);
   pthread_mutex_unlock(&mu);
   if (die) raise(SIGKILL);
+  if (stop) raise(SIGSTOP);
 }

@@ -38,11 +38,13 @@ static inline char *run_dup(const char *s, size_t n) {
   return d;
 }
 
-/* One input: a path, or (data != NULL) memory named name. */
+/* One input: a path, or (data != NULL) memory named name. A path with as != NULL is added by
+ * lh_ingest_add_path_as under that name. */
 typedef struct run_input {
   const char *name;
   const void *data;
   size_t len;
+  const char *as;
 } run_input;
 
 /* 0: count the tokens and text but do not keep them (memory tests). */
@@ -58,6 +60,7 @@ static inline void run_ingest_inputs(const lh_ingest_params *p, const run_input 
   }
   for (size_t i = 0; i < n_in; i++) {
     lh_status st = ins[i].data ? lh_ingest_add_memory(ing, ins[i].name, ins[i].data, ins[i].len, &err)
+                   : ins[i].as ? lh_ingest_add_path_as(ing, ins[i].name, ins[i].as, &err)
                                : lh_ingest_add_path(ing, ins[i].name, &err);
     if (st) {
       o->add_st = o->st = st;
@@ -102,7 +105,7 @@ static inline void run_ingest_inputs(const lh_ingest_params *p, const run_input 
 
 static inline void run_ingest_paths(const lh_ingest_params *p, const char *const *paths, size_t n, run_out *o) {
   run_input ins[16];
-  for (size_t i = 0; i < n && i < 16; i++) ins[i] = (run_input){paths[i], NULL, 0};
+  for (size_t i = 0; i < n && i < 16; i++) ins[i] = (run_input){paths[i], NULL, 0, NULL};
   run_ingest_inputs(p, ins, n < 16 ? n : 16, o);
 }
 

@@ -15,42 +15,8 @@
 
 /* One input added as (path, name); the whole run kept in o. */
 static void run_as(const lh_ingest_params *p, const char *path, const char *name, run_out *o) {
-  memset(o, 0, sizeof *o);
-  lh_error err = {0};
-  lh_ingest *ing = NULL;
-  if ((o->st = lh_ingest_open(p, &ing, &err))) {
-    snprintf(o->msg, sizeof o->msg, "%s", err.msg);
-    return;
-  }
-  if ((o->add_st = o->st = lh_ingest_add_path_as(ing, path, name, &err))) {
-    snprintf(o->msg, sizeof o->msg, "%s", err.msg);
-    lh_ingest_close(ing);
-    return;
-  }
-  for (;;) {
-    lh_ingest_batch b;
-    lh_status st = lh_ingest_next(ing, &b, &err);
-    lh_buf_append(&o->text, b.text, b.text_len);
-    lh_i32vec_append(&o->tokens, b.tokens, b.n_tokens);
-    for (size_t i = 0; i < b.n_entries; i++) {
-      o->ents = realloc(o->ents, (o->n + 1) * sizeof *o->ents);
-      run_entry *x = &o->ents[o->n++];
-      x->e = b.entries[i];
-      x->path = run_dup(b.entries[i].path, b.entries[i].path_len);
-      x->detail = run_dup(b.entries[i].detail, strlen(b.entries[i].detail));
-      x->link = NULL;
-      x->e.path = x->path;
-      x->e.detail = x->detail;
-      x->e.link = NULL;
-    }
-    if (st) {
-      o->st = st;
-      snprintf(o->msg, sizeof o->msg, "%s", err.msg);
-      break;
-    }
-    if (b.done) break;
-  }
-  lh_ingest_close(ing);
+  run_input in = {path, NULL, 0, name};
+  run_ingest_inputs(p, &in, 1, o);
 }
 
 int main(void) {

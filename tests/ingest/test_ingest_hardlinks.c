@@ -94,7 +94,7 @@ int main(void) {
     lh_ingest_params p = lh_ingest_default_params();
     p.include = inc_b;
     p.n_include = 1;
-    run_input in = {"mem.tar", mem.data, mem.len};
+    run_input in = {"mem.tar", mem.data, mem.len, NULL};
     run_out o;
     run_ingest_inputs(&p, &in, 1, &o);
     CHECK(run_sha_is(run_find(&o, "b.txt"), content, sizeof content - 1));

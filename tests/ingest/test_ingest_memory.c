@@ -132,7 +132,7 @@ static void test_max_tokens(void) {
   }
   lh_buf tar = {0};
   make_archive(&tar, ARCHIVE_FORMAT_TAR_USTAR, ARCHIVE_FILTER_NONE, f, 3);
-  run_input in = {"three.tar", tar.data, tar.len};
+  run_input in = {"three.tar", tar.data, tar.len, NULL};
   p = lh_ingest_default_params();
   p.tokenizer = tok;
   run_ingest_inputs(&p, &in, 1, &o);

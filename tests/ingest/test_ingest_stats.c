@@ -23,7 +23,7 @@ static void test_zeros(void) {
   const fent f[] = {{"fine.txt", "fine\n", (size_t)-1, 0, NULL, 0}};
   make_archive(&ok, ARCHIVE_FORMAT_TAR_USTAR, ARCHIVE_FILTER_NONE, f, 1);
   lh_ingest_params p = lh_ingest_default_params();
-  run_input in[2] = {{"zeros.tar.gz", gz.data, gz.len}, {"ok.tar", ok.data, ok.len}};
+  run_input in[2] = {{"zeros.tar.gz", gz.data, gz.len, NULL}, {"ok.tar", ok.data, ok.len, NULL}};
   run_out o;
   run_ingest_inputs(&p, in, 1, &o);
   CHECK_EQ(o.st, LH_OK);
@@ -67,7 +67,7 @@ static void test_reasons(void) {
   p.exclude = exc;
   p.n_exclude = 1;
   p.max_file_bytes = 200;
-  run_input in = {"mixed.tar", tar.data, tar.len};
+  run_input in = {"mixed.tar", tar.data, tar.len, NULL};
   run_out o;
   run_ingest_inputs(&p, &in, 1, &o);
   CHECK_EQ(o.st, LH_OK);
@@ -102,7 +102,7 @@ static void test_reasons(void) {
   t.len = 512 + 1000;
   p = lh_ingest_default_params();
   p.on_error = LH_INGEST_ON_ERROR_SKIP;
-  run_input tin = {"cut.tar", t.data, t.len};
+  run_input tin = {"cut.tar", t.data, t.len, NULL};
   run_ingest_inputs(&p, &tin, 1, &o);
   CHECK_EQ(o.stats.errors_by_reason[LH_REASON_CORRUPT], 1);
   CHECK_EQ(o.stats.documents, 0); /* an entry that failed is not a document */
@@ -113,7 +113,7 @@ static void test_reasons(void) {
   lh_buf e = {0};
   make_archive(&e, ARCHIVE_FORMAT_ZIP, ARCHIVE_FILTER_NONE, ef, 1);
   p = lh_ingest_default_params();
-  run_input ein = {"empty.zip", e.data, e.len};
+  run_input ein = {"empty.zip", e.data, e.len, NULL};
   run_ingest_inputs(&p, &ein, 1, &o);
   CHECK_EQ(o.stats.documents, 1);
   CHECK_EQ(o.stats.no_text, 1);

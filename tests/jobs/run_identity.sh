@@ -7,7 +7,13 @@
 #     manifest the new bytes; checkpoints are reused only up to where the tokens still match;
 #   - another --chunk, or one changed bit of the weights, computes the job again;
 #   - one changed byte of the stored answer (sqlite3, behind the store's back): store verify
-#     fails, and the rerun recomputes the answer instead of printing the damaged one.
+#     fails, and the rerun recomputes the answer instead of printing the damaged one;
+#   - another --max-tokens (the default) computes again only the request that gives no
+#     max_tokens of its own: the identity holds each request's effective max_tokens;
+#   - a missing document fails its job clearly (400, named) and stays failed while it is missing;
+#     once it appears the job runs. A document that cannot be read (mode 000, run as an ordinary
+#     user) fails its job and the job is tried again on the next run, not kept as "already done";
+#     once it can be read the job runs, and then stays done.
 . "$(dirname "$0")/lib.sh"
 HT=$SRC/models/haul-tiny
 [ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
@@ -116,4 +122,66 @@ grep -q "1 request computed again: its stored answer or error was damaged" "$T/d
   || { cat "$T/damaged.log"; fail "the rerun did not recompute the damaged answer"; }
 [ "$(answer)" = "$good" ] || fail "after the damage the answer is '$(answer)', not '$good'"
 "$LH" store verify --db "$OUT/longhaul.db" > "$T/verify2.log" 2>&1 || { cat "$T/verify2.log"; fail "verify after the rerun"; }
-echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights and a damaged answer recomputed: ok"
+
+# 6. The default max_tokens: new work only for the request that decodes to it.
+printf 'The special magic lighthouse number is: 4411.\n' > "$T/fact.md"
+cat > "$T/mt.jsonl" <<'B'
+{"custom_id":"own","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is the special magic lighthouse number?"}],"max_tokens":6,"temperature":0,"documents":["fact.md"]}}
+{"custom_id":"dflt","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is the special magic lighthouse number?"}],"temperature":0,"documents":["fact.md"]}}
+B
+mt_run() { # log name, --max-tokens
+  "$LH" run "$T/mt.jsonl" --model "$HT" --out "$T/mt" --chunk 256 --max-tokens "$2" --progress none > "$T/$1.log" 2>&1 \
+    || { cat "$T/$1.log"; fail "$1: run failed"; }
+}
+mt_run mt-first 8
+mt_run mt-same 8
+grep -q "2 already done" "$T/mt-same.log" || { cat "$T/mt-same.log"; fail "the same --max-tokens computed again"; }
+mt_run mt-other 9
+grep -q "1 already done" "$T/mt-other.log" || { cat "$T/mt-other.log"; fail "another --max-tokens made the request with its own max_tokens new work"; }
+grep -q "1 request computed again: its inputs changed" "$T/mt-other.log" \
+  || { cat "$T/mt-other.log"; fail "another --max-tokens did not compute again the request without max_tokens"; }
+# 7. Missing, then there; unreadable, then readable (tiny-chat: only the outcome matters here).
+mkdir -p "$T/u" && chmod 777 "$T/u"
+cat > "$T/u/b.jsonl" <<'B'
+{"custom_id":"m","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"documents":["doc.md"]}}
+B
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  if command -v setpriv > /dev/null; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  else as_user=(skip); fi
+fi
+u_run() { # log name, expected exit status, [as an ordinary user]
+  local rc=0 pre=()
+  [ -n "${3:-}" ] && pre=("${as_user[@]}")
+  "${pre[@]}" "$LH" run "$T/u/b.jsonl" --model "$MODEL" --out "$T/u/out" --progress none > "$T/$1.log" 2>&1 || rc=$?
+  [ "$rc" = "$2" ] || { cat "$T/$1.log"; fail "$1: exit $rc, expected $2"; }
+}
+status_of() { json 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    print(o["response"]["status_code"] if o["response"] else 0, o["error"]["message"] if o["error"] else "")' "$T/u/out/$1"; }
+u_run miss1 1
+status_of output.jsonl | grep -q '^400 .*doc.md' || { status_of output.jsonl; fail "a missing document did not fail its job with a 400 naming it"; }
+u_run miss2 0
+grep -q "1 already done" "$T/miss2.log" || { cat "$T/miss2.log"; fail "a job whose document is still missing ran again"; }
+echo "The special magic lighthouse number is: 4411." > "$T/u/doc.md"
+u_run appeared 0
+grep -q "1 request computed again: its inputs changed" "$T/appeared.log" || { cat "$T/appeared.log"; fail "the document appeared and its job did not run"; }
+if [ "${as_user[0]:-}" = skip ]; then
+  echo "run_identity: NOTE: root without setpriv: the unreadable-document case is not checked" >&2
+else
+  chmod 000 "$T/u/doc.md"
+  if [ -n "${as_user[*]}" ]; then chmod o+x "$T" && chown -R 65534:65534 "$T/u/out"; fi
+  u_run unread1 1 user
+  grep -q "can be read" "$T/unread1.log" || { cat "$T/unread1.log"; fail "no warning names the unreadable document"; }
+  status_of output.jsonl | grep -q 'doc.md.*Permission denied' || { status_of output.jsonl; fail "the unreadable document's job did not fail naming it"; }
+  u_run unread2 1 user
+  grep -q "1 already done" "$T/unread2.log" && { cat "$T/unread2.log"; fail "a job whose document could not be read was kept as already done"; }
+  grep -q "0 done, 1 failed" "$T/unread2.log" || { cat "$T/unread2.log"; fail "the unreadable document's job was not tried again"; }
+  chmod 644 "$T/u/doc.md"
+  u_run readable1 0 user
+  grep -q "1 done, 0 failed" "$T/readable1.log" || { cat "$T/readable1.log"; fail "the readable document's job did not run"; }
+  u_run readable2 0 user
+  grep -q "1 already done" "$T/readable2.log" || { cat "$T/readable2.log"; fail "the readable document's job ran again"; }
+fi
+echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"

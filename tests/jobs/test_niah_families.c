@@ -11,7 +11,8 @@
  *     kind comes up, an {id} question only with a needle that writes an {id}, multikey's keys
  *     differ and share the attribute, multivalue's values differ and share key and template.
  *  4. End to end on models/haul-tiny (CPU, 1K tokens): results.jsonl has each trial's family,
- *     summary.json the accuracy per needle kind and value kind, sweep.json the file's SHA-256;
+ *     results.csv its needle kind, templates and value kind, summary.json the accuracy per needle
+ *     kind and value kind, sweep.json the file's SHA-256;
  *     the same seed into another folder writes byte-identical prompts (--save-prompts), another
  *     seed other ones; whichfile's expected path is the header of the document its needle is in;
  *     multivalue's expected list is the values in text order; wrong combinations are refused before
@@ -438,6 +439,23 @@ static char *prompt(const char *out, int64_t length, double depth, int trial) {
   return b.data;
 }
 
+/* The CSV fields (quoted, quotes doubled) that results.csv ends a families row with: what the trial
+ * drew, as results.jsonl's "family" has it. */
+static void family_csv_tail(const cJSON *fam, char *out, size_t cap) {
+  static const char *const keys[] = {"needle_kind", "needle", "question", "value_kind"};
+  size_t k = 0;
+  for (size_t i = 0; i < 4 && k + 4 < cap; i++) {
+    out[k++] = ',', out[k++] = '"';
+    for (const char *c = str(fam, keys[i]); c && *c && k + 4 < cap; c++) {
+      if (*c == '"') out[k++] = '"';
+      out[k++] = *c;
+    }
+    out[k++] = '"';
+  }
+  out[k++] = '\n';
+  out[k] = 0;
+}
+
 static void check_end_to_end(void) {
   if (!lh_is_file("models/haul-tiny/config.json")) LH_TEST_SKIP("models/haul-tiny is not here (run from the source tree)");
   char a[600], b[600], c[600], d[600], m[600], x[600];
@@ -472,10 +490,17 @@ static void check_end_to_end(void) {
   cJSON_Delete(sw);
   cJSON *ra = rows(a);
   CHECK_EQ(cJSON_GetArraySize(ra), 4);
+  snprintf(path, sizeof path, "%s/results.csv", a);
+  lh_buf csv = {0};
+  CHECK(lh_file_read(path, 16u << 20, &csv, &e) == LH_OK && lh_buf_append(&csv, "", 1) == LH_OK);
+  CHECK_STR_CONTAINS(csv.data, ",seconds,same_set,needle_kind,needle_template,question_template,value_kind\n");
   const cJSON *r;
   cJSON_ArrayForEach(r, ra) {
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(r, "family");
     CHECK(str(fam, "needle_kind") && str(fam, "value_kind") && str(fam, "question") && str(fam, "attr"));
+    char tail[4096];
+    family_csv_tail(fam, tail, sizeof tail);
+    CHECK_MSG(csv.data && strstr(csv.data, tail), "results.csv lacks the family fields %s", tail);
     CHECK(str(r, "needle") && str(r, "expected") && strstr(str(r, "needle"), str(r, "expected")));
     char *pr = prompt(a, 1024, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "depth")),
                       (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(r, "trial")));
@@ -505,6 +530,7 @@ static void check_end_to_end(void) {
   }
   cJSON_Delete(rb);
   cJSON_Delete(ra);
+  lh_buf_free(&csv);
   /* whichfile, over a haystack of many small documents (a needle placed at a document's first
    * token moves inside one): the expected path is the header of the document around the needle */
   char corpus[600];
