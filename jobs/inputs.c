@@ -158,7 +158,7 @@ static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, co
     n++;
   }
   closedir(dir);
-  if (st == LH_OK) qsort(names, n, sizeof *names, cmp_name);
+  if (st == LH_OK && n > 1) qsort(names, n, sizeof *names, cmp_name);  /* names is NULL in an empty folder */
   for (size_t i = 0; i < n && st == LH_OK; i++) {
     char child[PATH_MAX], crel[PATH_MAX];
     if ((size_t)snprintf(child, sizeof child, "%s/%s", path, names[i]) >= sizeof child ||

@@ -4,6 +4,7 @@
 # attributes and keys never trained), through longhaul's CUDA backend, in one device call:
 #   single-1k-64k    single fact, 1K-64K, 11 depths x 10 trials (770 trials)
 #   single-256k-1m   single fact, 256K and 1M, 11 depths x 2 trials (44)
+#   multikey-32k     4 facts planted, one asked, 32K, 5 depths x 8 (40) (session 12)
 #   multivalue-32k   one key and attribute planted 4 times, 32K, 5 depths x 8 (40)
 #   whichfile-64k    "which file sets ...", 64K, 11 depths x 4 (44)
 # About 2-3 minutes on one H200 or H100 for a model of haul-tiny's size (the step-7847 sweeps'
@@ -38,6 +39,7 @@ mkdir -p "$W"
   sha256sum "$F" "$M/model.safetensors"
   sweep single-1k-64k 150 --lengths 1k,2k,4k,8k,16k,32k,64k --depths 0:100:10 --trials 10
   sweep single-256k-1m 240 --lengths 256k,1m --depths 0:100:10 --trials 2
+  sweep multikey-32k 60 --variant multikey --needles 4 --lengths 32k --depths 0:100:25 --trials 8
   sweep multivalue-32k 60 --variant multivalue --needles 4 --lengths 32k --depths 0:100:25 --trials 8
   sweep whichfile-64k 60 --variant whichfile --lengths 64k --depths 0:100:10 --trials 4
   step end
