@@ -53,6 +53,7 @@ ONE_KEY_Q = [template_regex(q, k=KEY) for _, q in data.TRAIN_MAGIC_V4]
 MULTI_VALUE_Q = [template_regex(q, k=KEY) for q in data.TRAIN_MULTI_VALUE_Q_V4]
 MULTI_QUERY_Q = template_regex(data.MULTI_QUERY_Q, k1=KEY, k2=KEY)
 REPO_VALUE_Q = template_regex(data.REPO_VALUE_Q, name=NAME)
+REPO_VALUE_QS_V9 = [template_regex(q, name=NAME) for q in data.REPO_VALUE_QS_V9]
 REPO_FILE_Q = template_regex(data.REPO_FILE_Q, name=NAME)
 PASSKEY_Q = [q for _, q in data.TRAIN_PASSKEY]
 PLANTS = [template_regex(t, name=NAME, v=NUM) for t in (data.PLANT_C, data.PLANT_PY, data.PLANT_PROSE)]
@@ -101,7 +102,7 @@ def expected(question: str, prompt: str, magic, repo):
                 raise ValueError(f"multi-query key {k!r} has {len(magic.get(k, []))} values")
             out.append(magic[k][0])
         return ", ".join(out)
-    for rx, idx in ((REPO_VALUE_Q, 0), (REPO_FILE_Q, 1)):
+    for rx, idx in [(REPO_VALUE_Q, 0), (REPO_FILE_Q, 1)] + [(q, 0) for q in REPO_VALUE_QS_V9]:
         m = rx.fullmatch(question)
         if m:
             found = repo.get(m["name"], [])
@@ -248,7 +249,7 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
     matched by a train template, with a train attribute, a train key and a value of a train kind
     (version 7: of its train kinds) that no held-out kind could have drawn."""
-    train_rx = KIND_RX["train8" if version >= 8 else "train7" if version >= 7 else "train"]
+    train_rx = KIND_RX["train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:
@@ -287,8 +288,9 @@ def main():
     held_keys = set(words["heldout"])
     if args.version >= 8:
         # version 8's train side draws {w} from the corpus's training words (data.Generator.use_grammar)
-        gen.use_grammar(8)
-        KIND_RX["train8"] = _kind_rx(dict(grammar.families("train", 8), value_words=gen.fam.words))
+        v = min(args.version, 9)
+        gen.use_grammar(v)
+        KIND_RX[f"train{v}"] = _kind_rx(dict(grammar.families("train", v), value_words=gen.fam.words))
     all_keys = set(words["train"]) | held_keys
     committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
     with open(committed) as f:

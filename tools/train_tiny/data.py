@@ -79,6 +79,12 @@ PLANT_C = "#define {name} {v}"
 PLANT_PY = "{name} = {v}"
 PLANT_PROSE = "The value of {name} is {v}."
 REPO_VALUE_Q = "What is the value of {name}?"
+# version 9: half the repository value questions in the grammar's train-side question templates
+# that name the identifier ({id} -> the constant's name). Why: step 8488 finds DEFAULT_WORKER_TIMEOUT
+# past a near miss when asked "What is the value of ...?", the only form repository questions had,
+# and makes a value up for "What is ... set to?" (a held-out template, so it is not trained here).
+REPO_VALUE_QS_V9 = ("Find the value of {name}.", "Which value does {name} have?", "Tell me what {name} is.",
+                    "What does {name} equal?", "{name} = ?")
 REPO_FILE_Q = "Which file defines {name}?"
 MULTI_QUERY_Q = "What are the special magic numbers for {k1} and {k2}?"
 
@@ -137,6 +143,11 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      Why: step 9336 (version 7) answered the demo's DEFAULT_WORKER_TIMEOUT with
 #      `_MIN_SCHEDULED_TIMER_HANDLES = 100`'s value from 19K tokens earlier, or with a value made of
 #      value words ("pepper@gecko.org"), and held-out non-digit values stayed at 0 of 69.
+#   9: (written in session 12, not trained yet) version 8 with token runs as values (12 kinds of
+#      grammar.VALUE_KINDS_V9: 2-8 tokens of the vocabulary) and half the repository value questions
+#      in the grammar's train-side {id} question templates (REPO_VALUE_QS_V9). Why: step 8488
+#      (version 8) finds held-out facts and copies only digits right, and it answers the demo's
+#      "What is DEFAULT_WORKER_TIMEOUT set to?" with a made-up value (TRAINING.md, "Session 12").
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -148,6 +159,7 @@ MIXES = {
     7: (0.14, 0.14, 0.06, 0.06, 0.04, 0.11, 0.05, 0.0, 0.16, 0.10, 0.06, 0.08),   # repo_value 0.05 -> 0.11
 }
 MIXES[8] = MIXES[7]
+MIXES[9] = MIXES[8]
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -166,6 +178,7 @@ DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
                    "repo_dense": 0.10, "multikey": 0.03, "magic": 0.05,
                    "fact_dense": 0.28, "fact_mv_dense": 0.12, "file_dense": 0.16}}
 DENSE_MIXES[8] = DENSE_MIXES[7]
+DENSE_MIXES[9] = DENSE_MIXES[8]
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -225,9 +238,14 @@ class Generator:
         self.version = version
         if self.fam_fixed:
             return
-        v = min(8, max(6, version))
+        v = min(9, max(6, version))
         if v not in self._fams:
             fam = grammar.Families.side("train", v)
+            if v >= 9:
+                # the tokens a {tN} field draws from: every token whose text is grammar.TOKEN_CHARS alone
+                rx = re.compile(grammar.TOKEN_CHARS + "+")
+                text = (self.tok.decode([i]) for i in range(self.tok.get_vocab_size()))
+                fam.tokens = [t for t in text if rx.fullmatch(t)]
             if v >= 8:
                 # {w} from the corpus's training words (thousands), not 76 fixed value words, so that
                 # writing a value word from memory stops paying; never a held-out value word, and no
@@ -285,6 +303,12 @@ class Generator:
             if nm != name and nm not in out and nm not in taken:
                 out.append(nm)
         return out
+
+    def _repo_value_q(self, rng) -> str:
+        """A repository value question's template: version 9 draws half from REPO_VALUE_QS_V9."""
+        if self.version >= 9 and rng.random() < 0.5:
+            return REPO_VALUE_QS_V9[int(rng.integers(len(REPO_VALUE_QS_V9)))]
+        return REPO_VALUE_Q
 
     def _near_number(self, rng, v: str) -> str:
         """A near-miss constant's value: often a round number, as in real code, never v."""
@@ -572,13 +596,13 @@ class Generator:
             new = self._plant_gfacts(rng, new, distractors)
         hay = "".join(frame(p, t) for p, t in new)
         if task == "repo_value":
-            question, answer = REPO_VALUE_Q.format(name=names[0]), vals[0]
+            question, answer = self._repo_value_q(rng).format(name=names[0]), vals[0]
         else:
             question, answer = REPO_FILE_Q.format(name=names[0]), pieces[target][0]
         more = []
         for j in range(1, len(planted)) if extra_turns else ():
             if rng.random() < 0.5:
-                more.append((REPO_VALUE_Q.format(name=names[j]), vals[j]))
+                more.append((self._repo_value_q(rng).format(name=names[j]), vals[j]))
             else:
                 more.append((REPO_FILE_Q.format(name=names[j]), pieces[planted[j]][0]))
         ids, spans = self._chat(rng, hay, question, answer, layout, more)
@@ -612,7 +636,7 @@ class Generator:
         turns = []
         for j in rng.permutation(n).tolist()[:n_turns]:
             if rng.random() < 0.65:
-                turns.append((REPO_VALUE_Q.format(name=names[j]), vals[j]))
+                turns.append((self._repo_value_q(rng).format(name=names[j]), vals[j]))
             else:
                 turns.append((REPO_FILE_Q.format(name=names[j]), pieces[where[j]][0]))
         (question, answer), more = turns[0], turns[1:]
@@ -812,6 +836,7 @@ CURRICULA[5] = CURRICULA[4]
 CURRICULA[6] = CURRICULA[4]
 CURRICULA[7] = CURRICULA[4]
 CURRICULA[8] = CURRICULA[4]
+CURRICULA[9] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:

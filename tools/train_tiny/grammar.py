@@ -287,7 +287,9 @@ def _v8_kinds():
 ID_STYLES = ("snake", "upper", "camel", "pascal", "dotted", "kebab")
 SECTIONS = ("needles", "questions", "multi_value_questions", "file_questions", "value_kinds",
             "attributes", "value_words")
-FIELD_RE = re.compile(r"\{([dDxXaAw])(\d*)\}")
+FIELD_RE = re.compile(r"\{([dDxXaAwt])(\d*)\}")
+# {tN} (version 9): N tokens of the tokenizer, each of these characters alone (Families.tokens)
+TOKEN_CHARS = r"[A-Za-z0-9_.:@+#~=,%/-]"
 PLACEHOLDERS = ("{key}", "{Key}", "{attr}", "{id}", "{value}")
 
 
@@ -324,6 +326,8 @@ def families(side: str, version: int = 6) -> dict:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V7)
     if side == "train" and version >= 8:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V8)
+    if side == "train" and version >= 9:
+        out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V9)
     return to_json_form(out)
 
 
@@ -411,7 +415,7 @@ def fill(text: str, key: str, attr: str, value: str = "", id_style: str | None =
     return out.replace("{value}", value)
 
 
-def draw_value(rng, patterns, words) -> str:
+def draw_value(rng, patterns, words, tokens=None) -> str:
     pat = patterns[int(rng.integers(len(patterns)))]
     out, pos = [], 0
     for m in FIELD_RE.finditer(pat):
@@ -430,6 +434,8 @@ def draw_value(rng, patterns, words) -> str:
                 out.append(chr(97 + int(rng.integers(26))))
             elif f == "A":
                 out.append(chr(65 + int(rng.integers(26))))
+            elif f == "t":
+                out.append(tokens[int(rng.integers(len(tokens)))])
             else:
                 out.append(words[int(rng.integers(len(words)))])
         pos = m.end()
@@ -453,6 +459,8 @@ def pattern_regex(pat: str, words=None) -> str:
         if f == "w":
             one = "(?:" + "|".join(map(re.escape, words)) + ")" if words else "[a-z]+"
             out += one * n
+        elif f == "t":
+            out += TOKEN_CHARS + "+"
         else:
             out += cls[f] + (f"{{{n}}}" if n > 1 else "")
         pos = m.end()
@@ -461,6 +469,15 @@ def pattern_regex(pat: str, words=None) -> str:
 
 _check_v7()
 VALUE_KINDS_V8 = _v8_kinds()
+# Version 9 (written in session 12, not trained yet): values that are runs of 2-8 tokens of the
+# tokenizer's own vocabulary ({tN}; the tokens whose text is TOKEN_CHARS alone, given by
+# data.Generator.use_grammar). Why: at step 8488 (version 8) every held-out miss that is not digits
+# has the needle found (the right start, the right length class) and the copy wrong: dates lose
+# their dashes, UUIDs their middles, words become random shapes. A value that is any tokens can be
+# answered only by copying each one. 12 kinds, so that about a fifth of the train side's values are
+# token runs; names the hash puts on the held-out side are skipped.
+VALUE_KINDS_V9 = [(f"tokens_{i:02d}", ["{t2}", "{t3}", "{t4}", "{t5}", "{t6}", "{t8}"])
+                  for i in range(40) if not held_out("value_kinds", (f"tokens_{i:02d}", []))][:12]
 assert not any(held_out("value_kinds", k) for k in VALUE_KINDS_V8), "a version 8 value kind is on the held-out side"
 
 
@@ -477,6 +494,7 @@ class Families:
         self.attrs = fam["attributes"]
         self.words = fam["value_words"]
         self.reject = None
+        self.tokens = None   # version 9's {t} tokens (data.Generator.use_grammar)
 
     @classmethod
     def side(cls, side: str, version: int = 6):
@@ -492,11 +510,11 @@ class Families:
 
     def value(self, rng, kind=None) -> str:
         kind = kind or self.pick(rng, self.kinds)
-        v = draw_value(rng, kind["patterns"], self.words)
-        # version 8's shapes can draw a held-out kind's form (7 hex digits that are all digits):
-        # draw again (self.reject is set by Generator.use_grammar for version 8)
+        v = draw_value(rng, kind["patterns"], self.words, self.tokens)
+        # version 8's shapes and version 9's token runs can draw a held-out kind's form (7 hex
+        # digits that are all digits): draw again (self.reject is set by Generator.use_grammar)
         while self.reject is not None and self.reject.fullmatch(v):
-            v = draw_value(rng, kind["patterns"], self.words)
+            v = draw_value(rng, kind["patterns"], self.words, self.tokens)
         return v
 
     def needle(self, rng, kinds_of_text=None):
