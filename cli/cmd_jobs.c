@@ -269,6 +269,9 @@ int lh_cmd_run(int argc, char **argv) {
          sum.done, sum.failed, sum.bad_lines, sum.bad_lines == 1 ? "" : "s", sum.skipped_done,
          sum.interrupted_left ? "" : "\n");
   if (sum.interrupted_left) printf(", %d interrupted\n", sum.interrupted_left);
+  if (sum.skipped_failed)
+    printf("  %d of the already done failed in an earlier run (errors.jsonl says why): --force runs %s again\n",
+           sum.skipped_failed, sum.skipped_failed == 1 ? "it" : "them");
   if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
   if (sum.changed)
     printf("  %d request%s computed again: %s inputs changed (documents, model or parameters)\n", sum.changed,

@@ -364,6 +364,7 @@ static lh_status add_jobs(run *R, lh_error *err) {
         if ((st = lh_store_job_requeue(R->store, R->job_ids[i], err)) != LH_OK) return st;
       } else if (finished) {
         R->sum->skipped_done++;
+        if (!was_done) R->sum->skipped_failed++;
       }
     }
   }

@@ -164,6 +164,8 @@ u_run miss1 1
 status_of output.jsonl | grep -q '^400 .*doc.md' || { status_of output.jsonl; fail "a missing document did not fail its job with a 400 naming it"; }
 u_run miss2 0
 grep -q "1 already done" "$T/miss2.log" || { cat "$T/miss2.log"; fail "a job whose document is still missing ran again"; }
+grep -q "1 of the already done failed in an earlier run" "$T/miss2.log" || { cat "$T/miss2.log"; fail "the rerun did not say the kept job had failed"; }
+status_of output.jsonl | grep -q '^400 .*doc.md' || { status_of output.jsonl; fail "the rerun's output lost the kept failure"; }
 echo "The special magic lighthouse number is: 4411." > "$T/u/doc.md"
 u_run appeared 0
 grep -q "1 request computed again: its inputs changed" "$T/appeared.log" || { cat "$T/appeared.log"; fail "the document appeared and its job did not run"; }
