@@ -272,6 +272,10 @@ int lh_cmd_run(int argc, char **argv) {
   if (sum.skipped_failed)
     printf("  %d of the already done failed in an earlier run (errors.jsonl says why): --force runs %s again\n",
            sum.skipped_failed, sum.skipped_failed == 1 ? "it" : "them");
+  if (sum.taken_over)
+    printf("  %d request%s taken over by another process after this run stalled: %s answers %s; "
+           "rerun to collect %s here\n", sum.taken_over, sum.taken_over == 1 ? " was" : "s were",
+           "it", sum.taken_over == 1 ? "it" : "them", sum.taken_over == 1 ? "its answer" : "their answers");
   if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
   if (sum.changed)
     printf("  %d request%s computed again: %s inputs changed (documents, model or parameters)\n", sum.changed,
@@ -299,6 +303,8 @@ int lh_cmd_run(int argc, char **argv) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_TEMPFAIL;
   }
+  /* a request taken over by another process is not answered in this run's output: rerun to collect it */
+  if (sum.taken_over) return LH_EXIT_TEMPFAIL;
   /* a failed job kept from an earlier run is still an unanswered request: exit 0 means every one answered */
   return sum.failed || sum.skipped_failed || sum.bad_lines ? LH_EXIT_FAILED : LH_EXIT_OK;
 }

@@ -794,6 +794,7 @@ static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
   g->t_prefill = lh_now() - t0;
   if (st == LH_EINTR && g->lost) { /* the jobs are another process's now: leave them to it */
     lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", g->label);
+    R->sum->taken_over += g->n;
     for (int i = 0; i < g->n; i++) g->J[i].failed = g->J[i].failed ? g->J[i].failed : -1;
     lh_prefix_close(*px);
     *px = NULL;
@@ -968,6 +969,7 @@ static void group_record(group *g) {
     free(rj);
     if (s == LH_EBUSY && !J->recorded) {
       lh_progress_note(R->prog, "%s: taken over by another process; its result is theirs: %s", J->r->custom_id, e.msg);
+      R->sum->taken_over++;
     } else if (s != LH_OK) {
       env_fault(R, s, &e);
     }

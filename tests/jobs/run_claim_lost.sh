@@ -57,6 +57,9 @@ n=$(sed -n 's/.*tokens: \([0-9]*\) prefilled.*/\1/p' "$T/stall.log")
 [ "$(sql show)" = "c running 4242 0 0" ] || { sql show; cat "$T/stall.log"; fail "the stalled run touched the job it lost"; }
 grep -q '"custom_id":"c"' "$T/out/output.jsonl" "$T/out/errors.jsonl" 2>/dev/null \
   && { cat "$T/out/output.jsonl" "$T/out/errors.jsonl"; fail "the stalled run printed an outcome for the job it lost"; }
+[ "$rc" = 75 ] || { cat "$T/stall.log"; fail "the stalled run exited $rc, not 75 (rerun me): its output lacks a request"; }
+grep -q "1 request was taken over by another process after this run stalled" "$T/stall.log" \
+  || { cat "$T/stall.log"; fail "the stalled run's summary did not say a request was taken over"; }
 echo "run_claim_lost: the stalled run exited $rc and left the job to its new owner"
 
 sql other-gone
