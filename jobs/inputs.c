@@ -133,7 +133,13 @@ static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, co
     feed_str(h, S_ISFIFO(sb.st_mode) ? "fifo" : S_ISSOCK(sb.st_mode) ? "socket" : "device", rel);
     return LH_OK;
   }
-  if (depth > 256) return lh_error_set(err, LH_ELIMIT, "%s: folders nested more than 256 deep", path);
+  /* ingest walks 256 levels of folders and skips what is deeper (ingest/archive_walk.c, MAX_DEPTH);
+   * the identity walks at least as deep, so it sees every file ingest reads, and names the rest
+   * without reading it. (An error here would give the job a new identity on every run.) */
+  if (depth > 256) {
+    feed_str(h, "too-deep", rel);
+    return LH_OK;
+  }
   feed_str(h, "dir", rel);
   DIR *dir = opendir(path);
   if (!dir) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));

@@ -1,7 +1,8 @@
 /* test_inputs.c — jobs/inputs.h: the digest of a request's documents changes with any byte of any
  * file they reach and with names in a folder, not with a touch; the cache spares the read of an
  * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened; an
- * excluded folder inside a document folder (the runner's --out) is named, its contents ignored. */
+ * excluded folder inside a document folder (the runner's --out) is named, its contents ignored; folders
+ * nested deeper than ingest walks are named, not read, and give the same digest on every run. */
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -125,5 +126,27 @@ int main(void) {
   CHECK_MSG(!strcmp(e1, e2), "what the excluded folder holds does not change the digest");
   CHECK_MSG(strcmp(n1, n2), "without the exclusion it does");
   lh_request_free(&r);
+
+  /* folders nested deeper than ingest walks (256): a digest all the same, the same on every run,
+   * and still moved by a file ingest reads */
+  char deep[1400], shallow[1400] = "";
+  int n = snprintf(deep, sizeof deep, "%s/deep", dir);
+  for (int i = 0; i < 300; i++) {
+    n += snprintf(deep + n, sizeof deep - (size_t)n, "/d");
+    if (i == 5) snprintf(shallow, sizeof shallow, "%s", deep);
+  }
+  CHECK(lh_mkdir_p(deep, NULL) == LH_OK);
+  put(deep, "far.txt", "past the walk\n");
+  put(shallow, "near.txt", "read by ingest\n");
+  char deep_root[900], t1[65], t2[65], t3[65];
+  snprintf(deep_root, sizeof deep_root, "%s/deep", dir);
+  lh_request rd = req_of(deep_root);
+  CHECK_MSG(lh_inputs_digest(&rd, NULL, t1, &err) == LH_OK, "%s", err.msg);
+  CHECK(lh_inputs_digest(&rd, NULL, t2, &err) == LH_OK);
+  CHECK_MSG(!strcmp(t1, t2), "folders past the walk's depth give the same digest on every run");
+  put(shallow, "near.txt", "changed\n");
+  CHECK(lh_inputs_digest(&rd, NULL, t3, &err) == LH_OK);
+  CHECK_MSG(strcmp(t1, t3), "a file ingest reads still moves the digest");
+  lh_request_free(&rd);
   return lh_test_end();
 }
