@@ -149,13 +149,10 @@ ALL_ATTRS = {a: side for side in SIDES for a in SIDES[side]["attributes"]}
 TRAIN7 = grammar.families("train", 7)   # version 7's train side: more value kinds (grammar.VALUE_KINDS_V7)
 
 
-def _kind_rx(fam):
-    return [re.compile("|".join(grammar.pattern_regex(p, fam["value_words"]) for p in k["patterns"]))
-            for k in fam["value_kinds"]]
-
-
-KIND_RX = {side: _kind_rx(SIDES[side]) for side in SIDES}
-KIND_RX["train7"] = _kind_rx(TRAIN7)
+# every value a side's kinds can draw, one regex a side (grammar.kinds_regex, which data.py's
+# version 8 uses to redraw held-out-looking values)
+KIND_RX = {side: grammar.kinds_regex(SIDES[side]) for side in SIDES}
+KIND_RX["train7"] = grammar.kinds_regex(TRAIN7)
 
 
 def grammar_facts(prompt: str, keys: set):
@@ -259,9 +256,9 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
             raise ValueError(f"held-out attribute {f['attr']!r}")
         if f["key"] in held_keys:
             raise ValueError(f"held-out key {f['key']!r}")
-        if not any(rx.fullmatch(f["value"]) for rx in train_rx):
+        if not train_rx.fullmatch(f["value"]):
             raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of no train value kind")
-        if any(rx.fullmatch(f["value"]) for rx in KIND_RX["heldout"]):
+        if KIND_RX["heldout"].fullmatch(f["value"]):
             raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of a held-out value kind's form")
 
 
@@ -290,7 +287,7 @@ def main():
         # version 8's train side draws {w} from the corpus's training words (data.Generator.use_grammar)
         v = min(args.version, 9)
         gen.use_grammar(v)
-        KIND_RX[f"train{v}"] = _kind_rx(dict(grammar.families("train", v), value_words=gen.fam.words))
+        KIND_RX[f"train{v}"] = grammar.kinds_regex(dict(grammar.families("train", v), value_words=gen.fam.words))
     all_keys = set(words["train"]) | held_keys
     committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
     with open(committed) as f:
