@@ -273,9 +273,9 @@ int lh_cmd_run(int argc, char **argv) {
     printf("  %d of the already done failed in an earlier run (errors.jsonl says why): --force runs %s again\n",
            sum.skipped_failed, sum.skipped_failed == 1 ? "it" : "them");
   if (sum.taken_over)
-    printf("  %d request%s taken over by another process after this run stalled: %s answers %s; "
-           "rerun to collect %s here\n", sum.taken_over, sum.taken_over == 1 ? " was" : "s were",
-           "it", sum.taken_over == 1 ? "it" : "them", sum.taken_over == 1 ? "its answer" : "their answers");
+    printf("  %d request%s taken over by another process after this run stalled: it answers %s; rerun to "
+           "collect the answer%s here\n", sum.taken_over, sum.taken_over == 1 ? " was" : "s were",
+           sum.taken_over == 1 ? "it" : "them", sum.taken_over == 1 ? "" : "s");
   if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
   if (sum.changed)
     printf("  %d request%s computed again: %s inputs changed (documents, model or parameters)\n", sum.changed,
