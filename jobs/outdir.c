@@ -6,6 +6,8 @@
  *  2. Every file this module writes is replaced whole (util/fs.h, lh_file_write_atomic): a reader
  *     or a kill sees the old bytes or the new ones.
  *  3. A temporary file is removed only when its writer's pid is not a live process here.
+ *  4. Nothing is written or removed through a symbolic link below the folder: a link planted at
+ *     OUT/jobs or OUT/jobs/<id> (to a folder elsewhere) is refused, naming it, before any write.
  *
  * It must never: truncate a file in place, or remove a file that is not a NAME.tmp.PID
  * temporary.
@@ -125,14 +127,40 @@ static int same_content(const char *path, const void *data, size_t n) {
   return same;
 }
 
+/* Invariant 4: the folders of dir/rel below dir (every component but the last when last_is_file)
+ * that exist are real folders, not symbolic links. The output folder itself may be a link: the
+ * user named it. */
+static lh_status real_folders(const lh_outdir *o, const char *rel, int last_is_file, lh_error *err) {
+  char path[8400];
+  const size_t base = (size_t)snprintf(path, sizeof path, "%s/", o->dir);
+  for (const char *p = rel; *p;) {
+    const char *slash = strchr(p, '/');
+    if (!slash && last_is_file) break;
+    const size_t end = slash ? (size_t)(slash - rel) : strlen(rel);
+    if (base + end >= sizeof path) return lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", o->dir, rel);
+    memcpy(path + base, rel, end);
+    path[base + end] = 0;
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return LH_OK; /* not there yet: made as a real folder */
+    if (S_ISLNK(sb.st_mode))
+      return lh_error_set(err, LH_EIO, "%s is a symbolic link; longhaul writes only into real folders under its "
+                          "output folder: remove the link and rerun", path);
+    if (!slash) break;
+    p = slash + 1;
+  }
+  return LH_OK;
+}
+
 lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t n, lh_error *err) {
   char path[8400];
   if ((size_t)snprintf(path, sizeof path, "%s/%s", o->dir, rel) >= sizeof path)
     return lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", o->dir, rel);
+  lh_status st = real_folders(o, rel, 1, err);
+  if (st) return st;
   if (same_content(path, data, n)) return LH_OK;
   char *slash = strrchr(path, '/');
   *slash = 0;
-  lh_status st = lh_mkdir_p(path, err);
+  st = lh_mkdir_p(path, err);
   *slash = '/';
   if (st) return st;
   lh_testpoint("output");
@@ -154,6 +182,10 @@ lh_status lh_outdir_sweep(lh_outdir *o, const char *rel_folder, const char *name
   if (n) *n = 0;
   char dir[8400];
   snprintf(dir, sizeof dir, "%s%s%s", o->dir, rel_folder && *rel_folder ? "/" : "", rel_folder ? rel_folder : "");
+  if (rel_folder && *rel_folder) {
+    lh_status st = real_folders(o, rel_folder, 0, err);
+    if (st) return st;
+  }
   DIR *d = opendir(dir);
   if (!d) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "%s: %s", dir, strerror(errno));
   struct dirent *e;

@@ -34,13 +34,15 @@ void lh_outdir_close(lh_outdir *o); /* accepts NULL */
 const char *lh_outdir_path(const lh_outdir *o);
 
 /* Write dir/rel (folders created as needed) atomically, unless it already holds exactly these
- * bytes (then nothing is written: rebuilding every output of a big batch costs reads only). */
+ * bytes (then nothing is written: rebuilding every output of a big batch costs reads only). A
+ * folder of rel that is a symbolic link (planted at OUT/jobs/<id>, say) is refused before anything
+ * is written: LH_EIO naming it. */
 lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t n, lh_error *err);
 
 /* Remove temporaries left in dir/rel_folder ("" for dir itself) by lh_file_write_atomic writers
  * that no longer run: files named NAME.tmp.PID where no process PID exists, and NAME is `name`
  * (NULL: any name; a shard passes its own files' names). *n (may be NULL) counts the removed.
- * A missing folder is not an error. */
+ * A missing folder is not an error; one that is a symbolic link is refused as by lh_outdir_put. */
 lh_status lh_outdir_sweep(lh_outdir *o, const char *rel_folder, const char *name, int *n, lh_error *err);
 
 #endif

@@ -6,7 +6,9 @@
 #     after the disk grows, the rerun resumes and answers as an uninterrupted run;
 #   - a read-only output folder is refused at once (exit 75), before the model is loaded;
 #   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
-#     --wait it queues behind the first and then finds every job done.
+#     --wait it queues behind the first and then finds every job done;
+#   - a symbolic link planted at OUT/jobs/<id> or OUT/jobs: exit 75 naming it, nothing written
+#     through it.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -63,6 +65,27 @@ fi
 wait $pid || true
 diff "$T/ref.norm" <(norm "$T/c") || fail "two runs on one --out changed the outputs"
 echo "run_faults: two runs on one --out: ok"
+
+# -- a symbolic link planted under --out (at jobs/<id>, or jobs itself) to a folder elsewhere: the
+# run stops (75) naming the link and writes nothing through it; once it is removed, the rerun
+# answers as the reference
+for planted in jobs/f1 jobs; do
+  rm -rf "$T/s" "$T/victim" && mkdir -p "$T/s/$(dirname "$planted")" "$T/victim"
+  echo precious > "$T/victim/result.json"
+  ln -s "$T/victim" "$T/s/$planted"
+  set +e
+  "${RUN[@]}" --out "$T/s" > "$T/s.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc = 75 ] || { cat "$T/s.log"; fail "a symbolic link at $planted: exit $rc, expected 75"; }
+  grep -q "$T/s/$planted is a symbolic link" "$T/s.log" || { cat "$T/s.log"; fail "the message does not name the link $planted"; }
+  [ "$(ls "$T/victim")" = result.json ] && [ "$(cat "$T/victim/result.json")" = precious ] \
+    || { ls -R "$T/victim"; fail "the run wrote through the symbolic link at $planted"; }
+  rm "$T/s/$planted"
+  "${RUN[@]}" --out "$T/s" > "$T/s.log" 2>&1 || true
+  diff "$T/ref.norm" <(norm "$T/s") || { cat "$T/s.log"; fail "the rerun after removing the link at $planted differs"; }
+done
+echo "run_faults: a symbolic link planted under --out: ok"
 
 # -- the tmpfs cases
 M="$T/mnt"
