@@ -276,6 +276,12 @@ int lh_cmd_run(int argc, char **argv) {
     printf("  %d request%s taken over by another process after this run stalled: it answers %s; rerun to "
            "collect the answer%s here\n", sum.taken_over, sum.taken_over == 1 ? " was" : "s were",
            sum.taken_over == 1 ? "it" : "them", sum.taken_over == 1 ? "" : "s");
+  const int elsewhere = sum.elsewhere - sum.taken_over; /* the taken over are said above */
+  if (elsewhere > 0)
+    printf("  %d request%s no line in %s: another process is running %s on the store %s (%s); rerun when it "
+           "is done to collect %s\n", elsewhere, elsewhere == 1 ? " has" : "s have", sum.output_path,
+           elsewhere == 1 ? "it" : "them", sum.db_path, sum.elsewhere_owner[0] ? sum.elsewhere_owner : "its owner",
+           elsewhere == 1 ? "its answer" : "their answers");
   if (sum.not_in_shard) printf("  %d requests belong to other shards\n", sum.not_in_shard);
   if (sum.changed)
     printf("  %d request%s computed again: %s inputs changed (documents, model or parameters)\n", sum.changed,
@@ -303,8 +309,9 @@ int lh_cmd_run(int argc, char **argv) {
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_TEMPFAIL;
   }
-  /* a request taken over by another process is not answered in this run's output: rerun to collect it */
-  if (sum.taken_over) return LH_EXIT_TEMPFAIL;
+  /* a request another process holds (taken over, or run on the same store) is not answered in this
+   * run's output: rerun to collect it */
+  if (sum.taken_over || sum.elsewhere) return LH_EXIT_TEMPFAIL;
   /* a failed job kept from an earlier run is still an unanswered request: exit 0 means every one answered */
   return sum.failed || sum.skipped_failed || sum.bad_lines ? LH_EXIT_FAILED : LH_EXIT_OK;
 }

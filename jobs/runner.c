@@ -136,6 +136,7 @@ typedef struct run {
   lh_runner_summary *sum;
   lh_outdir *out;
   lh_status fault;    /* the first failure of the store or the output folder: the run stops */
+  int unfinished;     /* write_output: this shard's jobs neither done nor failed, so without a line */
   lh_error fault_err;
   lh_digest_cache doc_cache; /* the store's file digests of documents (kind "doc") */
   char params_digest[65];    /* what every job's identity shares: model and parameters */
@@ -1124,6 +1125,11 @@ static lh_status write_output(run *R, lh_error *err) {
       st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500, code, msg);
       if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, code, msg);
       cJSON_Delete(o);
+    } else { /* queued or running: released by a stopped run, or another process's claim */
+      const char *pid = info.owner ? strrchr(info.owner, ' ') : NULL; /* owner: "host pid" */
+      if (!R->unfinished++ && pid)
+        snprintf(R->sum->elsewhere_owner, sizeof R->sum->elsewhere_owner, "pid %s on %.*s", pid + 1,
+                 (int)(pid - info.owner), info.owner);
     }
     lh_store_job_info_clear(&info);
   }
@@ -1276,6 +1282,9 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   lh_error oe;
   const lh_status os = write_output(&R, &oe);
   if (os != LH_OK) env_fault(&R, os, &oe);
+  /* a run that went to its end and still has unfinished jobs: another process holds them (two runs
+   * on one store through --db, or a takeover); their lines come with a rerun once it is done */
+  if (st == LH_OK && !R.fault) sum->elsewhere = R.unfinished;
   if (R.fault) {
     st = R.fault;
     lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "

@@ -71,6 +71,9 @@ typedef struct lh_runner_summary {
   int requests, bad_lines, done, failed, skipped_done, not_in_shard, interrupted_left;
   int skipped_failed; /* of skipped_done: jobs that failed in an earlier run (kept until --force or new inputs) */
   int taken_over;     /* requests whose job another process took over after this one stalled: theirs to answer */
+  int elsewhere;      /* of a run that ran to its end: requests left without a line in output.jsonl because
+                         another process holds their job (a run on the same store, or a takeover) */
+  char elsewhere_owner[160]; /* "pid P on HOST": one such holder, or "" */
   int changed;               /* jobs queued again because their inputs changed (documents, model, parameters) */
   int damaged;               /* finished jobs queued again because their stored answer or error failed its checksum */
   int64_t tokens_prefilled;  /* computed in this run */

@@ -10,6 +10,9 @@
 #   - not print the job in output.jsonl or errors.jsonl as its own outcome;
 # and once the other runner is gone too (its heartbeat older than the lease), a rerun takes the job
 # over and answers it as a run that was never stalled does.
+# Then two runs on one store (--db) with different --out: while the first holds the job (stopped
+# mid-prefill), the second finds nothing it may claim; its output.jsonl lacks the request, so it
+# must exit 75 naming the holder, not 0, and a rerun after the first finished prints the answer.
 . "$(dirname "$0")/lib.sh"
 make_repo
 cat > "$T/batch.jsonl" <<'B'
@@ -66,4 +69,25 @@ sql other-gone
 "${RUN[@]}" --out "$T/out" > "$T/after.log" 2>&1 || { cat "$T/after.log"; fail "the rerun after the other owner died failed"; }
 [ "$(sql show)" = "c done None 0 1" ] || { sql show; cat "$T/after.log"; fail "the rerun did not take the job over and answer it"; }
 diff <(answers "$T/ref/output.jsonl") <(answers "$T/out/output.jsonl") || fail "the answer after the takeover differs from the reference"
-echo "run_claim_lost: ok"
+echo "run_claim_lost: takeover: ok"
+
+LH_TEST_STOP_AT=prefill:2 "${RUN[@]}" --out "$T/d1" --db "$T/shared.db" > "$T/d1.log" 2>&1 &
+pid=$!
+state=gone
+for _ in $(seq 1 1200); do
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo gone)
+  [ "$state" = T ] || [ "$state" = gone ] && break
+  sleep 0.05
+done
+[ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$T/d1.log"; fail "the first run on the shared store did not stop ($state)"; }
+rc=0
+"${RUN[@]}" --out "$T/d2" --db "$T/shared.db" > "$T/d2.log" 2>&1 || rc=$?
+kill -CONT $pid
+wait $pid || { cat "$T/d1.log"; fail "the first run on the shared store failed"; }
+[ "$rc" = 75 ] || { cat "$T/d2.log"; fail "a run whose request another run on its store holds exited $rc, not 75"; }
+grep -q "1 request has no line in $T/d2/output.jsonl: another process is running it.*pid $pid on" "$T/d2.log" \
+  || { cat "$T/d2.log"; fail "the summary does not say which request another process holds, and which process"; }
+"${RUN[@]}" --out "$T/d2" --db "$T/shared.db" > "$T/d2b.log" 2>&1 || { cat "$T/d2b.log"; fail "the rerun on the shared store failed"; }
+grep -q "1 already done" "$T/d2b.log" || { cat "$T/d2b.log"; fail "the rerun did not find the other run's answer"; }
+diff <(answers "$T/ref/output.jsonl") <(answers "$T/d2/output.jsonl") || fail "the rerun's output differs from the reference"
+echo "run_claim_lost: two runs on one store: ok"
