@@ -656,6 +656,8 @@ static lh_status load(FILE *f, const char *name, const char *base, int on_stdin,
                       lh_batch *out, lh_error *err) {
   size_t max = p && p->max_bytes ? p->max_bytes : LH_BATCH_MAX_BYTES;
   struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode))
+    return lh_error_set(err, LH_EINVAL, "%s is a folder; a batch is a JSONL file, one request per line", name);
   size_t hint = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 ? (size_t)sb.st_size : 0;
   if (hint > max)
     return lh_error_set(err, LH_ELIMIT, "%s: the batch is %zu bytes, over the %zu read at once; split it", name, hint,
@@ -676,7 +678,11 @@ lh_status lh_batch_load_params(const char *path, const lh_batch_params *p, lh_ba
   memset(out, 0, sizeof *out);
   if (!strcmp(path, "-")) return lh_batch_load_stream(stdin, "-", p, out, err);
   FILE *f = fopen(path, "rb");
-  if (!f) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  if (!f) { /* a name the caller may not open is theirs to fix (LH_EINVAL); a failing disk is LH_EIO */
+    const int e = errno;
+    const int named = e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG;
+    return lh_error_set(err, e == ENOENT ? LH_ENOTFOUND : named ? LH_EINVAL : LH_EIO, "%s: %s", path, strerror(e));
+  }
   char base[4096];
   dir_of(path, base, sizeof base);
   lh_status st = load(f, path, base, 0, p, out, err);

@@ -115,7 +115,8 @@ typedef struct lh_batch_params {
 lh_batch_params lh_batch_default_params(void);
 
 /* Read and parse the batch file at path ("-": standard input) with the default params. Fails
- * (LH_ENOTFOUND, LH_EIO, LH_ELIMIT, LH_ENOMEM) only when the batch cannot be read or held;
+ * (LH_ENOTFOUND; LH_EINVAL for a folder or a file this user may not open; LH_EIO, LH_ELIMIT,
+ * LH_ENOMEM) only when the batch cannot be read or held;
  * malformed lines become requests with error set. Empty lines are skipped. */
 lh_status lh_batch_load(const char *path, lh_batch *out, lh_error *err);
 /* The same with params (NULL: the defaults). Also fails with LH_ENOTFOUND/LH_EINVAL when

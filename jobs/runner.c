@@ -1229,17 +1229,17 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     return lh_error_set(err, LH_EINVAL, "--shard %d/%d: need 0 <= i < n", p->shard_index, p->shard_count);
   char lock[128];
   run_paths(p, sum, lock, sizeof lock);
-  /* everything that can be checked without the model first: the output folder (one run at a
-   * time, writable), the batch, the store */
-  /* a model folder that is not there, or a backend this build lacks, creates nothing */
+  /* everything that can be checked without the model first: the batch, the output folder (one
+   * run at a time, writable), the store */
+  /* a model folder that is not there, a backend this build lacks, or a batch that cannot be read
+   * creates nothing */
   lh_status st = lh_model_check(p->model_dir, p->device, err);
   if (st != LH_OK) return lh_error_prefix(err, st, "--model: ");
-  st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err);
-  if (st) return st;
   /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
   lh_batch_params bp = lh_batch_default_params();
   bp.documents_root = p->documents_root;
   if ((st = lh_batch_load_params(p->batch_path, &bp, &R.batch, err)) != LH_OK) goto done;
+  if ((st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err)) != LH_OK) goto done;
   snprintf(R.batch_digest, sizeof R.batch_digest, "%s", R.batch.sha256);
   sum->bad_lines = R.batch.n_bad;
   lh_store_params sp = lh_store_default_params();

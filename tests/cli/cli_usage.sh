@@ -8,7 +8,8 @@
 #   - status, results and store ls|verify|gc take --out DIR as well as --db FILE; a folder of
 #     shard runs: status and results read every shard's store, store asks which one;
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
-#     that nothing is downloaded and how to fetch the folder.
+#     that nothing is downloaded and how to fetch the folder;
+#   - a batch that is a folder or is missing exits 2 and creates no --out.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -165,6 +166,12 @@ says hf2 "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
 run 2 nomodel "$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$T/nomodel" --progress none
 says nomodel "--model: $T/no-such-model: not a model folder"
 [ ! -e "$T/nomodel" ] || fail "run with a missing --model created --out"
+# a batch that is a folder is the command's mistake (2), not the machine's (75), and leaves no --out
+run 2 batchdir "$LH" run "$T/repo" --model "$MODEL" --out "$T/batchdir" --progress none
+says batchdir "$T/repo is a folder; a batch is a JSONL file"
+[ ! -e "$T/batchdir" ] || fail "run with a folder for its batch created --out"
+run 2 nobatch "$LH" run "$T/no-such.jsonl" --model "$MODEL" --out "$T/nobatch" --progress none
+[ ! -e "$T/nobatch" ] || fail "run with a missing batch created --out"
 # run's options are suggested too
 run 2 runopt "$LH" run "$T/batch.jsonl" --modle "$MODEL" --out "$T/x"
 says runopt "longhaul run: unknown option --modle; did you mean --model?"
