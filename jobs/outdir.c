@@ -66,6 +66,21 @@ static lh_status probe(const char *dir, lh_error *err) {
 
 lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err) {
   *out = NULL;
+  /* a file or a dangling link where the folder should be is the command's mistake (LH_EINVAL),
+   * not the disk's */
+  struct stat sb;
+  const int found = stat(dir, &sb) == 0, why = errno;
+  if (found && !S_ISDIR(sb.st_mode))
+    return lh_error_set(err, LH_EINVAL, "the output folder %s is a file, not a folder: name another --out", dir);
+  if (!found && why == ENOTDIR)
+    return lh_error_set(err, LH_EINVAL, "the output folder %s lies under a file, not a folder: name another --out", dir);
+  if (!found && why == ENOENT && lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+    char to[4096];
+    const ssize_t n = readlink(dir, to, sizeof to - 1);
+    to[n > 0 ? n : 0] = 0;
+    return lh_error_set(err, LH_EINVAL, "the output folder %s is a symbolic link to %s, which does not exist: create "
+                        "that folder, or name another --out", dir, to);
+  }
   lh_status st = lh_mkdir_p(dir, err);
   if (st) return lh_error_prefix(err, st, "the output folder: ");
   lh_outdir *o = calloc(1, sizeof *o);

@@ -9,7 +9,8 @@
 #     shard runs: status and results read every shard's store, store asks which one;
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
 #     that nothing is downloaded and how to fetch the folder;
-#   - a batch that is a folder or is missing exits 2 and creates no --out.
+#   - a batch that is a folder or is missing exits 2 and creates no --out; so does an --out that is
+#     a file, lies under one, or is a symbolic link to nothing, naming it.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -172,6 +173,15 @@ says batchdir "$T/repo is a folder; a batch is a JSONL file"
 [ ! -e "$T/batchdir" ] || fail "run with a folder for its batch created --out"
 run 2 nobatch "$LH" run "$T/no-such.jsonl" --model "$MODEL" --out "$T/nobatch" --progress none
 [ ! -e "$T/nobatch" ] || fail "run with a missing batch created --out"
+# an --out that is a file, lies under a file or is a link to nothing: the command's mistake (2), named
+echo not a folder > "$T/outfile"
+ln -s "$T/no-such-target" "$T/outlink"
+run 2 outfile "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/outfile" --progress none
+says outfile "the output folder $T/outfile is a file, not a folder"
+run 2 outunder "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/outfile/sub" --progress none
+says outunder "the output folder $T/outfile/sub lies under a file"
+run 2 outlink "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/outlink" --progress none
+says outlink "the output folder $T/outlink is a symbolic link to $T/no-such-target, which does not exist"
 # run's options are suggested too
 run 2 runopt "$LH" run "$T/batch.jsonl" --modle "$MODEL" --out "$T/x"
 says runopt "longhaul run: unknown option --modle; did you mean --model?"
