@@ -443,6 +443,7 @@ static void parse_line(const char *line, size_t len, int lineno, const parse_ctx
     char id[32];
     snprintf(id, sizeof id, "line-%d", lineno);
     r->custom_id = dupstr(id);
+    r->custom_id_made = 1;
   }
 }
 
@@ -613,7 +614,8 @@ static lh_status parse_all(const char *data, size_t len, const char *name, const
     if (k == n) continue;
     lh_request *r = &out->req[out->n];
     parse_line(line, n, lineno, &c, r);
-    int first = id_table_first(&ids, out->req, r->custom_id, out->n);
+    /* a made-up "line-N" is no line's id: a later line may really be called that */
+    const int first = r->custom_id_made ? -1 : id_table_first(&ids, out->req, r->custom_id, out->n);
     if (first >= 0) bad(r, "custom_id \"%s\" was already used on line %d", r->custom_id, out->req[first].line);
     if (r->error.code != LH_OK) out->n_bad++;
     out->n++;

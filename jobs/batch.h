@@ -75,6 +75,7 @@ typedef struct lh_document_input {
 typedef struct lh_request {
   int line;            /* 1-based line number in the batch file */
   char *custom_id;     /* never NULL: "line-N" when the line has none (then error is set) */
+  int custom_id_made;  /* 1 when custom_id is that made-up "line-N": it counts for no duplicate */
   lh_endpoint endpoint;
   char *model;         /* body.model, may be NULL */
   lh_message *messages;

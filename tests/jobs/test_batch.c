@@ -1,7 +1,8 @@
 /* test_batch.c — OpenAI batch input parsing, per-line errors, output line shape, and the native
  * MiniMax-Text-01 chat rendering (the expected strings are MiniMax-Text-01's published format);
  * then, one function each: what a line's raw bytes may hold (UTF-8, no NUL, no \u0000, one object),
- * duplicate custom_ids through the hash table against a plain pairwise reference, output lines
+ * duplicate custom_ids through the hash table against a plain pairwise reference, the made-up
+ * "line-N" of a line without an id that no later line's real "line-N" repeats, output lines
  * that stay UTF-8 whatever they quote, reading a batch from a stream and standard input (one
  * read, its SHA-256, the size bound), the documents root, and document keys that do not depend on
  * how the batch file was named. */
@@ -150,6 +151,31 @@ static void test_duplicate_custom_ids_against_pairwise_reference(void) {
   CHECK_EQ(mismatches, 0);
   lh_batch_free(&bt);
   lh_buf_free(&b);
+}
+
+/* A line without a usable custom_id is called "line-N" in the output; that made-up name is no
+ * line's id, so a later line really called "line-N" runs, and two such later lines are still
+ * duplicates of each other. */
+static void test_made_up_ids_are_no_duplicates(void) {
+  const char *text = "not json\n"
+                     "{\"custom_id\":\"line-1\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+                     "{\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+                     "{\"custom_id\":\"line-3\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+                     "{\"custom_id\":\"line-3\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"y\"}}\n";
+  lh_batch b;
+  lh_error err;
+  CHECK_EQ(lh_batch_parse(text, strlen(text), "mem.jsonl", NULL, &b, &err), LH_OK);
+  CHECK_EQ(b.n, 5);
+  if (b.n == 5) {
+    CHECK(!strcmp(b.req[0].custom_id, "line-1") && b.req[0].custom_id_made && b.req[0].error.code != LH_OK);
+    CHECK_EQ(b.req[1].error.code, LH_OK);
+    CHECK(!b.req[1].custom_id_made);
+    CHECK_STR_CONTAINS(b.req[2].error.msg, "custom_id must be a non-empty string");
+    CHECK(!strcmp(b.req[2].custom_id, "line-3") && b.req[2].custom_id_made);
+    CHECK_EQ(b.req[3].error.code, LH_OK);
+    CHECK_STR_CONTAINS(b.req[4].error.msg, "line 5: custom_id \"line-3\" was already used on line 4");
+  }
+  lh_batch_free(&b);
 }
 
 /* Output lines are valid UTF-8 and valid JSON whatever they quote: a byte-level answer that is not
@@ -524,6 +550,7 @@ int main(void) {
 
   test_raw_bytes_of_a_line();
   test_duplicate_custom_ids_against_pairwise_reference();
+  test_made_up_ids_are_no_duplicates();
   test_output_lines_are_utf8();
   test_batch_from_a_stream();
   test_documents_root();
