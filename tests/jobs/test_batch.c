@@ -1,6 +1,7 @@
 /* test_batch.c — OpenAI batch input parsing, per-line errors, output line shape, and the native
  * MiniMax-Text-01 chat rendering (the expected strings are MiniMax-Text-01's published format);
- * then, one function each: what a line's raw bytes may hold (UTF-8, no NUL, no \u0000, one object),
+ * then, one function each: what a line's raw bytes may hold (UTF-8, no NUL, no \u0000, one object,
+ * nesting the parser reaches),
  * duplicate custom_ids through the hash table against a plain pairwise reference, the made-up
  * "line-N" of a line without an id that no later line's real "line-N" repeats, output lines
  * that stay UTF-8 whatever they quote, reading a batch from a stream and standard input (one
@@ -101,6 +102,24 @@ static void test_raw_bytes_of_a_line(void) {
   lh_request_parse(spaces, strlen(spaces), 10, ".", &r);
   CHECK_EQ(r.error.code, LH_OK);
   lh_request_free(&r);
+
+  /* valid JSON nested deeper than the parser goes is said so, not "not valid JSON"; 1000 levels
+   * (the line's object, body, then metadata's arrays) still parse */
+  for (int levels = 1000; levels <= 1001; levels++) {
+    lh_buf deep = {0};
+    lh_buf_printf(&deep, "{\"custom_id\":\"d\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"metadata\":");
+    for (int i = 2; i < levels; i++) lh_buf_append(&deep, "[", 1);
+    for (int i = 2; i < levels; i++) lh_buf_append(&deep, "]", 1);
+    lh_buf_append_str(&deep, "}}");
+    lh_request_parse(deep.data, deep.len, 11, ".", &r);
+    if (levels == 1000) {
+      CHECK_EQ(r.error.code, LH_OK);
+    } else {
+      CHECK_STR_CONTAINS(r.error.msg, "line 11: arrays and objects nest more than 1000 deep (column 1072)");
+    }
+    lh_request_free(&r);
+    lh_buf_free(&deep);
+  }
 }
 
 /* Duplicates: 6,000 lines over 1,500 ids (some lines malformed, some without an id); every line
