@@ -28,10 +28,12 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "jobs/batch.h"
 #include "jobs/outdir.h"
@@ -100,8 +102,20 @@ static int shard_name(const char *name, const char *prefix, int *i, int *n) {
   return !strcmp(again, name);
 }
 
+/* Whether shard s of n holds its lock in dir (a run of it is going), without creating the lock. */
+static int shard_running(const char *dir, int s, int n) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/longhaul-%d-of-%d.lock", dir, s, n);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  const int held = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  close(fd);
+  return held;
+}
+
 /* Pick N among the OUT/output-I-of-N.jsonl files and check that all N shards and their errors
- * files are there. */
+ * files are there. A shard without its output file that is running is LH_EBUSY, not missing. */
 static lh_status find_shards(merge *M, lh_error *err) {
   const char *dir = M->p->out_dir;
   DIR *d = opendir(dir);
@@ -160,6 +174,11 @@ static lh_status find_shards(merge *M, lh_error *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, M->out[s].name);
     if (!lh_is_file(path)) {
+      if (shard_running(dir, s, M->nshards)) {
+        lh_buf_free(&missing);
+        return lh_error_set(err, LH_EBUSY, "shard %d/%d is still running (it has not written %s yet): merge once "
+                            "every shard has ended", s, M->nshards, M->out[s].name);
+      }
       if (nmissing++ < 8) lh_buf_printf(&missing, "%s%d", nmissing > 1 ? ", " : "", s);
       continue;
     }

@@ -5,7 +5,7 @@
 # batch through OUT/shard-I-of-N.json records; and it refuses, exit 1 with nothing written and the
 # culprit named, a missing shard, an unfinished shard, a request answered by two shards, shards of
 # two splits, a shard of an edited batch, records of different batches and a cut line; a shard
-# that still holds its lock gives 75, a missing batch 2.
+# that still holds its lock gives 75 (its output file written or not yet), a missing batch 2.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 # Requests over the same documents form one group and stay in one shard: twelve small notes give
@@ -163,4 +163,15 @@ for _ in $(seq 50); do grep -q locked "$T/lock.out" && break; sleep 0.1; done
 refuses 75 "shard 2/4 is still running" "$D" --batch "$T/batch.jsonl"
 kill $holder; wait $holder 2>/dev/null || true
 "$LH" merge "$D" --batch "$T/batch.jsonl" > /dev/null || fail "merge after the shard ended failed"
+# the same while the shard's first run is going: no output file yet, so not "missing" (1) but running
+D=$(case_dir busy_first)
+rm "$D/output-2-of-4.jsonl" "$D/errors-2-of-4.jsonl"
+python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
+  "$D/longhaul-2-of-4.lock" > "$T/lock2.out" &
+holder=$!
+for _ in $(seq 50); do grep -q locked "$T/lock2.out" && break; sleep 0.1; done
+refuses 75 "shard 2/4 is still running (it has not written output-2-of-4.jsonl yet)" "$D" --batch "$T/batch.jsonl"
+kill $holder; wait $holder 2>/dev/null || true
+refuses 1 "shard 2 of 4 is missing" "$D" --batch "$T/batch.jsonl"
 echo "merge: ok"
