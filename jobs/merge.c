@@ -102,10 +102,14 @@ static int shard_name(const char *name, const char *prefix, int *i, int *n) {
   return !strcmp(again, name);
 }
 
+/* The lock a run of shard s of n holds in the output folder (runner.c's run_paths names it). */
+static void shard_lock(char *buf, size_t size, int s, int n) { snprintf(buf, size, "longhaul-%d-of-%d.lock", s, n); }
+
 /* Whether shard s of n holds its lock in dir (a run of it is going), without creating the lock. */
 static int shard_running(const char *dir, int s, int n) {
-  char path[4200];
-  snprintf(path, sizeof path, "%s/longhaul-%d-of-%d.lock", dir, s, n);
+  char lock[64], path[4200];
+  shard_lock(lock, sizeof lock, s, n);
+  snprintf(path, sizeof path, "%s/%s", dir, lock);
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
@@ -199,7 +203,7 @@ static lh_status find_shards(merge *M, lh_error *err) {
 static lh_status check_idle(merge *M, lh_error *err) {
   for (int s = 0; s < M->nshards; s++) {
     char lock[64];
-    snprintf(lock, sizeof lock, "longhaul-%d-of-%d.lock", s, M->nshards);
+    shard_lock(lock, sizeof lock, s, M->nshards);
     lh_outdir *o = NULL;
     lh_status st = lh_outdir_open(M->p->out_dir, lock, 0, &o, err);
     lh_outdir_close(o);
