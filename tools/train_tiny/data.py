@@ -148,6 +148,13 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      in the grammar's train-side {id} question templates (REPO_VALUE_QS_V9). Why: step 8488
 #      (version 8) finds held-out facts and copies only digits right, and it answers the demo's
 #      "What is DEFAULT_WORKER_TIMEOUT set to?" with a made-up value (TRAINING.md, "Session 12").
+#  10: (written after session 13, not trained yet) version 9 with 36 more value kinds of structured form
+#      (grammar.VALUE_KINDS_V10: URLs, hosts, emails, paths, key=value pairs, identifiers, codes) made
+#      of token runs, corpus words and digit/hex/letter fields around separators, with no fixed word
+#      or domain; with version 9's token runs they are about half of the train side's values (a fifth
+#      in version 9). Everything else is version 9's. Why: step 9106 (version 9) copies the start of a
+#      held-out URL, UUID or word and then writes the fixed parts of trained kinds (`example.org`,
+#      `.git`, `?id=`) instead of the value (TRAINING.md, "Session 13").
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -160,6 +167,7 @@ MIXES = {
 }
 MIXES[8] = MIXES[7]
 MIXES[9] = MIXES[8]
+MIXES[10] = MIXES[9]
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -179,6 +187,7 @@ DENSE_MIXES = {3: DENSE_MIX, 4: DENSE_MIX_V4,
                    "fact_dense": 0.28, "fact_mv_dense": 0.12, "file_dense": 0.16}}
 DENSE_MIXES[8] = DENSE_MIXES[7]
 DENSE_MIXES[9] = DENSE_MIXES[8]
+DENSE_MIXES[10] = DENSE_MIXES[9]
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -233,12 +242,12 @@ class Generator:
         self.chars_per_token = 3.0
 
     def use_grammar(self, version: int):
-        """Draw the grammar's facts from its train side as data version `version` has it, and
-        (version 8) the repository facts with near-miss names."""
+        """Draw the grammar's facts from its train side as data version `version` has it (versions
+        7-10 add value kinds), and (version 8) the repository facts with near-miss names."""
         self.version = version
         if self.fam_fixed:
             return
-        v = min(9, max(6, version))
+        v = min(10, max(6, version))
         if v not in self._fams:
             fam = grammar.Families.side("train", v)
             if v >= 9:
@@ -837,6 +846,7 @@ CURRICULA[6] = CURRICULA[4]
 CURRICULA[7] = CURRICULA[4]
 CURRICULA[8] = CURRICULA[4]
 CURRICULA[9] = CURRICULA[4]
+CURRICULA[10] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:

@@ -317,7 +317,8 @@ def _all_items():
 
 def families(side: str, version: int = 6) -> dict:
     """The items of one side ("train" or "heldout") in heldout_families.json's form. Data version 7
-    adds VALUE_KINDS_V7 to the train side, version 8 VALUE_KINDS_V8; the held-out side is the same for every version."""
+    adds VALUE_KINDS_V7 to the train side, version 8 VALUE_KINDS_V8, version 9 VALUE_KINDS_V9 and
+    version 10 VALUE_KINDS_V10; the held-out side is the same for every version."""
     want = side == "heldout"
     out = {}
     for section, items in _all_items().items():
@@ -328,6 +329,8 @@ def families(side: str, version: int = 6) -> dict:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V8)
     if side == "train" and version >= 9:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V9)
+    if side == "train" and version >= 10:
+        out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V10)
     return to_json_form(out)
 
 
@@ -479,6 +482,79 @@ VALUE_KINDS_V8 = _v8_kinds()
 VALUE_KINDS_V9 = [(f"tokens_{i:02d}", ["{t2}", "{t3}", "{t4}", "{t5}", "{t6}", "{t8}"])
                   for i in range(40) if not held_out("value_kinds", (f"tokens_{i:02d}", []))][:12]
 assert not any(held_out("value_kinds", k) for k in VALUE_KINDS_V8), "a version 8 value kind is on the held-out side"
+
+# Version 10 (written after session 13, not trained yet): structured values with no fixed part. At
+# step 9106 (version 9) held-out URLs, UUIDs and words are found and their start copied, then the model
+# goes on from trained shapes (`https://walnut.example.com/nutmeg` -> `https://waln.org/negative.com/vollow`):
+# train-side kinds hold constant parts (`example.org`, `.git`, `?id=`, `/var/lib/`) cheaper to predict
+# than to copy. So URLs, hosts, emails, paths, key=value pairs, ids and codes made only of token runs,
+# corpus words and digit/hex/letter fields around separators (and at most a leading scheme).
+V10_SCHEMES = ("https://", "http://", "ftp://", "s3://", "git@")
+V10_SEPARATORS = "/.-_:@?=+~#&"
+_V10_CANDIDATES = [
+    # URLs
+    ("open_url_words", ["https://{w}.{w}.{w}/{w}", "https://{w}.{w}/{w}/{w}", "http://{w}.{w}.{w}/{w}/{w}"]),
+    ("open_url_deep", ["https://{w}.{t2}/{t2}/{t3}", "https://{w}.{w}.{t1}/{w}/{t2}", "http://{t2}.{t1}/{t3}/{w}"]),
+    ("open_url_port", ["http://{t2}:{D}{d3}/{t2}", "https://{w}.{w}:{D}{d2}/{t3}", "http://{w}.{t1}.{t1}:{D}{d3}/{w}"]),
+    ("open_url_query", ["https://{w}.{w}/{t2}?{w}={t2}", "http://{t2}.{w}/{w}?{t1}={d3}",
+                        "https://{w}.{t2}/?{w}={w}+{t1}"]),
+    ("open_url_fragment", ["https://{w}.{w}.{t1}/{t2}#{t2}", "http://{t2}.{t1}/{w}#{w}-{d2}"]),
+    ("open_url_tilde", ["https://{w}.{t2}/~{w}/{t2}", "http://{t1}.{w}.{t1}/~{t3}"]),
+    ("open_url_scp", ["git@{t2}.{w}:{t2}/{t3}", "git@{w}.{w}:{w}/{w}", "{w}@{w}.{t1}:{w}/{t2}"]),
+    ("open_url_bucket", ["s3://{w}-{t2}/{t2}/{t2}", "ftp://{t2}.{w}/{t2}/{t3}", "s3://{t3}/{w}/{t1}"]),
+    # hosts
+    ("open_host_words", ["{w}.{w}.{w}", "{w}.{w}.{w}.{w}", "{w}{w}.{w}.{w}"]),
+    ("open_host_tokens", ["{t2}.{t2}.{w}", "{w}.{t3}", "{t1}.{w}.{t2}"]),
+    ("open_host_digits", ["{w}{d2}.{w}.{w}", "{w}-{d3}.{t2}", "{a2}{d}.{w}.{t1}"]),
+    ("open_host_hyphen", ["{w}-{w}.{w}", "{w}-{t2}.{w}.{w}", "{t2}-{w}.{t1}"]),
+    # emails
+    ("open_email_words", ["{w}@{w}.{w}", "{w}.{w}@{w}.{w}", "{w}@{w}.{w}.{w}"]),
+    ("open_email_plus", ["{w}+{t2}@{w}.{w}", "{w}+{d3}@{t1}.{w}.{w}", "{w}.{w}+{w}@{t2}.{t1}"]),
+    ("open_email_digits", ["{w}{d2}@{w}-{w}.{w}", "{a}.{w}{d}@{t2}.{t1}", "{w}_{d4}@{w}.{w}"]),
+    ("open_email_tokens", ["{t2}@{w}.{t1}", "{t2}_{w}@{w}.{t1}.{w}", "{w}-{t1}@{t2}.{w}"]),
+    # paths
+    ("open_path_root", ["/{w}/{t2}/{t2}", "/{w}/{w}/{w}.{t1}", "/{t2}/{w}/{t3}"]),
+    ("open_path_relative", ["{w}/{t2}/{w}.{t1}", "{t2}/{t2}.{w}", "./{w}/{t3}"]),
+    ("open_path_dot", ["{w}.{t1}/{w}/{t2}", "../{w}/{t2}.{w}", "./{t2}/{w}.{w}"]),
+    ("open_path_home", ["~/{t2}/{w}", "~{w}/{t2}/{t2}", "~/{w}/{w}.{t1}"]),
+    ("open_path_deep", ["/{w}/{w}/{t2}/{t2}/{w}", "{w}/{t1}/{t1}/{t1}/{w}.{t1}", "/{t1}/{t1}/{t1}/{t1}/{t1}"]),
+    ("open_path_underscore", ["{w}_{w}/{t2}_{t1}/{w}", "/{t2}/{w}_{d2}.{w}", "{w}/{w}_{w}_{t1}.{w}"]),
+    ("open_path_file", ["{w}/{w}.{w}", "/{w}/{t2}.{w}", "{t2}/{w}-{D}.{d}.{w}", "{w}/{w}/{w}.{a2}"]),
+    # key=value, queries, flags, connection strings
+    ("open_kv_pair", ["{w}={t2}", "{t2}={w}", "{w}={w}", "{w}_{w}={t3}"]),
+    ("open_kv_multi", ["{w}={t2}&{w}={d3}", "{w}={t1}&{t2}={w}&{w}={t1}", "{w}={w}:{w}={t2}"]),
+    ("open_kv_colon", ["{w}_{w}:{t2}", "{t2}:{w}:{d4}", "{w}:{D}{d2}:{t1}"]),
+    ("open_query", ["?{w}={t2}", "?{t1}={w}+{t2}", "{w}?{w}={t1}#{t1}", "?{w}={d3}&{w}={w}"]),
+    ("open_dsn", ["{w}:{t2}@{w}:{D}{d3}/{t2}", "{w}+{w}://{t2}@{w}/{t1}", "{w}://{w}:{t1}@{t2}.{w}/{w}"]),
+    ("open_kv_flags", ["--{w}={t2}", "--{w}-{w}={w}", "+{w}:{t2}", "--{t2}={d3}"]),
+    # identifiers
+    ("open_dotted_id", ["{w}.{w}.{t2}", "{w}.{t1}.{w}.{t1}", "{t2}.{w}.{w}"]),
+    ("open_kebab_id", ["{w}-{t2}-{w}", "{t2}-{w}-{d3}", "{w}-{w}-{t1}-{w}"]),
+    ("open_mixed_id", ["{w}_{t2}.{w}", "{w}.{w}-{t2}_{d2}", "{t1}:{w}.{t2}"]),
+    ("open_ref_id", ["{w}#{d3}", "{w}/{w}#{t2}", "{w}@{x7}", "{w}:{t2}@{x8}"]),
+    # codes
+    ("open_hex_code", ["{x4}-{a3}.{x4}", "{X2}{a2}_{x6}", "{a3}{x3}:{X4}"]),
+    ("open_code_tokens", ["{t2}-{x6}", "{x4}.{t2}", "{t1}_{X4}{a2}", "{A2}{d2}-{a3}{x2}-{t1}"]),
+    ("open_code_letters", ["{a3}-{t2}-{a3}", "{A3}.{a4}~{t1}", "{a2}{d2}{a2}/{t2}"]),
+]
+VALUE_KINDS_V10 = [k for k in _V10_CANDIDATES if not held_out("value_kinds", k)]
+
+
+def _check_v10():
+    earlier = VALUE_KINDS + VALUE_KINDS_V7 + VALUE_KINDS_V8 + VALUE_KINDS_V9
+    names, pats = {n for n, _ in earlier}, {p for _, ps in earlier for p in ps}
+    for n, ps in VALUE_KINDS_V10:
+        assert not held_out("value_kinds", (n, ps)), f"version 10 value kind {n!r} is on the held-out side"
+        assert n not in names and not set(ps) & pats, f"version 10 value kind {n!r} repeats an earlier kind"
+        names.add(n)
+        pats |= set(ps)
+        for p in ps:
+            lit = FIELD_RE.sub("", next((p[len(s):] for s in V10_SCHEMES if p.startswith(s)), p))
+            assert FIELD_RE.search(p) and set(lit) <= set(V10_SEPARATORS), \
+                f"version 10 pattern {p!r} holds literal text other than separators and a scheme"
+
+
+_check_v10()
 
 
 class Families:
