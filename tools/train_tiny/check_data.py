@@ -246,7 +246,7 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
     matched by a train template, with a train attribute, a train key and a value of a train kind
     (version 7: of its train kinds) that no held-out kind could have drawn."""
-    train_rx = KIND_RX["train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
+    train_rx = KIND_RX["train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:
@@ -260,6 +260,73 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
             raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of no train value kind")
         if KIND_RX["heldout"].fullmatch(f["value"]):
             raise ValueError(f"value {f['value']!r} of ({f['key']}, {f['attr']}) is of a held-out value kind's form")
+
+
+TOKEN_SET = frozenset(c for c in map(chr, range(32, 127)) if re.fullmatch(grammar.TOKEN_CHARS, c))
+FIELD_SETS = {"d": "0123456789", "D": "123456789", "x": "0123456789abcdef", "X": "0123456789ABCDEF",
+              "a": "abcdefghijklmnopqrstuvwxyz", "A": "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}
+
+
+def pattern_nfa(pat: str, words):
+    """An automaton for the values a pattern can draw, {tN} taken as any run of grammar.TOKEN_CHARS
+    (more than it draws) and {w} as exactly the given words: (edges, final state); edges[state] is a
+    list of (characters, next state), the start state is 0."""
+    edges, cur = [[]], 0
+
+    def new():
+        edges.append([])
+        return len(edges) - 1
+
+    def step(chars):
+        nonlocal cur
+        n = new()
+        edges[cur].append((frozenset(chars), n))
+        cur = n
+
+    pos = 0
+    for m in grammar.FIELD_RE.finditer(pat):
+        for c in pat[pos:m.start()]:
+            step(c)
+        f, n = m.group(1), int(m.group(2) or 1)
+        if f == "t":
+            step(TOKEN_SET)
+            edges[cur].append((TOKEN_SET, cur))
+        elif f == "w":
+            for _ in range(n):
+                end, trie = new(), {}
+                for w in words:
+                    s = cur
+                    for i, c in enumerate(w):
+                        if i == len(w) - 1:
+                            edges[s].append((frozenset(c), end))
+                        if w[: i + 1] not in trie:
+                            trie[w[: i + 1]] = new()
+                            edges[s].append((frozenset(c), trie[w[: i + 1]]))
+                        s = trie[w[: i + 1]]
+                cur = end
+        else:
+            for _ in range(n):
+                step(FIELD_SETS[f])
+        pos = m.end()
+    for c in pat[pos:]:
+        step(c)
+    return edges, cur
+
+
+def can_draw_same(pat_a: str, words_a, pat_b: str, words_b) -> bool:
+    """Whether some value can be drawn both by pattern a (its {w} from words_a) and by pattern b."""
+    (ea, fa), (eb, fb) = pattern_nfa(pat_a, words_a), pattern_nfa(pat_b, words_b)
+    seen, todo = {(0, 0)}, [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) == (fa, fb):
+            return True
+        for ca, na in ea[i]:
+            for cb, nb in eb[j]:
+                if (na, nb) not in seen and ca & cb:
+                    seen.add((na, nb))
+                    todo.append((na, nb))
+    return False
 
 
 def main():
@@ -285,9 +352,22 @@ def main():
     held_keys = set(words["heldout"])
     if args.version >= 8:
         # version 8's train side draws {w} from the corpus's training words (data.Generator.use_grammar)
-        v = min(args.version, 9)
+        v = min(args.version, 10)
         gen.use_grammar(v)
         KIND_RX[f"train{v}"] = grammar.kinds_regex(dict(grammar.families("train", v), value_words=gen.fam.words))
+    if args.version >= 10:
+        # version 10's structured kinds: no pattern may draw a held-out kind's form at all (not only
+        # the values these steps drew; Families.value would draw such a value again)
+        for name, pats in grammar.VALUE_KINDS_V10:
+            for p in pats:
+                for hk in SIDES["heldout"]["value_kinds"]:
+                    for hp in hk["patterns"]:
+                        if can_draw_same(p, gen.fam.words, hp, SIDES["heldout"]["value_words"]):
+                            sys.exit(f"version 10 kind {name}: pattern {p!r} can draw a value of held-out "
+                                     f"kind {hk['name']}'s form {hp!r}")
+        n_pats = sum(len(ps) for _, ps in grammar.VALUE_KINDS_V10)
+        print(f"version 10: none of the {n_pats} patterns of {len(grammar.VALUE_KINDS_V10)} kinds in "
+              f"grammar.VALUE_KINDS_V10 can draw a value a held-out kind's pattern can draw")
     all_keys = set(words["train"]) | held_keys
     committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
     with open(committed) as f:
