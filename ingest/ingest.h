@@ -128,7 +128,10 @@
  * The default template is LH_INGEST_DEFAULT_TEMPLATE. Documents follow each other with nothing in
  * between; the framed text of the whole ingest is the concatenation, and the tokens are the
  * tokenization of that whole text (tokens may span document boundaries only if the template lets
- * them; each token belongs to the document in which its first byte lies).
+ * them; each token belongs to the document in which its first byte lies). The framed text is data,
+ * never markup: it is tokenized with lh_tok_stream_open_text, so a document (or a template, or an
+ * entry name) holding the text of a special token such as "<end_of_sentence>" gives that text's
+ * ordinary tokens, never the special id that would end a turn or open a new one.
  */
 #ifndef LH_INGEST_INGEST_H
 #define LH_INGEST_INGEST_H

@@ -38,7 +38,7 @@ struct lh_tokside {
 lh_status lh_tokside_open(const lh_tokenizer *t, int threads, lh_tokside **out, lh_error *err) {
   lh_tokside *ts = calloc(1, sizeof *ts);
   if (!ts) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  lh_status st = lh_tok_stream_open_threads(t, threads, &ts->stream, err);
+  lh_status st = lh_tok_stream_open_text(t, threads, &ts->stream, err);
   if (st) {
     free(ts);
     return st;

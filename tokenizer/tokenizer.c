@@ -479,16 +479,20 @@ static lh_status parse_added(lh_tokenizer *t, const cJSON *list, lh_error *err) 
     free(nrm);
     return lh_error_set(err, LH_ENOMEM, "out of memory");
   }
-  size_t nr = 0, nn = 0;
-  for (size_t k = 0; k < t->nadded; k++) {
-    const tk_added *a = &t->added[k];
-    if (a->normalized)
-      nrm[nn++] = (pat){a->norm ? a->norm : a->content, a->norm ? a->norm_len : a->len, (int32_t)k};
-    else
-      raw[nr++] = (pat){a->content, a->len, (int32_t)k};
+  /* pass 0: every added token; pass 1: all but the special ones (document text) */
+  for (int pass = 0; pass < 2 && !st; pass++) {
+    size_t nr = 0, nn = 0;
+    for (size_t k = 0; k < t->nadded; k++) {
+      const tk_added *a = &t->added[k];
+      if (pass == 1 && a->special) continue;
+      if (a->normalized)
+        nrm[nn++] = (pat){a->norm ? a->norm : a->content, a->norm ? a->norm_len : a->len, (int32_t)k};
+      else
+        raw[nr++] = (pat){a->content, a->len, (int32_t)k};
+    }
+    st = trie_build(pass ? &t->raw_trie_text : &t->raw_trie, raw, nr, t->added, "raw", err);
+    if (!st) st = trie_build(pass ? &t->norm_trie_text : &t->norm_trie, nrm, nn, t->added, "normalized", err);
   }
-  st = trie_build(&t->raw_trie, raw, nr, t->added, "raw", err);
-  if (!st) st = trie_build(&t->norm_trie, nrm, nn, t->added, "normalized", err);
   free(raw);
   free(nrm);
   return st;
@@ -659,6 +663,8 @@ void lh_tokenizer_close(lh_tokenizer *t) {
   free(t->added);
   trie_free(&t->raw_trie);
   trie_free(&t->norm_trie);
+  trie_free(&t->raw_trie_text);
+  trie_free(&t->norm_trie_text);
   tk_strmap_free(&t->special);
   tk_strmap_free(&t->added_map);
   free(t->added_index);

@@ -76,6 +76,12 @@ const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);  /* NUL
 typedef struct lh_tok_stream lh_tok_stream;
 lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err); /* one thread */
 lh_status lh_tok_stream_open_threads(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
+/* The same stream for text that is data, never markup (documents): special added tokens
+ * (tokenizer.json's "special": true, such as a chat template's turn markers) are not matched, so
+ * their text encodes as the ordinary text it is, as HF's encode_special_tokens = True does
+ * (which differs only where a non-special added token overlaps a special one's text: here it
+ * is matched as if the special token did not exist). Non-special added tokens match as usual. */
+lh_status lh_tok_stream_open_text(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
 /* The same stream for ids only (no offsets are worked out; feed and finish take offsets NULL). */
 lh_status lh_tok_stream_open_ids(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err);
 lh_status lh_tok_stream_feed(lh_tok_stream *s, const char *text, size_t len, lh_i32vec *ids, int64_t **offsets,

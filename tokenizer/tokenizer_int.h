@@ -354,6 +354,8 @@ struct lh_tokenizer {
   tk_added *added;
   size_t nadded;
   tk_trie raw_trie, norm_trie; /* tokens matched before / after normalization */
+  tk_trie raw_trie_text, norm_trie_text; /* the same without the special tokens: segments with
+                                          * specials_as_text (document text) use these */
   tk_strmap special;           /* content of special tokens */
   tk_strmap added_map;         /* added token content -> id */
   int32_t *added_index;        /* id -> index into added (over [0, max_id]), -1 if none */
@@ -404,6 +406,7 @@ typedef struct tk_seg {
   uint8_t level;  /* how the segment starts: TK_LEVEL_PIECE or TK_LEVEL_PRETOK */
   bool final;     /* no text follows: everything is final */
   bool want_offs; /* fill c->offv with each id's stream offset */
+  bool specials_as_text; /* special added tokens are not matched: their text is ordinary text */
   bool want_restarts;
   int64_t restart_lo, restart_hi; /* record restart points in [lo, hi) (stream offsets) */
 } tk_seg;

@@ -243,6 +243,14 @@ lh_status tk_find_added(const lh_tokenizer *t, const tk_trie *tr, const uint8_t 
   return LH_OK;
 }
 
+/* The matching sets a segment uses: document text (specials_as_text) never matches a special token. */
+static const tk_trie *raw_trie_of(const lh_tokenizer *t, const tk_seg *seg) {
+  return seg && seg->specials_as_text ? &t->raw_trie_text : &t->raw_trie;
+}
+static const tk_trie *norm_trie_of(const lh_tokenizer *t, const tk_seg *seg) {
+  return seg && seg->specials_as_text ? &t->norm_trie_text : &t->norm_trie;
+}
+
 /* In text that more text may follow, the first position whose added-token decision can still
  * change: a token may start within its length of the end, and an lstrip token beyond that may
  * take the whitespace before it. Text before the limit ends no earlier than the limit. */
@@ -796,7 +804,7 @@ static bool restart_ok(const tk_ctx *c, const split_ctx *x, size_t q, int64_t *r
   size_t r = norm_to_raw(c, q, &exact);
   if (!exact || r == 0 || r >= x->raw_len || r >= x->a_lim_raw) return false;
   const lh_tokenizer *t = x->t;
-  if (t->raw_trie.any_lstrip && x->a_lim_raw != SIZE_MAX) {
+  if (raw_trie_of(t, c->seg)->any_lstrip && x->a_lim_raw != SIZE_MAX) {
     size_t ps;
     if (tk_is_white_space(tk_utf8_prev(x->raw, r, &ps))) {
       bool nonws = false;
@@ -804,7 +812,7 @@ static bool restart_ok(const tk_ctx *c, const split_ctx *x, size_t q, int64_t *r
       if (!nonws) return false;
     }
   }
-  if (t->norm_trie.any_lstrip && x->c_lim != SIZE_MAX) {
+  if (norm_trie_of(t, c->seg)->any_lstrip && x->c_lim != SIZE_MAX) {
     size_t ps;
     const uint8_t *ns = (const uint8_t *)c->normp;
     if (tk_is_white_space(tk_utf8_prev(ns, q, &ps))) {
@@ -1061,9 +1069,9 @@ static lh_status text_piece(const lh_tokenizer *t, tk_ctx *c, size_t a, size_t b
   if (x.restarts) restart_windows(c, &x);
   /* stage C */
   size_t nsp = 0;
-  lh_status st = tk_find_added(t, &t->norm_trie, ns, ctx_norm, nlen, &c->spans2, &nsp, &c->spans2_cap);
+  lh_status st = tk_find_added(t, norm_trie_of(t, c->seg), ns, ctx_norm, nlen, &c->spans2, &nsp, &c->spans2_cap);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
-  x.c_lim = open ? settled_limit(&t->norm_trie, ns, ctx_norm, nlen) : SIZE_MAX;
+  x.c_lim = open ? settled_limit(norm_trie_of(t, c->seg), ns, ctx_norm, nlen) : SIZE_MAX;
   for (size_t i = 0; i < nsp; i++) {
     struct tk_span sp = c->spans2[i];
     if (sp.a >= x.c_lim) break;
@@ -1099,10 +1107,10 @@ lh_status tk_encode_segment(const lh_tokenizer *t, tk_ctx *c, const tk_seg *seg,
   const uint8_t *s = seg->text;
   size_t n = seg->len, from = seg->ctx_len;
   size_t nsp = 0;
-  lh_status st = tk_find_added(t, &t->raw_trie, s, from, n, &c->spans, &nsp, &c->spans_cap);
+  lh_status st = tk_find_added(t, raw_trie_of(t, seg), s, from, n, &c->spans, &nsp, &c->spans_cap);
   if (st) return lh_error_set(err, st, "tokenizer: out of memory");
   size_t a_lim = SIZE_MAX;
-  if (!seg->final) a_lim = settled_limit(&t->raw_trie, s, from, n);
+  if (!seg->final) a_lim = settled_limit(raw_trie_of(t, seg), s, from, n);
   for (size_t i = 0; i < nsp; i++) {
     struct tk_span sp = c->spans[i];
     if (sp.a >= a_lim) break; /* not settled yet: a later run decides */

@@ -151,6 +151,7 @@ struct lh_tok_stream {
   bool broken;
   bool advanced;  /* the last run() emitted up to a restart point */
   bool want_offs; /* offsets are collected (the one-document encoder needs none) */
+  bool specials_as_text; /* lh_tok_stream_open_text: special tokens' text is ordinary text */
   double cpu;     /* CPU seconds spent encoding, all threads */
   spar *par;      /* NULL: one thread */
 };
@@ -165,12 +166,13 @@ static void *worker_main(void *arg);
 static void job_free(sjob *j);
 
 static lh_status stream_open(const lh_tokenizer *t, int threads, size_t batch, size_t overlap, bool want_offs,
-                             lh_tok_stream **out, lh_error *err) {
+                             bool specials_as_text, lh_tok_stream **out, lh_error *err) {
   *out = NULL;
   lh_tok_stream *s = calloc(1, sizeof *s);
   if (!s) return lh_error_set(err, LH_ENOMEM, "tokenizer stream: out of memory");
   s->t = t;
   s->want_offs = want_offs;
+  s->specials_as_text = specials_as_text;
   s->c = tk_ctx_get(t, err);
   if (!s->c) {
     free(s);
@@ -216,15 +218,19 @@ static lh_status stream_open(const lh_tokenizer *t, int threads, size_t batch, s
 }
 
 lh_status lh_tok_stream_open(const lh_tokenizer *t, lh_tok_stream **out, lh_error *err) {
-  return stream_open(t, 1, 0, 0, true, out, err);
+  return stream_open(t, 1, 0, 0, true, false, out, err);
 }
 
 lh_status lh_tok_stream_open_threads(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err) {
-  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, true, out, err);
+  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, true, false, out, err);
+}
+
+lh_status lh_tok_stream_open_text(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err) {
+  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, true, true, out, err);
 }
 
 lh_status lh_tok_stream_open_ids(const lh_tokenizer *t, int threads, lh_tok_stream **out, lh_error *err) {
-  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, false, out, err);
+  return stream_open(t, threads, tk_stream_par_batch, tk_stream_par_overlap, false, false, out, err);
 }
 
 size_t tk_stream_buffered(const lh_tok_stream *s) { return s->buf.len; }
@@ -400,6 +406,7 @@ static lh_status run(lh_tok_stream *s, bool final, lh_i32vec *ids, int64_t **off
   while (c0b < s->ctx_len && (s->buf.data[c0b] & 0xC0) == 0x80) c0b++;
   tk_seg seg = {.text = (const uint8_t *)s->buf.data + c0b, .len = end - c0b, .ctx_len = s->ctx_len - c0b,
                 .base = s->base + (int64_t)c0b, .level = s->level, .final = final, .want_offs = s->want_offs,
+                .specials_as_text = s->specials_as_text,
                 .want_restarts = !final, .restart_lo = s->base + (int64_t)s->ctx_len + 1,
                 .restart_hi = s->base + (int64_t)end};
   s->ids.len = 0;
@@ -459,7 +466,8 @@ static void exec_job(const lh_tok_stream *s, tk_ctx *c, sjob *j) {
   }
   bool head = !j->chain_start, tail = !j->final;
   tk_seg seg = {.text = j->tp, .len = j->len, .ctx_len = j->ctx, .base = j->base, .level = j->level,
-                .final = j->final, .want_offs = s->want_offs, .want_restarts = head || tail,
+                .final = j->final, .want_offs = s->want_offs, .specials_as_text = s->specials_as_text,
+                .want_restarts = head || tail,
                 .restart_lo = j->from + 1, .restart_hi = tail ? j->seg_end : j->from + (int64_t)overlap};
   /* restart points are needed in the head window (to stitch to the job before) and after the
    * own range (to stitch to the job after) */
@@ -951,7 +959,7 @@ lh_status tk_encode_parallel_stats(const lh_tokenizer *t, const char *text, size
   }
   const size_t batch = 1u << 20;
   lh_tok_stream *s = NULL;
-  lh_status st = stream_open(t, threads, batch, overlap, false, &s, err);
+  lh_status st = stream_open(t, threads, batch, overlap, false, false, &s, err);
   if (st) return st;
   spar *p = s->par;
   if (!p) {
