@@ -119,7 +119,9 @@ static lh_status digest_path(lh_sha256 *h, const char *path, const char *rel, co
     target[n > 0 ? n : 0] = 0;
     feed_str(h, "link", rel);
     feed_str(h, "target", target);
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return LH_OK; /* a link's folder is not walked */
+    /* A link inside a folder is never followed by ingest, so its folder is not walked; the
+     * document itself, given as a link to a folder, is read through it, so it is walked. */
+    if (stat(path, &sb) != 0 || !(S_ISREG(sb.st_mode) || (S_ISDIR(sb.st_mode) && depth == 0))) return LH_OK;
   }
   if (S_ISREG(sb.st_mode)) {
     uint8_t d[32];

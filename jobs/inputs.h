@@ -5,7 +5,8 @@
  * bytes of every file it names — the file itself (an archive, a compressed file, a text), or every
  * regular file under a folder, walked in byte order of names, each with its path relative to the
  * folder. A symbolic link contributes its target text and, when it resolves to a regular file,
- * that file's bytes; any other kind of file (FIFO, socket, device) contributes its kind and is
+ * that file's bytes (and, for the document's own path, a folder's files, as ingest reads them
+ * through it); any other kind of file (FIFO, socket, device) contributes its kind and is
  * never opened, so a hostile document cannot hang the digest. The walk is broader than what
  * ingest reads (it ignores include/exclude globs and ingest's skip rules): a change anywhere under
  * a document folder makes a new job, which costs a recomputation, never a stale answer. Paths given

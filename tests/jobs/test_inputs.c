@@ -2,7 +2,8 @@
  * file they reach and with names in a folder, not with a touch; the cache spares the read of an
  * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened; an
  * excluded folder inside a document folder (the runner's --out) is named, its contents ignored; folders
- * nested deeper than ingest walks are named, not read, and give the same digest on every run. */
+ * nested deeper than ingest walks are named, not read, and give the same digest on every run; a
+ * document given as a symlink to a folder is digested by the folder's files, as ingest reads them. */
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -148,5 +149,15 @@ int main(void) {
   CHECK(lh_inputs_digest(&rd, NULL, t3, &err) == LH_OK);
   CHECK_MSG(strcmp(t1, t3), "a file ingest reads still moves the digest");
   lh_request_free(&rd);
+
+  /* the document is a symlink to a folder: ingest reads the folder through it, so a changed byte
+   * in the folder must change the digest (else a rerun calls the job done on stale content) */
+  char lnk[800], l1[65], l2[65];
+  snprintf(lnk, sizeof lnk, "%s/../docs-link", dir);
+  CHECK(symlink(dir, lnk) == 0);
+  digest(lnk, NULL, l1);
+  put(sub, "x.c", "int x = 3;\n");
+  digest(lnk, NULL, l2);
+  CHECK_MSG(strcmp(l1, l2), "a changed byte in a folder given through a symlink changes the digest");
   return lh_test_end();
 }
