@@ -539,6 +539,9 @@ static void header_failure(struct archive *a, src *s, const lh_buf *prev, rd *o)
   o->why = reason_of(a);
   o->fatal = 1;
   o->off = archive_filter_bytes(a, -1);
+  /* a compression filter that fails before its first block is out has no position yet: the
+   * bytes handed to libarchive say where the input stopped making sense */
+  if (o->off < 0) o->off = s->bytes_read;
   const char *hint = "";
   if (!s->seekable && (fmt_base(a) == ARCHIVE_FORMAT_7ZIP)) {
     hint = " (7z archives need a seekable input: pass the file, not a pipe)";

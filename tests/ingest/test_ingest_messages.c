@@ -5,7 +5,8 @@
  * gone, where they were read) and carries libarchive's own message; where libarchive has none
  * (its 7-Zip reader fails on a truncated archive without one), the message says what was found
  * instead: for 7-Zip, the length its start header promises against the input's. Never "unknown
- * libarchive error", which a truncated 7z gave before. The same detail is in the manifest entry
+ * libarchive error", which a truncated 7z gave before, and never "input offset -1", which a gzip,
+ * xz, zstd or bzip2 stream cut inside its first block gave. The same detail is in the manifest entry
  * with on_error skip, in archive order and with --sort path.
  */
 #include "tests/test.h"
@@ -47,6 +48,7 @@ static void truncated(const char *name, long keep_num, long keep_den, const char
     }
     for (size_t k = 0; k < n_needles; k++) CHECK_STR_CONTAINS(msg, needles[k]);
     CHECK_MSG(!strstr(msg, "unknown libarchive error"), "%s: %s", cut, msg);
+    CHECK_MSG(!strstr(msg, "offset -1"), "%s: no offset: %s", cut, msg);
     if (mode == 0) fprintf(stderr, "%s: %s\n", cut, msg);
     run_free(&o);
   }
@@ -71,5 +73,11 @@ int main(void) {
   truncated("a.tar.gz", 1, 2, ngz, 2);
   const char *nxz[] = {"entry 'f", "zma"}; /* libarchive: "Lzma library error: ..." / "truncated lzma input" */
   truncated("a.tar.xz", 1, 2, nxz, 2);
+  /* a compressed stream cut before its first block ends: the header fails; where it stopped */
+  if (run_sh("printf 'a short note\\n' | gzip -c > t.txt.gz && printf 'a short note\\n' | xz -c > t.txt.xz")) return lh_test_end();
+  const char *ngzh[] = {"reading the first header, at input offset 1", "gzip"};
+  truncated("t.txt.gz", 1, 2, ngzh, 2);
+  const char *nxzh[] = {"reading the first header, at input offset ", "zma"};
+  truncated("t.txt.xz", 1, 2, nxzh, 2);
   return lh_test_end();
 }
