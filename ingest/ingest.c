@@ -670,9 +670,11 @@ lh_status lh_ingest_add_path_as(lh_ingest *ing, const char *path, const char *na
   } else {
     /* stat, never open: opening a FIFO waits for a writer, a device may never end */
     struct stat sb;
-    if (stat(path, &sb) != 0)
-      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", name,
-                          strerror(errno));
+    if (stat(path, &sb) != 0) /* resolving to nothing (a loop of links, a name too long) is the path's fault */
+      return lh_error_set(err, errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? LH_ENOTFOUND
+                               : errno == ENAMETOOLONG                              ? LH_EINVAL
+                                                                                    : LH_EIO,
+                          "%s: %s", name, strerror(errno));
     if (S_ISDIR(sb.st_mode)) in.kind = LH_IN_DIR;
     else if (S_ISREG(sb.st_mode)) in.kind = LH_IN_FILE, in.size = (int64_t)sb.st_size;
     else

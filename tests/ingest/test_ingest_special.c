@@ -4,7 +4,9 @@
  * What it proves: lh_ingest_add_path refuses each at once, before opening it, with an error that
  * names the path and its kind; the same kinds met inside a folder walk are recorded as skipped
  * ("special") without being opened, and the rest of the folder is read. A watchdog fails the test
- * if anything waits (before this check existed, the FIFO hung lh_ingest_next forever).
+ * if anything waits (before this check existed, the FIFO hung lh_ingest_next forever). A path that
+ * resolves to nothing, through a symlink loop or a name too long, is the input's fault like a
+ * missing one (LH_ENOTFOUND / LH_EINVAL: a 400 in a run), not an I/O error (a 500).
  */
 #include "tests/test.h"
 
@@ -50,6 +52,26 @@ int main(void) {
   const char *ln = tpath("link-to-pipe");
   CHECK(symlink(fifo, ln) == 0);
   refused(ln, "FIFO");
+
+  /* paths that resolve to nothing: a symlink loop, a component too long */
+  {
+    const char *loop = tpath("loop");
+    CHECK(symlink("loop", loop) == 0);
+    char longname[1400];
+    CHECK(mkdir(tpath("x"), 0755) == 0);
+    snprintf(longname, sizeof longname, "%s/", tpath("x"));
+    for (size_t n = strlen(longname); n < 600; n++) longname[n] = 'y', longname[n + 1] = 0;
+    const char *paths[] = {loop, longname};
+    const lh_status want[] = {LH_ENOTFOUND, LH_EINVAL};
+    for (int i = 0; i < 2; i++) {
+      lh_ingest_params p = lh_ingest_default_params();
+      run_out o;
+      run_ingest_paths(&p, &paths[i], 1, &o);
+      CHECK_MSG(o.add_st == want[i], "%s: add_path gave %d (%s)", paths[i], (int)o.add_st, o.msg);
+      CHECK_STR_CONTAINS(o.msg, i ? "too long" : "symbolic links");
+      run_free(&o);
+    }
+  }
 
   /* "-" (standard input) is still a stream the caller chose: accepted. */
   {
