@@ -280,7 +280,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
     goto fail;
   }
   lh_buf cb = {0};
-  if ((st = lh_file_read(cpath, CONFIG_MAX_BYTES, &cb, err))) {
+  if ((st = lh_file_read_regular(cpath, CONFIG_MAX_BYTES, &cb, err))) {
     lh_buf_free(&cb);
     goto fail;
   }
@@ -291,11 +291,16 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
     st = lh_error_set(err, st, "%s: path too long", dir);
     goto fail;
   }
-  if (lh_is_file(cpath)) {
-    if (!(st = lh_file_read(cpath, CONFIG_MAX_BYTES, &cb, err)))
-      st = lh_generation_config_check(cb.data, cb.len, cpath, &m->cfg, err);
+  {
+    lh_error gerr = {0};
+    st = lh_file_read_regular(cpath, CONFIG_MAX_BYTES, &cb, &gerr);
+    if (!st) st = lh_generation_config_check(cb.data, cb.len, cpath, &m->cfg, &gerr);
     lh_buf_free(&cb);
-    if (st) goto fail;
+    if (st == LH_ENOTFOUND) st = LH_OK; /* generation_config.json is optional */
+    if (st) {
+      if (err) *err = gerr;
+      goto fail;
+    }
   }
 
   if ((st = lh_st_open_dir(dir, &s, err))) goto fail;

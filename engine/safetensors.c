@@ -335,7 +335,7 @@ lh_status lh_st_add_file(lh_st_set *s, const char *path, lh_error *err) {
   memset(m, 0, sizeof *m);
   if (snprintf(m->path, sizeof m->path, "%s", path) >= (int)sizeof m->path)
     return lh_error_set(err, LH_ELIMIT, "%s: path too long", path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block the open */
   if (fd < 0) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
@@ -384,7 +384,7 @@ static int safe_shard_name(const char *n) {
 
 static lh_status open_index(lh_st_set *s, const char *dir, const char *ipath, lh_error *err) {
   lh_buf b = {0};
-  lh_status st = lh_file_read(ipath, 256u << 20, &b, err);
+  lh_status st = lh_file_read_regular(ipath, 256u << 20, &b, err);
   if (st) return st;
   cJSON *root = cJSON_ParseWithLength(b.data, b.len);
   lh_buf_free(&b);
@@ -492,7 +492,8 @@ lh_status lh_st_open_dir(const char *dir, lh_st_set **out, lh_error *err) {
                         "%s: only pytorch_model.bin was found; longhaul reads safetensors only (convert with "
                         "transformers' save_pretrained(safe_serialization=True))",
                         dir);
-    else
+    else if ((st = lh_file_check_regular(single, err)) == LH_ENOTFOUND &&
+             (st = lh_file_check_regular(index, err)) == LH_ENOTFOUND)
       st = lh_error_set(err, LH_ENOTFOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
   }
   if (st) {

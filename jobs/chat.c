@@ -34,7 +34,7 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
   lh_path_join(path, sizeof path, model_dir, "tokenizer_config.json");
   lh_buf b = {0};
   lh_error e;
-  if (lh_file_read(path, 64u << 20, &b, &e) != LH_OK) {
+  if (lh_file_read_regular(path, 64u << 20, &b, &e) != LH_OK) {
     lh_buf_free(&b);
     if (e.code == LH_ENOTFOUND) {
       f->kind = 0; /* no template: raw completions only */

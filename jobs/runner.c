@@ -224,7 +224,7 @@ static void collect_stop_ids(run *R) {
   char path[4096];
   lh_path_join(path, sizeof path, lh_model_dir(R->model), "generation_config.json");
   lh_buf b = {0};
-  if (lh_file_read(path, 1 << 20, &b, NULL) == LH_OK) {
+  if (lh_file_read_regular(path, 1 << 20, &b, NULL) == LH_OK) {
     cJSON *g = cJSON_ParseWithLength(b.data, b.len);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(g, "eos_token_id");
     if (cJSON_IsNumber(e) && R->n_stop_ids < 8) R->stop_ids[R->n_stop_ids++] = (int32_t)e->valuedouble;

@@ -642,12 +642,15 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err)
   } else {
     snprintf(file, sizeof file, "%s", path);
   }
-  if (!lh_is_file(file))
+  lh_buf b = {0};
+  lh_status st = lh_file_read_regular(file, (size_t)2 << 30, &b, err);
+  if (st == LH_ENOTFOUND)
     return lh_error_set(err, LH_ENOTFOUND, "%s: no such tokenizer file%s", file,
                         lh_is_dir(path) ? " (the model folder has no tokenizer.json)" : "");
-  lh_buf b = {0};
-  lh_status st = lh_file_read(file, (size_t)2 << 30, &b, err);
-  if (st) return st;
+  if (st) {
+    lh_buf_free(&b);
+    return st;
+  }
   st = tk_open_json(b.data ? b.data : "", b.len, file, out, err);
   lh_buf_free(&b);
   return st;

@@ -34,6 +34,70 @@ lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err) {
   return LH_OK;
 }
 
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+lh_status lh_file_check_regular(const char *path, lh_error *err) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
+                        strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+  return LH_OK;
+}
+
+lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err) {
+  /* O_NONBLOCK so that opening a FIFO returns at once; the type is then judged on the open file. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+  }
+  if ((uint64_t)st.st_size > max) {
+    close(fd);
+    return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  char chunk[65536];
+  size_t total = 0;
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+    }
+    if (n == 0) break;
+    total += (size_t)n;
+    if (total > max) {
+      close(fd);
+      return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+    }
+    if (lh_buf_append(b, chunk, (size_t)n)) {
+      close(fd);
+      return lh_error_set(err, LH_ENOMEM, "%s: out of memory reading file", path);
+    }
+  }
+  close(fd);
+  if (!b->data) lh_buf_append(b, "", 0);
+  return LH_OK;
+}
+
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err) {
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)

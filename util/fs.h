@@ -15,6 +15,13 @@
 
 /* Read a whole (small) file into b (appending). Fails with LH_ELIMIT if it is over max bytes. */
 lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err);
+/* The same for a file that must be a regular file (a model folder's config and tokenizer files): a
+ * FIFO, device or directory is refused with LH_EINVAL naming what it is, and is never read, so a
+ * FIFO cannot hang the caller and /dev/zero cannot be read to max. A missing file is LH_ENOTFOUND. */
+lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err);
+/* LH_OK for a regular file (symbolic links followed), LH_ENOTFOUND when nothing is there, LH_EINVAL
+ * naming what it is otherwise. */
+lh_status lh_file_check_regular(const char *path, lh_error *err);
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err);
 /* mkdir -p; succeeds if the directory exists. */
 lh_status lh_mkdir_p(const char *path, lh_error *err);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# load_model_folder.sh — a hostile or unlucky model folder (--model DIR) through the real binary:
+# every case must end at once with exit 2 (a set-up error, README's table) and a message naming the
+# file and what is wrong with it, never hang, never read a device, never start a multi-GB
+# allocation. Each case is a copy of models/haul-tiny (symbolic links to its files) with one file
+# replaced.
+set -euo pipefail
+LH=${LH_LONGHAUL:-build/longhaul}
+SRC=${LH_SOURCE_DIR:-$PWD}
+MODEL=$SRC/models/haul-tiny
+T=$(mktemp -d "${TMPDIR:-/tmp}/lh-modelfolder-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+mkdir -p "$T/docs" && printf 'DEFAULT_WORKER_TIMEOUT = 4817\n' > "$T/docs/config.py"
+cat > "$T/batch.jsonl" <<'B'
+{"custom_id":"q","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is DEFAULT_WORKER_TIMEOUT set to?"}],"max_tokens":4,"temperature":0,"documents":["docs"]}}
+B
+# variant NAME FILE : a model folder like haul-tiny whose FILE is left for the caller to make.
+variant() {
+  local d=$T/$1
+  mkdir -p "$d"
+  for f in "$MODEL"/*; do ln -s "$f" "$d/"; done
+  rm -f "$d/$2"
+  echo "$d"
+}
+# refused NAME EXPECT... : `run` with model NAME exits 2 within 20 s, its message holding each EXPECT.
+refused() {
+  local name=$1 rc=0
+  shift
+  timeout 20 "$LH" run "$T/batch.jsonl" --model "$T/$name" --out "$T/out-$name" --chunk 2048 --progress none \
+    > "$T/$name.log" 2>&1 || rc=$?
+  [ $rc = 124 ] && fail "$name: the run hung (killed after 20 s)"
+  [ $rc = 2 ] || { cat "$T/$name.log"; fail "$name: exit $rc, expected 2"; }
+  for e in "$@"; do grep -qF -- "$e" "$T/$name.log" || { cat "$T/$name.log"; fail "$name: no '$e' in the message"; }; done
+  echo "ok: $name"
+}
+
+# -- files of the folder that are not regular files: a FIFO must not hang the run, /dev/zero must
+#    not be read, a directory is not an I/O error of the machine (75) but a set-up error
+for f in config.json generation_config.json tokenizer.json tokenizer_config.json model.safetensors; do
+  b=${f%%.*}
+  d=$(variant "fifo-$b" "$f") && mkfifo "$d/$f"
+  refused "fifo-$b" "$f: is a FIFO, not a regular file"
+  d=$(variant "zero-$b" "$f") && ln -s /dev/zero "$d/$f"
+  refused "zero-$b" "$f: is a character device, not a regular file"
+  d=$(variant "dir-$b" "$f") && mkdir "$d/$f"
+  refused "dir-$b" "$f: is a directory, not a regular file"
+done
