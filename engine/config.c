@@ -43,7 +43,7 @@
  * modeling_minimax_text_01.py (rotate-half within q[..., :rotary_dim]).
  *
  * Invariants: on LH_OK every lh_config field is filled and consistent (head counts divide, top_k <=
- * experts, layers <= LH_MAX_LAYERS, rotary_dim even and <= head_dim, attn_length_scale_base >= 0 and
+ * experts <= LH_MAX_EXPERTS, layers <= LH_MAX_LAYERS, rotary_dim even and <= head_dim, attn_length_scale_base >= 0 and
  * 0 in the HF form); on failure *cfg is unspecified. Errors name the file and the key.
  * lh_generation_config_check holds a model folder's generation_config.json to the same rule for its
  * eos_token_id (the key longhaul's runner reads from it: more ids that end an answer). The parser
@@ -89,7 +89,8 @@ static int has(const pctx *c, const char *key) {
   return v && !cJSON_IsNull(v);
 }
 
-static int is_integral(double d) { return isfinite(d) && d == floor(d) && fabs(d) <= (double)CFG_INT_MAX; }
+/* Whether d is a whole number; its size is the caller's range check, which names the value. */
+static int is_integral(double d) { return isfinite(d) && d == floor(d); }
 
 /* Integer key: absent or null gives def (or an error when required). */
 static lh_status get_int(const pctx *c, const char *key, int required, int def, int lo, int hi, int *out) {
@@ -289,6 +290,9 @@ static lh_status parse_shape(const pctx *c, lh_config *cfg) {
     return lh_error_set(c->err, LH_EFORMAT, "%s: missing required key 'num_local_experts'", c->path);
   }
   if ((st = get_int(c, "num_experts_per_tok", 1, 0, 1, CFG_INT_MAX, &cfg->top_k))) return st;
+  if (cfg->n_experts > LH_MAX_EXPERTS)
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key 'num_local_experts' is %d, more than longhaul's limit of %d",
+                        c->path, cfg->n_experts, LH_MAX_EXPERTS);
   if (cfg->top_k > cfg->n_experts)
     return lh_error_set(c->err, LH_EFORMAT, "%s: key 'num_experts_per_tok' (%d) is more than num_local_experts (%d)",
                         c->path, cfg->top_k, cfg->n_experts);
@@ -545,9 +549,18 @@ static lh_status check_consistency(const pctx *c, lh_config *cfg) {
   }
   /* Every projection size must stay addressable: [3*H*d, hidden] and [vocab, hidden] in elements. */
   int64_t hd = (int64_t)cfg->n_heads * cfg->head_dim;
-  if (hd * 3 > CFG_INT_MAX || (int64_t)cfg->vocab_size * cfg->hidden_size > ((int64_t)1 << 40) ||
-      (int64_t)cfg->intermediate_size * cfg->hidden_size > ((int64_t)1 << 40))
-    return lh_error_set(c->err, LH_EFORMAT, "%s: the configured sizes are implausibly large", c->path);
+  if (hd * 3 > CFG_INT_MAX)
+    return lh_error_set(c->err, LH_EFORMAT,
+                        "%s: num_attention_heads (%d) x head_dim (%d) is %lld, more than longhaul's limit of %d",
+                        c->path, cfg->n_heads, cfg->head_dim, (long long)hd, CFG_INT_MAX / 3);
+  static const char *const wide[2] = {"vocab_size", "intermediate_size"};
+  const int n[2] = {cfg->vocab_size, cfg->intermediate_size};
+  for (int k = 0; k < 2; k++)
+    if ((int64_t)n[k] * cfg->hidden_size > ((int64_t)1 << 40))
+      return lh_error_set(c->err, LH_EFORMAT,
+                          "%s: %s (%d) x hidden_size (%d) is %lld weights in one matrix, more than longhaul's limit "
+                          "of 2^40",
+                          c->path, wide[k], n[k], cfg->hidden_size, (long long)n[k] * cfg->hidden_size);
   return LH_OK;
 }
 

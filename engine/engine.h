@@ -48,6 +48,7 @@ typedef enum lh_layer_kind { LH_LAYER_LIGHTNING = 0, LH_LAYER_SOFTMAX = 1 } lh_l
 
 #define LH_MAX_LAYERS 256
 #define LH_MAX_HEADS 256
+#define LH_MAX_EXPERTS 1024 /* per layer; the CPU backend's limit too */
 
 /* The parsed configuration, normalised from either config form (HF `minimax` or the original
  * `minimax_text_01`). Every field is filled; see engine/config.c for the key mapping. */

@@ -212,6 +212,29 @@ static void test_format_errors(void) {
   CHECK_ERR("{" HF_KV ",\"block_size\":0}", LH_EFORMAT, "block_size");
   CHECK_ERR("{" HF_KV ",\"eos_token_id\":\"</s>\"}", LH_EFORMAT, "eos_token_id");
   CHECK_ERR("{" HF_BASE ",\"head_dim\":7,\"num_key_value_heads\":2}", LH_EFORMAT, "head_dim");
+  /* absurd but well-formed sizes: refused naming the key and the value, before anything is allocated */
+  CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":1099511627776,\"hidden_size\":64,\"intermediate_size\":32,"
+            "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":4,\"num_experts_per_tok\":2}",
+            LH_EFORMAT, "'vocab_size' is 1099511627776, outside [1, 1073741824]");
+  CHECK_ERR("{" HF_KV ",\"max_position_embeddings\":1e300}", LH_EFORMAT, "'max_position_embeddings' is 1000000");
+  CHECK_ERR("{" HF_KV ",\"bos_token_id\":1099511627776}", LH_EFORMAT, "'bos_token_id' is 1099511627776, outside the vocabulary");
+  CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":32,"
+            "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":1073741824,"
+            "\"num_experts_per_tok\":2}",
+            LH_EFORMAT, "'num_local_experts' is 1073741824, more than longhaul's limit of 1024");
+  CHECK_EQ(parse("{\"model_type\":\"minimax\",\"vocab_size\":100,\"hidden_size\":64,\"intermediate_size\":32,"
+                 "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                 "\"num_local_experts\":1024,\"num_experts_per_tok\":2}"),
+           LH_OK);
+  CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":100,\"hidden_size\":1000000000,\"intermediate_size\":32,"
+            "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":4,\"num_experts_per_tok\":2}",
+            LH_EFORMAT, "num_attention_heads (4) x head_dim (250000000)");
+  CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":1073741824,\"hidden_size\":4096,\"intermediate_size\":32,"
+            "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":4,\"num_experts_per_tok\":2}",
+            LH_EFORMAT, "vocab_size (1073741824) x hidden_size (4096)");
+  CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":100,\"hidden_size\":4096,\"intermediate_size\":1073741824,"
+            "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":4,\"num_experts_per_tok\":2}",
+            LH_EFORMAT, "intermediate_size (1073741824) x hidden_size (4096)");
 }
 
 static void test_unsupported(void) {
