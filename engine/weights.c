@@ -300,8 +300,10 @@ static lh_status length_scale(wctx *c, int layer, const char *p, lh_layer_weight
 
 /* ---- MoE ----------------------------------------------------------------------------------- */
 
+#define SLICE_NAME_MAX 600
+
 static const char *slice_name(wctx *c, const char *fused, int e, const char *what) {
-  char buf[600];
+  char buf[SLICE_NAME_MAX];
   int n = snprintf(buf, sizeof buf, "%s[%d].%s", fused, e, what);
   if (n < 0 || (size_t)n >= sizeof buf) return fused;
   if (c->slice_len + (size_t)n + 1 > c->slice_cap) return fused; /* arena sized up front; never expected */
@@ -495,12 +497,15 @@ lh_status lh_weights_build(lh_model *m, lh_st_set *s, lh_error *err) {
   if (!w->layers || (st = own(&c, w->layers))) return lh_error_set(err, LH_ENOMEM, "out of memory");
   lh_tensor *experts = calloc((size_t)(3 * L * E), sizeof *experts);
   if (!experts || (st = own(&c, experts))) return lh_error_set(err, LH_ENOMEM, "out of memory");
-  /* Slice names: "<fused name>[e].wK" for at most 3 per expert per layer; 96 bytes of suffix room. */
+  /* Slice names: "<fused name>[e].wK" for at most 3 per expert per layer, each at most
+   * SLICE_NAME_MAX bytes (slice_name keeps the fused name for longer ones), so a long name of an
+   * unrelated tensor in the header cannot size this arena. */
   size_t longest = 0;
   for (int i = 0; i < s->n; i++) {
     size_t n = strlen(s->t[i].name);
     if (n > longest) longest = n;
   }
+  if (longest + 32 > SLICE_NAME_MAX) longest = SLICE_NAME_MAX - 32;
   c.slice_cap = (size_t)(3 * L * E) * (longest + 32);
   c.slice_names = malloc(c.slice_cap ? c.slice_cap : 1);
   if (!c.slice_names || (st = own(&c, c.slice_names))) return lh_error_set(err, LH_ENOMEM, "out of memory");

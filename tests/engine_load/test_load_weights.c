@@ -421,8 +421,34 @@ static void test_open_errors(void) {
   lh_model_close(NULL);
 }
 
+/* A long name of a tensor no layer uses must not size the arena of fused-expert slice names, which
+ * has one entry per expert per layer: with 64 layers of 1024 experts an 8 MiB name made it 1.6 TB
+ * and the open failed with "out of memory" instead of naming the missing tensors. */
+static void test_long_unknown_name(void) {
+  const char *dir = tw_mkdir("long_name");
+  tw_write_text(tw_path(dir, "config.json"),
+                "{\"model_type\":\"minimax\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":4,"
+                "\"num_hidden_layers\":64,\"num_attention_heads\":2,\"num_key_value_heads\":2,"
+                "\"num_local_experts\":1024,\"num_experts_per_tok\":2}");
+  size_t n = (size_t)8 << 20;
+  char *h = malloc(n + 128);
+  CHECK(h != NULL);
+  if (!h) return;
+  memcpy(h, "{\"", 2);
+  memset(h + 2, 'x', n);
+  snprintf(h + 2 + n, 126, "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+  float one = 1;
+  tw_write_raw(tw_path(dir, "model.safetensors"), h, &one, sizeof one);
+  free(h);
+  lh_model *m = NULL;
+  CHECK_EQ(open_model(dir, &m), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "model.embed_tokens.weight");
+  lh_model_close(m);
+}
+
 int main(void) {
   lh_test_begin("test_load_weights");
+  test_long_unknown_name();
   test_schemes_equivalent();
   test_errors();
   test_warnings_and_tied();
