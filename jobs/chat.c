@@ -12,6 +12,27 @@
 #define BOS_TURN "<beginning_of_sentence>"
 #define EOS_TURN "<end_of_sentence>"
 
+lh_status lh_chat_check_tokenizer(const lh_chat_format *f, const lh_tokenizer *t, const char *tokenizer_path,
+                                  lh_error *err) {
+  if (f->kind != LH_CHAT_MINIMAX) return LH_OK;
+  static const char *const markers[] = {BOS_TURN, EOS_TURN};
+  for (int k = 0; k < 2; k++) {
+    lh_i32vec ids = {0};
+    lh_status st = lh_tokenizer_encode(t, markers[k], strlen(markers[k]), 0, &ids, err);
+    const size_t n = ids.len;
+    const int32_t id = n ? ids.data[0] : -1;
+    lh_i32vec_free(&ids);
+    if (st) return st;
+    if (n != 1 || id != lh_tokenizer_token_to_id(t, markers[k]))
+      return lh_error_set(err, LH_EFORMAT,
+                          "%s: the MiniMax chat format needs \"%s\" as one token, but this tokenizer encodes it as "
+                          "%zu tokens (it is not among added_tokens); fix the tokenizer, or pass --chat-template raw "
+                          "for a model without chat turns",
+                          tokenizer_path, markers[k], n);
+  }
+  return LH_OK;
+}
+
 static int is_minimax_template(const char *t) {
   return strstr(t, BOS_TURN) && strstr(t, EOS_TURN) && strstr(t, "user name=user") && strstr(t, "ai name=assistant");
 }

@@ -22,6 +22,7 @@
 #define LH_JOBS_CHAT_H
 
 #include "jobs/batch.h"
+#include "tokenizer/tokenizer.h"
 #include "util/buf.h"
 #include "util/err.h"
 
@@ -36,6 +37,12 @@ typedef struct lh_chat_format {
  * otherwise tokenizer_config.json's chat_template decides. A folder without a template gets raw
  * for completions and an error for chat requests (reported by lh_chat_render). */
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err);
+
+/* The format's turn markers must each be one token of t (a special added token), or every prompt
+ * would be encoded as text the model never saw and answered wrongly without a word: LH_EFORMAT
+ * naming tokenizer_path and the marker otherwise. Nothing to check for raw. */
+lh_status lh_chat_check_tokenizer(const lh_chat_format *f, const lh_tokenizer *t, const char *tokenizer_path,
+                                  lh_error *err);
 
 /* Render r into the text that follows its documents (appended to after_docs; no text precedes
  * the documents). */

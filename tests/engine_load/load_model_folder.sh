@@ -46,3 +46,24 @@ for f in config.json generation_config.json tokenizer.json tokenizer_config.json
   d=$(variant "dir-$b" "$f") && mkdir "$d/$f"
   refused "dir-$b" "$f: is a directory, not a regular file"
 done
+
+# -- a tokenizer.json without the chat format's turn markers among its added tokens: every prompt
+#    would be encoded as text the model never saw and answered wrongly without a word
+command -v python3 >/dev/null || { echo "SKIPPED: the tokenizer cases need python3 to edit JSON" >&2; exit 77; }
+for drop in vocab added; do
+  d=$(variant "no-markers-$drop" tokenizer.json)
+  python3 - "$MODEL/tokenizer.json" "$d/tokenizer.json" "$drop" <<'P'
+import json, sys
+t = json.load(open(sys.argv[1]))
+marks = ("<beginning_of_sentence>", "<end_of_sentence>")
+t["added_tokens"] = [a for a in t["added_tokens"] if a["content"] not in marks]
+if sys.argv[3] == "vocab":
+    for m in marks: t["model"]["vocab"].pop(m, None)
+json.dump(t, open(sys.argv[2], "w"))
+P
+  refused "no-markers-$drop" "no-markers-$drop/tokenizer.json" '"<beginning_of_sentence>" as one token'
+done
+# ...while --chat-template raw, which needs no markers, still runs
+timeout 20 "$LH" run "$T/batch.jsonl" --model "$T/no-markers-vocab" --out "$T/out-raw" --chunk 2048 \
+  --chat-template raw --progress none > "$T/raw.log" 2>&1 || { cat "$T/raw.log"; fail "--chat-template raw was refused"; }
+echo "ok: --chat-template raw"
