@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,19 @@ static void run_usage(FILE *f) {
           "130 interrupted\n");
 }
 
+/* A number of a defaults file held to its flag's rule: an integer in [lo, 2^30], or -1 where
+ * minus_one says it means something (keep_checkpoints: keep all). */
+static int default_int(const char *path, const cJSON *it, int lo, int minus_one, int *out) {
+  const double d = it->valuedouble;
+  if (d != floor(d) || !((d >= lo && d <= (double)(1 << 30)) || (minus_one && d == -1))) {
+    fprintf(stderr, "longhaul run: --defaults %s: key '%s' is %.17g: expected an integer %s%d and at most %d\n",
+            path, it->string, d, minus_one ? "-1 or >= " : ">= ", lo, 1 << 30);
+    return -1;
+  }
+  *out = (int)d;
+  return 0;
+}
+
 /* Values from a defaults file; strings point into the parsed JSON, which lives until exit. */
 static int apply_defaults(const char *path, lh_runner_params *p) {
   lh_buf b = {0};
@@ -93,24 +107,26 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
   const cJSON *it;
   cJSON_ArrayForEach(it, o) {
     const char *k = it->string;
+    int bad = 0;
     if (cJSON_IsString(it) && !strcmp(k, "model")) p->model_dir = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "out")) p->out_dir = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "db")) p->db_path = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "device")) p->device = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "chat_template")) p->chat_template = it->valuestring;
-    else if (cJSON_IsNumber(it) && !strcmp(k, "chunk")) p->chunk = (int)it->valuedouble;
-    else if (cJSON_IsNumber(it) && !strcmp(k, "checkpoint_every")) p->checkpoint_every = (int)it->valuedouble;
-    else if (cJSON_IsNumber(it) && !strcmp(k, "threads")) p->threads = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "chunk")) bad = default_int(path, it, 1, 0, &p->chunk);
+    else if (cJSON_IsNumber(it) && !strcmp(k, "checkpoint_every")) bad = default_int(path, it, 0, 0, &p->checkpoint_every);
+    else if (cJSON_IsNumber(it) && !strcmp(k, "threads")) bad = default_int(path, it, 0, 0, &p->threads);
     else if (cJSON_IsString(it) && !strcmp(k, "cpu_attention") && lh_cpu_attention_parse(it->valuestring) >= 0)
       p->cpu_attention = lh_cpu_attention_parse(it->valuestring);
-    else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) p->max_tokens_default = (int)it->valuedouble;
-    else if (cJSON_IsNumber(it) && !strcmp(k, "keep_checkpoints")) p->keep_checkpoints = (int)it->valuedouble;
+    else if (cJSON_IsNumber(it) && !strcmp(k, "max_tokens")) bad = default_int(path, it, 1, 0, &p->max_tokens_default);
+    else if (cJSON_IsNumber(it) && !strcmp(k, "keep_checkpoints")) bad = default_int(path, it, 0, 1, &p->keep_checkpoints);
     else if (cJSON_IsString(it) && !strcmp(k, "documents_root")) p->documents_root = it->valuestring;
     else if (cJSON_IsBool(it) && !strcmp(k, "require_documents")) p->require_documents = cJSON_IsTrue(it);
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
       return -1;
     }
+    if (bad) return -1;
   }
   /* o is deliberately kept: p points into it */
   return 0;
@@ -120,7 +136,7 @@ static int parse_int(const char *flag, const char *v, int lo, int *out) {
   char *end;
   long x = strtol(v, &end, 10);
   if (!*v || *end || x < lo || x > 1 << 30) {
-    fprintf(stderr, "longhaul run: %s %s: expected an integer >= %d\n", flag, v, lo);
+    fprintf(stderr, "longhaul run: %s %s: expected an integer >= %d and at most %d\n", flag, v, lo, 1 << 30);
     return -1;
   }
   *out = (int)x;

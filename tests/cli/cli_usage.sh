@@ -186,4 +186,16 @@ says outlink "the output folder $T/outlink is a symbolic link to $T/no-such-targ
 run 2 runopt "$LH" run "$T/batch.jsonl" --modle "$MODEL" --out "$T/x"
 says runopt "longhaul run: unknown option --modle; did you mean --model?"
 lines runopt 2
-echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids: ok"
+# ---- a defaults file's numbers obey their flags' rules, and a bad one names the key and value ----
+for kv in '"keep_checkpoints": 1e12' '"keep_checkpoints": -7' '"keep_checkpoints": 2.5' '"chunk": 1e12' \
+          '"max_tokens": -1' '"threads": -3' '"checkpoint_every": -1'; do
+  echo "{$kv}" > "$T/defaults.json"
+  run 2 defaults "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/defaults-out" --defaults "$T/defaults.json"
+  key=${kv%%\":*}
+  says defaults "key '${key#\"}'"
+  says defaults ": expected an integer"
+  [ -e "$T/defaults-out" ] && fail "defaults $kv: --out was created although nothing may run"
+done
+run 2 keepflag "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/x" --keep-checkpoints 99999999999
+says keepflag "expected an integer >= 0 and at most 1073741824"
+echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
