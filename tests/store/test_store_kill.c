@@ -83,8 +83,10 @@ int main(int argc, char **argv) {
   int kills = 0, runs = 0, progressed = 0, in_txn = 0, rounds = 0;
   /* Rounds of kills on one database, each ended by a run that finishes the job (and must match the
    * reference). Normally one round holds all the kills; a run that finishes before its kill (the
-   * machine sped up) ends the round early and the next one starts on a fresh database. */
-  while (kills < KILLS && rounds < 4) {
+   * machine sped up) ends the round early and the next one starts on a fresh database. Up to 8
+   * rounds: on a loaded machine (a CI run beside other work) the reference timing was taken at
+   * another speed, and rounds of 7-8 kills each were seen, so 4 rounds fell short of KILLS. */
+  while (kills < KILLS && rounds < 8) {
     rounds++;
     snprintf(db, sizeof db, "%s/kill%d.db", dir, rounds);
     int64_t last = 0;
