@@ -124,9 +124,12 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     else if (cJSON_IsBool(it) && !strcmp(k, "require_documents")) p->require_documents = cJSON_IsTrue(it);
     else {
       fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
+      bad = 1;
+    }
+    if (bad) { /* the run stops here (exit 2): nothing reads p's strings again */
+      cJSON_Delete(o);
       return -1;
     }
-    if (bad) return -1;
   }
   /* o is deliberately kept: p points into it */
   return 0;
