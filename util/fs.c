@@ -11,27 +11,38 @@
 #include <time.h>
 #include <unistd.h>
 
-lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+/* Read all of an open file into b (at most max bytes), then close it. */
+static lh_status read_fd(int fd, const char *path, size_t max, lh_buf *b, lh_error *err) {
   char chunk[65536];
-  size_t n, total = 0;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    total += n;
-    if (total > max) {
-      fclose(f);
-      return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+  size_t total = 0;
+  lh_status st = LH_OK;
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      st = lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+      break;
     }
-    if (lh_buf_append(b, chunk, n)) {
-      fclose(f);
-      return lh_error_set(err, LH_ENOMEM, "%s: out of memory reading file", path);
+    if (n == 0) break;
+    total += (size_t)n;
+    if (total > max) {
+      st = lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+      break;
+    }
+    if (lh_buf_append(b, chunk, (size_t)n)) {
+      st = lh_error_set(err, LH_ENOMEM, "%s: out of memory reading file", path);
+      break;
     }
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) return lh_error_set(err, LH_EIO, "%s: read error", path);
-  if (!b->data) lh_buf_append(b, "", 0);
-  return LH_OK;
+  close(fd);
+  if (!st && !b->data) lh_buf_append(b, "", 0);
+  return st;
+}
+
+lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  return read_fd(fd, path, max, b, err);
 }
 
 static const char *file_kind(mode_t m) {
@@ -72,30 +83,7 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
     return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  char chunk[65536];
-  size_t total = 0;
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      close(fd);
-      return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
-    }
-    if (n == 0) break;
-    total += (size_t)n;
-    if (total > max) {
-      close(fd);
-      return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
-    }
-    if (lh_buf_append(b, chunk, (size_t)n)) {
-      close(fd);
-      return lh_error_set(err, LH_ENOMEM, "%s: out of memory reading file", path);
-    }
-  }
-  close(fd);
-  if (!b->data) lh_buf_append(b, "", 0);
-  return LH_OK;
+  return read_fd(fd, path, max, b, err);
 }
 
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err) {
