@@ -731,17 +731,6 @@ static lh_status ready_cb(void *ctx, lh_ientry *ie) {
   return st;
 }
 
-const char *lh_file_kind(unsigned mode) {
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symlink";
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISREG(mode)) return "a regular file";
-  return "of an unknown file type";
-}
-
 /* The name of the entry in which the framed text's byte `off` lies: a finished entry of this
  * batch or of the tokenizer's waiting list, else the document the reader had open. */
 static void entry_at(lh_ingest *ing, const lh_parcel *c, uint64_t off, lh_buf *name) {

@@ -248,8 +248,6 @@ static inline const char *lh_input_open_path(const lh_input *in) { return in->op
 struct archive;
 /* Offer a reader the filters libarchive runs in-process (and the external ones when external). */
 void lh_archive_add_filters(struct archive *a, int external);
-/* "a FIFO (named pipe)", "a character device", ... for a st_mode. */
-const char *lh_file_kind(unsigned mode);
 /* 1 when path (resolved, absolute) is root or lies under it. */
 int lh_path_under(const char *path, const char *root, size_t root_len);
 

@@ -45,13 +45,15 @@ lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err) {
   return read_fd(fd, path, max, b, err);
 }
 
-static const char *file_kind(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
+const char *lh_file_kind(unsigned mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symlink";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISREG(mode)) return "a regular file";
+  return "of an unknown file type";
 }
 
 lh_status lh_file_check_regular(const char *path, lh_error *err) {
@@ -60,7 +62,7 @@ lh_status lh_file_check_regular(const char *path, lh_error *err) {
     return lh_error_set(err, errno == ENOENT || errno == ENOTDIR ? LH_ENOTFOUND : LH_EIO, "%s: %s", path,
                         strerror(errno));
   if (!S_ISREG(st.st_mode))
-    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, lh_file_kind(st.st_mode));
   return LH_OK;
 }
 
@@ -76,7 +78,7 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
+    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, lh_file_kind(st.st_mode));
   }
   if ((uint64_t)st.st_size > max) {
     close(fd);

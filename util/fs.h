@@ -22,6 +22,9 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
 /* LH_OK for a regular file (symbolic links followed), LH_ENOTFOUND when nothing is there, LH_EINVAL
  * naming what it is otherwise. */
 lh_status lh_file_check_regular(const char *path, lh_error *err);
+/* "a FIFO (named pipe)", "a character device", "a folder", ... for a st_mode: how messages name a
+ * file that is not what was wanted (ingest's skipped entries, a model folder's files). */
+const char *lh_file_kind(unsigned mode);
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err);
 /* mkdir -p; succeeds if the directory exists. */
 lh_status lh_mkdir_p(const char *path, lh_error *err);

@@ -40,11 +40,11 @@ refused() {
 for f in config.json generation_config.json tokenizer.json tokenizer_config.json model.safetensors; do
   b=${f%%.*}
   d=$(variant "fifo-$b" "$f") && mkfifo "$d/$f"
-  refused "fifo-$b" "$f: is a FIFO, not a regular file"
+  refused "fifo-$b" "$f: is a FIFO (named pipe), not a regular file"
   d=$(variant "zero-$b" "$f") && ln -s /dev/zero "$d/$f"
   refused "zero-$b" "$f: is a character device, not a regular file"
   d=$(variant "dir-$b" "$f") && mkdir "$d/$f"
-  refused "dir-$b" "$f: is a directory, not a regular file"
+  refused "dir-$b" "$f: is a folder, not a regular file"
 done
 
 # -- a tokenizer.json without the chat format's turn markers among its added tokens: every prompt

@@ -40,14 +40,20 @@ else:
 P
 }
 
+# The state of process $1 once it has stopped at its test point or ended (T or gone), within 60 s.
+stopped_state() {
+  local st=gone
+  for _ in $(seq 1 1200); do
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || echo gone)
+    [ "$st" = T ] || [ "$st" = gone ] && break
+    sleep 0.05
+  done
+  echo "$st"
+}
+
 LH_TEST_STOP_AT=prefill:2 "${RUN[@]}" --out "$T/out" --progress plain > "$T/stall.log" 2>&1 &
 pid=$!
-state=gone
-for _ in $(seq 1 1200); do
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo gone)
-  [ "$state" = T ] || [ "$state" = gone ] && break
-  sleep 0.05
-done
+state=$(stopped_state "$pid")
 [ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$T/stall.log"; fail "the run did not stop at its second prefill chunk ($state)"; }
 sql give-away
 kill -CONT $pid
@@ -73,12 +79,7 @@ echo "run_claim_lost: takeover: ok"
 
 LH_TEST_STOP_AT=prefill:2 "${RUN[@]}" --out "$T/d1" --db "$T/shared.db" > "$T/d1.log" 2>&1 &
 pid=$!
-state=gone
-for _ in $(seq 1 1200); do
-  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || echo gone)
-  [ "$state" = T ] || [ "$state" = gone ] && break
-  sleep 0.05
-done
+state=$(stopped_state "$pid")
 [ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$T/d1.log"; fail "the first run on the shared store did not stop ($state)"; }
 rc=0
 "${RUN[@]}" --out "$T/d2" --db "$T/shared.db" > "$T/d2.log" 2>&1 || rc=$?
