@@ -9,6 +9,7 @@
 # Each archive is asked "What is the value of DEFAULT_WORKER_TIMEOUT?" and "What is
 # DEFAULT_WORKER_TIMEOUT set to?". Prints the four answers; exits 1 unless all are 4817.
 # Session 11 (models/haul-tiny/TRAINING.md): step 7847 passes; steps 8581 and 9336 fail on B.
+# Session 14: steps 10469 and 11181 (data version 10) pass.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 model="$1"
