@@ -138,7 +138,16 @@ def grammar_regex(text: str, anchored: bool) -> re.Pattern:
 
 
 def _sides():
-    return {side: grammar.families(side) for side in ("train", "heldout")}
+    """Both sides' items. The train side is version 6's plus version 11's generated frames and
+    questions, so that a version-11 line or question reads back (templates of no version are on
+    the held-out side)."""
+    sides = {side: grammar.families(side) for side in ("train", "heldout")}
+    v11 = grammar.to_json_form({"needles": grammar.NEEDLES_V11, "questions": grammar.QUESTIONS_V11,
+                                "multi_value_questions": [], "file_questions": [], "value_kinds": [],
+                                "attributes": [], "value_words": []})
+    sides["train"]["needles"] = sides["train"]["needles"] + v11["needles"]
+    sides["train"]["questions"] = sides["train"]["questions"] + v11["questions"]
+    return sides
 
 
 SIDES = _sides()
@@ -184,7 +193,15 @@ def grammar_facts(prompt: str, keys: set):
                                      "sides": set(), "styles": set()})
             f["sides"].add(side)
             f["styles"].add(n["id_style"])
-    return sorted(found.values(), key=lambda f: f["pos"])
+    # One line may read several ways when one template is another plus a wrapper or an ending
+    # (version 11: `{value} is the {attr} of {key}` and `'{value}' is the ... (confirmed)` both
+    # match `'v' is the ... (confirmed)`): the most specific reading, the shortest value, is the fact.
+    best = {}
+    for f in found.values():
+        k = (f["pos"], f["key"], f["attr"])
+        if k not in best or len(f["value"]) < len(best[k]["value"]):
+            best[k] = f
+    return sorted(best.values(), key=lambda f: f["pos"])
 
 
 def grammar_question(question: str, keys: set):
@@ -246,7 +263,7 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
     matched by a train template, with a train attribute, a train key and a value of a train kind
     (version 7: of its train kinds) that no held-out kind could have drawn."""
-    train_rx = KIND_RX["train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
+    train_rx = KIND_RX["train11" if version >= 11 else "train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:
@@ -352,22 +369,25 @@ def main():
     held_keys = set(words["heldout"])
     if args.version >= 8:
         # version 8's train side draws {w} from the corpus's training words (data.Generator.use_grammar)
-        v = min(args.version, 10)
+        v = min(args.version, 11)
         gen.use_grammar(v)
         KIND_RX[f"train{v}"] = grammar.kinds_regex(dict(grammar.families("train", v), value_words=gen.fam.words))
-    if args.version >= 10:
-        # version 10's structured kinds: no pattern may draw a held-out kind's form at all (not only
-        # the values these steps drew; Families.value would draw such a value again)
-        for name, pats in grammar.VALUE_KINDS_V10:
+    for ver, kinds in ((10, grammar.VALUE_KINDS_V10), (11, grammar.VALUE_KINDS_V11)):
+        if args.version < ver:
+            continue
+        # version 10's structured kinds and version 11's groups: no pattern may draw a held-out
+        # kind's form at all (not only the values these steps drew; Families.value would draw such
+        # a value again)
+        for name, pats in kinds:
             for p in pats:
                 for hk in SIDES["heldout"]["value_kinds"]:
                     for hp in hk["patterns"]:
                         if can_draw_same(p, gen.fam.words, hp, SIDES["heldout"]["value_words"]):
-                            sys.exit(f"version 10 kind {name}: pattern {p!r} can draw a value of held-out "
+                            sys.exit(f"version {ver} kind {name}: pattern {p!r} can draw a value of held-out "
                                      f"kind {hk['name']}'s form {hp!r}")
-        n_pats = sum(len(ps) for _, ps in grammar.VALUE_KINDS_V10)
-        print(f"version 10: none of the {n_pats} patterns of {len(grammar.VALUE_KINDS_V10)} kinds in "
-              f"grammar.VALUE_KINDS_V10 can draw a value a held-out kind's pattern can draw")
+        n_pats = sum(len(ps) for _, ps in kinds)
+        print(f"version {ver}: none of the {n_pats} patterns of {len(kinds)} kinds in "
+              f"grammar.VALUE_KINDS_V{ver} can draw a value a held-out kind's pattern can draw")
     all_keys = set(words["train"]) | held_keys
     committed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heldout_families.json")
     with open(committed) as f:
