@@ -30,8 +30,8 @@ if [ -n "${RESUME_FROM:-}" ]; then
     if [ -f "$RESUME_FROM/run.json" ]; then src="$RESUME_FROM"; else echo "RESUME_FROM=$RESUME_FROM has no run.json: resuming from ./st"; fi
 fi
 if [ -f "$src/run.json" ]; then
-    cp "$src"/weights-* "$src/run.json" "$sd/"
-    cp "$src"/moments-* "$sd/" 2>/dev/null || echo "no AdamW moments in $src/: fresh optimizer, 30-step warm-up"
+    cp "$src"/weights-*.safetensors "$src/run.json" "$sd/"
+    cp "$src"/moments-*.safetensors "$sd/" 2>/dev/null || echo "no AdamW moments in $src/: fresh optimizer, 30-step warm-up"
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)'

@@ -142,6 +142,8 @@ def load_state(model, opt, state_dir):
     from safetensors.torch import load_file
     weights, moments = {}, {}
     for fn in sorted(os.listdir(state_dir)):
+        if not fn.endswith(".safetensors"):  # e.g. a weights-0.safetensors.xz left beside its copy
+            continue
         if fn.startswith("weights-"):
             weights.update(load_file(os.path.join(state_dir, fn)))
         elif fn.startswith("moments-"):
