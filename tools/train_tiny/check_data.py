@@ -263,7 +263,7 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
     matched by a train template, with a train attribute, a train key and a value of a train kind
     (version 7: of its train kinds) that no held-out kind could have drawn."""
-    train_rx = KIND_RX["train11" if version >= 11 else "train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
+    train_rx = KIND_RX["train12" if version >= 12 else "train11" if version >= 11 else "train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:
@@ -369,7 +369,7 @@ def main():
     held_keys = set(words["heldout"])
     if args.version >= 8:
         # version 8's train side draws {w} from the corpus's training words (data.Generator.use_grammar)
-        v = min(args.version, 11)
+        v = min(args.version, 12)
         gen.use_grammar(v)
         KIND_RX[f"train{v}"] = grammar.kinds_regex(dict(grammar.families("train", v), value_words=gen.fam.words))
     for ver, kinds in ((10, grammar.VALUE_KINDS_V10), (11, grammar.VALUE_KINDS_V11)):

@@ -164,6 +164,11 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      770 held-out facts at 1K-64K; 306 misses read another value (0 of 42 on the held-out XML frame
 #      with pascal ids, which no train frame had) and 119 stop early (dates after the year, UUIDs
 #      after a group) where no train value had digit groups (TRAINING.md, "Session 14").
+#  12: (written in session 15, not trained yet) version 11 without the 25 generated call frames
+#      (`register("{id}", {value})`, `set(...)`, ...). Why: step 12700 (version 11) answers the
+#      demo's "What is DEFAULT_WORKER_TIMEOUT set to?" over thread.py alone with
+#      `python_exit.register`, from `threading._register_atexit(_python_exit)` (TRAINING.md,
+#      "Session 15"): real code is full of such calls.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -178,6 +183,7 @@ MIXES[8] = MIXES[7]
 MIXES[9] = MIXES[8]
 MIXES[10] = MIXES[9]
 MIXES[11] = MIXES[10]
+MIXES[12] = MIXES[11]
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -199,6 +205,7 @@ DENSE_MIXES[8] = DENSE_MIXES[7]
 DENSE_MIXES[9] = DENSE_MIXES[8]
 DENSE_MIXES[10] = DENSE_MIXES[9]
 DENSE_MIXES[11] = DENSE_MIXES[10]
+DENSE_MIXES[12] = DENSE_MIXES[11]
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -254,12 +261,12 @@ class Generator:
 
     def use_grammar(self, version: int):
         """Draw the grammar's facts from its train side as data version `version` has it (versions
-        7-10 add value kinds, 11 generated frames, questions and group kinds), and (version 8) the
+        7-10 add value kinds, 11 generated frames, questions and group kinds, 12 drops its call frames), and (version 8) the
         repository facts with near-miss names."""
         self.version = version
         if self.fam_fixed:
             return
-        v = min(11, max(6, version))
+        v = min(12, max(6, version))
         if v not in self._fams:
             fam = grammar.Families.side("train", v)
             if v >= 9:
@@ -860,6 +867,7 @@ CURRICULA[8] = CURRICULA[4]
 CURRICULA[9] = CURRICULA[4]
 CURRICULA[10] = CURRICULA[4]
 CURRICULA[11] = CURRICULA[4]
+CURRICULA[12] = CURRICULA[4]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:

@@ -318,8 +318,8 @@ def _all_items():
 def families(side: str, version: int = 6) -> dict:
     """The items of one side ("train" or "heldout") in heldout_families.json's form. Data version 7
     adds VALUE_KINDS_V7 to the train side, version 8 VALUE_KINDS_V8, version 9 VALUE_KINDS_V9 and
-    version 10 VALUE_KINDS_V10 and version 11 VALUE_KINDS_V11, NEEDLES_V11 and QUESTIONS_V11; the
-    held-out side is the same for every version."""
+    version 10 VALUE_KINDS_V10 and version 11 VALUE_KINDS_V11, NEEDLES_V11 and QUESTIONS_V11 (version
+    12 without NEEDLES_V11's call frames); the held-out side is the same for every version."""
     want = side == "heldout"
     out = {}
     for section, items in _all_items().items():
@@ -334,7 +334,10 @@ def families(side: str, version: int = 6) -> dict:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V10)
     if side == "train" and version >= 11:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V11)
-        out["needles"] = out["needles"] + list(NEEDLES_V11)
+        # version 12: without the generated call frames (`register("{id}", {value})`), after which
+        # step 12700 took `threading._register_atexit(_python_exit)` for the demo's planted fact
+        calls = version >= 12
+        out["needles"] = out["needles"] + [n for n in NEEDLES_V11 if not (calls and n[0] == "gen_call")]
         out["questions"] = out["questions"] + list(QUESTIONS_V11)
     return to_json_form(out)
 
