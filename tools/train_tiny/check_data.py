@@ -142,11 +142,8 @@ def _sides():
     questions, so that a version-11 line or question reads back (templates of no version are on
     the held-out side)."""
     sides = {side: grammar.families(side) for side in ("train", "heldout")}
-    v11 = grammar.to_json_form({"needles": grammar.NEEDLES_V11, "questions": grammar.QUESTIONS_V11,
-                                "multi_value_questions": [], "file_questions": [], "value_kinds": [],
-                                "attributes": [], "value_words": []})
-    sides["train"]["needles"] = sides["train"]["needles"] + v11["needles"]
-    sides["train"]["questions"] = sides["train"]["questions"] + v11["questions"]
+    v11 = grammar.families("train", 11)
+    sides["train"]["needles"], sides["train"]["questions"] = v11["needles"], v11["questions"]
     return sides
 
 
@@ -263,7 +260,7 @@ def check_grammar_split(qsides, hits, question, held_keys, version=6):
     """Training must use no held-out family: the question and every answer-bearing line must be
     matched by a train template, with a train attribute, a train key and a value of a train kind
     (version 7: of its train kinds) that no held-out kind could have drawn."""
-    train_rx = KIND_RX["train12" if version >= 12 else "train11" if version >= 11 else "train10" if version >= 10 else "train9" if version >= 9 else "train8" if version >= 8 else "train7" if version >= 7 else "train"]
+    train_rx = KIND_RX["train" if version < 7 else f"train{min(version, 12)}"]
     if "train" not in qsides:
         raise ValueError(f"question {question!r} matches held-out question templates only")
     for f in hits:

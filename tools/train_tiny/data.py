@@ -261,8 +261,8 @@ class Generator:
 
     def use_grammar(self, version: int):
         """Draw the grammar's facts from its train side as data version `version` has it (versions
-        7-10 add value kinds, 11 generated frames, questions and group kinds, 12 drops its call frames), and (version 8) the
-        repository facts with near-miss names."""
+        7-10 add value kinds, 11 generated frames, questions and group kinds, 12 drops 11's call
+        frames), and (version 8) the repository facts with near-miss names."""
         self.version = version
         if self.fam_fixed:
             return

@@ -336,8 +336,8 @@ def families(side: str, version: int = 6) -> dict:
         out["value_kinds"] = out["value_kinds"] + list(VALUE_KINDS_V11)
         # version 12: without the generated call frames (`register("{id}", {value})`), after which
         # step 12700 took `threading._register_atexit(_python_exit)` for the demo's planted fact
-        calls = version >= 12
-        out["needles"] = out["needles"] + [n for n in NEEDLES_V11 if not (calls and n[0] == "gen_call")]
+        drop_calls = version >= 12
+        out["needles"] = out["needles"] + [n for n in NEEDLES_V11 if not (drop_calls and n[0] == "gen_call")]
         out["questions"] = out["questions"] + list(QUESTIONS_V11)
     return to_json_form(out)
 
@@ -576,8 +576,9 @@ _check_v10()
 #   verb, a wrapper around the value, an ending; prose frames with a lead and a verb, value-first
 #   sentences, XML elements and attributes, function calls);
 # - QUESTIONS_V11: questions composed from a lead, an object naming the key (words or id) and a tail;
-# - VALUE_KINDS_V11: digit groups (phone-, ISBN-, IP-, clock-like), long hex strings and 3-5 hex
-#   groups, upper-case and word/digit groups.
+# - VALUE_KINDS_V11: digit groups (phone-, ISBN-, IP-, clock-like), 2-5 hex groups and word/digit
+#   groups (the long-hex and upper-case candidates fall on the held-out side of the hash and are
+#   skipped, as version 10's were).
 # The split stays honest: a generated frame or question is dropped when its skeleton (whitespace
 # removed, runs of one punctuation character made one, case folded, {Key} read as {key}) is a
 # held-out item's skeleton or a listed item's, so `-- {key} {attr} = {value}` or
@@ -644,8 +645,8 @@ def _v11_needles(n=240):
         elif form == 2:    # table row: key, attribute, value as fields
             sep = pick(V11_FIELD_SEPS)
             kind, body = "gen_table", sep.join(("{Key}" if rnd.random() < 0.3 else "{key}", "{attr}", val))
-            if rnd.random() < 0.3:
-                body = sep.strip() + " " + body + " " + sep.strip() if sep.strip() else body
+            if rnd.random() < 0.3 and sep.strip():  # an outer border too: `| a | b | v |`
+                body = sep.strip() + " " + body + " " + sep.strip()
         elif form == 3:    # prose: lead, object, verb, value
             obj = pick(V11_PROSE_OBJECTS)
             lead = pick(V11_PROSE_LEADS)
