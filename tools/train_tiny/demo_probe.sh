@@ -2,6 +2,7 @@
 # The demo's repository question over short archives of the demo's own files, on longhaul's CPU
 # engine (about a minute on 2 cores): a check before the 204K-token `make demo`.
 #   tools/train_tiny/demo_probe.sh MODEL_DIR [LONGHAUL_BINARY]
+# DEVICE=cuda runs it on longhaul's CUDA backend (on the GPU box, in the training call).
 # Archive A: concurrent/ from examples/demo-repo.tar.gz, 18.9K tokens, with
 #   `DEFAULT_WORKER_TIMEOUT = 4817` in concurrent/futures/thread.py.
 # Archive B: asyncio/base_events.py, then concurrent/, 38.2K tokens. base_events.py adds
@@ -30,7 +31,7 @@ with open(sys.argv[1], "w") as f:
                                      "temperature": 0, "documents": [sys.argv[2]]}}) + "\n")
 PYEOF
     "$lh" run "$w/$a.jsonl" --model "$model" --out "$w/out-$a" --chunk 2048 --force \
-        --cpu-attention auto >"$w/$a.log" 2>&1 || { cat "$w/$a.log"; exit 2; }
+        --cpu-attention auto --device "${DEVICE:-cpu}" >"$w/$a.log" 2>&1 || { cat "$w/$a.log"; exit 2; }
     python3 - "$w/out-$a/output.jsonl" "$a" <<'PYEOF' || fail=1
 import json, sys
 ok = True
