@@ -169,6 +169,11 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      demo's "What is DEFAULT_WORKER_TIMEOUT set to?" over thread.py alone with
 #      `python_exit.register`, from `threading._register_atexit(_python_exit)` (TRAINING.md,
 #      "Session 15"): real code is full of such calls.
+#  13: version 12's data, with a last curriculum stage at max_len: once phase 1 is done, half the
+#      long steps are max_len tokens (e.g. --replan-max-len 131072), the rest log-uniform below it.
+#      Meant with train.py --train-only softmax (issue 31's "late stage at longer lengths made
+#      affordable by freezing the lightning layers"): the 256K / 1M misses find the needle and lose
+#      digits, which the one softmax layer's attention at lengths it never trained on explains.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -184,6 +189,7 @@ MIXES[9] = MIXES[8]
 MIXES[10] = MIXES[9]
 MIXES[11] = MIXES[10]
 MIXES[12] = MIXES[11]
+MIXES[13] = MIXES[12]
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -206,6 +212,7 @@ DENSE_MIXES[9] = DENSE_MIXES[8]
 DENSE_MIXES[10] = DENSE_MIXES[9]
 DENSE_MIXES[11] = DENSE_MIXES[10]
 DENSE_MIXES[12] = DENSE_MIXES[11]
+DENSE_MIXES[13] = DENSE_MIXES[12]
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -262,11 +269,11 @@ class Generator:
     def use_grammar(self, version: int):
         """Draw the grammar's facts from its train side as data version `version` has it (versions
         7-10 add value kinds, 11 generated frames, questions and group kinds, 12 drops 11's call
-        frames), and (version 8) the repository facts with near-miss names."""
+        frames; 13 is 12's), and (version 8) the repository facts with near-miss names."""
         self.version = version
         if self.fam_fixed:
             return
-        v = min(12, max(6, version))
+        v = min(12, max(6, version))   # version 13 draws version 12's facts
         if v not in self._fams:
             fam = grammar.Families.side("train", v)
             if v >= 9:
@@ -868,6 +875,8 @@ CURRICULA[9] = CURRICULA[4]
 CURRICULA[10] = CURRICULA[4]
 CURRICULA[11] = CURRICULA[4]
 CURRICULA[12] = CURRICULA[4]
+# version 13: after phase 1 (progress 1.0) the longest sample is max_len itself
+CURRICULA[13] = CURRICULA[4][:-1] + [(1.0, 65536), (1.01, 1 << 30)]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:

@@ -298,6 +298,21 @@ def loss_fn(model, batch, device, amp, lm_weight, aux_coef, first_weight=1.0):
                   "aux": torch.as_tensor(aux).detach()}
 
 
+def freeze_below_softmax(model, arch):
+    """Freeze every parameter but the softmax layers', the final norm's and lm_head's. The
+    embedding and the lightning layers below the first softmax layer then build no autograd graph,
+    so their activations are not kept: a long sample costs their forward only. Lightning layers
+    after a softmax layer are frozen too (their weights stay), though gradients pass through them.
+    AdamW skips parameters without gradients (no update, no weight decay). Returns the count frozen."""
+    keep = tuple(f"model.layers.{i}." for i in arch["softmax_layers"]) + ("model.norm.", "lm_head.")
+    frozen = 0
+    for name, p in model.named_parameters():
+        if not name.startswith(keep):
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen
+
+
 def calibrate(model, device, amp, tokens_per_step, max_len, vocab):
     """Seconds per step at a few lengths (forward + backward, weights untouched)."""
     times = {}
@@ -419,6 +434,10 @@ def main():
     ap.add_argument("--length-scale-base", type=int, default=None,
                     help="L0 of the length-aware query scaling in softmax layers (0: off; default: the "
                          "state's, else 0); kept in the state")
+    ap.add_argument("--train-only", default="all", choices=["all", "softmax"],
+                    help="softmax: train only the softmax attention layers, the final norm and lm_head; "
+                         "the embedding and the lightning layers before them are frozen and run without "
+                         "autograd (a long stage at 128K+ tokens; data version 13). For this call only")
     ap.add_argument("--peak-lr", type=float, default=2e-3)
     ap.add_argument("--cont-lr", type=float, default=0.1, help="LR after phase 1, as a fraction of the peak")
     ap.add_argument("--lm-weight", type=float, default=0.1)
@@ -512,6 +531,9 @@ def main():
         replanned = {"at_step": run["step"], "from": run["total_steps"], "to": args.replan_total_steps}
         run["total_steps"] = args.replan_total_steps
         log(f"phase 1 replanned: {replanned}")
+    if args.train_only == "softmax":
+        frozen = freeze_below_softmax(model, arch)
+        log(f"--train-only softmax: {frozen} parameters frozen (the embedding and the lightning layers)")
     n_params = sum(p.numel() for p in model.parameters())
     log(f"params {n_params} ({n_params * 2 / 1e6:.1f} MB bf16); device {device}; "
         f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else 'cpu'}")
@@ -524,7 +546,8 @@ def main():
                                      persistent_workers=False, pin_memory=device.type == "cuda")
     call = {"start_step": run["step"], "budget_s": args.budget_s, "device": str(device),
             "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-            "argv": sys.argv[1:], "replanned": replanned, "changes": changes or None}
+            "argv": sys.argv[1:], "replanned": replanned, "changes": changes or None,
+            "train_only": args.train_only}
     model.train()
     t_loop = time.time()   # this call's training clock (the budget)
     t_train = t_loop       # start of the segment not yet added to run["train_seconds"]
