@@ -20,7 +20,7 @@ if [ -x "$build/tests/gpu/gpu_ranks" ]; then cp "$build/tests/gpu/gpu_ranks" "$d
 if [ -x "$build/longhaul" ]; then cp "$build/longhaul" "$dest/bin/"; fi  # for run_device_niah*.sh
 cp "$here/tools/bench_peers/peers.py" "$here/tools/bench_peers/slice_hf.py" "$here/bench/cuda/run_device.sh" \
   "$here/bench/cuda/run_device_long.sh" "$here/bench/cuda/run_device_4m.sh" "$here/bench/cuda/run_device_niah.sh" \
-  "$here/bench/cuda/run_device_niah_families.sh" \
+  "$here/bench/cuda/run_device_niah_families.sh" "$here/bench/cuda/run_device_ship_checks.sh" \
   "$here/bench/cuda/run_device_ranks.sh" "$here/bench/cuda/run_device_lightning.sh" \
   "$here/bench/cuda/ncu_lightning.sh" "$here/bench/cuda/sanitize_lightning.sh" \
   "$here/bench/cuda/run_device_sdpa.sh" "$dest/"
