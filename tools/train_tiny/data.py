@@ -164,16 +164,17 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      770 held-out facts at 1K-64K; 306 misses read another value (0 of 42 on the held-out XML frame
 #      with pascal ids, which no train frame had) and 119 stop early (dates after the year, UUIDs
 #      after a group) where no train value had digit groups (TRAINING.md, "Session 14").
-#  12: (written in session 15, not trained yet) version 11 without the 25 generated call frames
-#      (`register("{id}", {value})`, `set(...)`, ...). Why: step 12700 (version 11) answers the
-#      demo's "What is DEFAULT_WORKER_TIMEOUT set to?" over thread.py alone with
-#      `python_exit.register`, from `threading._register_atexit(_python_exit)` (TRAINING.md,
-#      "Session 15"): real code is full of such calls.
+#  12: (written in session 15, trained in session 16 to step 13379) version 11 without the 25
+#      generated call frames (`register("{id}", {value})`, `set(...)`, ...). Why: step 12700
+#      (version 11) answers the demo's "What is DEFAULT_WORKER_TIMEOUT set to?" over thread.py
+#      alone with `python_exit.register`, from `threading._register_atexit(_python_exit)`
+#      (TRAINING.md, "Session 15"): real code is full of such calls.
 #  13: version 12's data, with a last curriculum stage at max_len: once phase 1 is done, half the
 #      long steps are max_len tokens (e.g. --replan-max-len 131072), the rest log-uniform below it.
 #      Meant with train.py --train-only softmax (issue 31's "late stage at longer lengths made
 #      affordable by freezing the lightning layers"): the 256K / 1M misses find the needle and lose
 #      digits, which the one softmax layer's attention at lengths it never trained on explains.
+#      (Session 16: 324 steps in 140 s, 84 of them at 131,072 tokens; no change outside the noise.)
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
