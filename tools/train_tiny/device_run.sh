@@ -5,7 +5,7 @@
 # Default (a call to be resumed): writes the new full state, run.json, loss.png and eval.json to
 # $OUT/st and the log to $OUT/train.log (8 files: what the device tool returns at most).
 # FINAL=1 (the session's last call): keeps the full state on the device and returns instead
-# $OUT/model.tar (the exported bf16 model folder), $OUT/small.tar (state.json, history.jsonl,
+# $OUT/model.tar (the exported bf16 model folder; with --ema-decay also $OUT/model-ema.tar), $OUT/small.tar (state.json, history.jsonl,
 # calls.json for tools/train_tiny/, and run.json), $OUT/log/{loss.png,eval.json}, $OUT/train.log.
 # BASE_EVAL=SET (with --init-from init): first evaluates the committed model (./init) on eval.py's
 #   suite set SET (e.g. heldout) into $OUT/base_eval.json, the baseline for this call's training.
@@ -48,6 +48,8 @@ if [ -n "${KEEP:-}" ] && [ "${FINAL:-0}" != 1 ]; then
 fi
 if [ "${FINAL:-0}" = 1 ]; then
     tar -C /tmp -cf "$OUT/model.tar" haul-tiny
+    # a file of its own: the device tool returns files of at most 16 MiB, and each folder is 15 MB
+    if [ -d /tmp/haul-tiny-ema ]; then tar -C /tmp -cf "$OUT/model-ema.tar" haul-tiny-ema; fi
     cp "$sd/run.json" /tmp/small/ 2>/dev/null
     tar -C /tmp -cf "$OUT/small.tar" small
 fi

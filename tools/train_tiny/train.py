@@ -22,6 +22,7 @@ Batches are pure functions of (data_seed, step): see data.batch_for_step.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -298,6 +299,38 @@ def loss_fn(model, batch, device, amp, lm_weight, aux_coef, first_weight=1.0):
                   "aux": torch.as_tensor(aux).detach()}
 
 
+class WeightEMA:
+    """An exponential moving average of the trainable parameters, in fp32 on their device:
+    ema <- decay * ema + (1 - decay) * weights after each optimizer step, from the call's first
+    weights. Not part of the resumable state: it lives for one call (its first weights are the
+    committed model's when the call starts from one, which is then averaged in with the
+    weight decay^steps)."""
+
+    def __init__(self, model, decay):
+        self.decay, self.updates = decay, 0
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.avg = [p.detach().float().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self):
+        torch._foreach_lerp_(self.avg, [p.detach().float() for p in self.params], 1.0 - self.decay)
+        self.updates += 1
+
+    @contextlib.contextmanager
+    def swapped(self):
+        """The model holds the average inside the block, its own weights again after it."""
+        saved = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, a in zip(self.params, self.avg):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, s in zip(self.params, saved):
+                    p.copy_(s)
+
+
 def freeze_below_softmax(model, arch):
     """Freeze every parameter but the softmax layers', the final norm's and lm_head's. The
     embedding and the lightning layers below the first softmax layer then build no autograd graph,
@@ -438,6 +471,11 @@ def main():
                     help="softmax: train only the softmax attention layers, the final norm and lm_head; "
                          "the embedding and the lightning layers before them are frozen and run without "
                          "autograd (a long stage at 128K+ tokens; data version 13). For this call only")
+    ap.add_argument("--ema-decay", type=float, default=0.0,
+                    help="also keep an exponential moving average of the trained weights (e.g. 0.998), "
+                         "starting from this call's first weights, and export it to OUT_MODEL-ema "
+                         "beside the last weights (session 16: nearby checkpoints differ by tens of "
+                         "held-out points; their mean kept the better of both). For this call only")
     ap.add_argument("--peak-lr", type=float, default=2e-3)
     ap.add_argument("--cont-lr", type=float, default=0.1, help="LR after phase 1, as a fraction of the peak")
     ap.add_argument("--lm-weight", type=float, default=0.1)
@@ -534,6 +572,9 @@ def main():
     if args.train_only == "softmax":
         frozen = freeze_below_softmax(model, arch)
         log(f"--train-only softmax: {frozen} parameters frozen (the embedding and the lightning layers)")
+    if not 0.0 <= args.ema_decay < 1.0:
+        raise SystemExit(f"--ema-decay must be in [0, 1), not {args.ema_decay}")
+    ema = WeightEMA(model, args.ema_decay) if args.ema_decay else None
     n_params = sum(p.numel() for p in model.parameters())
     log(f"params {n_params} ({n_params * 2 / 1e6:.1f} MB bf16); device {device}; "
         f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else 'cpu'}")
@@ -547,7 +588,7 @@ def main():
     call = {"start_step": run["step"], "budget_s": args.budget_s, "device": str(device),
             "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
             "argv": sys.argv[1:], "replanned": replanned, "changes": changes or None,
-            "train_only": args.train_only}
+            "train_only": args.train_only, "ema_decay": args.ema_decay or None}
     model.train()
     t_loop = time.time()   # this call's training clock (the budget)
     t_train = t_loop       # start of the segment not yet added to run["train_seconds"]
@@ -569,6 +610,8 @@ def main():
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if ema:
+            ema.update()
         run["step"] = step + 1
         tokens_done += int(batch["ids"].numel())
         for k, v in stats.items():
@@ -596,6 +639,12 @@ def main():
         if args.state_dir:
             save_state(model, opt, run, args.state_dir)
     n = export_all(model, run, arch, args, bos_id, eos_id)
+    if ema and not args.export_only:
+        with ema.swapped():
+            M.export(model, arch, args.out_model + "-ema", bos_id, eos_id)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(args.out_model, fn), os.path.join(args.out_model + "-ema", fn))
+        log(f"exported the weights' EMA (decay {args.ema_decay}, {ema.updates} updates) to {args.out_model}-ema")
     plot(run["history"], os.path.join(log_dir, "loss.png"))
     log(f"exported {n} params to {args.out_model}; step {run['step']}; "
         f"train seconds (all calls) {run['train_seconds']:.0f}; this call {time.time() - t_start:.0f}s")
