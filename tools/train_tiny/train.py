@@ -388,13 +388,19 @@ def predicted_step_time(times, max_len, version=1):
     return total
 
 
-def export_all(model, run, arch, args, bos_id, eos_id):
-    """bf16 model folder (+ tokenizer files); with --state-json also the small cross-session state."""
-    n = M.export(model, arch, args.out_model, bos_id, eos_id)
+def export_folder(model, arch, args, out_dir, bos_id, eos_id):
+    """The bf16 model folder, with the tokenizer files beside it."""
+    n = M.export(model, arch, out_dir, bos_id, eos_id)
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         src = os.path.join(args.tokenizer_dir, fn)
-        if os.path.abspath(src) != os.path.abspath(os.path.join(args.out_model, fn)):
-            shutil.copy(src, os.path.join(args.out_model, fn))
+        if os.path.abspath(src) != os.path.abspath(os.path.join(out_dir, fn)):
+            shutil.copy(src, os.path.join(out_dir, fn))
+    return n
+
+
+def export_all(model, run, arch, args, bos_id, eos_id):
+    """bf16 model folder (+ tokenizer files); with --state-json also the small cross-session state."""
+    n = export_folder(model, arch, args, args.out_model, bos_id, eos_id)
     if args.state_json:
         small = {k: v for k, v in run.items() if k not in ("history", "calls", "arch", "adam_step")}
         small.setdefault("data_version", 1)
@@ -641,9 +647,7 @@ def main():
     n = export_all(model, run, arch, args, bos_id, eos_id)
     if ema and not args.export_only:
         with ema.swapped():
-            M.export(model, arch, args.out_model + "-ema", bos_id, eos_id)
-        for fn in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(args.out_model, fn), os.path.join(args.out_model + "-ema", fn))
+            export_folder(model, arch, args, args.out_model + "-ema", bos_id, eos_id)
         log(f"exported the weights' EMA (decay {args.ema_decay}, {ema.updates} updates) to {args.out_model}-ema")
     plot(run["history"], os.path.join(log_dir, "loss.png"))
     log(f"exported {n} params to {args.out_model}; step {run['step']}; "
