@@ -139,11 +139,12 @@ def grammar_regex(text: str, anchored: bool) -> re.Pattern:
 
 def _sides():
     """Both sides' items. The train side is version 6's plus version 11's generated frames and
-    questions, so that a version-11 line or question reads back (templates of no version are on
-    the held-out side)."""
+    questions and version 14's generated frames, so that a version-11 or version-14 line or question
+    reads back (templates of no version are on the held-out side)."""
     sides = {side: grammar.families(side) for side in ("train", "heldout")}
     v11 = grammar.families("train", 11)
-    sides["train"]["needles"], sides["train"]["questions"] = v11["needles"], v11["questions"]
+    v14 = [{"kind": k, "text": t, "id_style": st} for k, t, st in grammar.NEEDLES_V14]
+    sides["train"]["needles"], sides["train"]["questions"] = v11["needles"] + v14, v11["questions"]
     return sides
 
 

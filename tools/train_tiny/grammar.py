@@ -339,6 +339,8 @@ def families(side: str, version: int = 6) -> dict:
         drop_calls = version >= 12
         out["needles"] = out["needles"] + [n for n in NEEDLES_V11 if not (drop_calls and n[0] == "gen_call")]
         out["questions"] = out["questions"] + list(QUESTIONS_V11)
+    if side == "train" and version >= 14:
+        out["needles"] = out["needles"] + list(NEEDLES_V14)
     return to_json_form(out)
 
 
@@ -748,6 +750,144 @@ def _check_v11():
 
 
 _check_v11()
+
+
+# ---- version 14 (session 17): many more generated frames, from a larger space of parts -------------
+# Why: through longhaul the shipped mean of steps 12700 and 13379 answers held-out facts by how far a
+# held-out frame is from some train frame: a yaml or `self.{id} = "{value}"` line 25/26 and 17/20 at
+# 1K-16K, a dotted table row, a docstring, an XML element named by the id or "We set ... to ..."
+# 1/21, 4/18, 5/15 and 8/27, answered mostly with text from elsewhere in the haystack (the needle is
+# not found at all). Version 11's 240 generated frames (+84 of 770 held-out facts over version 10)
+# were the largest gain so far, so version 14 grows the same idea: 1200 frames (NEEDLES_V14) drawn
+# from parts none of which is chosen to imitate a held-out frame:
+#   - separators as runs of one punctuation character (1-12 long, spaced or not) besides V11_OPS,
+#     between any two of key, attribute and value, each gap its own;
+#   - the key named by words in more shapes (`{key}.{attr}`, `{key}[{attr}]`, `{attr}@{key}`...);
+#   - sentences with a subject and a verb (`Stores the {attr} of {key}: {value}`), relative clauses
+#     (`..., which is ...`), inside comment, doc-comment and quotation wrappers;
+#   - declarations of an id (`export`, `let`, `local`, `%define`...), markup (HTML rows, dt/dd,
+#     elements and attributes), nested yaml and sectioned ini-like lines, logfmt and log prefixes.
+# No calls (version 12 dropped version 11's call frames after the demo's "set to" failure).
+# The split rule is version 11's: a frame whose skeleton equals a held-out or listed item's, or an
+# earlier generated one's, is drawn again; check_data.py reads version 14's lines back.
+V14_RUN_CHARS = ".-=_~*:#>+/|"
+V14_KEY_WORDS = V11_KEY_WORDS + ("{key}.{attr}", "{key}/{attr}", "{attr}@{key}", "{key}[{attr}]",
+                                 "{key} ({attr})", "{attr} of {Key}", "{Key}: {attr}", "{key} :: {attr}",
+                                 "{attr} in {key}", "{key}, {attr}", "{attr} - {key}", "{key} > {attr}")
+V14_SUBJECTS = ("Stores", "Holds", "Keeps", "Sets", "Defines", "Gives", "Tracks", "Returns", "Reports",
+                "Configures", "This sets", "This line sets", "We changed", "They moved", "Ops put",
+                "The installer writes", "The patch updates", "We keep", "I bumped", "Someone set",
+                "The team agreed on", "Here is", "Below is", "Logged:", "The config lists", "It records")
+V14_LINKS = (" to ", " as ", ": ", ", which is ", ", namely ", " -- it is ", ", currently ", " = ", " at ",
+             " -> ", ", now ", " with the value ", ", i.e. ", ", value ")
+V14_WRAPPERS = (("", ""), ("", ""), ("", "."), ('"""', '"""'), ("'''", "'''"), ("/** ", " */"),
+                ("(* ", " *)"), ("{- ", " -}"), ("# ", ""), ("// ", ""), ("-- ", ""), ("%% ", ""),
+                ('"', '"'), ("* ", ""), ("   ", ""), ("<!-- ", " -->"), ("/// ", ""), ("#' ", ""),
+                ("REM ", ""), ("(", ")"), ("[", "]"), ("> ", ""))
+V14_DECLS = ("", "", "export ", "set ", "let ", "const ", "var ", "%define ", "$", "@", "static ",
+             "readonly ", "declare ", "local ", "our ", "val ", "ENV ", "ARG ", "global ", "param ",
+             "option ", "default ", "Public ", "private ", "config ", "setting ")
+V14_LOG_LEADS = ("[INFO] ", "INFO  ", "level=info ", "I1206 10:11:12.345 ", "<6>", "app[123]: ",
+                 "[debug] ", "WARN ", "notice: ", "10:11:12 ", "[main] ", "[worker-3] ", "| ", "+ ")
+V14_LOG_BODIES = ("{key}: {attr} changed to {value}", "updated {attr} for {key} -> {value}",
+                  "key={key} attr=\"{attr}\" value={value}", "{key} {attr}={value}",
+                  "{attr} of {key} now {value}", "applied {attr}={value} to {key}",
+                  "{key}/{attr} => {value}", "config {key}.{attr} := {value}",
+                  "{Key} reports {attr} {value}", "setting {attr} on {key}: {value}")
+V14_MARKUP = ('<tr><td>{key}</td><td>{attr}</td><td>{value}</td></tr>',
+              '<dt>{key} {attr}</dt><dd>{value}</dd>', '<li>{Key} {attr}: {value}</li>',
+              '<td>{attr} of {key}</td><td>{value}</td>', '<{id} value="{value}"/>',
+              '<{id}>"{value}"</{id}>', '<field id="{id}">{value}</field>', '<opt name="{id}" v="{value}">',
+              '{"key": "{key}", "attr": "{attr}", "value": "{value}"}', '{"{key}": {"{attr}": "{value}"}}',
+              '{key}:\n  {attr}: {value}', '{key}:\n    {attr}: "{value}"', '[{key}]\n{attr}: {value}',
+              '[{key}]\n{attr}={value}', '[{key}.{attr}]\nvalue = {value}', '{key}.{attr}={value}',
+              '"{id}" => "{value}",', "'{id}': '{value}',", '{id} <- "{value}"', '({id} . "{value}")',
+              '{id}: !!str {value}', '| {attr} | {key} | {value} |', '{attr},{key},{value}',
+              '{key};{attr};{value}', '{key}\t{value}\t# {attr}')
+
+
+def _v14_sep(rnd):
+    """A separator: a run of one punctuation character, spaced or not, or one of V11_OPS."""
+    if rnd.random() < 0.5:
+        run = V14_RUN_CHARS[rnd.randrange(len(V14_RUN_CHARS))] * rnd.choice((1, 2, 3, 4, 5, 6, 8, 10, 12))
+        return rnd.choice((" %s ", "%s", " %s", "%s ")) % run
+    return V11_OPS[rnd.randrange(len(V11_OPS))]
+
+
+def _v14_needles(n=1200):
+    import random
+    rnd = random.Random(14)
+    banned = {skeleton(t) for _, t, _ in NEEDLES} | {skeleton(t) for _, t, _ in NEEDLES_V11}
+    out, seen = [], set()
+
+    def pick(seq):
+        return seq[rnd.randrange(len(seq))]
+
+    while len(out) < n:
+        form = rnd.randrange(8)
+        style = None
+        lo, hi = pick(V11_WRAPS)
+        val = lo + "{value}" + hi
+        pre = pick(V11_PREFIXES)
+        suf = V11_SUFFIX_FOR.get(pre, pick(V11_SUFFIXES))
+        if form == 0:      # key words, separator, value
+            kind, body = "gen14_words", pick(V14_KEY_WORDS) + _v14_sep(rnd) + val
+        elif form == 1:    # table row: three fields, each gap its own separator, maybe a border
+            k = "{Key}" if rnd.random() < 0.3 else "{key}"
+            a, b = ("{attr}", k) if rnd.random() < 0.25 else (k, "{attr}")
+            kind, body = "gen14_table", a + _v14_sep(rnd) + b + _v14_sep(rnd) + val
+            if rnd.random() < 0.25:
+                edge = pick(V14_RUN_CHARS) * rnd.choice((1, 2))
+                body = edge + " " + body + " " + edge
+        elif form == 2:    # a sentence with a subject and a verb, in a wrapper
+            lo2, hi2 = pick(V14_WRAPPERS)
+            body = lo2 + pick(V14_SUBJECTS) + " " + pick(V11_PROSE_OBJECTS) + pick(V14_LINKS) + val + hi2
+            kind, pre, suf = "gen14_sentence", "", ""
+        elif form == 3:    # prose (version 11's parts) in a wrapper
+            obj = pick(V11_PROSE_OBJECTS)
+            lead = pick(V11_PROSE_LEADS)
+            if not lead and not obj.startswith("{"):
+                obj = obj[:1].upper() + obj[1:]
+            lo2, hi2 = pick(V14_WRAPPERS)
+            body = lo2 + lead + obj + " " + pick(V11_PROSE_VERBS) + " " + val + pick((".", "", ";", "!")) + hi2
+            kind, pre, suf = "gen14_prose", "", ""
+        elif form == 4:    # a declared id
+            style = pick(ID_STYLES)
+            kind, body = "gen14_decl", pick(V14_DECLS) + "{id}" + _v14_sep(rnd) + val
+        elif form == 5:    # value first
+            body = pick(V11_VALUE_FIRST + ("{value} :: {key} {attr}", "{value}\t{key}\t{attr}",
+                                           "{value} ({attr} of {key})", "[{value}] {key}.{attr}",
+                                           "{value}  # {id}", "{value} is what {key} uses for {attr}"))
+            body = body.replace("{value}", val)
+            style = pick(ID_STYLES) if "{id}" in body else None
+            kind = "gen14_value_first"
+        elif form == 6:    # markup and structured fields
+            body = pick(V14_MARKUP)
+            style = pick(ID_STYLES) if "{id}" in body else None
+            kind, pre, suf = "gen14_markup", "", ""
+        else:              # a log line
+            kind, body = "gen14_log", pick(V14_LOG_LEADS) + pick(V14_LOG_BODIES).replace("{value}", val)
+            pre, suf = "", ""
+        text = pre + body + suf
+        sk = skeleton(text)
+        if sk in banned or sk in seen:
+            continue
+        seen.add(sk)
+        out.append((kind, text, style))
+    return out
+
+
+NEEDLES_V14 = _v14_needles()
+
+
+def _check_v14():
+    held = {skeleton(t) for _, t, _ in NEEDLES if held_out("needles", (None, t, None))}
+    for _, t, style in NEEDLES_V14:
+        assert skeleton(t) not in held and ("{id}" in t) == (style is not None), t
+        assert "{value}" in t and ("{id}" in t or (("{key}" in t or "{Key}" in t) and "{attr}" in t)), t
+
+
+_check_v14()
 
 
 class Families:
