@@ -179,7 +179,8 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      5 of 44 for the last weights and their EMA; judged, and no better.)
 #  14: (session 17) version 12 with 1200 more generated needle frames (grammar.NEEDLES_V14:
 #      separators as punctuation runs, more key shapes, sentences with subjects and relative clauses
-#      in comment and doc wrappers, declarations, markup, log lines). Mixes and curriculum as 12.
+#      in comment and doc wrappers, declarations, markup, log lines), and half the archives' paths
+#      under a project folder (Generator._path_root). Mixes and curriculum as 12.
 #      Why: the shipped mean's held-out misses are mostly frames far from every train frame, where
 #      it reads text from elsewhere in the haystack; version 11's 240 generated frames were the
 #      largest held-out gain so far (TRAINING.md, "Session 17").
@@ -381,10 +382,28 @@ class Generator:
         cut = piece.rfind("\n")
         return piece[:cut] if cut > max_chars // 2 else piece
 
+    def _path_root(self, rng) -> str:
+        """Version 14: the folder an archive's paths sit under, one per sample (half have none).
+        Up to version 13 every path was the corpus's own (`include/...`, `Lib/...`, `man/...`,
+        `doc/...`), and "which file" over longhaul niah's haystack (`0000-code/include/...`)
+        answered `include0x010, ...`: 0 of 44 at 64K. Real archives unpack under a project folder,
+        so paths must be copied whole from the document header, whatever folder they start with.
+        The shapes are a project's (name, name-version, name-branch, src/...); none is the NIAH
+        haystack's number-first `NNNN-code/`, so which-file stays a held-out measure."""
+        if self.version < 14 or rng.random() < 0.5:
+            return ""
+        w = [self._key(rng), self._key(rng)]
+        n = [str(int(rng.integers(0, 20))) for _ in range(3)]
+        shape = int(rng.integers(8))
+        return (w[0] + "/", w[0] + "-" + ".".join(n) + "/", w[0] + "-" + w[1] + "/", "src/", w[0] + "/src/",
+                w[0] + "-" + ("main", "master", "trunk", "dev")[int(rng.integers(4))] + "/", "./" + w[0] + "/",
+                w[0] + "_" + w[1] + "/" + w[1] + "/")[shape]
+
     def _pieces(self, rng, budget_tokens: int, pool=None):
         """Random document pieces totalling about budget_tokens tokens: list of (path, text)."""
         pool = pool if pool is not None else range(len(self.corpus.docs))
         pool = list(pool) if not isinstance(pool, range) else pool
+        root = self._path_root(rng)
         out, total = [], 0
         while total < budget_tokens:
             idx = pool[int(rng.integers(len(pool)))]
@@ -400,7 +419,7 @@ class Generator:
                 cut = text.rfind("\n", 0, end)
                 text = text[: cut if cut > end // 2 else end]
                 n = self._ntok(text)
-            out.append((self.corpus.docs[idx]["path"], text))
+            out.append((root + self.corpus.docs[idx]["path"], text))
             total += n + 12
         return out
 
@@ -820,10 +839,11 @@ class Generator:
         if task == "file_dense":
             n_files = int(rng.integers(4, 13))
             per = max(30, min(250, (length - 80) // n_files - 40))
-            pieces = []
+            pieces, root = [], self._path_root(rng)
             for _ in range(n_files):
                 idx = self.corpus.code[int(rng.integers(len(self.corpus.code)))]
-                pieces.append((self.corpus.docs[idx]["path"], self._doc_slice(rng, idx, int(per * self.chars_per_token))))
+                pieces.append((root + self.corpus.docs[idx]["path"],
+                               self._doc_slice(rng, idx, int(per * self.chars_per_token))))
             n_facts = int(rng.integers(3, 11))
             n_turns = int(rng.integers(2, 7))
         else:
