@@ -175,8 +175,8 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      affordable by freezing the lightning layers"): the 256K / 1M misses find the needle and lose
 #      digits, which the one softmax layer's attention at lengths it never trained on explains.
 #      (Session 16: 324 steps in 140 s, 84 of them at 131,072 tokens; no change outside the noise.)
-#      (Session 17: 644 steps in 257 s, about 140 of them at 131,072 tokens: 256K / 1M 4 -> 4 and
-#      5 of 44 for the last weights and their EMA; judged, and no better.)
+#      (Session 17: 644 steps in 257 s, about 140 of them at 131,072 tokens: 256K + 1M 6 of 44
+#      before, 4 and 5 after for the last weights and their EMA; judged, and no better.)
 #  14: (session 17) version 12 with 1200 more generated needle frames (grammar.NEEDLES_V14:
 #      separators as punctuation runs, more key shapes, sentences with subjects and relative clauses
 #      in comment and doc wrappers, declarations, markup, log lines), and half the archives' paths

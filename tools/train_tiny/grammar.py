@@ -759,7 +759,10 @@ _check_v11()
 # 1/21, 4/18, 5/15 and 8/27, answered mostly with text from elsewhere in the haystack (the needle is
 # not found at all). Version 11's 240 generated frames (+84 of 770 held-out facts over version 10)
 # were the largest gain so far, so version 14 grows the same idea: 1200 frames (NEEDLES_V14) drawn
-# from parts none of which is chosen to imitate a held-out frame:
+# from parts none of which is chosen to imitate a held-out frame (parts first written here that
+# made a held-out frame with one character changed, an XML element named by the id with a quoted
+# value, a sectioned `[{key}]` line with `:`, and the subjects "Returns", "We keep", "We changed",
+# were taken out again before any training, with the similarity table in TRAINING.md, "Session 17"):
 #   - separators as runs of one punctuation character (1-12 long, spaced or not) besides V11_OPS,
 #     between any two of key, attribute and value, each gap its own;
 #   - the key named by words in more shapes (`{key}.{attr}`, `{key}[{attr}]`, `{attr}@{key}`...);
@@ -774,9 +777,9 @@ V14_RUN_CHARS = ".-=_~*:#>+/|"
 V14_KEY_WORDS = V11_KEY_WORDS + ("{key}.{attr}", "{key}/{attr}", "{attr}@{key}", "{key}[{attr}]",
                                  "{key} ({attr})", "{attr} of {Key}", "{Key}: {attr}", "{key} :: {attr}",
                                  "{attr} in {key}", "{key}, {attr}", "{attr} - {key}", "{key} > {attr}")
-V14_SUBJECTS = ("Stores", "Holds", "Keeps", "Sets", "Defines", "Gives", "Tracks", "Returns", "Reports",
-                "Configures", "This sets", "This line sets", "We changed", "They moved", "Ops put",
-                "The installer writes", "The patch updates", "We keep", "I bumped", "Someone set",
+V14_SUBJECTS = ("Stores", "Holds", "Keeps", "Sets", "Defines", "Gives", "Tracks", "Reports",
+                "Configures", "This sets", "This line sets", "They moved", "Ops put",
+                "The installer writes", "The patch updates", "I bumped", "Someone set",
                 "The team agreed on", "Here is", "Below is", "Logged:", "The config lists", "It records")
 V14_LINKS = (" to ", " as ", ": ", ", which is ", ", namely ", " -- it is ", ", currently ", " = ", " at ",
              " -> ", ", now ", " with the value ", ", i.e. ", ", value ")
@@ -797,10 +800,10 @@ V14_LOG_BODIES = ("{key}: {attr} changed to {value}", "updated {attr} for {key} 
 V14_MARKUP = ('<tr><td>{key}</td><td>{attr}</td><td>{value}</td></tr>',
               '<dt>{key} {attr}</dt><dd>{value}</dd>', '<li>{Key} {attr}: {value}</li>',
               '<td>{attr} of {key}</td><td>{value}</td>', '<{id} value="{value}"/>',
-              '<{id}>"{value}"</{id}>', '<field id="{id}">{value}</field>', '<opt name="{id}" v="{value}">',
+              '<field id="{id}">{value}</field>', '<opt name="{id}" v="{value}">',
               '{"key": "{key}", "attr": "{attr}", "value": "{value}"}', '{"{key}": {"{attr}": "{value}"}}',
-              '{key}:\n  {attr}: {value}', '{key}:\n    {attr}: "{value}"', '[{key}]\n{attr}: {value}',
-              '[{key}]\n{attr}={value}', '[{key}.{attr}]\nvalue = {value}', '{key}.{attr}={value}',
+              '{key}:\n  {attr}: {value}', '{key}:\n    {attr}: "{value}"', '[{key}.{attr}]\nvalue = {value}',
+              '{key}.{attr}={value}',
               '"{id}" => "{value}",', "'{id}': '{value}',", '{id} <- "{value}"', '({id} . "{value}")',
               '{id}: !!str {value}', '| {attr} | {key} | {value} |', '{attr},{key},{value}',
               '{key};{attr};{value}', '{key}\t{value}\t# {attr}')
