@@ -623,57 +623,25 @@ def skeleton(text: str) -> str:
     return re.sub(r"([^\w{}])\1+", r"\1", t)
 
 
-def _v11_needles(n=240):
+def _draw_needles(seed: int, n: int, n_forms: int, banned: set, form_body):
+    """n generated needle frames (kind, text, id_style), drawn from a fixed seed. Each draw picks a
+    form (0..n_forms-1), a value wrapper, a line prefix and its suffix, then
+    form_body(rnd, pick, form, val, pre, suf) -> (kind, body, style, pre, suf) builds the frame;
+    a frame whose skeleton is in `banned` or was drawn before is drawn again."""
     import random
-    rnd = random.Random(11)
-    banned = {skeleton(t) for _, t, _ in NEEDLES}
+    rnd = random.Random(seed)
     out, seen = [], set()
 
     def pick(seq):
         return seq[rnd.randrange(len(seq))]
 
     while len(out) < n:
-        form = rnd.randrange(7)
-        style = None
+        form = rnd.randrange(n_forms)
         lo, hi = pick(V11_WRAPS)
         val = lo + "{value}" + hi
         pre = pick(V11_PREFIXES)
         suf = V11_SUFFIX_FOR.get(pre, pick(V11_SUFFIXES))
-        if form == 0:      # key words, operator, value
-            kind, body = "gen_words", pick(V11_KEY_WORDS) + pick(V11_OPS) + val
-        elif form == 1:    # an id in some style, operator, value
-            style = pick(ID_STYLES)
-            kind, body = "gen_id", "{id}" + pick(V11_OPS) + val
-        elif form == 2:    # table row: key, attribute, value as fields
-            sep = pick(V11_FIELD_SEPS)
-            kind, body = "gen_table", sep.join(("{Key}" if rnd.random() < 0.3 else "{key}", "{attr}", val))
-            if rnd.random() < 0.3 and sep.strip():  # an outer border too: `| a | b | v |`
-                body = sep.strip() + " " + body + " " + sep.strip()
-        elif form == 3:    # prose: lead, object, verb, value
-            obj = pick(V11_PROSE_OBJECTS)
-            lead = pick(V11_PROSE_LEADS)
-            if not lead:
-                obj = obj[:1].upper() + obj[1:] if not obj.startswith("{") else obj
-            kind, body = "gen_prose", lead + obj + " " + pick(V11_PROSE_VERBS) + " " + val + "."
-            pre, suf = "", ""
-        elif form == 4:    # value first
-            body = pick(V11_VALUE_FIRST).replace("{value}", val)
-            style = pick(ID_STYLES) if "{id}" in body else None
-            kind = "gen_value_first"
-        elif form == 5:    # XML element or attribute
-            style = pick(ID_STYLES)
-            tag, nm, vl = pick(V11_XML_TAGS), pick(V11_XML_NAMES), pick(V11_XML_VALUES)
-            body = pick(('<%s %s="{id}" %s="{value}"/>' % (tag, nm, vl),
-                         '<%s %s="{id}">{value}</%s>' % (tag, nm, tag),
-                         '<{id} %s="{value}"/>' % vl,
-                         '<%s><%s>{id}</%s><%s>{value}</%s></%s>' % (tag, nm, nm, vl, vl, tag)))
-            kind, pre, suf = "gen_xml", "", ""
-        else:              # a call
-            style = pick(ID_STYLES)
-            q = pick(('"', "'", ""))
-            kind = "gen_call"
-            body = pick(V11_CALLS) + "(" + q + "{id}" + q + ", " + val + ")" + pick(("", ";", ""))
-            suf = ""
+        kind, body, style, pre, suf = form_body(rnd, pick, form, val, pre, suf)
         text = pre + body + suf
         sk = skeleton(text)
         if sk in banned or sk in seen:
@@ -681,6 +649,51 @@ def _v11_needles(n=240):
         seen.add(sk)
         out.append((kind, text, style))
     return out
+
+
+def _v11_needles(n=240):
+    return _draw_needles(11, n, 7, {skeleton(t) for _, t, _ in NEEDLES}, _v11_form)
+
+
+def _v11_form(rnd, pick, form, val, pre, suf):
+    """Version 11's frame of one form (_draw_needles' form_body)."""
+    style = None
+    if form == 0:      # key words, operator, value
+        kind, body = "gen_words", pick(V11_KEY_WORDS) + pick(V11_OPS) + val
+    elif form == 1:    # an id in some style, operator, value
+        style = pick(ID_STYLES)
+        kind, body = "gen_id", "{id}" + pick(V11_OPS) + val
+    elif form == 2:    # table row: key, attribute, value as fields
+        sep = pick(V11_FIELD_SEPS)
+        kind, body = "gen_table", sep.join(("{Key}" if rnd.random() < 0.3 else "{key}", "{attr}", val))
+        if rnd.random() < 0.3 and sep.strip():  # an outer border too: `| a | b | v |`
+            body = sep.strip() + " " + body + " " + sep.strip()
+    elif form == 3:    # prose: lead, object, verb, value
+        obj = pick(V11_PROSE_OBJECTS)
+        lead = pick(V11_PROSE_LEADS)
+        if not lead:
+            obj = obj[:1].upper() + obj[1:] if not obj.startswith("{") else obj
+        kind, body = "gen_prose", lead + obj + " " + pick(V11_PROSE_VERBS) + " " + val + "."
+        pre, suf = "", ""
+    elif form == 4:    # value first
+        body = pick(V11_VALUE_FIRST).replace("{value}", val)
+        style = pick(ID_STYLES) if "{id}" in body else None
+        kind = "gen_value_first"
+    elif form == 5:    # XML element or attribute
+        style = pick(ID_STYLES)
+        tag, nm, vl = pick(V11_XML_TAGS), pick(V11_XML_NAMES), pick(V11_XML_VALUES)
+        body = pick(('<%s %s="{id}" %s="{value}"/>' % (tag, nm, vl),
+                     '<%s %s="{id}">{value}</%s>' % (tag, nm, tag),
+                     '<{id} %s="{value}"/>' % vl,
+                     '<%s><%s>{id}</%s><%s>{value}</%s></%s>' % (tag, nm, nm, vl, vl, tag)))
+        kind, pre, suf = "gen_xml", "", ""
+    else:              # a call
+        style = pick(ID_STYLES)
+        q = pick(('"', "'", ""))
+        kind = "gen_call"
+        body = pick(V11_CALLS) + "(" + q + "{id}" + q + ", " + val + ")" + pick(("", ";", ""))
+        suf = ""
+    return kind, body, style, pre, suf
 
 
 def _v11_questions(n=120):
@@ -730,6 +743,15 @@ _V11_KIND_CANDIDATES = [
 VALUE_KINDS_V11 = [k for k in _V11_KIND_CANDIDATES if not held_out("value_kinds", k)]
 
 
+def _check_generated_needles(needles):
+    """No generated frame has a held-out frame's skeleton; each names its fact by an id (and has an
+    id style) or by key and attribute words, and has a value."""
+    held = {skeleton(t) for _, t, _ in NEEDLES if held_out("needles", (None, t, None))}
+    for _, t, style in needles:
+        assert skeleton(t) not in held and ("{id}" in t) == (style is not None), t
+        assert "{value}" in t and ("{id}" in t or (("{key}" in t or "{Key}" in t) and "{attr}" in t)), t
+
+
 def _check_v11():
     earlier = VALUE_KINDS + VALUE_KINDS_V7 + VALUE_KINDS_V8 + VALUE_KINDS_V9 + VALUE_KINDS_V10
     names, pats = {n for n, _ in earlier}, {p for _, ps in earlier for p in ps}
@@ -740,11 +762,9 @@ def _check_v11():
         for p in ps:
             assert set(FIELD_RE.sub("", p)) <= set(V10_SEPARATORS), \
                 f"version 11 pattern {p!r} holds literal text other than separators"
+    _check_generated_needles(NEEDLES_V11)
     held = {skeleton(t) for _, t, _ in NEEDLES if held_out("needles", (None, t, None))}
     held |= {skeleton(t) for t, _ in QUESTIONS if held_out("questions", (t, None))}
-    for _, t, style in NEEDLES_V11:
-        assert skeleton(t) not in held and ("{id}" in t) == (style is not None), t
-        assert "{value}" in t and ("{id}" in t or (("{key}" in t or "{Key}" in t) and "{attr}" in t)), t
     for t, needs_id in QUESTIONS_V11:
         assert skeleton(t) not in held and ("{id}" in t) == needs_id, t
 
@@ -818,79 +838,58 @@ def _v14_sep(rnd):
 
 
 def _v14_needles(n=1200):
-    import random
-    rnd = random.Random(14)
     banned = {skeleton(t) for _, t, _ in NEEDLES} | {skeleton(t) for _, t, _ in NEEDLES_V11}
-    out, seen = [], set()
+    return _draw_needles(14, n, 8, banned, _v14_form)
 
-    def pick(seq):
-        return seq[rnd.randrange(len(seq))]
 
-    while len(out) < n:
-        form = rnd.randrange(8)
-        style = None
-        lo, hi = pick(V11_WRAPS)
-        val = lo + "{value}" + hi
-        pre = pick(V11_PREFIXES)
-        suf = V11_SUFFIX_FOR.get(pre, pick(V11_SUFFIXES))
-        if form == 0:      # key words, separator, value
-            kind, body = "gen14_words", pick(V14_KEY_WORDS) + _v14_sep(rnd) + val
-        elif form == 1:    # table row: three fields, each gap its own separator, maybe a border
-            k = "{Key}" if rnd.random() < 0.3 else "{key}"
-            a, b = ("{attr}", k) if rnd.random() < 0.25 else (k, "{attr}")
-            kind, body = "gen14_table", a + _v14_sep(rnd) + b + _v14_sep(rnd) + val
-            if rnd.random() < 0.25:
-                edge = pick(V14_RUN_CHARS) * rnd.choice((1, 2))
-                body = edge + " " + body + " " + edge
-        elif form == 2:    # a sentence with a subject and a verb, in a wrapper
-            lo2, hi2 = pick(V14_WRAPPERS)
-            body = lo2 + pick(V14_SUBJECTS) + " " + pick(V11_PROSE_OBJECTS) + pick(V14_LINKS) + val + hi2
-            kind, pre, suf = "gen14_sentence", "", ""
-        elif form == 3:    # prose (version 11's parts) in a wrapper
-            obj = pick(V11_PROSE_OBJECTS)
-            lead = pick(V11_PROSE_LEADS)
-            if not lead and not obj.startswith("{"):
-                obj = obj[:1].upper() + obj[1:]
-            lo2, hi2 = pick(V14_WRAPPERS)
-            body = lo2 + lead + obj + " " + pick(V11_PROSE_VERBS) + " " + val + pick((".", "", ";", "!")) + hi2
-            kind, pre, suf = "gen14_prose", "", ""
-        elif form == 4:    # a declared id
-            style = pick(ID_STYLES)
-            kind, body = "gen14_decl", pick(V14_DECLS) + "{id}" + _v14_sep(rnd) + val
-        elif form == 5:    # value first
-            body = pick(V11_VALUE_FIRST + ("{value} :: {key} {attr}", "{value}\t{key}\t{attr}",
-                                           "{value} ({attr} of {key})", "[{value}] {key}.{attr}",
-                                           "{value}  # {id}", "{value} is what {key} uses for {attr}"))
-            body = body.replace("{value}", val)
-            style = pick(ID_STYLES) if "{id}" in body else None
-            kind = "gen14_value_first"
-        elif form == 6:    # markup and structured fields
-            body = pick(V14_MARKUP)
-            style = pick(ID_STYLES) if "{id}" in body else None
-            kind, pre, suf = "gen14_markup", "", ""
-        else:              # a log line
-            kind, body = "gen14_log", pick(V14_LOG_LEADS) + pick(V14_LOG_BODIES).replace("{value}", val)
-            pre, suf = "", ""
-        text = pre + body + suf
-        sk = skeleton(text)
-        if sk in banned or sk in seen:
-            continue
-        seen.add(sk)
-        out.append((kind, text, style))
-    return out
+def _v14_form(rnd, pick, form, val, pre, suf):
+    """Version 14's frame of one form (_draw_needles' form_body)."""
+    style = None
+    if form == 0:      # key words, separator, value
+        kind, body = "gen14_words", pick(V14_KEY_WORDS) + _v14_sep(rnd) + val
+    elif form == 1:    # table row: three fields, each gap its own separator, maybe a border
+        k = "{Key}" if rnd.random() < 0.3 else "{key}"
+        a, b = ("{attr}", k) if rnd.random() < 0.25 else (k, "{attr}")
+        kind, body = "gen14_table", a + _v14_sep(rnd) + b + _v14_sep(rnd) + val
+        if rnd.random() < 0.25:
+            edge = pick(V14_RUN_CHARS) * rnd.choice((1, 2))
+            body = edge + " " + body + " " + edge
+    elif form == 2:    # a sentence with a subject and a verb, in a wrapper
+        lo2, hi2 = pick(V14_WRAPPERS)
+        body = lo2 + pick(V14_SUBJECTS) + " " + pick(V11_PROSE_OBJECTS) + pick(V14_LINKS) + val + hi2
+        kind, pre, suf = "gen14_sentence", "", ""
+    elif form == 3:    # prose (version 11's parts) in a wrapper
+        obj = pick(V11_PROSE_OBJECTS)
+        lead = pick(V11_PROSE_LEADS)
+        if not lead and not obj.startswith("{"):
+            obj = obj[:1].upper() + obj[1:]
+        lo2, hi2 = pick(V14_WRAPPERS)
+        body = lo2 + lead + obj + " " + pick(V11_PROSE_VERBS) + " " + val + pick((".", "", ";", "!")) + hi2
+        kind, pre, suf = "gen14_prose", "", ""
+    elif form == 4:    # a declared id
+        style = pick(ID_STYLES)
+        kind, body = "gen14_decl", pick(V14_DECLS) + "{id}" + _v14_sep(rnd) + val
+    elif form == 5:    # value first
+        body = pick(V11_VALUE_FIRST + ("{value} :: {key} {attr}", "{value}\t{key}\t{attr}",
+                                       "{value} ({attr} of {key})", "[{value}] {key}.{attr}",
+                                       "{value}  # {id}", "{value} is what {key} uses for {attr}"))
+        body = body.replace("{value}", val)
+        style = pick(ID_STYLES) if "{id}" in body else None
+        kind = "gen14_value_first"
+    elif form == 6:    # markup and structured fields
+        body = pick(V14_MARKUP)
+        style = pick(ID_STYLES) if "{id}" in body else None
+        kind, pre, suf = "gen14_markup", "", ""
+    else:              # a log line
+        kind, body = "gen14_log", pick(V14_LOG_LEADS) + pick(V14_LOG_BODIES).replace("{value}", val)
+        pre, suf = "", ""
+    return kind, body, style, pre, suf
 
 
 NEEDLES_V14 = _v14_needles()
 
 
-def _check_v14():
-    held = {skeleton(t) for _, t, _ in NEEDLES if held_out("needles", (None, t, None))}
-    for _, t, style in NEEDLES_V14:
-        assert skeleton(t) not in held and ("{id}" in t) == (style is not None), t
-        assert "{value}" in t and ("{id}" in t or (("{key}" in t or "{Key}" in t) and "{attr}" in t)), t
-
-
-_check_v14()
+_check_generated_needles(NEEDLES_V14)
 
 
 class Families:
