@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,14 @@ static lh_status src_open(lh_reader *r, const lh_input *in, src *s) {
     if (!S_ISREG(sb.st_mode))
       return lh_error_set(&r->err, LH_EIO, "it is now %s, no longer a regular file; not read",
                           lh_file_kind(sb.st_mode));
+    if (r->root) {
+      /* the file as opened, not as named: a name swapped for a symlink out of the documents root
+       * since lh_ingest_add_path checked it is refused here (LH_EINVAL: OUTSIDE_ROOT) */
+      char real[PATH_MAX];
+      if (!lh_fd_path(s->fd, real, sizeof real) || !lh_path_under(real, r->root, r->root_len))
+        return lh_error_set(&r->err, LH_EINVAL, "the file resolves to '%s', outside the documents root '%s'; not read",
+                            real, r->root);
+    }
     int fl = fcntl(s->fd, F_GETFL);
     if (fl >= 0) fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK);
   }
@@ -1390,9 +1399,10 @@ lh_status lh_source_archive(lh_reader *r, const lh_input *in) {
       return st;
     }
     char detail[LH_ERROR_MSG_MAX + 16];
-    snprintf(detail, sizeof detail, "cannot open: %s", r->err.msg);
+    snprintf(detail, sizeof detail, "%s%s", st == LH_EINVAL ? "" : "cannot open: ", r->err.msg);
     src_close(&s);
-    return input_failed(r, LH_EIO, LH_REASON_UNREADABLE, -1, detail);
+    return st == LH_EINVAL ? input_failed(r, LH_EINVAL, LH_REASON_OUTSIDE_ROOT, -1, detail)
+                           : input_failed(r, LH_EIO, LH_REASON_UNREADABLE, -1, detail);
   }
   if (in->kind == LH_IN_FILE && s.size == 0) {
     /* An empty plain file: one empty document (libarchive would see no entries at all). */

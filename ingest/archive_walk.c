@@ -203,18 +203,6 @@ static int excluded_path(const lh_reader *r, const struct stat *sb) {
 }
 
 /* The path of an open descriptor, through /proc. */
-static int fd_path(int fd, char *out, size_t n) {
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-  ssize_t k = readlink(proc, out, n - 1);
-  if (k <= 0) {
-    snprintf(out, n, "(unknown)");
-    return 0;
-  }
-  out[k] = 0;
-  return 1;
-}
-
 /* Collapse ".", ".." and repeated '/' of an absolute path in place (no file system access). */
 static void lexical_clean(char *p) {
   char *out = p, *in = p;
@@ -243,7 +231,7 @@ static int outside_root(const lh_reader *r, int dfd, const char *target, char *d
   char dir[PATH_MAX], cand[2 * PATH_MAX + 2], res[PATH_MAX];
   if (target[0] == '/') snprintf(cand, sizeof cand, "%s", target);
   else {
-    if (!fd_path(dfd, dir, sizeof dir)) return 0;
+    if (!lh_fd_path(dfd, dir, sizeof dir)) return 0;
     snprintf(cand, sizeof cand, "%s/%s", dir, target);
   }
   const char *where = realpath(cand, res);
@@ -384,7 +372,7 @@ lh_status lh_source_folder(lh_reader *r, const lh_input *in) {
   if (r->root) {
     /* the folder as opened, not as named: a symlink swapped in since it was added counts */
     char real[PATH_MAX];
-    if (!fd_path(root, real, sizeof real) || !lh_path_under(real, r->root, r->root_len)) {
+    if (!lh_fd_path(root, real, sizeof real) || !lh_path_under(real, r->root, r->root_len)) {
       char detail[2 * PATH_MAX + 96];
       snprintf(detail, sizeof detail, "the folder resolves to '%s', outside the documents root '%s'", real, r->root);
       close(root);

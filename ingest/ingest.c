@@ -163,6 +163,18 @@ int lh_path_under(const char *path, const char *root, size_t root_len) {
   return !strncmp(path, root, root_len) && (path[root_len] == 0 || path[root_len] == '/');
 }
 
+int lh_fd_path(int fd, char *out, size_t n) {
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(proc, out, n - 1);
+  if (k <= 0) {
+    snprintf(out, n, "(unknown)");
+    return 0;
+  }
+  out[k] = 0;
+  return 1;
+}
+
 /* ---- parcels ---- */
 
 static void parcel_reset(lh_parcel *c) {

@@ -192,9 +192,10 @@ typedef struct lh_ingest_params {
   size_t n_exclude_paths;
   /* A folder every input must lie under after symlinks are resolved (NULL, the default: no
    * confinement). lh_ingest_add_path refuses a path that resolves elsewhere (LH_EINVAL naming
-   * both), a folder walk checks its folder again when it opens it, and a symlink met in a walk
-   * that points outside the folder is recorded with reason OUTSIDE_ROOT instead of LINK (links
-   * are never followed either way). Copied at open. */
+   * both); a file or folder input is checked again as opened (the descriptor's path), so a name
+   * swapped for a link out of the folder in between is an OUTSIDE_ROOT error, not read; a symlink
+   * met in a walk that points outside the folder is recorded with reason OUTSIDE_ROOT instead of
+   * LINK (links are never followed either way). Copied at open. */
   const char *confine_root;
   /* Members of archives and files in folders whose names end in a compression suffix (.gz, .xz,
    * .zst, .bz2, .lz4, .lzma, .lz, .Z; not compressed tarballs such as .tar.gz or .tgz) are

@@ -250,6 +250,10 @@ struct archive;
 void lh_archive_add_filters(struct archive *a, int external);
 /* 1 when path (resolved, absolute) is root or lies under it. */
 int lh_path_under(const char *path, const char *root, size_t root_len);
+/* The path an open descriptor refers to now (/proc/self/fd), into out[n]: 1, or 0 with out set to
+ * "(unknown)". Judging the descriptor, not the name, is what keeps a confine_root check free of
+ * a name swapped for a symlink between the check and the open. */
+int lh_fd_path(int fd, char *out, size_t n);
 
 /* ---- compressed members (member.c) ---- */
 

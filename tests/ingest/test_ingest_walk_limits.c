@@ -106,10 +106,56 @@ static void test_confine_root(void) {
   CHECK_STR_CONTAINS(err.msg, "no-such-root");
 }
 
+/* A file input checked when added and swapped for a symlink out of the root before it is read: the
+ * check is made again on the file as opened, so the swap is refused, not read. A swap whose link
+ * stays inside the root is read. */
+static void test_confine_root_swap(void) {
+  CHECK(run_sh("mkdir -p sw/root && printf 'first\\n' > sw/root/a.txt && printf 'second\\n' > sw/root/b.txt && "
+               "printf 'third\\n' > sw/root/c.txt && printf 'secret-swap\\n' > sw/secret.txt") == 0);
+  lh_ingest_params p = lh_ingest_default_params();
+  p.confine_root = tpath("sw/root");
+  p.on_error = LH_INGEST_ON_ERROR_SKIP; /* go on past the refused input to the next */
+  lh_error err = {0};
+  lh_ingest *ing = NULL;
+  CHECK(lh_ingest_open(&p, &ing, &err) == LH_OK);
+  if (!ing) return;
+  const char *names[] = {"sw/root/a.txt", "sw/root/b.txt", "sw/root/c.txt"};
+  for (int i = 0; i < 3; i++) CHECK_MSG(lh_ingest_add_path(ing, tpath(names[i]), &err) == LH_OK, "%s", err.msg);
+  /* after the check, before the read */
+  CHECK(run_sh("cd sw/root && rm b.txt c.txt && ln -s ../secret.txt b.txt && ln -s a.txt c.txt") == 0);
+  lh_buf text = {0};
+  int saw_b = 0, saw_c = 0;
+  for (;;) {
+    lh_ingest_batch b;
+    lh_status st = lh_ingest_next(ing, &b, &err);
+    lh_buf_append(&text, b.text, b.text_len);
+    for (size_t i = 0; i < b.n_entries; i++) {
+      const lh_ingest_entry *e = &b.entries[i];
+      if (e->path_len >= 5 && !memcmp(e->path + e->path_len - 5, "b.txt", 5) && e->type == LH_ENTRY_INPUT) {
+        saw_b = 1;
+        CHECK_MSG(e->status == LH_ENTRY_ERROR && e->reason == LH_REASON_OUTSIDE_ROOT, "b.txt: %s",
+                  lh_entry_reason_name(e->reason));
+        CHECK_STR_CONTAINS(e->detail, "outside the documents root");
+        CHECK_STR_CONTAINS(e->detail, "secret.txt");
+      }
+      if (e->path_len >= 5 && !memcmp(e->path + e->path_len - 5, "c.txt", 5) && e->status == LH_ENTRY_OK) saw_c = 1;
+    }
+    CHECK_MSG(st == LH_OK, "%s", err.msg);
+    if (st || b.done) break;
+  }
+  CHECK(saw_b && saw_c);
+  lh_buf_append(&text, "", 1);
+  CHECK(!strstr(text.data, "secret-swap"));
+  CHECK(strstr(text.data, "first") && !strstr(text.data, "second"));
+  lh_buf_free(&text);
+  lh_ingest_close(ing);
+}
+
 int main(void) {
   lh_test_begin("test_ingest_walk_limits");
   run_watchdog(60);
   test_exclude_paths();
   test_confine_root();
+  test_confine_root_swap();
   return lh_test_end();
 }
