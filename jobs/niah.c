@@ -245,16 +245,23 @@ static lh_status sweep_families(sweep *S, lh_error *err) {
                                            lh_niah__builtin_keys(), err);
 }
 
-/* The model, its tokenizer and chat format, the stop ids and the haystack stream. */
-static lh_status sweep_open(sweep *S, const char *corpus, lh_progress *prog, lh_error *err) {
+/* The model, its tokenizer and chat format, the stop ids and the haystack stream. The weights'
+ * digests come from the sweep's store (kind "model", as `longhaul run` keeps them): a rerun, or
+ * the next sweep with the same --db, does not read and hash every byte of the weights again. */
+static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, lh_progress *prog, lh_error *err) {
   const lh_niah_params *p = S->p;
   lh_model_params mp = lh_model_default_params();
   mp.backend = p->device ? p->device : "cpu";
   mp.threads = p->threads;
   mp.cpu_attention = p->cpu_attention;
   mp.max_rows = lh_plan_max_rows(&S->plan, mp.max_rows);
-  lh_status st;
+  lh_digest_cache weights;
+  lh_status st = lh_store_digest_cache(store, "model", &weights, err);
+  if (st) return st;
+  mp.digest_cache = &weights;
   if ((st = lh_model_open(p->model_dir, &mp, &S->model, err))) return st;
+  lh_error de;
+  if (lh_store_digest_flush(store, &de) != LH_OK) lh_log_warn("%s (the weights are read again next run)", de.msg);
   S->cfg = lh_model_config(S->model);
   if ((st = lh_tokenizer_open(p->model_dir, &S->tok, err))) return st;
   if ((st = lh_chat_format_detect(p->model_dir, NULL, &S->chat, err))) return st;
@@ -441,8 +448,11 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_progress *prog = lh_progress_open(p->progress, stderr, 10);
   snprintf(results, sizeof results, "%s/results.jsonl", p->out_dir);
   snprintf(db, sizeof db, "%s/niah.db", p->out_dir);
-  if ((st = sweep_open(&S, corpus, prog, err)) || (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) ||
-      (st = sweep_trials(&S, results, sum, err)))
+  lh_store_params sp = lh_store_default_params();
+  lh_store_writer_params wp = lh_store_writer_default_params();
+  const char *dbp = p->db_path ? p->db_path : db;
+  if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = sweep_open(&S, store, corpus, prog, err)) ||
+      (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) || (st = sweep_trials(&S, results, sum, err)))
     goto done;
 
   /* the main sequence: the head and the haystack up to the last unfinished trial's fork point */
@@ -452,10 +462,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   main_end = main_end / p->chunk * p->chunk;
   lh_i32vec_append(&S.main, S.head.data, S.head.len);
   if (main_end > (int64_t)S.head.len) lh_i32vec_append(&S.main, S.H.data, (size_t)(main_end - (int64_t)S.head.len));
-  lh_store_params sp = lh_store_default_params();
-  lh_store_writer_params wp = lh_store_writer_default_params();
-  const char *dbp = p->db_path ? p->db_path : db;
-  if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = lh_store_model_register(store, S.model, err)) ||
+  if ((st = lh_store_model_register(store, S.model, err)) ||
       (st = lh_store_writer_open(dbp, &wp, &writer, err)))
     goto done;
   lh_prefix_params pp = lh_prefix_default_params();

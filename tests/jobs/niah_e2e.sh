@@ -2,8 +2,8 @@
 # niah_e2e.sh — a small NIAH sweep with the embedded model on the CPU: its accuracy matches what
 # models/haul-tiny/TRAINING.md reports at these lengths (1.00 at 1K-16K, so >= 0.9 is required of
 # 6 trials), prefix reuse is real (tokens computed under the naive sum, checkpoints in the store),
-# the figures and tables exist, and a sweep killed with -9 and rerun gives the same results.csv as
-# an uninterrupted one, apart from the "seconds" and "tokens_computed" columns (named and dropped).
+# the figures and tables exist, a rerun takes the weights' digest from the sweep's store, and a
+# sweep killed with -9 and rerun gives the same results.csv as an uninterrupted one, apart from the "seconds" and "tokens_computed" columns (named and dropped).
 # A multi-value sweep's scores are RULER's share of the expected values, recomputed from the text.
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
@@ -76,6 +76,16 @@ else
 fi
 "$LH" store ls --db "$T/ref/niah.db" --json > "$T/ls.json"
 python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); assert len(d["checkpoints"]) >= 2, d' "$T/ls.json"
+# the weights' digest is kept in the sweep's store, and a rerun there takes it from the store
+# instead of reading and hashing the weights again (the row, and when it was written, unchanged)
+digests() { python3 -c 'import sqlite3, sys
+for r in sqlite3.connect(sys.argv[1]).execute("select kind, path, updated_ms from file_digests order by kind, path"): print(*r)' "$1"; }
+digests "$T/ref/niah.db" > "$T/digests-1.txt"
+grep -q '^model .*model.safetensors ' "$T/digests-1.txt" || { cat "$T/digests-1.txt"; fail "the weights' digest is not in the store"; }
+sleep 0.01
+"$LH" niah "${args[@]}" --out "$T/ref" > "$T/ref2.log" 2>&1 || { cat "$T/ref2.log"; fail "the rerun failed"; }
+grep -q "0 run now, 6 from earlier runs" "$T/ref2.log" || { cat "$T/ref2.log"; fail "the rerun ran trials"; }
+digests "$T/ref/niah.db" | diff "$T/digests-1.txt" - || fail "the rerun read the weights again"
 # kill -9 during the sweep, rerun, compare
 for i in 1 2 3; do
   "$LH" niah "${args[@]}" --out "$T/k" > /dev/null 2>&1 &
