@@ -175,6 +175,11 @@ struct lh_backend {
  * lh_backend_check says which with LH_EUNSUPPORTED and a message that says what to do. */
 const lh_backend_ops *lh_backend_find(const char *name);
 lh_status lh_backend_check(const char *name, lh_error *err);
+
+/* The RoPE table every backend applies (engine/config.c): inv_freq[rotary_dim / 2], plain or
+ * YaRN's (c->rope_yarn_factor > 0: lh_rope_inv_freq_yarn), and the returned factor that cos and
+ * sin are multiplied by (1 unless YaRN). */
+float lh_rope_table(const lh_config *c, float *inv_freq);
 extern const lh_backend_ops lh_backend_cpu;
 #ifdef LH_HAVE_CUDA
 extern const lh_backend_ops lh_backend_cuda;

@@ -27,9 +27,14 @@
  *   head_dim               head_dim; null or absent: hidden_size / num_attention_heads (both forms)
  *   n_kv_heads             num_key_value_heads (8, HF's dataclass default; null: num_attention_heads) (both)
  *   n_experts / top_k      num_local_experts (alias num_experts) / num_experts_per_tok (both, required)
+ *   rope_yarn_*            rope_parameters (or a truthy legacy        rope_scaling (null: none), same keys
+ *                          rope_scaling) with rope_type "yarn":
+ *                          factor, original_max_position_embeddings,
+ *                          beta_fast/slow, truncate, attention_factor
+ *                          (parse_rope_type); not with partial_rotary_factor
  *   (rejected)             sliding_window non-null; rope_type other   shared_intermediate_size non-zero (int or
- *                          than "default"; hidden_act not silu;       per-layer list); rope_scaling; postnorm
- *                          quantization_config                        false; plus the HF-form rejections
+ *                          than "default" or "yarn"; hidden_act not   per-layer list); postnorm false; plus the
+ *                          silu; quantization_config                  HF-form rejections
  *
  * Keys of the other form are ignored by the code that defines each form, so they are ignored here
  * too, with a warning. Shared keys: vocab_size, hidden_size, intermediate_size, num_hidden_layers,
@@ -57,7 +62,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/backend.h"
 #include "engine/internal.h"
+#include "kernels/cpu/ops.h"
 #include "util/log.h"
 
 #define CFG_INT_MAX (1 << 30) /* bigger structural sizes are certainly a mistake, and keep products in int64 */
@@ -248,6 +255,106 @@ static lh_status reject_common(const pctx *c) {
 }
 
 /* The shape keys both forms share. */
+/* YaRN's cos/sin factor as transformers' get_mscale forms it: 1 for scale <= 1, else
+ * 0.1 m ln(scale) + 1. */
+static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+
+/* A number in a RoPE dict: absent or null leaves *out (has = 0), anything else must be a finite
+ * number. */
+static lh_status rope_num(const pctx *c, const cJSON *rp, const char *rp_key, const char *key, double *out, int *has) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(rp, key);
+  *has = 0;
+  if (!v || cJSON_IsNull(v)) return LH_OK;
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.%s' must be a number, found %s", c->path, rp_key, key,
+                        json_kind(v));
+  *out = v->valuedouble;
+  *has = 1;
+  return LH_OK;
+}
+
+/* rope_type of a RoPE dict (rope_scaling or rope_parameters): absent, null or "default" is plain
+ * RoPE; "yarn" reads YaRN's keys as transformers 5.17's _compute_yarn_parameters reads them:
+ * factor (required; null: max_position_embeddings / original_max_position_embeddings),
+ * original_max_position_embeddings (required), beta_fast (32) and beta_slow (1) where absent, null
+ * or 0, truncate (true), attention_factor (absent or null: from mscale and mscale_all_dim when both
+ * are non-zero, else from factor: yarn_mscale). Any other type is refused, naming it. */
+static lh_status parse_rope_type(const pctx *c, const cJSON *rp, const char *rp_key, lh_config *cfg) {
+  cfg->rope_yarn_factor = 0;
+  cfg->rope_attention_factor = 1.0f;
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+  if (!t) t = cJSON_GetObjectItemCaseSensitive(rp, "type");
+  if (!t || cJSON_IsNull(t)) return LH_OK;
+  if (!cJSON_IsString(t))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.rope_type' must be a string, found %s", c->path, rp_key,
+                        json_kind(t));
+  if (!strcmp(t->valuestring, "default")) return LH_OK;
+  if (strcmp(t->valuestring, "yarn"))
+    return lh_error_set(c->err, LH_EUNSUPPORTED,
+                        "%s: key '%s.rope_type' is \"%s\": only the \"default\" and \"yarn\" RoPE are implemented",
+                        c->path, rp_key, t->valuestring);
+  lh_status st;
+  int has;
+  double omax = 0, factor = 0, v;
+  if ((st = rope_num(c, rp, rp_key, "original_max_position_embeddings", &omax, &has))) return st;
+  if (!has || !is_integral(omax) || omax < 1 || omax > CFG_INT_MAX)
+    return lh_error_set(c->err, LH_EFORMAT,
+                        "%s: key '%s.original_max_position_embeddings' must be a positive integer for rope_type "
+                        "\"yarn\"",
+                        c->path, rp_key);
+  cfg->rope_yarn_original_max = (int)omax;
+  if (!cJSON_GetObjectItemCaseSensitive(rp, "factor"))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.factor' is required for rope_type \"yarn\"", c->path, rp_key);
+  if ((st = rope_num(c, rp, rp_key, "factor", &factor, &has))) return st;
+  if (!has) factor = (double)cfg->max_position_embeddings / omax;
+  if (!(factor >= 1))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.factor' is %g: YaRN's factor must be at least 1", c->path,
+                        rp_key, factor);
+  cfg->rope_yarn_factor = factor;
+  cfg->rope_yarn_beta_fast = 32;
+  cfg->rope_yarn_beta_slow = 1;
+  if ((st = rope_num(c, rp, rp_key, "beta_fast", &v, &has))) return st;
+  if (has && v != 0) cfg->rope_yarn_beta_fast = v;
+  if ((st = rope_num(c, rp, rp_key, "beta_slow", &v, &has))) return st;
+  if (has && v != 0) cfg->rope_yarn_beta_slow = v;
+  if (!(cfg->rope_yarn_beta_fast > 0 && cfg->rope_yarn_beta_slow > 0))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: keys '%s.beta_fast' and 'beta_slow' must be positive (%g, %g)",
+                        c->path, rp_key, cfg->rope_yarn_beta_fast, cfg->rope_yarn_beta_slow);
+  cfg->rope_yarn_truncate = 1;
+  const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rp, "truncate");
+  if (tr && !cJSON_IsNull(tr)) {
+    if (!cJSON_IsBool(tr))
+      return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.truncate' must be true or false, found %s", c->path,
+                          rp_key, json_kind(tr));
+    cfg->rope_yarn_truncate = cJSON_IsTrue(tr);
+  }
+  double af, ms = 0, msa = 0;
+  if ((st = rope_num(c, rp, rp_key, "attention_factor", &af, &has))) return st;
+  if (!has) {
+    int h1, h2;
+    if ((st = rope_num(c, rp, rp_key, "mscale", &ms, &h1)) ||
+        (st = rope_num(c, rp, rp_key, "mscale_all_dim", &msa, &h2)))
+      return st;
+    af = ms != 0 && msa != 0 ? yarn_mscale(factor, ms) / yarn_mscale(factor, msa) : yarn_mscale(factor, 1);
+  }
+  if (!(af > 0))
+    return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.attention_factor' is %g: it must be positive", c->path,
+                        rp_key, af);
+  cfg->rope_attention_factor = (float)af;
+  static const char *const known[] = {"rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast",
+                                      "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim",
+                                      "rope_theta", "partial_rotary_factor", NULL};
+  const cJSON *e;
+  cJSON_ArrayForEach(e, rp) {
+    int k = 0;
+    while (known[k] && strcmp(known[k], e->string)) k++;
+    if (!known[k])
+      return lh_error_set(c->err, LH_EUNSUPPORTED, "%s: key '%s.%s' is not a YaRN parameter longhaul knows", c->path,
+                          rp_key, e->string);
+  }
+  return LH_OK;
+}
+
 static lh_status parse_shape(const pctx *c, lh_config *cfg) {
   lh_status st;
   if ((st = get_int(c, "vocab_size", 1, 0, 1, CFG_INT_MAX, &cfg->vocab_size))) return st;
@@ -391,19 +498,17 @@ static lh_status parse_hf(const pctx *c, lh_config *cfg) {
   if (rp && cJSON_IsObject(rp)) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
     if (v && !cJSON_IsNull(v) && (st = num_value(c, "rope_parameters.rope_theta", v, &cfg->rope_theta))) return st;
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(rp, "type");
-    if (t && !cJSON_IsNull(t)) {
-      if (!cJSON_IsString(t))
-        return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s.rope_type' must be a string, found %s", c->path, rp_key,
-                            json_kind(t));
-      if (strcmp(t->valuestring, "default"))
-        return lh_error_set(c->err, LH_EUNSUPPORTED,
-                            "%s: key '%s.rope_type' is \"%s\": only the \"default\" RoPE is implemented", c->path,
-                            rp_key, t->valuestring);
-    }
+    if ((st = parse_rope_type(c, rp, rp_key, cfg))) return st;
     const cJSON *prf = cJSON_GetObjectItemCaseSensitive(rp, "partial_rotary_factor");
     if (prf && !cJSON_IsNull(prf)) partial = 1;
+    /* transformers' YaRN computes its frequencies over head_dim x partial_rotary_factor dims while
+     * MiniMax's rotation covers the whole head: a pair with no one reference */
+    if (partial && cfg->rope_yarn_factor > 0)
+      return lh_error_set(c->err, LH_EUNSUPPORTED,
+                          "%s: rope_type \"yarn\" with partial_rotary_factor in the HF form is not implemented "
+                          "(transformers would size YaRN's frequencies and MiniMax's rotation differently); use the "
+                          "original minimax_text_01 form with rotary_dim and rope_scaling",
+                          c->path);
   }
   if (!(cfg->rope_theta > 0))
     return lh_error_set(c->err, LH_EFORMAT, "%s: rope_theta must be positive", c->path);
@@ -509,9 +614,15 @@ static lh_status parse_original(const pctx *c, lh_config *cfg) {
                           c->path, json_kind(sh));
     }
   }
-  if (has(c, "rope_scaling"))
-    return lh_error_set(c->err, LH_EUNSUPPORTED, "%s: key 'rope_scaling' is set: RoPE scaling is not implemented",
-                        c->path);
+  /* rope_scaling: plain ("default") or YaRN over the rotary_dim dims (parse_rope_type); the remote
+   * code has no RoPE scaling, so the reference is transformers' YaRN frequencies (docs/design.md) */
+  const cJSON *rs = get(c, "rope_scaling");
+  if (rs && !cJSON_IsNull(rs)) {
+    if (!cJSON_IsObject(rs))
+      return lh_error_set(c->err, LH_EFORMAT, "%s: key 'rope_scaling' must be an object, found %s", c->path,
+                          json_kind(rs));
+    if ((st = parse_rope_type(c, rs, "rope_scaling", cfg))) return st;
+  }
 
   if ((st = get_num(c, "rope_theta", cfg->n_softmax > 0, 1e6, &cfg->rope_theta))) return st;
   if (!(cfg->rope_theta > 0))
@@ -575,6 +686,7 @@ static lh_status reject_duplicates(const pctx *c) {
 lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_config *cfg, lh_error *err) {
   if (!path) path = "config.json";
   memset(cfg, 0, sizeof *cfg);
+  cfg->rope_attention_factor = 1.0f;
   const char *at = NULL; /* the parse end, not cJSON_GetErrorPtr(): that one is a global */
   cJSON *root = json ? cJSON_ParseWithLengthOpts(json, len, &at, 0) : NULL;
   if (!root) {
@@ -656,6 +768,7 @@ lh_config lh_config_minimax_text_01_slice(int vocab) {
   c.block_size = 256;
   c.rotary_dim = 64;
   c.rope_theta = 10000000.0;
+  c.rope_attention_factor = 1.0f;
   c.rms_norm_eps = 1e-5;
   c.postnorm = 1;
   c.max_position_embeddings = 1 << 22;
@@ -665,4 +778,14 @@ lh_config lh_config_minimax_text_01_slice(int vocab) {
   for (int i = 0; i < c.n_layers; i++) c.layer_kind[i] = (i + 1) % 8 == 0 ? LH_LAYER_SOFTMAX : LH_LAYER_LIGHTNING;
   count_kinds(&c);
   return c;
+}
+
+float lh_rope_table(const lh_config *c, float *inv_freq) {
+  if (!(c->rope_yarn_factor > 0)) {
+    lh_rope_inv_freq(c->rope_theta, c->rotary_dim, inv_freq);
+    return 1.0f;
+  }
+  lh_rope_inv_freq_yarn(c->rope_theta, c->rotary_dim, c->rope_yarn_factor, c->rope_yarn_original_max,
+                        c->rope_yarn_beta_fast, c->rope_yarn_beta_slow, c->rope_yarn_truncate, inv_freq);
+  return c->rope_attention_factor;
 }

@@ -66,6 +66,15 @@ typedef struct lh_config {
   int block_size;              /* lightning block length B */
   int rotary_dim;              /* dims rotated by RoPE, first rotary_dim of each head (== head_dim when full) */
   double rope_theta;
+  /* YaRN (rope_scaling, or the HF form's rope_parameters, with rope_type "yarn"; config.c): the
+   * inverse frequencies of transformers' _compute_yarn_parameters over the rotary_dim dims, and
+   * cos and sin multiplied by rope_attention_factor. rope_yarn_factor 0: plain RoPE (then
+   * rope_attention_factor is 1). lh_rope_inv_freq_yarn in kernels/cpu/ops.h has the formula. */
+  double rope_yarn_factor;
+  int rope_yarn_original_max;  /* original_max_position_embeddings */
+  double rope_yarn_beta_fast, rope_yarn_beta_slow;
+  int rope_yarn_truncate;
+  float rope_attention_factor;
   int attn_length_scale_base;  /* L0 of the length-aware query scaling in softmax layers; 0: off (the plain
                                   model). See lh_length_scale in kernels/cpu/ops.h and docs/design.md */
   double rms_norm_eps;         /* decoder and final norms; the lightning all-heads norm uses 1e-6 as HF does */

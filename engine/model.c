@@ -106,6 +106,10 @@ static lh_status model_id(lh_model *m, const lh_st_set *s, lh_error *err) {
   for (int i = 0; i < c->n_layers; i++) lh_buf_append(&b, c->layer_kind[i] == LH_LAYER_LIGHTNING ? "L" : "S", 1);
   lh_buf_append(&b, "\n", 1);
   if (c->attn_length_scale_base) lh_buf_printf(&b, "length_scale_base=%d\n", c->attn_length_scale_base);
+  if (c->rope_yarn_factor > 0) /* only when on: ids of plain-RoPE models are unchanged */
+    lh_buf_printf(&b, "rope_yarn factor=%a original_max=%d beta=%a,%a truncate=%d attention_factor=%a\n",
+                  c->rope_yarn_factor, c->rope_yarn_original_max, c->rope_yarn_beta_fast, c->rope_yarn_beta_slow,
+                  c->rope_yarn_truncate, (double)c->rope_attention_factor);
   lh_sha256 h;
   lh_sha256_init(&h);
   lh_sha256_update(&h, b.data, b.len);

@@ -65,7 +65,7 @@ import transformers.models.minimax.modeling_minimax as mm
 from transformers import MiniMaxConfig, MiniMaxForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_tiny"))
-from model import enable_length_scale  # noqa: E402  (the training code's length-aware scaling)
+from model import enable_length_scale, yarn_tables  # noqa: E402  (the training code's length scaling, YaRN)
 
 torch.set_num_threads(2)
 GREEDY_STEPS = 16
@@ -184,6 +184,40 @@ SPECS = [
         alpha=dict(full=(MT01_ALPHA, 1.0), linear=(MT01_ALPHA, 1.0), mlp=(MT01_ALPHA, 1.0)),
         dtype="bf16", write="original", write_block=True, length_scale_base=8,
     ),
+    dict(
+        name="hf_yarn_gqa2",
+        covers=[
+            "YaRN RoPE in the HF form: rope_parameters rope_type yarn, factor 4, original_max_position_embeddings "
+            "64, beta_fast / beta_slow / attention_factor left to transformers' defaults (32, 1, 0.1 ln 4 + 1); "
+            "the reference is transformers' own YaRN (from_pretrained of this folder)",
+            "HF minimax form by save_pretrained, f32, one file; GQA ratio 2 (4 heads, 2 kv heads), head_dim 16",
+            "T = 300 past the original 64 positions: the ramp's dims 0-2 and the interpolated dims all in play",
+            "top-2 of 4 experts; LSLS plan; block_size 32",
+        ],
+        seed=808, T=300, vocab=256, hidden=48, heads=4, kv=2, head_dim=16, inter=16, experts=4, top_k=2,
+        layers=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        block=32, theta=10000.0, tie=False,
+        alpha=dict(full=(MT01_ALPHA, 1.0), linear=(MT01_ALPHA, 1.0), mlp=(MT01_ALPHA, 1.0)),
+        dtype="f32", write="save_pretrained",
+        yarn=dict(factor=4.0, original_max_position_embeddings=64),
+    ),
+    dict(
+        name="orig_yarn_partial_gqa2",
+        covers=[
+            "YaRN on partial RoPE in the original form: rope_scaling rope_type yarn over rotary_dim 8 of 16, factor "
+            "8, original_max_position_embeddings 32, beta_fast 8, beta_slow 0.5, truncate false, attention_factor "
+            "1.25 (reference: transformers' _compute_yarn_parameters over the 8 rotary dims, see the script)",
+            "original minimax_text_01 form, bf16 weights; GQA ratio 2 (4 heads, 2 kv heads); SLLS plan",
+            "top-2 of 4 experts; block_size 32 (written) vs T = 300",
+        ],
+        seed=909, T=300, vocab=256, hidden=48, heads=4, kv=2, head_dim=16, inter=16, experts=4, top_k=2,
+        layers=["full_attention", "linear_attention", "linear_attention", "full_attention"],
+        block=32, theta=10000.0, tie=False, rotary_dim=8,
+        alpha=dict(full=(MT01_ALPHA, 1.0), linear=(MT01_ALPHA, 1.0), mlp=(MT01_ALPHA, 1.0)),
+        dtype="bf16", write="original", write_block=True,
+        yarn=dict(factor=8.0, original_max_position_embeddings=32, beta_fast=8.0, beta_slow=0.5, truncate=False,
+                  attention_factor=1.25),
+    ),
 ]
 
 
@@ -198,7 +232,9 @@ def hf_config(spec):
         full_attn_alpha_factor=spec["alpha"]["full"][0], full_attn_beta_factor=spec["alpha"]["full"][1],
         linear_attn_alpha_factor=spec["alpha"]["linear"][0], linear_attn_beta_factor=spec["alpha"]["linear"][1],
         mlp_alpha_factor=spec["alpha"]["mlp"][0], mlp_beta_factor=spec["alpha"]["mlp"][1],
-        rope_parameters={"rope_type": "default", "rope_theta": spec["theta"]},
+        rope_parameters=({"rope_type": "yarn", "rope_theta": spec["theta"], **spec["yarn"]}
+                         if spec.get("yarn") and spec["write"] != "original"
+                         else {"rope_type": "default", "rope_theta": spec["theta"]}),
         bos_token_id=1, eos_token_id=2,
     )
     if spec.get("layers"):
@@ -284,8 +320,16 @@ def patch_original_semantics(model, spec):
     theta = spec["theta"]
     rot = model.model.rotary_emb
     inv = 1.0 / (theta ** (torch.arange(0, R, 2, dtype=torch.float) / R))
+    if spec.get("yarn"):
+        inv, rot.attention_scaling = yarn_tables_of(model.config, spec)
     rot.inv_freq = inv
     rot.original_inv_freq = inv.clone()
+
+
+def yarn_tables_of(config, spec):
+    """transformers' own YaRN tables over the spec's rotary_dim dims (tools/train_tiny/model.py
+    yarn_tables: _compute_yarn_parameters with partial_rotary_factor rotary_dim / head_dim)."""
+    return yarn_tables(config, spec["theta"], spec["rotary_dim"], spec["yarn"])
 
 
 def partial_apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
@@ -373,6 +417,8 @@ def original_config(model, spec):
     }
     if spec.get("length_scale_base"):
         cfg["attn_length_scale_base"] = spec["length_scale_base"]
+    if spec.get("yarn"):
+        cfg["rope_scaling"] = {"rope_type": "yarn", **spec["yarn"]}
     if spec.get("write_block"):
         cfg["block_size"] = c.block_size
     else:
@@ -462,6 +508,8 @@ def make_fixture(spec, root):
     extra = {}
     if spec.get("length_scale_base"):
         extra = length_scale_meta(ref, spec, ids, logits)
+    if spec.get("yarn"):
+        extra = yarn_meta(ref, spec, ids, logits)
     lg = logits.numpy().astype("<f4")
     std = float(lg.std(axis=1).mean())
     assert std > 1.0, f"{spec['name']}: logits are too flat (mean per-position std {std:.3f})"
@@ -541,6 +589,27 @@ def length_scale_meta(ref, spec, ids, logits):
     return {"length_scale": {"attn_length_scale_base": spec["length_scale_base"], "scales": scales,
                              "rel_l2_of_logits_with_scales_zeroed": round(effect, 4)},
             "hf_bf16_rel_l2": round(rel_l2(lb, logits), 5)}
+
+
+def yarn_meta(ref, spec, ids, logits):
+    """The frequencies and cos/sin factor the reference used, and how far the logits move with the
+    plain RoPE table in their place (YaRN must matter)."""
+    rot = ref.model.rotary_emb
+    inv, af = rot.inv_freq.detach().clone(), rot.attention_scaling
+    R = spec.get("rotary_dim", spec["head_dim"])
+    plain = 1.0 / (spec["theta"] ** (torch.arange(0, R, 2, dtype=torch.float) / R))
+    if spec["write"] == "original":
+        mm.apply_rotary_pos_emb = partial_apply_rotary_pos_emb
+    try:
+        rot.inv_freq, rot.attention_scaling = plain, 1.0
+        without = forward_logits(ref, ids)
+    finally:
+        rot.inv_freq, rot.attention_scaling = inv, af
+        mm.apply_rotary_pos_emb = ORIGINAL_APPLY_ROPE
+    effect = rel_l2(without, logits)
+    assert effect > 0.05, f"{spec['name']}: YaRN moves the logits by only {effect:.3g} (rel L2)"
+    return {"yarn": {"rope_parameters": spec["yarn"], "inv_freq": [float(x) for x in inv.tolist()],
+                     "attention_factor": float(af), "rel_l2_of_logits_with_plain_rope": round(effect, 4)}}
 
 
 ORIGINAL_APPLY_ROPE = mm.apply_rotary_pos_emb

@@ -78,13 +78,24 @@ void lh_exp_fast(const float *x, float *y, int64_t n);
 /* inv_freq[i] = 1 / theta^(2i / rotary_dim), i < rotary_dim/2, in fp32 as HF computes it. */
 void lh_rope_inv_freq(double theta, int rotary_dim, float *inv_freq);
 
+/* YaRN's inv_freq over rotary_dim dims, as transformers 5.17's _compute_yarn_parameters forms it
+ * (dim = rotary_dim, base = theta, original_max_position_embeddings = orig): with p_i the plain
+ * theta^(2i/R), a ramp r_i = clamp((i - lo) / (hi - lo), 0, 1) between the dims lo and hi where the
+ * frequencies turn beta_fast and beta_slow times over orig positions (floor / ceil when truncate,
+ * then clipped to [0, R - 1]), and e_i = 1 - r_i:
+ *   inv_freq[i] = 1 / (factor p_i) * (1 - e_i) + 1 / p_i * e_i
+ * so the fast dims keep their frequency and the slow ones are divided by factor. fp32 as there. */
+void lh_rope_inv_freq_yarn(double theta, int rotary_dim, double factor, int orig, double beta_fast, double beta_slow,
+                           int truncate, float *inv_freq);
+
 /* Rotate-half RoPE in place on the first rotary_dim dims of every head of x[n x n_heads x
- * head_dim] (row stride ld): for i < R/2, with a = fl32(pos * inv_freq[i]),
- *   x'[i]       = x[i] cos a - x[i + R/2] sin a
- *   x'[i + R/2] = x[i + R/2] cos a + x[i] sin a
+ * head_dim] (row stride ld): for i < R/2, with a = fl32(pos * inv_freq[i]), c = fl32(cos a) m and
+ * s = fl32(sin a) m for m = attention_factor (1: plain RoPE; YaRN's factor otherwise),
+ *   x'[i]       = x[i] c - x[i + R/2] s
+ *   x'[i + R/2] = x[i + R/2] c + x[i] s
  * Row r sits at position pos[r]. Dims at or past rotary_dim are left alone. */
 void lh_rope(lh_pool *pool, float *x, int64_t ld, int64_t n, int n_heads, int head_dim, int rotary_dim,
-             const float *inv_freq, const int64_t *pos);
+             const float *inv_freq, const int64_t *pos, float attention_factor);
 
 /* Length-aware query scaling (config key attn_length_scale_base = base > 0; docs/design.md): the
  * factor for a query at 0-based position pos in a head whose learned scale is s,

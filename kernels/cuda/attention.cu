@@ -48,7 +48,8 @@ static __device__ __forceinline__ int find_seg(const lh_cuda_aseg *segs, int nse
 
 static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_stride, const lh_cuda_aseg *segs,
                                       int nseg, int H, int Hkv, int D, int rd, const float *__restrict__ inv_freq,
-                                      const float *__restrict__ qscale, int lbase, bf16 *__restrict__ q_out) {
+                                      float rope_af, const float *__restrict__ qscale, int lbase,
+                                      bf16 *__restrict__ q_out) {
   const int64_t r = blockIdx.x;
   const lh_cuda_aseg seg = segs[find_seg(segs, nseg, r)];
   if (r < seg.row0 || r >= seg.row0 + seg.nrows) return;
@@ -77,7 +78,7 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
       /* The angle is an fp32 product as in HF; its cos/sin are taken in double and rounded. */
       double sd, cd;
       sincos((double)((float)pos * inv_freq[j]), &sd, &cd);
-      const float sn = (float)sd, cs = (float)cd;
+      const float sn = (float)sd * rope_af, cs = (float)cd * rope_af; /* exact for 1 */
       float x1 = lh_bf(src[j]), x2 = lh_bf(src[j + rh]);
       dst[j] = lh_tobf(f * (x1 * cs - x2 * sn));
       dst[j + rh] = lh_tobf(f * (x2 * cs + x1 * sn));
@@ -100,11 +101,12 @@ static __global__ void rope_kv_kernel(const bf16 *__restrict__ qkv, int64_t qkv_
 
 extern "C" cudaError_t lh_cuda_rope_kv(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_aseg *segs,
                                        int nseg, int64_t n, int H, int Hkv, int d, int rotary_dim,
-                                       const float *inv_freq, const float *qscale, int lscale_base, void *q_out) {
+                                       const float *inv_freq, float rope_af, const float *qscale, int lscale_base,
+                                       void *q_out) {
   if (n <= 0) return cudaSuccess;
   if (d % 2 || rotary_dim % 2 || rotary_dim > d || lscale_base < 0) return cudaErrorInvalidValue;
   rope_kv_kernel<<<(unsigned)n, 128, 0, st>>>((const bf16 *)qkv, qkv_stride, segs, nseg, H, Hkv, d, rotary_dim,
-                                              inv_freq, qscale, lscale_base, (bf16 *)q_out);
+                                              inv_freq, rope_af, qscale, lscale_base, (bf16 *)q_out);
   return cudaGetLastError();
 }
 

@@ -116,13 +116,15 @@ typedef struct lh_cuda_aseg {
 } lh_cuda_aseg;
 
 /* From the fused projection rows [q (H*d) | k (Hkv*d) | v (Hkv*d)] (stride qkv_stride): RoPE on
- * the first rotary_dim dims of q and k (rotate-half within them; inv_freq[rotary_dim/2] fp32),
+ * the first rotary_dim dims of q and k (rotate-half within them; inv_freq[rotary_dim/2] fp32; cos
+ * and sin each rounded to fp32 and then multiplied by rope_af, YaRN's attention factor, 1 for plain
+ * RoPE, as lh_rope),
  * q to q_out [rows x H*d], k and v into the pages at each row's position. With qscale (device [H]
  * fp32) and lscale_base > 0, each query head h is also multiplied, in fp32 before its rounding to
  * bf16, by the length-aware factor 1 + qscale[h] max(0, ln((pos+1)/lscale_base)) as
  * lh_length_scale_factor (kernels/cpu/ops.h) forms it; qscale NULL or lscale_base 0: no scaling. */
 cudaError_t lh_cuda_rope_kv(cudaStream_t st, const void *qkv, int64_t qkv_stride, const lh_cuda_aseg *segs, int nseg,
-                            int64_t n, int H, int Hkv, int d, int rotary_dim, const float *inv_freq,
+                            int64_t n, int H, int Hkv, int d, int rotary_dim, const float *inv_freq, float rope_af,
                             const float *qscale, int lscale_base, void *q_out);
 /* Causal GQA attention of each segment's rows over keys [0, pos+row+1) from its pages, online
  * softmax (flash-attention form; scores never leave the chip). tiles: device array of ntiles

@@ -100,6 +100,7 @@ static lh_config rm_default_config(void) {
   c.block_size = 16;
   c.rotary_dim = 8;
   c.rope_theta = 10000.0;
+  c.rope_attention_factor = 1.0f;
   c.rms_norm_eps = 1e-5;
   c.tie_word_embeddings = 0;
   c.postnorm = 1;

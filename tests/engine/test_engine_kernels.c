@@ -177,7 +177,7 @@ static void test_rope(lh_pool *pool) {
     for (int r = 0; r < n; r++) pos[r] = r * 977 + (c == 2 ? 1000000 : 3);
     float inv[512];
     lh_rope_inv_freq(10000.0, R, inv);
-    lh_rope(pool, x, ld, n, H, d, R, inv, pos);
+    lh_rope(pool, x, ld, n, H, d, R, inv, pos, 1.0f);
     double *ref = malloc((size_t)n * H * d * sizeof *ref);
     float *got = malloc((size_t)n * H * d * sizeof *got);
     size_t k = 0;

@@ -125,7 +125,9 @@ static void test_hf_rope(void) {
   CHECK_EQ(cfg.rotary_dim, 16);
   CHECK_STR_CONTAINS(tw_log, "partial_rotary_factor is ignored");
   lh_log_set_sink(NULL, NULL);
-  CHECK_ERR("{" HF_KV ",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}", LH_EUNSUPPORTED, "rope_type");
+  CHECK_ERR("{" HF_KV ",\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4}}", LH_EFORMAT,
+            "original_max_position_embeddings");
+  CHECK_ERR("{" HF_KV ",\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":4}}", LH_EUNSUPPORTED, "rope_type");
   CHECK_ERR("{" HF_KV ",\"rope_parameters\":\"default\"}", LH_EFORMAT, "rope_parameters");
   CHECK_ERR("{" HF_KV ",\"rope_parameters\":{\"rope_theta\":\"big\"}}", LH_EFORMAT, "rope_theta");
   CHECK_ERR("{" HF_KV ",\"rope_theta\":-1}", LH_EFORMAT, "rope_theta");
@@ -342,6 +344,65 @@ static void test_original_errors(void) {
   CHECK_ERR("{" ORIG_BASE ",\"layernorm_mlp_alpha\":\"3.5\"}", LH_EFORMAT, "layernorm_mlp_alpha");
 }
 
+/* YaRN (rope_type "yarn"): the keys transformers' _compute_yarn_parameters reads, its defaults, and
+ * clear refusals; the frequencies themselves are checked against transformers by the hf_yarn_gqa2
+ * and orig_yarn_partial_gqa2 fixtures (test_engine_parity). */
+static void test_yarn(void) {
+  CHECK_EQ(parse("{" ORIG_BASE ",\"head_dim\":16,\"rotary_dim\":8,\"rope_scaling\":{\"rope_type\":\"yarn\","
+                 "\"factor\":8,\"original_max_position_embeddings\":32,\"beta_fast\":8,\"beta_slow\":0.5,"
+                 "\"truncate\":false,\"attention_factor\":1.25}}"),
+           LH_OK);
+  CHECK(cfg.rope_yarn_factor == 8 && cfg.rope_yarn_original_max == 32);
+  CHECK(cfg.rope_yarn_beta_fast == 8 && cfg.rope_yarn_beta_slow == 0.5 && cfg.rope_yarn_truncate == 0);
+  CHECK(cfg.rope_attention_factor == 1.25f);
+  CHECK_EQ(cfg.rotary_dim, 8);
+  /* defaults: beta 32 / 1 (also for 0 or null, as `or` does there), truncate, 0.1 ln(factor) + 1 */
+  CHECK_EQ(parse("{" ORIG_BASE ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,"
+                 "\"original_max_position_embeddings\":64,\"beta_fast\":0,\"beta_slow\":null}}"),
+           LH_OK);
+  CHECK(cfg.rope_yarn_beta_fast == 32 && cfg.rope_yarn_beta_slow == 1 && cfg.rope_yarn_truncate == 1);
+  CHECK(cfg.rope_attention_factor == (float)(0.1 * log(4.0) + 1));
+  /* mscale / mscale_all_dim, both non-zero: their ratio */
+  CHECK_EQ(parse("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":40,"
+                 "\"original_max_position_embeddings\":4096,\"mscale\":1,\"mscale_all_dim\":0.5}}"),
+           LH_OK);
+  CHECK(cfg.rope_attention_factor == (float)((0.1 * log(40.0) + 1) / (0.05 * log(40.0) + 1)));
+  /* factor null: max_position_embeddings / original */
+  CHECK_EQ(parse("{" ORIG_BASE ",\"max_position_embeddings\":8192,\"rope_scaling\":{\"rope_type\":\"yarn\","
+                 "\"factor\":null,\"original_max_position_embeddings\":1024}}"),
+           LH_OK);
+  CHECK(cfg.rope_yarn_factor == 8);
+  /* the HF form reads the same keys from rope_parameters */
+  CHECK_EQ(parse("{" HF_KV ",\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":1e4,\"factor\":2,"
+                 "\"original_max_position_embeddings\":128}}"),
+           LH_OK);
+  CHECK(cfg.rope_yarn_factor == 2 && cfg.rope_theta == 1e4 && cfg.rotary_dim == cfg.head_dim);
+  /* plain RoPE: off, factor 1 */
+  CHECK_EQ(parse("{" ORIG_BASE ",\"rope_scaling\":null}"), LH_OK);
+  CHECK(cfg.rope_yarn_factor == 0 && cfg.rope_attention_factor == 1.0f);
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"original_max_position_embeddings\":64}}",
+            LH_EFORMAT, "rope_scaling.factor");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":0.5,"
+            "\"original_max_position_embeddings\":64}}",
+            LH_EFORMAT, "factor");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64.5}}",
+            LH_EFORMAT, "original_max_position_embeddings");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64,\"truncate\":1}}",
+            LH_EFORMAT, "truncate");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64,\"attention_factor\":-1}}",
+            LH_EFORMAT, "attention_factor");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64,\"low_freq_factor\":1}}",
+            LH_EUNSUPPORTED, "low_freq_factor");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":[1]}", LH_EFORMAT, "rope_scaling");
+  CHECK_ERR("{" HF_KV ",\"head_dim\":16,\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64,\"partial_rotary_factor\":0.5}}",
+            LH_EUNSUPPORTED, "partial_rotary_factor");
+}
+
 /* The documented mapping: an HF config and its original-form translation give the same lh_config
  * (apart from model_type and, with rotary_dim, the rotary width the HF form cannot express). */
 static void test_form_equivalence(void) {
@@ -489,6 +550,7 @@ int main(void) {
   test_unsupported();
   test_original();
   test_original_errors();
+  test_yarn();
   test_form_equivalence();
   test_minimax_text_01_slice();
   test_length_scale_base();

@@ -22,6 +22,10 @@ and the wrapper scales the query of any module carrying a length_scale, at the p
 decoder layer passes down. Exported as config key attn_length_scale_base and tensors
 model.layers.N.self_attn.length_scale, which longhaul's engine reads.
 
+YaRN (config key rope_scaling, rope_type "yarn"; docs/design.md): `enable_yarn` gives the
+rotary embedding transformers' own YaRN frequencies over the rotary_dim dims and its cos/sin
+factor (`yarn_tables`); `load_hf` applies it when hf_config.json carries rope_scaling.
+
 Checkpoint forms written by `export`:
 - config.json: the original `minimax_text_01` form (attn_type_list 0 = lightning, 1 = softmax,
   layernorm_*_alpha/beta, rotary_dim, rope_theta, postnorm, shared_intermediate_size 0), which
@@ -163,6 +167,36 @@ def enable_partial_rope(model, rotary_dim: int, theta: float):
     return model
 
 
+def yarn_tables(config, theta: float, rotary_dim: int, params: dict):
+    """transformers' own YaRN frequencies and cos/sin factor over the first rotary_dim dims: its
+    _compute_yarn_parameters on a copy of the config whose rope_parameters hold params (factor,
+    original_max_position_embeddings, beta_fast, ...) and partial_rotary_factor rotary_dim /
+    head_dim (the function sizes its table by that factor). longhaul's lh_rope_inv_freq_yarn is
+    checked against these tables (tests/fixtures/engine/*yarn*)."""
+    import copy
+
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cfg = copy.deepcopy(config)
+    keys = {k: v for k, v in params.items() if k not in ("rope_type", "type")}
+    cfg.rope_parameters = {"rope_type": "yarn", "rope_theta": theta, **keys,
+                           "partial_rotary_factor": rotary_dim / cfg.head_dim}
+    inv, factor = ROPE_INIT_FUNCTIONS["yarn"](cfg, None)
+    assert inv.shape == (rotary_dim // 2,), inv.shape
+    return inv.to(torch.float32), float(factor)
+
+
+def enable_yarn(model, rotary_dim: int, theta: float, params: dict):
+    """YaRN on the partial RoPE (config key rope_scaling with rope_type "yarn", which longhaul's
+    engine reads): the rotary embedding gets yarn_tables' frequencies and cos/sin factor. Call after
+    enable_partial_rope."""
+    inv, factor = yarn_tables(model.config, theta, rotary_dim, params)
+    rot = model.model.rotary_emb
+    rot.inv_freq = inv.to(rot.inv_freq.device)
+    rot.original_inv_freq = rot.inv_freq.clone()
+    rot.attention_scaling = factor
+    return model
+
+
 def length_scale_factor(scale, position_ids, base: int):
     """[B, H, T, 1] fp32 factors 1 + s_h max(0, ln((p + 1) / base)) for scale [H] and position_ids
     [B, T]: the log in float64, rounded to float32, then s_h g and 1 + (s_h g) each in float32, as
@@ -264,6 +298,9 @@ def load_hf(model_dir: str, dtype=torch.float32, device="cpu"):
         raw = json.load(f)
     rotary_dim = raw.pop("rotary_dim")
     length_scale_base = raw.pop("attn_length_scale_base", 0)
+    # YaRN over the partial RoPE: longhaul's key, never transformers' own (its legacy rope_scaling
+    # would win over rope_parameters and size the table by the whole head)
+    rope_scaling = raw.pop("rope_scaling", None)
     raw.pop("_comment", None)
     with tempfile.TemporaryDirectory() as tmp:
         # from_pretrained does the per-expert -> fused renaming that save_pretrained undid
@@ -290,5 +327,9 @@ def load_hf(model_dir: str, dtype=torch.float32, device="cpu"):
                         p.copy_(f.get_tensor(name).to(p.dtype))
     model = model.to(device)
     enable_partial_rope(model, rotary_dim, model.config.rope_parameters["rope_theta"])
+    if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "yarn":
+        enable_yarn(model, rotary_dim, model.config.rope_parameters["rope_theta"], rope_scaling)
+    elif rope_scaling:
+        raise ValueError(f"{model_dir}/hf_config.json: rope_scaling {rope_scaling} is not YaRN")
     model.eval()
     return model

@@ -59,6 +59,7 @@ typedef struct cpu_backend {
   size_t scratch_floats;
   int lightning_block;                       /* kernel block length, see cpu_open */
   float *inv_freq;                           /* [rotary_dim / 2] */
+  float rope_af;                             /* cos and sin times this (lh_rope_table) */
   int64_t *pos;                              /* [max_rows] row positions (RoPE) */
   int64_t *tile_seg, *tile_row;              /* [max_rows] attention tiles: segment, first row */
   int32_t *moe_idx;                          /* [max_rows x top_k] */
@@ -323,7 +324,7 @@ static lh_status cpu_open(const lh_config *cfg, const lh_weights *w, const lh_mo
   if (!be->ws || !be->normbuf || !be->scratch || !be->inv_freq || !be->pos || !be->tile_seg || !be->tile_row ||
       !be->moe_idx || !be->moe_w || !be->plan_off || !be->plan_tok || !be->plan_row)
     goto nomem;
-  lh_rope_inv_freq(c->rope_theta, c->rotary_dim, be->inv_freq);
+  be->rope_af = lh_rope_table(c, be->inv_freq);
   if (p && p->verbose)
     lh_log_info("cpu backend: %d threads, %d weight tensors converted to fp32, workspace %lld rows", be->threads,
                 be->n_owned, (long long)max_rows);
@@ -511,8 +512,8 @@ static lh_status cpu_attn_softmax(lh_backend *bk, int layer, int si, const void 
   lh_gemm_nt(be->pool, n, KD, D, h, D, L->v, D, v, KD, 0);
   int64_t ntiles = softmax_tiles(be, b);
   if (c->rotary_dim > 0) {
-    lh_rope(be->pool, q, HD, n, c->n_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
-    lh_rope(be->pool, k, KD, n, c->n_kv_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos);
+    lh_rope(be->pool, q, HD, n, c->n_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos, be->rope_af);
+    lh_rope(be->pool, k, KD, n, c->n_kv_heads, (int)d, c->rotary_dim, be->inv_freq, be->pos, be->rope_af);
   }
   lh_length_scale(be->pool, q, HD, n, c->n_heads, (int)d, be->w->layers[layer].length_scale,
                   c->attn_length_scale_base, be->pos); /* a no-op when the config has it off */
@@ -659,8 +660,9 @@ static lh_status tp_attn_softmax(cpu_backend *be, int layer, int si, const float
     lh_gemm_nt(be->pool, n, kw, D, h, D, L->k + kc * D, D, k + kc, KD, 0);
     lh_gemm_nt(be->pool, n, kw, D, h, D, L->v + kc * D, D, v + kc, KD, 0);
     if (c->rotary_dim > 0) {
-      lh_rope(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d, c->rotary_dim, be->inv_freq, be->pos);
-      lh_rope(be->pool, k + kc, KD, n, (int)(g1 - g0), (int)d, c->rotary_dim, be->inv_freq, be->pos);
+      lh_rope(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d, c->rotary_dim, be->inv_freq, be->pos,
+              be->rope_af);
+      lh_rope(be->pool, k + kc, KD, n, (int)(g1 - g0), (int)d, c->rotary_dim, be->inv_freq, be->pos, be->rope_af);
     }
     lh_length_scale(be->pool, q + qc, HD, n, (int)((g1 - g0) * rep), (int)d,
                     be->w->layers[layer].length_scale + g0 * rep, c->attn_length_scale_base, be->pos);

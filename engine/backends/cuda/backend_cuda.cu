@@ -444,8 +444,8 @@ static lh_status op_attn_softmax(lh_backend *be, int layer, int sidx, const void
   LH_TRY(lh_cu_commit(b, hblob, dblob, blob_bytes, err));
   const lh_cuda_aseg *dsegs = (const lh_cuda_aseg *)dblob;
 
-  CU(lh_cuda_rope_kv(b->stream, b->proj, qw, dsegs, nseg, n, H, Hkv, d, c.rotary_dim, b->inv_freq, L.length_scale,
-                     c.attn_length_scale_base, b->q_rope));
+  CU(lh_cuda_rope_kv(b->stream, b->proj, qw, dsegs, nseg, n, H, Hkv, d, c.rotary_dim, b->inv_freq, b->rope_af,
+                     L.length_scale, c.attn_length_scale_base, b->q_rope));
   if (all_single || per_row) {
     /* by units: one launch's pass of partials, then its running merge; else every row's splits */
     const size_t rows = by_units ? (size_t)std::min(nseg, step) : (size_t)nseg;

@@ -75,6 +75,7 @@ struct lh_cuda_backend {
   std::vector<cu_layer> layers;
   std::unordered_map<const lh_tensor *, float *> norm_of; /* host norm tensor -> device fp32 copy */
   float *inv_freq;             /* [rotary_dim / 2] */
+  float rope_af;               /* cos and sin times this (lh_rope_table: 1 unless YaRN) */
 
   /* workspace (one allocation) */
   void *wsmem;

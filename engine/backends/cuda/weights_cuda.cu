@@ -243,15 +243,11 @@ static lh_status setup(lh_cuda_backend *b, const lh_config *cfg, int64_t max_row
   CU(cudaMalloc(&b->up_dev, b->up_cap));
   CU(cudaHostAlloc(&b->up_host, b->up_cap, cudaHostAllocDefault));
 
-  /* inv_freq[j] = 1 / theta^(2j / rotary_dim) rounded the way HF (and kernels/cpu) form it: the
-   * exponent in fp32, the power rounded to fp32, then the fp32 reciprocal. At a million positions
-   * one ulp of inv_freq moves the angle by a visible amount, so the rounding has to match. */
+  /* the CPU backend's table (lh_rope_table: plain or YaRN), rounded the way HF forms it: at a
+   * million positions one ulp of inv_freq moves the angle by a visible amount */
   const int rh = cfg->rotary_dim / 2;
   std::vector<float> inv(rh + 1, 0.0f);
-  for (int j = 0; j < rh; j++) {
-    float e = (float)(2 * j) / (float)cfg->rotary_dim;
-    inv[j] = 1.0f / (float)pow(cfg->rope_theta, (double)e);
-  }
+  b->rope_af = lh_rope_table(cfg, inv.data());
   CU(cudaMemcpy(b->inv_freq, inv.data(), (rh + 1) * sizeof(float), cudaMemcpyHostToDevice));
   return LH_OK;
 }
