@@ -603,13 +603,18 @@ def yarn_meta(ref, spec, ids, logits):
     try:
         rot.inv_freq, rot.attention_scaling = plain, 1.0
         without = forward_logits(ref, ids)
+        rot.inv_freq, rot.attention_scaling = inv, af
+        # transformers' own bf16 run of the same model (the GPU test's envelope, as length_scale_meta)
+        lb = forward_logits(copy.deepcopy(ref).to(torch.bfloat16), ids) if spec["write"] == "original" else None
     finally:
         rot.inv_freq, rot.attention_scaling = inv, af
         mm.apply_rotary_pos_emb = ORIGINAL_APPLY_ROPE
     effect = rel_l2(without, logits)
     assert effect > 0.05, f"{spec['name']}: YaRN moves the logits by only {effect:.3g} (rel L2)"
+    extra = {"hf_bf16_rel_l2": round(rel_l2(lb, logits), 5)} if lb is not None else {}
     return {"yarn": {"rope_parameters": spec["yarn"], "inv_freq": [float(x) for x in inv.tolist()],
-                     "attention_factor": float(af), "rel_l2_of_logits_with_plain_rope": round(effect, 4)}}
+                     "attention_factor": float(af), "rel_l2_of_logits_with_plain_rope": round(effect, 4)},
+            **extra}
 
 
 ORIGINAL_APPLY_ROPE = mm.apply_rotary_pos_emb
