@@ -66,6 +66,9 @@ ARCH = {
     "max_position_embeddings": 10_240_000,
     # L0 of the length-aware query scaling in softmax layers; 0: off (train.py --length-scale-base)
     "length_scale_base": 0,
+    # YaRN over the partial RoPE: None (off) or the config's rope_scaling dict, rope_type "yarn"
+    # (train.py --rope-scaling; exported to config.json and hf_config.json as rope_scaling)
+    "rope_scaling": None,
 }
 
 
@@ -137,7 +140,8 @@ def original_config(arch, bos_id, eos_id):
         "torch_dtype": "bfloat16",
         "use_cache": True,
         "vocab_size": arch["vocab_size"],
-    } | ({"attn_length_scale_base": arch["length_scale_base"]} if arch.get("length_scale_base") else {})
+    } | ({"attn_length_scale_base": arch["length_scale_base"]} if arch.get("length_scale_base") else {}) \
+      | ({"rope_scaling": dict(arch["rope_scaling"])} if arch.get("rope_scaling") else {})
 
 
 def _rotate_half(x):
@@ -250,7 +254,10 @@ def build(arch, bos_id, eos_id, seed: int):
     cfg._attn_implementation = "sdpa"
     model = MiniMaxForCausalLM(cfg)
     enable_length_scale(model, arch.get("length_scale_base", 0))
-    return enable_partial_rope(model, arch["rotary_dim"], arch["rope_theta"])
+    enable_partial_rope(model, arch["rotary_dim"], arch["rope_theta"])
+    if arch.get("rope_scaling"):
+        enable_yarn(model, arch["rotary_dim"], arch["rope_theta"], arch["rope_scaling"])
+    return model
 
 
 BUFFER_SUFFIXES = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
@@ -275,6 +282,8 @@ def export(model, arch, out_dir: str, bos_id: int, eos_id: int):
     hf["rotary_dim"] = arch["rotary_dim"]
     if arch.get("length_scale_base"):
         hf["attn_length_scale_base"] = arch["length_scale_base"]
+    if arch.get("rope_scaling"):
+        hf["rope_scaling"] = dict(arch["rope_scaling"])
     hf["_comment"] = ("transformers form of this model; transformers 5.17 ignores partial_rotary_factor "
                       "for MiniMax: load with tools/train_tiny/model.py load_hf to get RoPE on the first "
                       "rotary_dim dims only")

@@ -228,6 +228,30 @@ def init_from_model(model, model_dir):
                 p.copy_(sd[".".join(parts[:2] + [str(donor[i])] + parts[3:])].to(p.device, p.dtype))
 
 
+def stored_rope_scaling(args):
+    """The YaRN dict (rope_scaling) the run resumes with, None when off, read ahead of load_state as
+    stored_length_scale_base is."""
+    path = None
+    if args.state_dir and os.path.exists(os.path.join(args.state_dir, "run.json")):
+        path = os.path.join(args.state_dir, "run.json")
+    elif args.init_from and args.init_state:
+        path = args.init_state
+    if path is None:
+        return None
+    with open(path) as f:
+        return json.load(f).get("rope_scaling")
+
+
+def parse_rope_scaling(text):
+    """--rope-scaling: "none", or a JSON object with rope_type "yarn" (model.enable_yarn)."""
+    if text == "none":
+        return None
+    rs = json.loads(text)
+    if not isinstance(rs, dict) or rs.get("rope_type") != "yarn":
+        raise SystemExit(f"--rope-scaling must be none or a JSON object with rope_type yarn, not {text}")
+    return rs
+
+
 def stored_length_scale_base(args):
     """The length-aware scaling's L0 the run resumes with (0 for a fresh run or an older state):
     needed before the model is built, so read ahead of load_state."""
@@ -473,6 +497,9 @@ def main():
     ap.add_argument("--length-scale-base", type=int, default=None,
                     help="L0 of the length-aware query scaling in softmax layers (0: off; default: the "
                          "state's, else 0); kept in the state")
+    ap.add_argument("--rope-scaling", default=None,
+                    help='YaRN over the partial RoPE: a JSON object with "rope_type": "yarn" (the config '
+                         "key rope_scaling), or none (default: the state's, else none); kept in the state")
     ap.add_argument("--train-only", default="all", choices=["all", "softmax"],
                     help="softmax: train only the softmax attention layers, the final norm and lm_head; "
                          "the embedding and the lightning layers before them are frozen and run without "
@@ -509,7 +536,9 @@ def main():
     lsb = prior_lsb if args.length_scale_base is None else args.length_scale_base
     if lsb < 0:
         raise SystemExit(f"--length-scale-base must be 0 (off) or positive, not {lsb}")
-    arch = dict(M.ARCH, vocab_size=tok.get_vocab_size(), length_scale_base=lsb)
+    prior_rs = stored_rope_scaling(args)
+    rs = prior_rs if args.rope_scaling is None else parse_rope_scaling(args.rope_scaling)
+    arch = dict(M.ARCH, vocab_size=tok.get_vocab_size(), length_scale_base=lsb, rope_scaling=rs)
     model = M.build(arch, bos_id, eos_id, args.seed).to(device)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
@@ -552,6 +581,9 @@ def main():
     if lsb != run.get("length_scale_base", 0):
         changes["length_scale_base"] = [run.get("length_scale_base", 0), lsb]
         run["length_scale_base"] = lsb
+    if rs != run.get("rope_scaling"):
+        changes["rope_scaling"] = [run.get("rope_scaling"), rs]
+        run["rope_scaling"] = rs
     if args.first_weight is not None and args.first_weight != run.get("first_weight", 1.0):
         changes["first_weight"] = [run.get("first_weight", 1.0), args.first_weight]
         run["first_weight"] = args.first_weight
