@@ -358,6 +358,9 @@ static lh_status run_trial(sweep *S, lh_prefix *mainpx, trial *t, FILE *rf, cons
   const int64_t main_before = lh_prefix_computed(mainpx);
   lh_status st = lh_prefix_advance(mainpx, fork_at, err);
   if (st) return st;
+  if (lh_prefix_pos(mainpx) != fork_at) /* the prefix never moves back: a fork here would hold other tokens */
+    return lh_error_set(err, LH_EINVAL, "niah: the shared prefix stands at token %lld, past the fork point %lld of %s",
+                        (long long)lh_prefix_pos(mainpx), (long long)fork_at, t->expected);
   lh_i32vec toks = {0};
   lh_fork f = {.max_tokens = p->max_tokens, .sampler = {.temperature = 0, .top_p = 1}};
   int64_t total = 0;
@@ -455,10 +458,15 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
       (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) || (st = sweep_trials(&S, results, sum, err)))
     goto done;
 
-  /* the main sequence: the head and the haystack up to the last unfinished trial's fork point */
-  int64_t main_end = 0;
+  /* the main sequence: the head and the haystack up to the last unfinished trial's fork point;
+   * restored from the store no further than the first one (a --force rerun, or a --db another
+   * sweep filled, holds checkpoints past it, and the main sequence never moves back) */
+  int64_t main_end = 0, first_fork = -1;
   for (int i = 0; i < S.nt; i++)
-    if (!S.order[i]->done) main_end = (int64_t)S.head.len + S.order[i]->pos[0];
+    if (!S.order[i]->done) {
+      main_end = (int64_t)S.head.len + S.order[i]->pos[0];
+      if (first_fork < 0) first_fork = main_end / p->chunk * p->chunk;
+    }
   main_end = main_end / p->chunk * p->chunk;
   lh_i32vec_append(&S.main, S.head.data, S.head.len);
   if (main_end > (int64_t)S.head.len) lh_i32vec_append(&S.main, S.H.data, (size_t)(main_end - (int64_t)S.head.len));
@@ -470,6 +478,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   pp.store = store;
   pp.writer = writer;
   pp.hooks.stop = &niah_stop;
+  pp.restore_upto = first_fork < 0 ? main_end : first_fork;
   if ((st = lh_prefix_open(S.model, S.main.data, (int64_t)S.main.len, &pp, &mainpx, err))) goto done;
   sum->tokens_restored = lh_prefix_restored(mainpx);
   if (sum->tokens_restored)

@@ -68,6 +68,7 @@ lh_prefix_params lh_prefix_default_params(void) {
   lh_prefix_params p = {0};
   p.plan.chunk = 4096;
   p.plan.checkpoint_every = 1;
+  p.restore_upto = -1;
   return p;
 }
 
@@ -123,7 +124,8 @@ lh_status lh_prefix_open(lh_model *m, const int32_t *tokens, int64_t n, const lh
   px->p = *p;
   lh_status st;
   if (p->store) {
-    st = lh_store_resume(p->store, m, tokens, n, p->job_id, &px->st, &px->cur, err);
+    const int64_t rn = p->restore_upto >= 0 && p->restore_upto < n ? p->restore_upto : n;
+    st = lh_store_resume(p->store, m, tokens, rn, p->job_id, &px->st, &px->cur, err);
     if (st != LH_OK) px->fault = LH_FAULT_STORE;
   } else {
     lh_store_cursor_init(&px->cur, lh_model_id(m), p->job_id);

@@ -89,12 +89,16 @@ typedef struct lh_prefix_params {
   lh_store *store;          /* resume from its checkpoints (NULL: start at position 0) */
   lh_store_writer *writer;  /* checkpoint into it (NULL, or plan.checkpoint_every 0: no checkpoints) */
   int64_t job_id;           /* the store job the checkpoints advance (0: none) */
+  /* Restore no checkpoint past this position (-1, the default: any up to n). A caller that forks
+   * the prefix at several positions must not be handed a state already past the first of them:
+   * lh_prefix_advance never moves back. */
+  int64_t restore_upto;
 } lh_prefix_params;
 
 lh_prefix_params lh_prefix_default_params(void);
 
 /* A prefix over tokens[0:n] (borrowed until lh_prefix_close): restores the longest good
- * checkpoint of m whose tokens are a prefix of tokens[0:n] (damaged ones are dropped and the next
+ * checkpoint of m whose tokens are a prefix of tokens[0:min(n, restore_upto)] (damaged ones are dropped and the next
  * best tried: store.h, lh_store_resume), or starts a fresh state at 0. Prefills nothing. */
 lh_status lh_prefix_open(lh_model *m, const int32_t *tokens, int64_t n, const lh_prefix_params *p, lh_prefix **out,
                          lh_error *err);

@@ -154,6 +154,20 @@ static void test_kill_and_resume(lh_model *m, const int32_t *tok, const lh_buf *
   CHECK_MSG(same_bytes(&got, ref), "a fully restored prefix equals the computed one");
   lh_buf_free(&got);
   lh_prefix_close(px);
+
+  /* restore_upto: a caller that forks at 300 first is restored no further than the checkpoint at
+   * 256 (checkpoints at 256, 512, 700 are there), one that forks at 0 starts fresh */
+  const int64_t upto[] = {300, 0, 512, -1}, want[] = {256, 0, 512, N_TOK};
+  for (int i = 0; i < 4; i++) {
+    lh_prefix_params pp = lh_prefix_default_params();
+    pp.plan.chunk = CHUNK;
+    pp.store = s;
+    pp.restore_upto = upto[i];
+    CHECK(lh_prefix_open(m, tok, N_TOK, &pp, &px, &err) == LH_OK);
+    CHECK_MSG(lh_prefix_restored(px) == want[i], "restore_upto %lld: restored %lld, not %lld", (long long)upto[i],
+              (long long)lh_prefix_restored(px), (long long)want[i]);
+    lh_prefix_close(px);
+  }
   lh_store_writer_close(w, NULL);
   lh_store_close(s);
 }
