@@ -622,6 +622,12 @@ static lh_status parse_original(const pctx *c, lh_config *cfg) {
       return lh_error_set(c->err, LH_EFORMAT, "%s: key 'rope_scaling' must be an object, found %s", c->path,
                           json_kind(rs));
     if ((st = parse_rope_type(c, rs, "rope_scaling", cfg))) return st;
+    const cJSON *prf = cJSON_GetObjectItemCaseSensitive(rs, "partial_rotary_factor");
+    if (prf && !cJSON_IsNull(prf))
+      return lh_error_set(c->err, LH_EUNSUPPORTED,
+                          "%s: key 'rope_scaling.partial_rotary_factor' is set: the original form's rotated width "
+                          "is rotary_dim",
+                          c->path);
   }
 
   if ((st = get_num(c, "rope_theta", cfg->n_softmax > 0, 1e6, &cfg->rope_theta))) return st;

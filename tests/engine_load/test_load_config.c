@@ -398,6 +398,9 @@ static void test_yarn(void) {
             "\"original_max_position_embeddings\":64,\"low_freq_factor\":1}}",
             LH_EUNSUPPORTED, "low_freq_factor");
   CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":[1]}", LH_EFORMAT, "rope_scaling");
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2,"
+            "\"original_max_position_embeddings\":64,\"partial_rotary_factor\":0.5}}",
+            LH_EUNSUPPORTED, "rotary_dim");
   CHECK_ERR("{" HF_KV ",\"head_dim\":16,\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":2,"
             "\"original_max_position_embeddings\":64,\"partial_rotary_factor\":0.5}}",
             LH_EUNSUPPORTED, "partial_rotary_factor");
