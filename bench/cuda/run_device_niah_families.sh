@@ -33,6 +33,8 @@ sweep() { # NAME TIMEOUT ARGS...: one sweep into $W/NAME
     --device cuda --chunk 16384 --progress none --force "$@"
   echo "rc=$?"
 }
+# a fresh folder and stores: a machine kept warm between calls still has the last call's
+rm -rf "$W"
 mkdir -p "$W"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader

@@ -29,6 +29,7 @@ echo "train rc=$?"
 tail -2 "$OUT/train.log"
 F=tools/train_tiny/heldout_families.json
 W=/tmp/sweeps
+rm -rf "$W" # a machine kept warm between calls still holds the last call's sweeps and stores
 sweep() { # MODEL TAG NAME ARGS...
   local m=$1 tag=$2 name=$3 t0
   shift 3
