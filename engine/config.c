@@ -254,7 +254,6 @@ static lh_status reject_common(const pctx *c) {
   return LH_OK;
 }
 
-/* The shape keys both forms share. */
 /* YaRN's cos/sin factor as transformers' get_mscale forms it: 1 for scale <= 1, else
  * 0.1 m ln(scale) + 1. */
 static double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
@@ -355,6 +354,7 @@ static lh_status parse_rope_type(const pctx *c, const cJSON *rp, const char *rp_
   return LH_OK;
 }
 
+/* The shape keys both forms share. */
 static lh_status parse_shape(const pctx *c, lh_config *cfg) {
   lh_status st;
   if ((st = get_int(c, "vocab_size", 1, 0, 1, CFG_INT_MAX, &cfg->vocab_size))) return st;

@@ -202,7 +202,6 @@ static int excluded_path(const lh_reader *r, const struct stat *sb) {
   return 0;
 }
 
-/* The path of an open descriptor, through /proc. */
 /* Collapse ".", ".." and repeated '/' of an absolute path in place (no file system access). */
 static void lexical_clean(char *p) {
   char *out = p, *in = p;

@@ -228,18 +228,18 @@ def init_from_model(model, model_dir):
                 p.copy_(sd[".".join(parts[:2] + [str(donor[i])] + parts[3:])].to(p.device, p.dtype))
 
 
-def stored_rope_scaling(args):
-    """The YaRN dict (rope_scaling) the run resumes with, None when off, read ahead of load_state as
-    stored_length_scale_base is."""
+def stored_run_state(args):
+    """The state the run resumes from (--state-dir's run.json, else --init-state), {} for a fresh
+    run: what the model is built with must be read before it is built, so ahead of load_state."""
     path = None
     if args.state_dir and os.path.exists(os.path.join(args.state_dir, "run.json")):
         path = os.path.join(args.state_dir, "run.json")
     elif args.init_from and args.init_state:
         path = args.init_state
     if path is None:
-        return None
+        return {}
     with open(path) as f:
-        return json.load(f).get("rope_scaling")
+        return json.load(f)
 
 
 def parse_rope_scaling(text):
@@ -250,20 +250,6 @@ def parse_rope_scaling(text):
     if not isinstance(rs, dict) or rs.get("rope_type") != "yarn":
         raise SystemExit(f"--rope-scaling must be none or a JSON object with rope_type yarn, not {text}")
     return rs
-
-
-def stored_length_scale_base(args):
-    """The length-aware scaling's L0 the run resumes with (0 for a fresh run or an older state):
-    needed before the model is built, so read ahead of load_state."""
-    path = None
-    if args.state_dir and os.path.exists(os.path.join(args.state_dir, "run.json")):
-        path = os.path.join(args.state_dir, "run.json")
-    elif args.init_from and args.init_state:
-        path = args.init_state
-    if path is None:
-        return 0
-    with open(path) as f:
-        return int(json.load(f).get("length_scale_base", 0))
 
 
 # ---- the step -----------------------------------------------------------------------------
@@ -532,11 +518,12 @@ def main():
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(args.tokenizer_dir, "tokenizer.json"))
     bos_id, eos_id = tok.token_to_id(data.BOS), tok.token_to_id(data.EOS)
-    prior_lsb = stored_length_scale_base(args)
+    stored = stored_run_state(args)
+    prior_lsb = int(stored.get("length_scale_base", 0))  # 0 for a fresh run or an older state
     lsb = prior_lsb if args.length_scale_base is None else args.length_scale_base
     if lsb < 0:
         raise SystemExit(f"--length-scale-base must be 0 (off) or positive, not {lsb}")
-    prior_rs = stored_rope_scaling(args)
+    prior_rs = stored.get("rope_scaling")  # the YaRN dict, None when off
     rs = prior_rs if args.rope_scaling is None else parse_rope_scaling(args.rope_scaling)
     arch = dict(M.ARCH, vocab_size=tok.get_vocab_size(), length_scale_base=lsb, rope_scaling=rs)
     model = M.build(arch, bos_id, eos_id, args.seed).to(device)
