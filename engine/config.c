@@ -65,6 +65,7 @@
 #include "engine/backend.h"
 #include "engine/internal.h"
 #include "kernels/cpu/ops.h"
+#include "util/json.h"
 #include "util/log.h"
 
 #define CFG_INT_MAX (1 << 30) /* bigger structural sizes are certainly a mistake, and keep products in int64 */
@@ -682,10 +683,9 @@ static lh_status check_consistency(const pctx *c, lh_config *cfg) {
 }
 
 static lh_status reject_duplicates(const pctx *c) {
-  for (const cJSON *a = c->root->child; a; a = a->next)
-    for (const cJSON *b = a->next; b; b = b->next)
-      if (a->string && b->string && !strcmp(a->string, b->string))
-        return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s' appears more than once", c->path, a->string);
+  const char *dup = NULL;
+  if (lh_json_duplicate_key(c->root, 1, &dup)) return lh_error_set(c->err, LH_ENOMEM, "%s: out of memory", c->path);
+  if (dup) return lh_error_set(c->err, LH_EFORMAT, "%s: key '%s' appears more than once", c->path, dup);
   return LH_OK;
 }
 

@@ -5,6 +5,8 @@
 #include "tests/engine_load/tw.h"
 
 #include "engine/internal.h"
+#include "util/buf.h"
+#include "util/fs.h"
 
 static lh_config cfg;
 static lh_error err;
@@ -237,6 +239,26 @@ static void test_format_errors(void) {
   CHECK_ERR("{\"model_type\":\"minimax\",\"vocab_size\":100,\"hidden_size\":4096,\"intermediate_size\":1073741824,"
             "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_local_experts\":4,\"num_experts_per_tok\":2}",
             LH_EFORMAT, "intermediate_size (1073741824) x hidden_size (4096)");
+}
+
+/* A repeated key anywhere in config.json is refused, whatever the object's size: transformers'
+ * json.load keeps the last value and cJSON the first, so picking one would load another model
+ * than the reference does. A 3 MB config of 200,000 keys was checked pair by pair (minutes). */
+static void test_duplicate_keys(void) {
+  CHECK_ERR("{" ORIG_BASE ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4,\"factor\":8,"
+            "\"original_max_position_embeddings\":64}}",
+            LH_EFORMAT, "'factor' appears more than once");
+  lh_buf b = {0};
+  lh_buf_append_str(&b, "{" HF_BASE);
+  for (int i = 0; i < 200000; i++) lh_buf_printf(&b, ",\"k%07d\":0", i);
+  lh_buf_append_str(&b, ",\"k0199999\":1}"); /* the last key again: every pair is compared before it */
+  memset(&err, 0, sizeof err);
+  double t0 = lh_now();
+  CHECK_EQ(lh_config_parse(b.data, b.len, "dir/config.json", &cfg, &err), LH_EFORMAT);
+  double secs = lh_now() - t0;
+  CHECK_STR_CONTAINS(err.msg, "'k0199999' appears more than once");
+  CHECK_MSG(secs < 10, "200,000 keys took %.1f s to check for duplicates", secs);
+  lh_buf_free(&b);
 }
 
 static void test_unsupported(void) {
@@ -550,6 +572,7 @@ int main(void) {
   test_hf_aliases_and_nulls();
   test_hf_ignores_original_keys();
   test_format_errors();
+  test_duplicate_keys();
   test_unsupported();
   test_original();
   test_original_errors();

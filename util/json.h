@@ -1,0 +1,21 @@
+/* json.h — checks on parsed JSON (cJSON trees) that more than one reader of untrusted JSON needs.
+ *
+ * JSON leaves a repeated key in one object undefined: cJSON keeps both and its lookups return the
+ * first, while Python's json (which wrote most configs and batches) keeps the last. A reader that
+ * gives a value meaning must therefore refuse such an object rather than pick one silently.
+ */
+#ifndef LH_UTIL_JSON_H
+#define LH_UTIL_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include "util/err.h"
+
+/* The key that appears more than once in the object node (in objects nested in it too, at any
+ * depth, when nested is set), or NULL when none does (or node is not an object or array). When
+ * several keys repeat, the one whose second occurrence comes first in its object is named. The
+ * result points into the tree. O(k log k) per object of k keys, so a hostile object of a million
+ * keys is checked in well under a second. LH_ENOMEM when the sort array cannot be allocated. */
+lh_status lh_json_duplicate_key(const cJSON *node, int nested, const char **key);
+
+#endif
