@@ -7,7 +7,8 @@
  * pass: the only per-line state that spans lines is a hash table of custom_ids (keyed by a
  * per-process random key, so a batch written to collide cannot make it quadratic). A line reaches
  * cJSON only after its raw bytes were checked: UTF-8, no NUL, no \u0000 (cJSON would decode it
- * and cut the string), so every string copied out is exactly the string the line holds.
+ * and cut the string), so every string copied out is exactly the string the line holds. A key
+ * given twice in one object refuses the line: cJSON would read the first, Python's json the last.
  * Unknown body fields that change the answer (n > 1, stream, tools, logprobs, response_format)
  * are rejected rather than ignored; fields that do not (user, metadata, model) are accepted.
  * Output strings pass through lh_utf8_replace, so output lines are valid UTF-8 whatever they quote.
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/utf8.h"
 
 /* What a line is parsed against: the folder relative document paths resolve in, and the real
@@ -401,6 +403,13 @@ static int check_raw(const char *line, size_t len, raw_check *rc) {
   return clean;
 }
 
+/* Whether the request object names custom_id more than once. */
+static int two_ids(const cJSON *root) {
+  int n = 0;
+  for (const cJSON *it = root->child; it; it = it->next) n += it->string && !strcmp(it->string, "custom_id");
+  return n > 1;
+}
+
 static void parse_line(const char *line, size_t len, int lineno, const parse_ctx *c, lh_request *r) {
   memset(r, 0, sizeof *r);
   r->line = lineno;
@@ -423,10 +432,17 @@ static void parse_line(const char *line, size_t len, int lineno, const parse_ctx
     size_t k = (size_t)(end - line);
     while (k < len && (line[k] == ' ' || line[k] == '\t')) k++;
     if (k < len) bad(r, "text after the request's JSON object (column %zu): one request per line", k + 1);
+    const char *dup = NULL;
+    if (lh_json_duplicate_key(root, 1, &dup)) bad(r, "out of memory");
+    else if (dup)
+      bad(r, "key \"%.64s\" appears more than once in one object; JSON readers disagree on which one counts, "
+             "so write it once",
+          dup);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "custom_id");
     if (cJSON_IsString(id) && id->valuestring[0]) {
-      /* An id that is not exactly the line's string is not echoed: its line is refused above. */
-      if (!rc.id_tainted) r->custom_id = dupstr(id->valuestring);
+      /* An id that is not exactly the line's string is not echoed: its line is refused above. Nor
+       * is one of two ids: which one the line meant is unknown. */
+      if (!rc.id_tainted && !two_ids(root)) r->custom_id = dupstr(id->valuestring);
     } else {
       bad(r, "custom_id must be a non-empty string");
     }

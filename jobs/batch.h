@@ -27,7 +27,9 @@
  * message naming the line and the field. Such requests produce an error object in output.jsonl.
  * A line must be UTF-8 (as JSON text must be) and no string in it may hold NUL (raw or as
  * \u0000: a C string would silently cut it there), so every custom_id and model name is echoed
- * byte for byte or the line is refused; one JSON object per line, nothing after it. A custom_id
+ * byte for byte or the line is refused; one JSON object per line, nothing after it, and no key twice
+ * in one object (cJSON reads the first, Python's json the last; a line with two custom_ids echoes
+ * neither). A custom_id
  * already used on an earlier line is refused on the later line, naming both lines; the earlier one
  * runs.
  *

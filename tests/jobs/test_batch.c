@@ -1,6 +1,7 @@
 /* test_batch.c — OpenAI batch input parsing, per-line errors, output line shape, and the native
  * MiniMax-Text-01 chat rendering (the expected strings are MiniMax-Text-01's published format);
  * then, one function each: what a line's raw bytes may hold (UTF-8, no NUL, no \u0000, one object,
+ * no key twice in one object,
  * nesting the parser reaches),
  * duplicate custom_ids through the hash table against a plain pairwise reference, the made-up
  * "line-N" of a line without an id that no later line's real "line-N" repeats, output lines
@@ -120,6 +121,51 @@ static void test_raw_bytes_of_a_line(void) {
     lh_request_free(&r);
     lh_buf_free(&deep);
   }
+}
+
+/* A key given twice in one object refuses the line, naming the key: cJSON reads the first value
+ * and Python's json the last, so a line with two "documents" ran over the first list while the
+ * tool that wrote it meant the second. A line with two custom_ids echoes neither. */
+static void test_repeated_keys(void) {
+  static const struct {
+    const char *line, *key;
+  } cases[] = {
+      {"{\"custom_id\":\"r1\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[\"a.txt\"],"
+       "\"documents\":[\"b.txt\"]}}",
+       "documents"},
+      {"{\"custom_id\":\"r2\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
+       "\"documents\":[{\"path\":\"a.txt\",\"path\":\"b.txt\"}]}}",
+       "path"},
+      {"{\"custom_id\":\"r3\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":[{\"role\":\"user\","
+       "\"content\":\"a\",\"content\":\"b\"}]}}",
+       "content"},
+      {"{\"custom_id\":\"r4\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"},\"body\":{\"prompt\":\"y\"}}",
+       "body"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    lh_request r;
+    lh_request_parse(cases[i].line, strlen(cases[i].line), 3, ".", &r);
+    CHECK(r.error.code != LH_OK);
+    char want[64];
+    snprintf(want, sizeof want, "line 3: key \"%s\" appears more than once", cases[i].key);
+    CHECK_STR_CONTAINS(r.error.msg, want);
+    char id[8];
+    snprintf(id, sizeof id, "r%zu", i + 1);
+    CHECK(!strcmp(r.custom_id, id)); /* the line's one id is still echoed */
+    lh_request_free(&r);
+  }
+  const char *two_ids = "{\"custom_id\":\"a\",\"custom_id\":\"b\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}";
+  lh_request r;
+  lh_request_parse(two_ids, strlen(two_ids), 4, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "line 4: key \"custom_id\" appears more than once");
+  CHECK(!strcmp(r.custom_id, "line-4"));
+  lh_request_free(&r);
+  /* the same key in different objects is no repeat */
+  const char *fine = "{\"custom_id\":\"f\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
+                     "\"metadata\":{\"prompt\":1,\"m\":{\"prompt\":2}}}}";
+  lh_request_parse(fine, strlen(fine), 5, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  lh_request_free(&r);
 }
 
 /* Duplicates: 6,000 lines over 1,500 ids (some lines malformed, some without an id); every line
@@ -568,6 +614,7 @@ int main(void) {
   lh_batch_free(&b);
 
   test_raw_bytes_of_a_line();
+  test_repeated_keys();
   test_duplicate_custom_ids_against_pairwise_reference();
   test_made_up_ids_are_no_duplicates();
   test_output_lines_are_utf8();
