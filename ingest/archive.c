@@ -97,6 +97,8 @@ typedef struct src {
   uint8_t *buf;
   const lh_input *in;
   int64_t reread_out; /* content bytes decompressed by re-reads for hard links, all together */
+  lh_keyset files;    /* archive order: hashes of the names of the regular files met so far */
+  lh_keyset dead;     /* hashes of link targets whose re-read gave no document */
   char why[384];      /* a message made up when libarchive gives none */
 } src;
 
@@ -210,6 +212,8 @@ static int src_rewind(src *s) {
 
 static void src_close(src *s) {
   if (s->own_fd && s->fd >= 0) close(s->fd);
+  lh_keyset_free(&s->files);
+  lh_keyset_free(&s->dead);
   free(s->buf);
   s->fd = -1;
   s->buf = NULL;
@@ -713,7 +717,10 @@ static lh_status member_entry(lh_reader *r, src *s, struct archive *a, struct ar
  * (or memory): entries [0, k) are stepped over under the usual caps and entry k's data read.
  * Nothing about earlier entries is kept but the hashes of the names included as documents.
  * Re-reads cost decompression again; together they may decompress at most
- * max_decompressed_bytes per input, after which further links are recorded unread. */
+ * max_decompressed_bytes per input, after which further links are recorded unread. A link whose
+ * target name no earlier regular file has (src.files), or whose target already gave no document
+ * on a re-read (src.dead), is recorded without one: else each of many such links would step over
+ * the whole archive before it again, quadratic in the number of entries. */
 
 /* The index of the last regular-file entry named target before entry idx, or -1. */
 static lh_status find_target(lh_reader *r, src *s2, const char *target, int64_t idx, int64_t *k, rd *o) {
@@ -792,10 +799,22 @@ static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, 
   if (kname) lh_buf_append_str(&target, kname);
   else lh_buf_append(&target, m->link ? m->link : "", m->link ? m->link_len : 0);
   lh_status st;
+  uint64_t tkey = lh_key_of(target.data ? target.data : "", target.len);
   if (!s->seekable) {
     snprintf(detail, sizeof detail,
              "a hard link whose target's content came earlier in a stream and was not kept: pass the archive as a "
              "file to read it");
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else if (k == -1 && !lh_keyset_has(&s->files, tkey)) {
+    /* no regular file of that name came before: known without stepping over the entries again */
+    snprintf(detail, sizeof detail, "a hard link whose target is not among the entries before it");
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else if (lh_keyset_has(&s->dead, tkey)) {
+    /* the same content again would give the same answer, at the cost of another re-read */
+    snprintf(detail, sizeof detail,
+             "a hard link to '%.200s', whose content was read for an earlier hard link and gave no document (see "
+             "that entry); not read again",
+             target.data ? target.data : "");
     st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
   } else if (s->reread_out > r->p->max_decompressed_bytes) {
     snprintf(detail, sizeof detail,
@@ -826,6 +845,8 @@ static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, 
         st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
       } else if (!st && !o.code) {
         st = read_target(r, &s2, k, target.data, m, warn, &o, &begun);
+        if (!st && begun && !r->last_included && lh_keyset_add(&s->dead, tkey))
+          st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
       }
       out += s2.data_bytes;
       s->reread_out += out;
@@ -929,6 +950,10 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     meta_of(s, a, e, idx, &name, &m);
     lh_buf_clear(&prev);
     lh_buf_append(&prev, m.path, m.path_len);
+    if (m.type == LH_ENTRY_FILE && lh_keyset_add(&s->files, lh_key_of(m.path, m.path_len))) {
+      st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+      break;
+    }
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
     memset(&o, 0, sizeof o);
     if (m.type == LH_ENTRY_HARDLINK) {

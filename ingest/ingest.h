@@ -12,7 +12,7 @@
  * O(batch_bytes + sniff_bytes + the tokenizer's longest pre-token), and the tokenizer caps
  * pre-tokens at 1 MiB (tokenizer.h), so with the GPT-2, Llama 3 or MiniMax tokenizer families it
  * is bounded by a constant at any input size (a few hundred MB; bench/ingest/bench_ingest_mem
- * measures it); plus one 8-byte hash per included document of the input being read (hard links),
+ * measures it); plus one 8-byte hash per regular file of the input being read (hard links),
  * and, with LH_INGEST_SORT_PATH only, the names of one archive's entries and about sort_memory
  * bytes of their contents.
  *
@@ -75,7 +75,9 @@
  * first name, so the target is re-read through a second reader over the same file or memory,
  * stepping over the entries before it under the usual caps (all re-reads of one input together
  * decompress at most max_decompressed_bytes); on stdin, where nothing can be re-read, such a link
- * is recorded as a link saying so. With LH_INGEST_SORT_PATH, a target that passes the globs
+ * is recorded as a link saying so. A link to a name no earlier regular file has, and a link to a
+ * target whose re-read (for an earlier link) gave no document, are recorded as links saying so
+ * without a re-read, so many links cost no more than one pass each. With LH_INGEST_SORT_PATH, a target that passes the globs
  * counts as a document wherever it sorts. In folders, the first name met that is a document is
  * read and later names are links to it.
  *
