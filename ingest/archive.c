@@ -1429,6 +1429,13 @@ lh_status lh_source_archive(lh_reader *r, const lh_input *in) {
     return st == LH_EINVAL ? input_failed(r, LH_EINVAL, LH_REASON_OUTSIDE_ROOT, -1, detail)
                            : input_failed(r, LH_EIO, LH_REASON_UNREADABLE, -1, detail);
   }
+  char first;
+  if (in->kind == LH_IN_FILE && s.size == 0 && pread(s.fd, &first, 1, 0) != 0) {
+    /* A size of 0 that is not the truth (procfs and sysfs files report 0 and hold text): read it
+     * as the stream it is, to its end, as from stdin. */
+    s.size = -1;
+    s.seekable = 0;
+  }
   if (in->kind == LH_IN_FILE && s.size == 0) {
     /* An empty plain file: one empty document (libarchive would see no entries at all). */
     lh_meta m = {.path = in->name, .path_len = strlen(in->name), .type = LH_ENTRY_FILE, .size = 0};

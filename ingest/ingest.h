@@ -50,7 +50,8 @@
  * or compress; a compressed single file ("notes.txt.gz") is one document named by its input path
  * minus the compression suffix. mtree is refused on purpose (it names files on this machine to
  * read), and no external decompression program is ever started unless external_filters is set.
- * 7z and seekable zip read their directory from the end, so they need a file, not stdin. Files
+ * 7z and seekable zip read their directory from the end, so they need a file, not stdin. A file
+ * whose size reads 0 but which holds data (procfs, sysfs) is read to its end as a stream. Files
  * found inside folders are documents, never opened as archives; a compressed file inside an
  * archive or folder is decompressed (decompress_members) and keeps its stored name. Entry paths
  * are the archive's own names; under a folder, paths relative to it; a plain file input is named

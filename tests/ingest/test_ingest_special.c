@@ -7,6 +7,10 @@
  * if anything waits (before this check existed, the FIFO hung lh_ingest_next forever). A path that
  * resolves to nothing, through a symlink loop or a name too long, is the input's fault like a
  * missing one (LH_ENOTFOUND / LH_EINVAL: a 400 in a run), not an I/O error (a 500).
+ *
+ * A regular file whose size says 0 but which holds text (procfs and sysfs files: /proc/cpuinfo)
+ * is read to its end; it became an empty document before, its text silently lost. A really empty
+ * file is still one empty document.
  */
 #include "tests/test.h"
 
@@ -107,5 +111,22 @@ int main(void) {
   run_free(&o);
   if (sfd >= 0) close(sfd);
   if (sfd2 >= 0) close(sfd2);
+
+  struct stat sb;
+  if (stat("/proc/self/status", &sb) != 0 || sb.st_size != 0) {
+    fprintf(stderr, "test_ingest_special: /proc/self/status is missing or has a size: its case not run\n");
+  } else {
+    const char *empty = tpath("empty.txt");
+    write_file(empty, "", 0);
+    const char *paths[] = {"/proc/self/status", empty};
+    lh_ingest_params pp = lh_ingest_default_params();
+    run_ingest_paths(&pp, paths, 2, &o);
+    CHECK_EQ(o.st, LH_OK);
+    CHECK((x = run_find(&o, "/proc/self/status")) && x->e.status == LH_ENTRY_OK && x->e.bytes > 0);
+    CHECK(o.text.data && strstr(o.text.data, "\nPid:"));
+    CHECK((x = run_find(&o, empty)) && x->e.status == LH_ENTRY_OK && x->e.bytes == 0);
+    CHECK_EQ(o.stats.documents, 2);
+    run_free(&o);
+  }
   return lh_test_end();
 }
