@@ -26,7 +26,7 @@ typedef struct run_out {
   lh_buf text;
   lh_i32vec tokens;
   run_entry *ents;
-  size_t n;
+  size_t n, cap;
   lh_ingest_stats stats;
   lh_buf notes, summary;
 } run_out;
@@ -80,7 +80,10 @@ static inline void run_ingest_inputs(const lh_ingest_params *p, const run_input 
       o->text.len += b.text_len;
     }
     for (size_t i = 0; i < b.n_entries; i++) {
-      o->ents = realloc(o->ents, (o->n + 1) * sizeof *o->ents);
+      if (o->n == o->cap) { /* doubling: tens of thousands of entries stay linear (ASan's realloc copies) */
+        o->cap = o->cap ? 2 * o->cap : 64;
+        o->ents = realloc(o->ents, o->cap * sizeof *o->ents);
+      }
       run_entry *x = &o->ents[o->n++];
       x->e = b.entries[i];
       x->path = run_dup(b.entries[i].path, b.entries[i].path_len);
