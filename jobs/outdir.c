@@ -7,7 +7,8 @@
  *     or a kill sees the old bytes or the new ones.
  *  3. A temporary file is removed only when its writer's pid is not a live process here.
  *  4. Nothing is written or removed through a symbolic link below the folder: a link planted at
- *     OUT/jobs or OUT/jobs/<id> (to a folder elsewhere) is refused, naming it, before any write.
+ *     OUT/jobs or OUT/jobs/<id> (to a folder elsewhere), or at the lock file (to a file elsewhere,
+ *     which taking the lock would truncate), is refused, naming it, before any write.
  *
  * It must never: truncate a file in place, or remove a file that is not a NAME.tmp.PID
  * temporary.
@@ -88,9 +89,21 @@ lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_ou
   snprintf(o->dir, sizeof o->dir, "%s", dir);
   char lock_path[4200];
   snprintf(lock_path, sizeof lock_path, "%s/%s", dir, lock_name);
-  o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* never through a link (invariant 4): taking the lock truncates the file to write the holder */
+  o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  const int e = o->lock_fd < 0 ? errno : 0;
+  struct stat lb;
+  const char *kind = NULL; /* what is there instead of a lock file */
+  if (e == ELOOP) kind = "a symbolic link";
+  else if (e == EISDIR) kind = "a folder";
+  else if (!e && (fstat(o->lock_fd, &lb) != 0 || !S_ISREG(lb.st_mode))) kind = "not a regular file";
+  if (kind) {
+    if (o->lock_fd >= 0) close(o->lock_fd);
+    free(o);
+    return lh_error_set(err, LH_EIO, "%s is %s; longhaul keeps its lock there as a file of its own: remove it and "
+                        "rerun", lock_path, kind);
+  }
   if (o->lock_fd < 0) {
-    const int e = errno;
     free(o);
     return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "the output folder %s is not writable: %s: %s", dir,
                         lock_path, strerror(e));

@@ -7,8 +7,8 @@
 #   - a read-only output folder is refused at once (exit 75), before the model is loaded;
 #   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
 #     --wait it queues behind the first and then finds every job done;
-#   - a symbolic link planted at OUT/jobs/<id> or OUT/jobs: exit 75 naming it, nothing written
-#     through it.
+#   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs or OUT/longhaul.lock: exit 75 naming it,
+#     nothing written through it.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -86,6 +86,21 @@ for planted in jobs/f1 jobs; do
   diff "$T/ref.norm" <(norm "$T/s") || { cat "$T/s.log"; fail "the rerun after removing the link at $planted differs"; }
 done
 echo "run_faults: a symbolic link planted under --out: ok"
+
+# -- a symbolic link planted at OUT/longhaul.lock (to a file elsewhere): taking the lock truncates
+# the lock file and writes the holder into it, so the link is refused (75, named) and not followed
+rm -rf "$T/l" && mkdir -p "$T/l"
+echo precious > "$T/victim.txt"
+ln -s "$T/victim.txt" "$T/l/longhaul.lock"
+set +e
+"${RUN[@]}" --out "$T/l" > "$T/l.log" 2>&1
+rc=$?
+set -e
+[ $rc = 75 ] || { cat "$T/l.log"; fail "a symbolic link at longhaul.lock: exit $rc, expected 75"; }
+grep -q "$T/l/longhaul.lock is a symbolic link" "$T/l.log" || { cat "$T/l.log"; fail "the message does not name the lock's link"; }
+[ "$(cat "$T/victim.txt")" = precious ] || fail "the run wrote through the symbolic link at longhaul.lock: $(cat "$T/victim.txt")"
+[ -e "$T/l/output.jsonl" ] && fail "a run refused at its lock wrote output.jsonl"
+echo "run_faults: a symbolic link at the lock: ok"
 
 # -- the tmpfs cases
 M="$T/mnt"

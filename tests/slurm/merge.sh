@@ -5,7 +5,8 @@
 # batch through OUT/shard-I-of-N.json records; and it refuses, exit 1 with nothing written and the
 # culprit named, a missing shard, an unfinished shard, a request answered by two shards, shards of
 # two splits, a shard of an edited batch, records of different batches and a cut line; a shard
-# that still holds its lock gives 75 (its output file written or not yet), a missing batch 2.
+# that still holds its lock gives 75 (its output file written or not yet), as does a symbolic link
+# planted at a shard's lock (never followed); a missing batch 2.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 # Requests over the same documents form one group and stay in one shard: twelve small notes give
@@ -174,4 +175,12 @@ for _ in $(seq 50); do grep -q locked "$T/lock2.out" && break; sleep 0.1; done
 refuses 75 "shard 2/4 is still running (it has not written output-2-of-4.jsonl yet)" "$D" --batch "$T/batch.jsonl"
 kill $holder; wait $holder 2>/dev/null || true
 refuses 1 "shard 2 of 4 is missing" "$D" --batch "$T/batch.jsonl"
+
+# -- a symbolic link planted at a shard's lock (to a file elsewhere): checking that the shard is
+# idle takes its lock, which truncates the lock file, so the link is refused (75, named), not followed
+D=$(case_dir lock_link)
+echo precious > "$T/victim.txt"
+rm -f "$D/longhaul-1-of-4.lock" && ln -s "$T/victim.txt" "$D/longhaul-1-of-4.lock"
+refuses 75 "$D/longhaul-1-of-4.lock is a symbolic link" "$D" --batch "$T/batch.jsonl"
+[ "$(cat "$T/victim.txt")" = precious ] || fail "merge wrote through the symbolic link at a shard's lock"
 echo "merge: ok"
