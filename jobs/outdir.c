@@ -10,8 +10,8 @@
  *     OUT/jobs or OUT/jobs/<id> (to a folder elsewhere), or at the lock file (to a file elsewhere,
  *     which taking the lock would truncate), is refused, naming it, before any write.
  *
- * It must never: truncate a file in place, or remove a file that is not a NAME.tmp.PID
- * temporary.
+ * It must never: truncate a file in place, or remove a file that is neither a NAME.tmp.PID
+ * temporary nor one its caller names (lh_outdir_remove: outputs the store no longer stands behind).
  */
 #define _GNU_SOURCE
 #include "jobs/outdir.h"
@@ -193,6 +193,20 @@ lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t 
   if (st) return st;
   lh_testpoint("output");
   return lh_file_write_atomic(path, data, n, err);
+}
+
+lh_status lh_outdir_remove(lh_outdir *o, const char *rel, lh_error *err) {
+  char path[8400];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", o->dir, rel) >= sizeof path)
+    return lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", o->dir, rel);
+  lh_status st = real_folders(o, rel, 1, err);
+  if (st) return st;
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  const int folder = S_ISDIR(sb.st_mode);
+  if ((folder ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT || (folder && (errno == ENOTEMPTY || errno == EEXIST)))
+    return LH_OK;
+  return lh_error_set(err, LH_EIO, "%s: cannot remove it: %s", path, strerror(errno));
 }
 
 /* NAME.tmp.PID with NAME == name (or any, when name is NULL): the pid, else 0. */

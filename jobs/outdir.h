@@ -5,6 +5,7 @@
  *     lh_outdir_open("out", "longhaul.lock", 0, &o, &err);     // creates out/, locks, probes
  *     lh_outdir_put(o, "jobs/q1/result.json", json, n, &err);   // atomic; untouched when equal
  *     lh_outdir_sweep(o, "jobs/q1", &err);                      // stale *.tmp.* files go
+ *     lh_outdir_remove(o, "jobs/q1/result.json", &err);         // an output no longer true
  *     lh_outdir_close(o);                                       // releases the lock
  *
  * The lock is an fcntl write lock on OUT/<lock name> (held by the process until close or exit;
@@ -40,6 +41,13 @@ const char *lh_outdir_path(const lh_outdir *o);
  * folder of rel that is a symbolic link (planted at OUT/jobs/<id>, say) is refused before anything
  * is written: LH_EIO naming it. */
 lh_status lh_outdir_put(lh_outdir *o, const char *rel, const void *data, size_t n, lh_error *err);
+
+/* Remove dir/rel, a file the caller wrote with lh_outdir_put and no longer stands behind (a job's
+ * result.json once its job is not done), or a folder of them, which goes only when empty (one that
+ * still holds anything is left, and that is not an error). Nothing there is not an error either.
+ * Its folders are checked as by lh_outdir_put: a symbolic link among them is refused (LH_EIO naming
+ * it) before anything is removed; a link at rel itself is removed, never followed. */
+lh_status lh_outdir_remove(lh_outdir *o, const char *rel, lh_error *err);
 
 /* Remove temporaries left in dir/rel_folder ("" for dir itself) by lh_file_write_atomic writers
  * that no longer run: files named NAME.tmp.PID where no process PID exists, and NAME is `name`

@@ -1089,6 +1089,21 @@ static lh_status done_line(run *R, const lh_request *r, int64_t job, const char 
   return st;
 }
 
+/* A job that is not done (failed, requeued for new inputs or a damaged answer, still running
+ * elsewhere) has no files: the result.json and manifest.jsonl an earlier answer left in its folder
+ * answer inputs that are gone, and output.jsonl no longer has that answer. */
+static lh_status clear_job_files(run *R, const lh_request *r, lh_error *err) {
+  static const char *const files[] = {"result.json", "manifest.jsonl", ""};
+  char name[256], rel[512];
+  lh_runner_job_dirname(r->custom_id, name, sizeof name);
+  lh_status st = LH_OK;
+  for (size_t k = 0; k < sizeof files / sizeof *files && st == LH_OK; k++) {
+    snprintf(rel, sizeof rel, "jobs/%s%s%s", name, *files[k] ? "/" : "", files[k]);
+    st = lh_outdir_remove(R->out, rel, err); /* "": the folder itself, once empty */
+  }
+  return st;
+}
+
 static lh_status write_output(run *R, lh_error *err) {
   lh_buf out = {0}, errs = {0};
   lh_status st = LH_OK;
@@ -1113,6 +1128,7 @@ static lh_status write_output(run *R, lh_error *err) {
       lh_log_warn("line %d ('%s'): %s", r->line, r->custom_id, msg);
       st = lh_output_error(&out, r->custom_id, rid, 500, "internal_error", msg);
       if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "internal_error", msg);
+      if (st == LH_OK) st = clear_job_files(R, r, err);
     } else if (info.state == LH_JOB_DONE) {
       st = done_line(R, r, R->job_ids[i], rid, &out, err);
     } else if (info.state == LH_JOB_FAILED) {
@@ -1124,8 +1140,10 @@ static lh_status write_output(run *R, lh_error *err) {
       if (!msg) msg = info.error ? info.error : "failed";
       st = lh_output_error(&out, r->custom_id, rid, cJSON_IsNumber(sc) ? (int)sc->valuedouble : 500, code, msg);
       if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, code, msg);
+      if (st == LH_OK) st = clear_job_files(R, r, err);
       cJSON_Delete(o);
     } else { /* queued or running: released by a stopped run, or another process's claim */
+      st = clear_job_files(R, r, err);
       const char *pid = info.owner ? strrchr(info.owner, ' ') : NULL; /* owner: "host pid" */
       if (!R->unfinished++ && pid)
         snprintf(R->sum->elsewhere_owner, sizeof R->sum->elsewhere_owner, "pid %s on %.*s", pid + 1,

@@ -11,7 +11,8 @@
 #   - another --max-tokens (the default) computes again only the request that gives no
 #     max_tokens of its own: the identity holds each request's effective max_tokens;
 #   - a missing document fails its job clearly (400, named) and stays failed while it is missing;
-#     once it appears the job runs. A document that cannot be read (mode 000, run as an ordinary
+#     once it appears the job runs; once it goes again the job fails and its folder keeps no old
+#     answer (result.json, manifest.jsonl). A document that cannot be read (mode 000, run as an ordinary
 #     user) fails its job and the job is tried again on the next run, not kept as "already done";
 #     once it can be read the job runs, and then stays done.
 . "$(dirname "$0")/lib.sh"
@@ -169,6 +170,17 @@ status_of output.jsonl | grep -q '^400 .*doc.md' || { status_of output.jsonl; fa
 echo "The special magic lighthouse number is: 4411." > "$T/u/doc.md"
 u_run appeared 0
 grep -q "1 request computed again: its inputs changed" "$T/appeared.log" || { cat "$T/appeared.log"; fail "the document appeared and its job did not run"; }
+# answered, then failed (its document gone again): the folder keeps no answer, since jobs/m's
+# result.json and manifest.jsonl would answer documents that are no longer there
+[ -f "$T/u/out/jobs/m/result.json" ] || fail "the answered job has no result.json"
+mv "$T/u/doc.md" "$T/u/doc.away"
+u_run gone 1
+status_of output.jsonl | grep -q '^400 .*doc.md' || { status_of output.jsonl; fail "the document went and its job did not fail"; }
+[ -e "$T/u/out/jobs/m/result.json" ] && fail "the job failed and jobs/m/result.json still holds its old answer"
+[ -e "$T/u/out/jobs/m/manifest.jsonl" ] && fail "the job failed and jobs/m/manifest.jsonl still names its old documents"
+mv "$T/u/doc.away" "$T/u/doc.md"
+u_run back 0
+[ -f "$T/u/out/jobs/m/result.json" ] || fail "the document came back and the answered job has no result.json"
 if [ "${as_user[0]:-}" = skip ]; then
   echo "run_identity: NOTE: root without setpriv: the unreadable-document case is not checked" >&2
 else
