@@ -61,9 +61,25 @@ lh_status lh_store_restore(lh_store *s, lh_model *m, int64_t id, lh_state **out,
   size_t stored_elem = lh_dtype_size(row.lay.kv_dtype), elem = lh_dtype_size(lay.kv_dtype);
   if (row.lay.n_lightning != lay.n_lightning || row.lay.lightning_bytes != lay.lightning_bytes ||
       row.lay.n_softmax != lay.n_softmax || row.lay.vocab_size != lay.vocab_size || !stored_elem || !elem ||
-      row.lay.kv_row_bytes / stored_elem != lay.kv_row_bytes / elem)
-    return lh_error_set(err, LH_EINVAL, "%s: checkpoint %lld has another state layout than model %.12s", s->path,
-                        (long long)id, lh_model_id(m));
+      row.lay.kv_row_bytes / stored_elem != lay.kv_row_bytes / elem) {
+    /* The model id covers the config, so one model has one layout: the row is damaged. Dropped as
+     * damaged pages are (with its subtree, which needs its KV rows), so a resume tries the next best
+     * prefix instead of failing on this one at every run. */
+    lh_error why;
+    lh_error_set(&why, LH_ECORRUPT, "%s: checkpoint %lld (pos %lld) has another state layout than model %.12s, "
+                 "whose id it carries: the row is damaged", s->path, (long long)id, (long long)row.pos,
+                 lh_model_id(m));
+    if (err) *err = why;
+    if (s->p.read_only) return LH_ECORRUPT;
+    int64_t n = 0;
+    lh_error e2;
+    if (lh_store_ckpt_drop(s, id, &n, &e2) != LH_OK)
+      lh_log_warn("%s; dropping it failed: %s", why.msg, e2.msg);
+    else
+      lh_log_warn("%s; dropped it and %lld descendant(s): that part will be recomputed from the last good "
+                  "checkpoint", why.msg, (long long)(n - 1));
+    return LH_ECORRUPT;
+  }
   restore_ctx r = {NULL, row.lay.kv_dtype, malloc((size_t)lay.vocab_size * 4), lay.vocab_size};
   if (!r.logits) return lh_error_set(err, LH_ENOMEM, "restoring checkpoint %lld: out of memory", (long long)id);
   if ((st = lh_state_new(m, &r.st, err))) {
