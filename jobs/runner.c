@@ -1153,6 +1153,7 @@ static lh_status write_output(run *R, lh_error *err) {
   }
   const char *outname = strrchr(R->sum->output_path, '/') + 1, *errname = strrchr(R->sum->errors_path, '/') + 1;
   if (st == LH_OK) st = lh_outdir_put(R->out, outname, out.data ? out.data : "", out.len, err);
+  if (st == LH_OK) R->sum->output_written = 1;
   if (st == LH_OK) st = lh_outdir_put(R->out, errname, errs.data ? errs.data : "", errs.len, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", outname, NULL, err);
   if (st == LH_OK) st = lh_outdir_sweep(R->out, "", errname, NULL, err);

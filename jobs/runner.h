@@ -81,6 +81,8 @@ typedef struct lh_runner_summary {
   int64_t tokens_shared;     /* prefix tokens computed once and used by several requests */
   int64_t tokens_decoded;
   double seconds;
+  int output_written;        /* this run wrote output_path: its lines are this run's view of the batch (a
+                                run stopped before, by a damaged store say, leaves an earlier run's file) */
   lh_store_stats store;      /* what the store holds at the end of the run */
   int64_t thinned;           /* checkpoints that gave up their state to the retention policy */
   char output_path[4096];

@@ -266,7 +266,11 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
                           path, what, msg);
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
-      return lh_error_set(err, LH_ECORRUPT, "%s: %s: %s (not a longhaul store, or damaged)", path, what, msg);
+      return lh_error_set(err, LH_ECORRUPT,
+                          "%s: %s: %s (not a longhaul store, or damaged): `longhaul store verify --db %s --repair` "
+                          "drops what is damaged; a file it cannot open either can only be moved aside (the next "
+                          "run starts a new store and computes every job again) or restored from a backup",
+                          path, what, msg, path);
     case SQLITE_NOMEM:
       return lh_error_set(err, LH_ENOMEM, "%s: %s: out of memory", path, what);
     case SQLITE_CONSTRAINT:

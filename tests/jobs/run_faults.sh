@@ -8,7 +8,8 @@
 #   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
 #     --wait it queues behind the first and then finds every job done;
 #   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs or OUT/longhaul.lock: exit 75 naming it,
-#     nothing written through it.
+#     nothing written through it;
+#   - a store cut short: exit 75 naming it and what to do, without an earlier run's table.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -101,6 +102,20 @@ grep -q "$T/l/longhaul.lock is a symbolic link" "$T/l.log" || { cat "$T/l.log"; 
 [ "$(cat "$T/victim.txt")" = precious ] || fail "the run wrote through the symbolic link at longhaul.lock: $(cat "$T/victim.txt")"
 [ -e "$T/l/output.jsonl" ] && fail "a run refused at its lock wrote output.jsonl"
 echo "run_faults: a symbolic link at the lock: ok"
+
+# -- a store SQLite cannot read (cut short): exit 75 naming the store and saying what to do, and no
+# summary table: output.jsonl is the earlier run's, and showing it would pass it off as this run's
+rm -rf "$T/d" && cp -r "$T/ref" "$T/d"
+truncate -s $(( $(stat -c %s "$T/d/longhaul.db") / 2 )) "$T/d/longhaul.db"
+set +e
+"${RUN[@]}" --out "$T/d" > "$T/d.out" 2> "$T/d.err"
+rc=$?
+set -e
+[ $rc = 75 ] || { cat "$T/d.out" "$T/d.err"; fail "a damaged store: exit $rc, expected 75"; }
+grep -q "$T/d/longhaul.db: .*damaged.*moved aside" "$T/d.err" || { cat "$T/d.err"; fail "the message does not name the store and what to do"; }
+[ -s "$T/d.out" ] && { cat "$T/d.out"; fail "a run stopped by its store printed a summary of an earlier run's output"; }
+cmp -s "$T/ref/output.jsonl" "$T/d/output.jsonl" || fail "a run stopped by its store changed output.jsonl"
+echo "run_faults: a damaged store: ok"
 
 # -- the tmpfs cases
 M="$T/mnt"
