@@ -255,6 +255,12 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
                           "then rerun to resume",
                           path, what);
     case SQLITE_READONLY:
+      if (rc == SQLITE_READONLY_DBMOVED) /* not a permission: the name no longer leads to this file */
+        return lh_error_set(err, LH_EIO,
+                            "%s: %s: the database file was removed or renamed while this process had it open "
+                            "(its folder deleted or moved?), so nothing more can be written to it: put it back, "
+                            "or rerun, which starts a new store there and computes what it lost again",
+                            path, what);
       if (rc == SQLITE_READONLY_ROLLBACK)
         return lh_error_set(err, LH_EINVAL,
                             "%s: %s: a writer died in the middle of a transaction and its journal must be rolled "

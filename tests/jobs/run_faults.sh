@@ -9,7 +9,8 @@
 #     --wait it queues behind the first and then finds every job done;
 #   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs or OUT/longhaul.lock: exit 75 naming it,
 #     nothing written through it;
-#   - a store cut short: exit 75 naming it and what to do, without an earlier run's table.
+#   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
+#   - the output folder, store included, removed under a running run: exit 75 saying so.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -116,6 +117,27 @@ grep -q "$T/d/longhaul.db: .*damaged.*moved aside" "$T/d.err" || { cat "$T/d.err
 [ -s "$T/d.out" ] && { cat "$T/d.out"; fail "a run stopped by its store printed a summary of an earlier run's output"; }
 cmp -s "$T/ref/output.jsonl" "$T/d/output.jsonl" || fail "a run stopped by its store changed output.jsonl"
 echo "run_faults: a damaged store: ok"
+
+# -- the output folder (and the store in it) removed while the run is going: exit 75 saying the
+# store's file was removed, not that it is read-only (its permissions are fine) with exit 2
+rm -rf "$T/v"
+LH_TEST_STOP_AT=prefill:2 "${RUN[@]}" --out "$T/v" > "$T/v.log" 2>&1 &
+pid=$!
+state=
+for _ in $(seq 1 200); do
+  state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+  [ "$state" = T ] && break
+  sleep 0.05
+done
+[ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$T/v.log"; fail "the run did not stop at its second prefill chunk"; }
+rm -rf "$T/v"
+kill -CONT $pid
+rc=0
+wait $pid || rc=$?
+[ $rc = 75 ] || { cat "$T/v.log"; fail "the output folder removed under a run: exit $rc, expected 75"; }
+grep -q "longhaul.db: .*was removed or renamed while this process had it open" "$T/v.log" \
+  || { cat "$T/v.log"; fail "the message does not say the store's file was removed"; }
+echo "run_faults: the output folder removed under a run: ok"
 
 # -- the tmpfs cases
 M="$T/mnt"
