@@ -24,6 +24,7 @@
 #include "jobs/niah_internal.h"
 #include "util/fs.h"
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/rand.h"
 
 static const char *const ID_STYLES[LH_NIAH__ID_COUNT] = {"snake", "upper", "camel", "pascal", "dotted", "kebab"};
@@ -338,6 +339,12 @@ lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_e
                       "tools/train_tiny/README.md)", path, line);
   } else if (!cJSON_IsObject(F->root)) {
     st = lh_error_set(err, LH_EFORMAT, "%s: expected one JSON object (see tools/train_tiny/README.md)", path);
+  } else {
+    const char *dup = NULL;
+    if (lh_json_duplicate_key(F->root, 1, &dup)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+    else if (dup)
+      st = lh_error_set(err, LH_EFORMAT, "%s: key \"%.64s\" appears more than once in one object; JSON readers "
+                        "disagree on which one counts (grammar.py's takes the last), so write it once", path, dup);
   }
   lh_buf_free(&b);
   if (!st) st = string_list(&L, F->root, "value_words", 60, 1, &F->words, &F->n_words);

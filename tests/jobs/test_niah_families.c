@@ -251,6 +251,13 @@ static void check_loading(void) {
                 "\"questions\": [{\"text\": \"What is {key}?\", \"needs_id\": false}],"
                 "\"value_kinds\": [{\"name\": \"d\", \"patterns\": [\"{d}\"]}], \"attributes\": []}",
                 "attributes");
+  /* a key given twice: cJSON would read the first, grammar.py (Python's json) the last */
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
+                "\"value_kinds\": [{\"name\": \"e\", \"patterns\": [\"{a4}\"]}]}",
+                "key \"value_kinds\" appears more than once");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"text\": \"{value}\", \"id_style\": null}], "
+                OK_REST "}",
+                "key \"text\" appears more than once");
   lh_error_clear(&e);
   CHECK(lh_niah__families_load("/nonexistent/fam.json", &F, &e) != LH_OK && !F);
   CHECK_STR_CONTAINS(e.msg, "--families");
