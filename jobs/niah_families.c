@@ -193,6 +193,31 @@ static lh_status string_list(loader *L, const cJSON *root, const char *name, siz
 }
 
 /* Templates of section name (needles when needles, else questions). */
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first entry of list (n strings, section name) that repeats an earlier one: refused, since a
+ * multikey trial draws different keys until it has as many as it has needles, and a list of keys
+ * counted with repeats would promise more than there are (and the drawing would never end). */
+static lh_status no_repeats(loader *L, const char *name, const char **list, int n) {
+  if (n < 2) return LH_OK;
+  const char **v = malloc((size_t)n * sizeof *v);
+  if (!v) return lh_error_set(L->err, LH_ENOMEM, "out of memory");
+  memcpy(v, list, (size_t)n * sizeof *v);
+  qsort(v, (size_t)n, sizeof *v, cmp_str);
+  const char *rep = NULL;
+  for (int i = 1; i < n && !rep; i++)
+    if (!strcmp(v[i - 1], v[i])) rep = v[i];
+  free(v);
+  if (!rep) return LH_OK;
+  int first = -1, second = -1;
+  for (int i = 0; i < n && second < 0; i++)
+    if (!strcmp(list[i], rep)) *(first < 0 ? &first : &second) = i;
+  char field[160], m[160];
+  snprintf(field, sizeof field, "%s[%d]", name, second);
+  snprintf(m, sizeof m, "\"%.60s\" is %s[%d] again", rep, name, first);
+  return bad(L, field, "%s; list each once", m);
+}
+
 static lh_status templates(loader *L, const cJSON *root, const char *name, int needles, int empty_ok,
                            lh_niah__template **out, int *n) {
   const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, name);
@@ -350,6 +375,7 @@ lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_e
   if (!st) st = string_list(&L, F->root, "value_words", 60, 1, &F->words, &F->n_words);
   if (!st) st = string_list(&L, F->root, "attributes", 60, 0, &F->attrs, &F->n_attrs);
   if (!st) st = string_list(&L, F->root, "keys", 47, 1, &F->keys, &F->n_keys);
+  if (!st) st = no_repeats(&L, "keys", F->keys, F->n_keys);
   if (!st) st = templates(&L, F->root, "needles", 1, 0, &F->needles, &F->n_needles);
   for (int q = 0; q < LH_NIAH__Q_COUNT && !st; q++)
     st = templates(&L, F->root, Q_SECTIONS[q], 0, q != LH_NIAH__Q_SINGLE, &F->questions[q], &F->n_questions[q]);

@@ -258,6 +258,10 @@ static void check_loading(void) {
   check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"text\": \"{value}\", \"id_style\": null}], "
                 OK_REST "}",
                 "key \"text\" appears more than once");
+  /* a key listed twice: multikey drew different keys until it had --needles of them, for ever */
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
+                "\"keys\": [\"alpha\", \"bravo\", \"alpha\"]}",
+                "keys[2]: \"alpha\" is keys[0] again");
   lh_error_clear(&e);
   CHECK(lh_niah__families_load("/nonexistent/fam.json", &F, &e) != LH_OK && !F);
   CHECK_STR_CONTAINS(e.msg, "--families");
