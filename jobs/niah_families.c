@@ -276,7 +276,7 @@ static lh_status templates(loader *L, const cJSON *root, const char *name, int n
   return LH_OK;
 }
 
-/* The longest value pattern can give, in bytes. */
+/* The longest value pattern can give, in bytes (or the shortest, with min_word for max_word). */
 static size_t pattern_max(const char *pattern, size_t max_word) {
   size_t n = 0;
   for (const char *p = pattern; *p;) {
@@ -324,6 +324,9 @@ static lh_status value_kinds(loader *L, const cJSON *root, lh_niah__families *F)
           if (field_at(q, &c, &len) == 'w') return bad(L, field, "{w} needs value_words, and there are none%s", "");
         }
       }
+      if (!pattern_max(p->valuestring, 1)) /* only fields of count 0: "{d0}" */
+        return bad(L, field, "its values are empty (every field has a count of 0); a needle's value must have "
+                             "text to ask for%s", "");
       const size_t m = pattern_max(p->valuestring, max_word);
       if (m >= LH_NIAH__VALUE_MAX) {
         char num[64];
@@ -442,6 +445,7 @@ static lh_status draw_value(const lh_niah__families *F, int k, trial *t, int n, 
   for (int tries = 0; tries < 1000; tries++) {
     lh_buf b = {0};
     lh_status st = lh_niah__expand_value(&b, K->patterns[pick(rng, K->n_patterns)], F->words, F->n_words, rng);
+    if (!st && !b.data) st = lh_buf_append(&b, "", 1); /* never, by invariant 1; "" rather than "(null)" */
     if (st) {
       lh_buf_free(&b);
       return lh_error_set(err, st, "out of memory");

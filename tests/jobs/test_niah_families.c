@@ -262,6 +262,11 @@ static void check_loading(void) {
   check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
                 "\"keys\": [\"alpha\", \"bravo\", \"alpha\"]}",
                 "keys[2]: \"alpha\" is keys[0] again");
+  /* a pattern of count-0 fields draws "" (planted as "(null)", and never found) */
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], "
+                "\"questions\": [{\"text\": \"What is {key}?\", \"needs_id\": false}],"
+                "\"value_kinds\": [{\"name\": \"d\", \"patterns\": [\"{d4}\", \"{d0}{x0}\"]}], \"attributes\": [\"a\"]}",
+                "value_kinds[0].patterns[1]: its values are empty");
   lh_error_clear(&e);
   CHECK(lh_niah__families_load("/nonexistent/fam.json", &F, &e) != LH_OK && !F);
   CHECK_STR_CONTAINS(e.msg, "--families");
