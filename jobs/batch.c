@@ -54,28 +54,39 @@ static void bad(lh_request *r, const char *fmt, ...) {
   lh_error_set(&r->error, LH_EFORMAT, "line %d: %s", r->line, msg);
 }
 
-/* Text of an OpenAI message content: a string, or an array of parts of which only "text" parts
- * are allowed (image/audio parts are rejected: this model reads text). */
+/* Text of an OpenAI message content: a string, or a non-empty array of parts of which only
+ * "text" parts are allowed (image/audio parts are rejected: this model reads text). A message
+ * without content (no key, or null) is refused: run as an empty turn, it would be answered as a
+ * question nobody asked. */
 static char *content_text(const cJSON *c, lh_request *r, int idx) {
-  char where[32];
-  snprintf(where, sizeof where, "%d", idx);
   if (cJSON_IsString(c)) return dupstr(c->valuestring);
-  if (cJSON_IsNull(c) || !c) return dupstr("");
+  if (!c || cJSON_IsNull(c)) {
+    bad(r, "body.messages[%d] has no content (%s): every message needs its text, a string or an array of text "
+           "parts", idx, c ? "it is null" : "no \"content\" key");
+    return NULL;
+  }
   if (!cJSON_IsArray(c)) {
-    bad(r, "body.messages[%s].content must be a string or an array of text parts", where);
+    bad(r, "body.messages[%d].content must be a string or an array of text parts", idx);
+    return NULL;
+  }
+  if (!cJSON_GetArraySize(c)) {
+    bad(r, "body.messages[%d].content is an empty array: give at least one {\"type\": \"text\", \"text\": ...} "
+           "part, or a string", idx);
     return NULL;
   }
   lh_buf b = {0};
   const cJSON *part;
+  int k = 0;
   cJSON_ArrayForEach(part, c) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-      bad(r, "body.messages[%s].content: only {\"type\": \"text\", \"text\": ...} parts are supported", where);
+      bad(r, "body.messages[%d].content[%d]: only {\"type\": \"text\", \"text\": ...} parts are supported", idx, k);
       lh_buf_free(&b);
       return NULL;
     }
     lh_buf_append_str(&b, text->valuestring);
+    k++;
   }
   if (!b.data) lh_buf_append(&b, "", 0);
   return b.data;

@@ -126,6 +126,43 @@ static void test_raw_bytes_of_a_line(void) {
 /* A key given twice in one object refuses the line, naming the key: cJSON reads the first value
  * and Python's json the last, so a line with two "documents" ran over the first list while the
  * tool that wrote it meant the second. A line with two custom_ids echoes neither. */
+/* A message without text is refused, naming the message (and the part): run as an empty turn it
+ * would be answered as a question nobody asked. */
+static void test_message_content(void) {
+  static const struct {
+    const char *messages, *says;
+  } cases[] = {
+      {"[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\"}]",
+       "line 3: body.messages[1] has no content (no \"content\" key)"},
+      {"[{\"role\":\"user\",\"content\":null}]", "body.messages[0] has no content (it is null)"},
+      {"[{\"role\":\"user\",\"content\":[]}]", "body.messages[0].content is an empty array"},
+      {"[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},\"b\"]}]",
+       "body.messages[0].content[1]: only"},
+      {"[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\"}]}]",
+       "body.messages[0].content[1]: only"},
+      {"[{\"role\":\"user\",\"content\":7}]", "body.messages[0].content must be a string"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char line[512];
+    snprintf(line, sizeof line, "{\"custom_id\":\"m%zu\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":%s}}",
+             i, cases[i].messages);
+    lh_request r;
+    lh_request_parse(line, strlen(line), 3, ".", &r);
+    CHECK_MSG(r.error.code == LH_EFORMAT, "accepted: %s", line);
+    CHECK_STR_CONTAINS(r.error.msg, cases[i].says);
+    lh_request_free(&r);
+  }
+  /* what is text: an empty string, and text parts (empty ones too), joined as they come */
+  const char *ok = "{\"custom_id\":\"m\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":["
+                   "{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                   "\"text\":\"\"},{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}]}}";
+  lh_request r;
+  lh_request_parse(ok, strlen(ok), 1, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  CHECK(r.n_messages == 2 && !strcmp(r.messages[0].content, "") && !strcmp(r.messages[1].content, "ab"));
+  lh_request_free(&r);
+}
+
 static void test_repeated_keys(void) {
   static const struct {
     const char *line, *key;
@@ -614,6 +651,7 @@ int main(void) {
   lh_batch_free(&b);
 
   test_raw_bytes_of_a_line();
+  test_message_content();
   test_repeated_keys();
   test_duplicate_custom_ids_against_pairwise_reference();
   test_made_up_ids_are_no_duplicates();
