@@ -438,6 +438,13 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   if (!p->model_dir || !p->out_dir) return lh_error_set(err, LH_EINVAL, "--model and --out are required");
   if (p->n_lengths < 1 || p->n_depths < 1 || p->trials < 1 || p->chunk < 1)
     return lh_error_set(err, LH_EINVAL, "need at least one length, one depth and one trial");
+  const int64_t n_trials = (int64_t)p->n_lengths * p->n_depths * p->trials; /* every trial is held at once */
+  if (n_trials > LH_NIAH_MAX_TRIALS)
+    return lh_error_set(err, LH_EINVAL, "%d lengths x %d depths x %d trials is %lld trials; a sweep has at most %d: "
+                        "pass fewer --trials, --lengths or --depths", p->n_lengths, p->n_depths, p->trials,
+                        (long long)n_trials, LH_NIAH_MAX_TRIALS);
+  if (p->n_needles > 16)
+    return lh_error_set(err, LH_EINVAL, "--needles %d: a trial has at most 16 needles", p->n_needles);
   const char *corpus = p->corpus ? p->corpus : builtin_corpus(cbuf, sizeof cbuf);
   if (!corpus)
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "

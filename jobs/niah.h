@@ -53,6 +53,7 @@ const char *lh_niah_variant_name(lh_niah_variant v);
 int lh_niah_variant_parse(const char *s); /* -1 when unknown */
 
 #define LH_NIAH_MAX_CELLS 64
+#define LH_NIAH_MAX_TRIALS 65536 /* lengths x depths x trials of one sweep (10 KB each) */
 
 typedef struct lh_niah_params {
   const char *model_dir;
@@ -73,7 +74,7 @@ typedef struct lh_niah_params {
                              trial draws its needle, question, value kind, attribute and key from it
                              (see "Families" above); excludes needle, question and answer */
   lh_niah_variant variant;
-  int n_needles;          /* multi variants (default 4; multi-query 2) */
+  int n_needles;          /* multi variants (default 4; multi-query 2; at most 16) */
   int trials;             /* per cell (default 1) */
   uint64_t seed;
   int chunk;              /* tokens per chunk (default 4096) */

@@ -198,4 +198,15 @@ for kv in '"keep_checkpoints": 1e12' '"keep_checkpoints": -7' '"keep_checkpoints
 done
 run 2 keepflag "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/x" --keep-checkpoints 99999999999
 says keepflag "expected an integer >= 0 and at most 1073741824"
+# ---- niah: numbers that do not fit are refused by name (exit 2, no --out), never cut or wrapped ----
+niah_refuses() { # name, expected text, arguments...
+  local name=$1 text=$2; shift 2
+  run 2 "niah-$name" "$LH" niah --model "$MODEL" --out "$T/niah-out" --progress none "$@"
+  says "niah-$name" "$text"
+  [ ! -e "$T/niah-out" ] || fail "niah $name: --out was created although nothing may run"
+}
+# 64 x 64 x 2^20 trials wrapped an int to 0: the trial table was allocated empty and overrun
+niah_refuses trials-product "64 lengths x 64 depths x 1048576 trials is 4294967296 trials; a sweep has at most 65536" \
+  --lengths "$(printf '1k,%.0s' $(seq 63))1k" --depths 0:63:1 --trials 1048576
+niah_refuses needles "--needles 17: a trial has at most 16 needles" --variant multikey --needles 17
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
