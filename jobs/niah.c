@@ -80,7 +80,7 @@ int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err) {
   while (*p) {
     char *end;
     double v = strtod(p, &end);
-    if (end == p || v <= 0) {
+    if (end == p || !(v > 0) || !isfinite(v)) { /* nan and inf read as numbers */
       lh_error_set(err, LH_EINVAL, "--lengths %s: expected numbers like 1k,4k,128k,1m", s);
       return -1;
     }
@@ -95,6 +95,12 @@ int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err) {
       lh_error_set(err, LH_EINVAL, "--lengths: at most %d lengths", max);
       return -1;
     }
+    /* past int64, llround's result is unspecified (x86: INT64_MIN, read as a negative length) */
+    if (!(v * (double)mul >= 0.5 && v * (double)mul <= LH_NIAH_MAX_LENGTH)) {
+      lh_error_set(err, LH_EINVAL, "--lengths %s: %.*s is not a length of 1 to %lld tokens", s, (int)(end - p), p,
+                   (long long)LH_NIAH_MAX_LENGTH);
+      return -1;
+    }
     out[n++] = (int64_t)llround(v * (double)mul);
     p = *end ? end + 1 : end;
   }
@@ -107,8 +113,13 @@ int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err) {
   char tail;
   int n = 0;
   if (sscanf(s, "%lf:%lf:%lf%c", &a, &b, &step, &tail) == 3) {
-    if (step <= 0 || a < 0 || b > 100 || a > b) {
+    if (!(step > 0 && a >= 0 && b <= 100 && a <= b)) { /* written so that nan fails too */
       lh_error_set(err, LH_EINVAL, "--depths %s: expected FROM:TO:STEP within 0..100", s);
+      return -1;
+    }
+    const double count = floor((b - a) / step + 1e-9) + 1;
+    if (count > max) { /* rather than a sweep of its first depths only */
+      lh_error_set(err, LH_EINVAL, "--depths %s: %.0f depths; at most %d (take a larger STEP)", s, count, max);
       return -1;
     }
     for (double d = a; d <= b + 1e-9 && n < max; d += step) out[n++] = d;
@@ -118,7 +129,7 @@ int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err) {
   while (*p) {
     char *end;
     double v = strtod(p, &end);
-    if (end == p || v < 0 || v > 100 || (*end && *end != ',') || n == max) {
+    if (end == p || !(v >= 0 && v <= 100) || (*end && *end != ',') || n == max) {
       lh_error_set(err, LH_EINVAL, "--depths %s: expected FROM:TO:STEP or a list of percentages", s);
       return -1;
     }

@@ -54,6 +54,7 @@ int lh_niah_variant_parse(const char *s); /* -1 when unknown */
 
 #define LH_NIAH_MAX_CELLS 64
 #define LH_NIAH_MAX_TRIALS 65536 /* lengths x depths x trials of one sweep (10 KB each) */
+#define LH_NIAH_MAX_LENGTH (INT64_C(1) << 40) /* tokens; a model's context is checked later */
 
 typedef struct lh_niah_params {
   const char *model_dir;
@@ -87,8 +88,9 @@ typedef struct lh_niah_params {
 
 lh_niah_params lh_niah_default_params(void);
 
-/* "1k,4k,128k,1m" (k = 1024, m = 1048576; plain numbers as given) into lengths; "0:100:10" or
- * "0,50,100" into depths. Return the count, or -1 with a message in err. */
+/* "1k,4k,128k,1m" (k = 1024, m = 1048576; plain numbers as given, rounded; 1 to
+ * LH_NIAH_MAX_LENGTH) into lengths; "0:100:10" (at most max depths) or "0,50,100" (each in
+ * 0..100) into depths. Return the count, or -1 with a message in err. */
 int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err);
 int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err);
 

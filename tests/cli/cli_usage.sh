@@ -209,4 +209,13 @@ niah_refuses() { # name, expected text, arguments...
 niah_refuses trials-product "64 lengths x 64 depths x 1048576 trials is 4294967296 trials; a sweep has at most 65536" \
   --lengths "$(printf '1k,%.0s' $(seq 63))1k" --depths 0:63:1 --trials 1048576
 niah_refuses needles "--needles 17: a trial has at most 16 needles" --variant multikey --needles 17
+# lengths past int64 (1e30, inf) and nan became INT64_MIN ("haystack too short for length
+# -9223372036854775808"); a nan depth gave no depths or a fork point of -2^63; a STEP that makes
+# more than 64 depths ran the first 64 only (0 to 0.063%)
+niah_refuses length-huge "--lengths 1e30: 1e30 is not a length of 1 to 1099511627776 tokens" --lengths 1e30
+niah_refuses length-inf "--lengths 1k,inf: expected numbers like" --lengths 1k,inf
+niah_refuses length-nan "--lengths nan: expected numbers like" --lengths nan
+niah_refuses depth-nan-range "--depths nan:100:10: expected FROM:TO:STEP within 0..100" --depths nan:100:10
+niah_refuses depth-nan "--depths 50,nan: expected FROM:TO:STEP or a list of percentages" --depths 50,nan
+niah_refuses depth-step "--depths 0:100:0.001: 100001 depths; at most 64" --depths 0:100:0.001
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
