@@ -2,7 +2,9 @@
  * its figures from results.jsonl (on any machine with cairo), and `longhaul niah compare A B` to set
  * two sweeps side by side with their difference. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -238,9 +240,14 @@ int lh_cmd_niah(int argc, char **argv) {
       break;
     }
     case 't': case 'n': case 's': case 'k': case 'M': case 'T': {
+      /* an int option past 2^30 would be cut to another number (or a negative one) silently */
+      const char *flag = c == 't' ? "--trials" : c == 'n' ? "--needles" : c == 's' ? "--seed" : c == 'k' ? "--chunk"
+                         : c == 'M' ? "--max-tokens" : "--threads";
+      const long long lo = c == 'T' || c == 's' ? 0 : 1, hi = c == 's' ? LLONG_MAX : 1 << 30;
+      errno = 0;
       long long v = strtoll(optarg, &end, 10);
-      if (!*optarg || *end || v < (c == 'T' || c == 's' ? 0 : 1)) {
-        fprintf(stderr, "longhaul niah: bad number '%s'\n", optarg);
+      if (!*optarg || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "longhaul niah: %s %s: expected an integer >= %lld and at most %lld\n", flag, optarg, lo, hi);
         return LH_EXIT_USAGE;
       }
       if (c == 't') p.trials = (int)v;

@@ -217,5 +217,10 @@ niah_refuses length-inf "--lengths 1k,inf: expected numbers like" --lengths 1k,i
 niah_refuses length-nan "--lengths nan: expected numbers like" --lengths nan
 niah_refuses depth-nan-range "--depths nan:100:10: expected FROM:TO:STEP within 0..100" --depths nan:100:10
 niah_refuses depth-nan "--depths 50,nan: expected FROM:TO:STEP or a list of percentages" --depths 50,nan
+# an int option past 2^31 was cut silently: --max-tokens 4294967295 ran with -1 (one token, scored 0,
+# exit 0), --trials 4294967297 with 1, --chunk 4294967296 with 0
+niah_refuses max-tokens "--max-tokens 4294967295: expected an integer >= 1 and at most 1073741824" --max-tokens 4294967295
+niah_refuses trials-wrap "--trials 4294967297: expected an integer >= 1 and at most 1073741824" --trials 4294967297
+niah_refuses seed-range "--seed 99999999999999999999: expected an integer >= 0 and at most" --seed 99999999999999999999
 niah_refuses depth-step "--depths 0:100:0.001: 100001 depths; at most 64" --depths 0:100:0.001
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
