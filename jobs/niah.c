@@ -278,6 +278,7 @@ static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, lh_pr
   if ((st = lh_chat_format_detect(p->model_dir, NULL, &S->chat, err))) return st;
   char tpath[4096];
   lh_path_join(tpath, sizeof tpath, p->model_dir, "tokenizer.json");
+  if ((st = lh_tokenizer_check_ids(S->tok, S->cfg->vocab_size, tpath, err))) return st;
   if ((st = lh_chat_check_tokenizer(&S->chat, S->tok, tpath, err))) return st;
   if (S->chat.kind == LH_CHAT_MINIMAX) {
     const char *h = "<beginning_of_sentence>user name=user\n";

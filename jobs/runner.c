@@ -1216,6 +1216,7 @@ static lh_status open_model(run *R, lh_error *err) {
   if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R->chat, err)) != LH_OK) return st;
   char tpath[4096];
   lh_path_join(tpath, sizeof tpath, p->model_dir, "tokenizer.json");
+  if ((st = lh_tokenizer_check_ids(R->tok, lh_model_config(R->model)->vocab_size, tpath, err)) != LH_OK) return st;
   if ((st = lh_chat_check_tokenizer(&R->chat, R->tok, tpath, err)) != LH_OK) return st;
   collect_stop_ids(R);
   return LH_OK;

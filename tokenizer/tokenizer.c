@@ -796,6 +796,14 @@ oom:
 
 int32_t lh_tokenizer_vocab_size(const lh_tokenizer *t) { return t->vocab_size; }
 
+lh_status lh_tokenizer_check_ids(const lh_tokenizer *t, int32_t n_ids, const char *tokenizer_path, lh_error *err) {
+  if (t->max_id < n_ids) return LH_OK;
+  const char *tok = lh_tokenizer_id_to_token(t, t->max_id);
+  return lh_error_set(err, LH_EFORMAT, "%s: token \"%.80s\" has id %d, but the model's vocabulary (config.json's "
+                      "vocab_size) has %d ids, 0..%d: the tokenizer and the model do not belong together",
+                      tokenizer_path, tok ? tok : "", t->max_id, n_ids, n_ids - 1);
+}
+
 int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *token) {
   size_t n = strlen(token);
   int32_t id = tk_strmap_get(&t->added_map, token, n);

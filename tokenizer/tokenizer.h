@@ -56,6 +56,10 @@ lh_status lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t 
                               lh_buf *out, lh_error *err);
 
 int32_t lh_tokenizer_vocab_size(const lh_tokenizer *t);                /* including added tokens */
+/* Every id t can produce is below n_ids (a model's vocab_size), else LH_EFORMAT naming
+ * tokenizer_path, the largest id and its token: such an id would pass every check until a prompt
+ * held it, and fail there, request by request. */
+lh_status lh_tokenizer_check_ids(const lh_tokenizer *t, int32_t n_ids, const char *tokenizer_path, lh_error *err);
 int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *token); /* -1 if absent */
 const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);  /* NULL if out of range */
 

@@ -223,4 +223,20 @@ niah_refuses max-tokens "--max-tokens 4294967295: expected an integer >= 1 and a
 niah_refuses trials-wrap "--trials 4294967297: expected an integer >= 1 and at most 1073741824" --trials 4294967297
 niah_refuses seed-range "--seed 99999999999999999999: expected an integer >= 0 and at most" --seed 99999999999999999999
 niah_refuses depth-step "--depths 0:100:0.001: 100001 depths; at most 64" --depths 0:100:0.001
+# ---- a tokenizer with ids past config.json's vocab_size: refused at set-up (2), naming both ----
+# (it ran, and failed each request whose prompt held such a token with "outside the vocabulary");
+# HF numbers an added token that the vocabulary lacks after the last id, 512 here, whatever its "id"
+mkdir -p "$T/wrongtok"
+for f in "$MODEL"/*; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$T/wrongtok/"; done
+rm "$T/wrongtok/tokenizer.json"
+python3 - "$MODEL/tokenizer.json" "$T/wrongtok/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["added_tokens"].append({"id": 99999, "content": "<extra_tok>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True})
+json.dump(t, open(sys.argv[2], "w"))
+PY
+printf '%s\n' '{"custom_id": "x", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "a <extra_tok> b"}], "max_tokens": 2}}' > "$T/wrongtok.jsonl"
+run 2 wrongtok "$LH" run "$T/wrongtok.jsonl" --model "$T/wrongtok" --out "$T/wrongtok-out" --progress none
+says wrongtok "tokenizer.json: token \"<extra_tok>\" has id 512, but the model's vocabulary (config.json's vocab_size) has 512 ids"
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
