@@ -200,9 +200,15 @@ static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_pr
   S->corpus_tokens = (int64_t)S->H.len;
   if (S->corpus_tokens < 64) return lh_error_set(err, LH_EINVAL, "haystack %s has only %lld tokens", corpus,
                                                  (long long)S->corpus_tokens);
-  /* repeat whole copies of the corpus (document boundaries stay boundaries) */
-  while ((int64_t)S->H.len < need)
-    if (lh_i32vec_append(&S->H, S->H.data, (size_t)S->corpus_tokens)) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  /* repeat whole copies of the corpus (document boundaries stay boundaries); the room is made
+   * first, since appending H to itself would read the block a reallocation just freed */
+  const int64_t copies = (need + S->corpus_tokens - 1) / S->corpus_tokens;
+  if (copies > 1 && lh_i32vec_reserve(&S->H, (size_t)((copies - 1) * S->corpus_tokens)))
+    return lh_error_set(err, LH_ENOMEM, "out of memory");
+  while ((int64_t)S->H.len < need) {
+    memcpy(S->H.data + S->H.len, S->H.data, (size_t)S->corpus_tokens * sizeof *S->H.data);
+    S->H.len += (size_t)S->corpus_tokens;
+  }
   S->line_end = malloc(S->H.len);
   if (!S->line_end) return lh_error_set(err, LH_ENOMEM, "out of memory");
   memset(S->line_end, 2, S->H.len);

@@ -161,4 +161,11 @@ s = json.load(open(os.path.join(d, "summary.json")))
 assert s["accuracy"] == 1 and s["all_values"] == 1 and s["same_set"] == 0, s
 assert all(r["same_set"] == "0" for r in csv.DictReader(open(os.path.join(d, "results.csv"))))
 PY
+# a corpus shorter than the sweep's lengths is repeated: H was appended to itself, which read the
+# block its reallocation had just freed (garbage token ids: "token id -1319801466 ... is outside the
+# vocabulary"; ASan: heap-use-after-free in load_haystack)
+mkdir -p "$T/corpus"
+for i in $(seq 8); do echo "Line $i of the notes: the river runs past the old stone mill."; done > "$T/corpus/notes.txt"
+small_args=(--model models/haul-tiny --corpus "$T/corpus/notes.txt" --lengths 1k,2k --depths 50 --chunk 256 --progress none)
+"$LH" niah "${small_args[@]}" --out "$T/small" > "$T/small.log" 2>&1 || { cat "$T/small.log"; fail "sweep of a short corpus failed"; }
 echo "niah_e2e: ok"
