@@ -170,9 +170,19 @@ static lh_status doc_add(sweep *S, int64_t start, lh_error *err) {
   return LH_OK;
 }
 
-static lh_status load_haystack(sweep *S, const char *corpus, int64_t need, lh_progress *prog, lh_error *err) {
+static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int64_t need, lh_progress *prog,
+                               lh_error *err) {
   lh_ingest_params ip = lh_ingest_default_params();
   ip.tokenizer = S->tok;
+  /* OUT and the store are never haystack, should they lie in the corpus folder: results.jsonl
+   * holds earlier trials' needles, and grows, so a resumed sweep's haystack would be another */
+  char journal[4300], wal[4300], shm[4300];
+  snprintf(journal, sizeof journal, "%.4200s-journal", db);
+  snprintf(wal, sizeof wal, "%.4200s-wal", db);
+  snprintf(shm, sizeof shm, "%.4200s-shm", db);
+  const char *skip[] = {S->p->out_dir, db, journal, wal, shm};
+  ip.exclude_paths = skip;
+  ip.n_exclude_paths = sizeof skip / sizeof *skip;
   lh_ingest *ing = NULL;
   lh_status st = lh_ingest_open(&ip, &ing, err);
   if (st == LH_OK) st = lh_ingest_add_path(ing, corpus, err);
@@ -265,7 +275,8 @@ static lh_status sweep_families(sweep *S, lh_error *err) {
 /* The model, its tokenizer and chat format, the stop ids and the haystack stream. The weights'
  * digests come from the sweep's store (kind "model", as `longhaul run` keeps them): a rerun, or
  * the next sweep with the same --db, does not read and hash every byte of the weights again. */
-static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, lh_progress *prog, lh_error *err) {
+static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, const char *db, lh_progress *prog,
+                            lh_error *err) {
   const lh_niah_params *p = S->p;
   lh_model_params mp = lh_model_default_params();
   mp.backend = p->device ? p->device : "cpu";
@@ -299,7 +310,7 @@ static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, lh_pr
   if (S->cfg->max_position_embeddings > 0 && maxlen + p->max_tokens > S->cfg->max_position_embeddings)
     return lh_error_set(err, LH_ELIMIT, "length %lld + %d answer tokens is over the model's context of %d tokens",
                         (long long)maxlen, p->max_tokens, S->cfg->max_position_embeddings);
-  return load_haystack(S, corpus, maxlen, prog, err);
+  return load_haystack(S, corpus, db, maxlen, prog, err);
 }
 
 /* sweep.json: a rerun into the same folder must be the same sweep (same key and grid; --force
@@ -479,7 +490,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_store_params sp = lh_store_default_params();
   lh_store_writer_params wp = lh_store_writer_default_params();
   const char *dbp = p->db_path ? p->db_path : db;
-  if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = sweep_open(&S, store, corpus, prog, err)) ||
+  if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = sweep_open(&S, store, corpus, dbp, prog, err)) ||
       (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) || (st = sweep_trials(&S, results, sum, err)))
     goto done;
 

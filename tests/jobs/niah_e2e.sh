@@ -168,4 +168,15 @@ mkdir -p "$T/corpus"
 for i in $(seq 8); do echo "Line $i of the notes: the river runs past the old stone mill."; done > "$T/corpus/notes.txt"
 small_args=(--model models/haul-tiny --corpus "$T/corpus/notes.txt" --lengths 1k,2k --depths 50 --chunk 256 --progress none)
 "$LH" niah "${small_args[@]}" --out "$T/small" > "$T/small.log" 2>&1 || { cat "$T/small.log"; fail "sweep of a short corpus failed"; }
+# an OUT inside the corpus folder is never haystack: results.jsonl holds earlier trials' needles and
+# grows, so a resumed or extended sweep read another haystack (with old facts in it) than the first
+in_args=(--model models/haul-tiny --corpus "$T/corpus" --out "$T/corpus/out" --lengths 1k --chunk 256 --progress none)
+"$LH" niah "${in_args[@]}" --depths 50 > "$T/in1.log" 2>&1 || { cat "$T/in1.log"; fail "sweep into the corpus failed"; }
+"$LH" niah "${in_args[@]}" --depths 50,100 --extend --save-prompts > "$T/in2.log" 2>&1 ||
+  { cat "$T/in2.log"; fail "extended sweep into the corpus failed"; }
+[ -s "$T/corpus/out/prompts/L1024-D100-T0.txt" ] || fail "the extended sweep saved no prompt"
+grep -q 'path="notes.txt"' "$T/corpus/out/prompts/L1024-D100-T0.txt" || fail "the prompt has no corpus document"
+if grep -o 'path="out/[^"]*"' "$T/corpus/out/prompts/L1024-D100-T0.txt" | sort -u | grep .; then
+  fail "the sweep's own OUT folder was read into its haystack"
+fi
 echo "niah_e2e: ok"
