@@ -232,13 +232,19 @@ int lh_cmd_logits(int argc, char **argv) {
   if (a.chunk <= 0 && step * V > ((int64_t)64 << 20)) step = ((int64_t)64 << 20) / V > 0 ? ((int64_t)64 << 20) / V : 1;
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", a.out, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
+  lh_error err;
+  int fd = -1;
+  FILE *f = NULL;
+  /* made anew, never opened through a link planted at the name (util/fs.h) */
+  if (lh_file_create_new(tmp, &fd, &err) == LH_OK && !(f = fdopen(fd, "wb"))) {
+    lh_error_set(&err, LH_EIO, "%s: %s", tmp, strerror(errno));
+    close(fd);
+  }
   float *buf = malloc((size_t)(step < T ? step : T) * (size_t)V * sizeof(float));
   lh_state *s = NULL;
-  lh_error err;
   int rc = LH_EXIT_OK;
   if (!f) {
-    fprintf(stderr, "longhaul logits: %s: %s\n", tmp, strerror(errno));
+    fprintf(stderr, "longhaul logits: %s\n", err.msg);
     rc = LH_EXIT_USAGE;
   } else if (!buf) {
     fprintf(stderr, "longhaul logits: out of memory for %lld x %lld logits\n", (long long)step, (long long)V);

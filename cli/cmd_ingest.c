@@ -96,9 +96,16 @@ static int out_open(out_file *o, const char *dir, const char *name) {
   if (lh_path_join(o->final, sizeof o->final, dir, name) != LH_OK) return -1;
   snprintf(o->partial, sizeof o->partial, "%s.partial", o->final);
   unlink(o->final);
-  o->f = fopen(o->partial, "wb");
-  if (!o->f) {
+  /* made anew, never opened through a link planted at the name (util/fs.h) */
+  lh_error err;
+  int fd;
+  if (lh_file_create_new(o->partial, &fd, &err) != LH_OK) {
+    fprintf(stderr, "longhaul ingest: %s\n", err.msg);
+    return -1;
+  }
+  if (!(o->f = fdopen(fd, "wb"))) {
     fprintf(stderr, "longhaul ingest: %s: %s\n", o->partial, strerror(errno));
+    close(fd);
     return -1;
   }
   setvbuf(o->f, NULL, _IOFBF, 1 << 20);
@@ -117,6 +124,11 @@ static int out_close(out_file *o, int commit) {
   }
   if (commit && rename(o->partial, o->final) != 0) {
     fprintf(stderr, "longhaul ingest: renaming %s: %s\n", o->partial, strerror(errno));
+    return -1;
+  }
+  lh_error err;
+  if (commit && lh_fsync_parent(o->final, &err) != LH_OK) {
+    fprintf(stderr, "longhaul ingest: %s\n", err.msg);
     return -1;
   }
   return 0;

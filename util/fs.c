@@ -88,12 +88,53 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
   return read_fd(fd, path, max, b, err);
 }
 
+/* What a failed write, create or sync means: a full disk (or quota) is LH_EFULL, the rest LH_EIO. */
+static lh_status write_status(int e) { return e == ENOSPC || e == EDQUOT ? LH_EFULL : LH_EIO; }
+
+lh_status lh_file_create_new(const char *path, int *fd, lh_error *err) {
+  /* O_EXCL|O_NOFOLLOW: the file is made here, never opened through a symbolic link, a FIFO or a
+   * hard link planted at the name. What a dead writer (or anyone) left there is unlinked, which
+   * removes a link itself and never what it points to, and the create is tried once more. */
+  for (int attempt = 0;; attempt++) {
+    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd >= 0) return LH_OK;
+    const int e = errno;
+    if (e == EEXIST && attempt == 0 && (unlink(path) == 0 || errno == ENOENT)) continue;
+    if (e == EEXIST)
+      return lh_error_set(err, LH_EIO, "%s: something is in the way there that cannot be replaced (%s): remove it",
+                          path, strerror(errno));
+    return lh_error_set(err, write_status(e), "%s: %s", path, strerror(e));
+  }
+}
+
+lh_status lh_fsync_parent(const char *path, lh_error *err) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else if ((size_t)(slash - path) >= sizeof dir) return lh_error_set(err, LH_ELIMIT, "%s: path too long", path);
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    /* a folder that can be written but not listed cannot be opened to sync: nothing more to do */
+    if (errno == EACCES) return LH_OK;
+    return lh_error_set(err, LH_EIO, "%s: opening its folder to sync it: %s", path, strerror(errno));
+  }
+  const int rc = fsync(fd), e = errno;
+  close(fd);
+  /* EINVAL: a file system that cannot sync folders (it keeps no separate folder metadata) */
+  if (rc != 0 && e != EINVAL)
+    return lh_error_set(err, write_status(e), "%s: syncing its folder: %s", path, strerror(e));
+  return LH_OK;
+}
+
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err) {
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
     return lh_error_set(err, LH_ELIMIT, "%s: path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", tmp, strerror(errno));
+  int fd;
+  lh_status st = lh_file_create_new(tmp, &fd, err);
+  if (st) return st;
   const char *p = data;
   while (n) {
     ssize_t w = write(fd, p, n);
@@ -102,21 +143,24 @@ lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_
       int e = errno;
       close(fd);
       unlink(tmp);
-      return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "%s: %s", path, strerror(e));
+      return lh_error_set(err, write_status(e), "%s: %s", path, strerror(e));
     }
     p += w, n -= (size_t)w;
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int e = errno;
+  const int synced = fsync(fd) == 0, e_sync = errno;
+  const int closed = close(fd) == 0, e_close = errno;
+  if (!synced || !closed) {
+    const int e = !synced ? e_sync : e_close;
     unlink(tmp);
-    return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "%s: %s", path, strerror(e));
+    return lh_error_set(err, write_status(e), "%s: %s", path, strerror(e));
   }
   if (rename(tmp, path) != 0) {
     int e = errno;
     unlink(tmp);
-    return lh_error_set(err, LH_EIO, "%s: rename: %s", path, strerror(e));
+    return lh_error_set(err, write_status(e), "%s: rename: %s", path, strerror(e));
   }
-  return LH_OK;
+  /* the rename lives in the folder: until the folder is synced a crash can bring the old file back */
+  return lh_fsync_parent(path, err);
 }
 
 lh_status lh_mkdir_p(const char *path, lh_error *err) {

@@ -25,7 +25,18 @@ lh_status lh_file_check_regular(const char *path, lh_error *err);
 /* "a FIFO (named pipe)", "a character device", "a folder", ... for a st_mode: how messages name a
  * file that is not what was wanted (ingest's skipped entries, a model folder's files). */
 const char *lh_file_kind(unsigned mode);
+/* Write path whole: NAME.tmp.PID is created (lh_file_create_new), written, fsynced, renamed over
+ * path, and path's folder fsynced, so that after a crash path holds the old bytes or the new ones.
+ * A full disk (or quota) is LH_EFULL, other failures LH_EIO; the temporary never outlives a failure. */
 lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_error *err);
+/* Create path for writing as a new file (mode 0644) and return its descriptor in *fd (O_CLOEXEC;
+ * the caller closes it). Never opens through a symbolic link or anything else planted at the name
+ * (a FIFO, a hard link to a file elsewhere): whatever is there is unlinked first, which removes a
+ * link and never touches its target. LH_EFULL when the disk (or quota) is full, else LH_EIO. */
+lh_status lh_file_create_new(const char *path, int *fd, lh_error *err);
+/* fsync the folder that holds path, so that a rename or create in it survives a crash. A file
+ * system that cannot sync folders, or a folder this process may not open, is not an error. */
+lh_status lh_fsync_parent(const char *path, lh_error *err);
 /* mkdir -p; succeeds if the directory exists. */
 lh_status lh_mkdir_p(const char *path, lh_error *err);
 int lh_is_dir(const char *path);

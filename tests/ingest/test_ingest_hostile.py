@@ -310,6 +310,19 @@ def manifest_rules(d):
     rc, so, se = E.ingest(A(d, "out-tmpl"), [A(d, "note.txt")], "--template", "== {path_raw} ==\\n{text}--\\n")
     E.check(rc == 0 and open(A(d, "out-tmpl", "framed.txt"), "rb").read() ==
             ("== %s ==\na note\n--\n" % A(d, "note.txt")).encode(), "template")
+    # Links planted at the names of the partial outputs (to a file elsewhere) are replaced, never
+    # written through.
+    out = A(d, "out-links")
+    os.makedirs(out)
+    with open(A(d, "victim.txt"), "w") as f:
+        f.write("precious\n")
+    for n in ("manifest.jsonl.partial", "framed.txt.partial"):
+        os.symlink(A(d, "victim.txt"), A(out, n))
+    rc, so, se = E.ingest(out, [A(d, "note.txt")])
+    E.check(rc == 0 and open(A(d, "victim.txt")).read() == "precious\n",
+            "a link at a partial output was written through: %d %s %r" % (rc, se, open(A(d, "victim.txt")).read()))
+    E.check(rc == 0 and [r["path"] for r in E.manifest(out)] == [A(d, "note.txt")] and
+            not os.path.islink(A(out, "manifest.jsonl")), "outputs after links at the partials: %s" % se)
 
 
 def main():
