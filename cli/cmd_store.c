@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +41,25 @@ static void usage(FILE *f) {
           "           unless --no-vacuum.\n");
 }
 
+/* --older-than and --max-size: v (strtod's, with the unit mul) as whole units in *out, at most max.
+ * -1: not a finite number >= 0; -2: over max (a double that large would not convert to int64_t, or
+ * would wrap in the store's arithmetic: --older-than 18446744073709552 was 384 ms there). */
+static int scaled(double v, double mul, int64_t max, int64_t *out) {
+  if (!isfinite(v) || v < 0) return -1;
+  const double x = floor(v * mul);
+  if (!(x <= 4611686018427387904.0) || (int64_t)x > max) return -2; /* 2^62: exact, and converts */
+  *out = (int64_t)x;
+  return 0;
+}
+
+/* The largest --older-than: 9e15 s (285 million years), under the store's LH_STORE_GC_MAX_AGE_S
+ * and exact as a double, so the number the message names is taken as written. */
+#define MAX_AGE_S ((int64_t)9000000000000000)
+
 static int parse_age(const char *s, int64_t *out) {
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return -1;
+  if (end == s) return -1;
   double mul = 1;
   if (*end == 's' || !*end) mul = 1;
   else if (*end == 'm') mul = 60;
@@ -52,14 +68,13 @@ static int parse_age(const char *s, int64_t *out) {
   else if (*end == 'w') mul = 7 * 86400;
   else return -1;
   if (*end && end[1]) return -1;
-  *out = (int64_t)(v * mul);
-  return 0;
+  return scaled(v, mul, MAX_AGE_S, out);
 }
 
 static int parse_size(const char *s, int64_t *out) {
   char *end;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return -1;
+  if (end == s) return -1;
   double mul = 1;
   switch (*end) {
     case 0: break;
@@ -70,8 +85,7 @@ static int parse_size(const char *s, int64_t *out) {
     default: return -1;
   }
   if (*end && end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB")) return -1;
-  *out = (int64_t)(v * mul);
-  return 0;
+  return scaled(v, mul, (int64_t)1 << 62, out);
 }
 
 static const char *human(int64_t b, char *buf, size_t n) {
@@ -276,13 +290,24 @@ int lh_cmd_store(int argc, char **argv) {
     else if (!strcmp(a, "--dry-run") && !strcmp(sub, "gc")) gp.dry_run = 1;
     else if (!strcmp(a, "--no-vacuum") && !strcmp(sub, "gc")) gp.vacuum = 0;
     else if (!strcmp(a, "--older-than") && val && !strcmp(sub, "gc")) {
-      if (parse_age(argv[++i], &gp.older_than_s)) {
+      const int bad = parse_age(argv[++i], &gp.older_than_s);
+      if (bad == -2) {
+        fprintf(stderr, "longhaul store gc: --older-than '%s': out of range: at most 9e15 s (285 million years)\n",
+                argv[i]);
+        return LH_EXIT_USAGE;
+      }
+      if (bad) {
         fprintf(stderr, "longhaul store gc: --older-than '%s': expected a number with s, m, h, d or w\n", argv[i]);
         return LH_EXIT_USAGE;
       }
       policies++;
     } else if (!strcmp(a, "--max-size") && val && !strcmp(sub, "gc")) {
-      if (parse_size(argv[++i], &gp.max_bytes)) {
+      const int bad = parse_size(argv[++i], &gp.max_bytes);
+      if (bad == -2) {
+        fprintf(stderr, "longhaul store gc: --max-size '%s': out of range: at most 4194304T (2^62 bytes)\n", argv[i]);
+        return LH_EXIT_USAGE;
+      }
+      if (bad) {
         fprintf(stderr, "longhaul store gc: --max-size '%s': expected bytes, or a number with K, M, G or T\n", argv[i]);
         return LH_EXIT_USAGE;
       }

@@ -441,8 +441,13 @@ typedef struct lh_store_verify_report {
  * the check ran (damage is in the report), an error when it could not run. */
 lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh_error *err);
 
+/* The largest older_than_s lh_store_gc takes (about 292 million years): ages are compared in
+ * milliseconds. A larger one is LH_EINVAL. */
+#define LH_STORE_GC_MAX_AGE_S (INT64_MAX / 1000)
+
 typedef struct lh_store_gc_params {
-  int64_t older_than_s;  /* delete checkpoints unused this long (whole stale subtrees); < 0 off */
+  int64_t older_than_s;  /* delete checkpoints unused this long (whole stale subtrees); < 0 off;
+                            at most LH_STORE_GC_MAX_AGE_S */
   int64_t max_bytes;     /* thin then delete least recently used until the payload fits; < 0 off */
   int keep_last;         /* per job keep the state of its last N checkpoints, thin older ones; < 0 off */
   int dry_run;           /* report only */

@@ -456,6 +456,10 @@ static lh_status plan(lh_store *s, const lh_store_gc_params *p, gnode **out, int
 lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_report *r, lh_error *err) {
   memset(r, 0, sizeof *r);
   lh_store_gc_params p = pp ? *pp : lh_store_gc_default_params();
+  /* the age is compared in milliseconds: a larger one would wrap to a small age and delete all */
+  if (p.older_than_s > LH_STORE_GC_MAX_AGE_S)
+    return lh_error_set(err, LH_EINVAL, "gc: older_than_s %lld is out of range (at most %lld s)",
+                        (long long)p.older_than_s, (long long)LH_STORE_GC_MAX_AGE_S);
   r->file_before = file_size(s->path);
   lh_status st;
   if (p.drop_gone_digests && (st = lh_store__drop_gone_digests(s, p.dry_run, &r->digests_dropped, err))) return st;

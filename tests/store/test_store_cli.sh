@@ -94,6 +94,22 @@ has "give at least one of"
 expect_rc 2 "$lh" store gc --db "$db" --older-than 5x
 has "expected a number with s, m, h, d or w"
 expect_rc 2 "$lh" store gc --db "$db" --max-size lots
+# Numbers past what the store can count in are refused, not wrapped: an age of 2^64/1000 s wrapped
+# to 384 ms (deleting every checkpoint a second old), a size of 1e30T to a negative cap (no cap).
+"$driver" synth --db "$dir/wrap.db" --n 1024 --chunk 64 --seed 7 --out "$dir/dw" 2>/dev/null
+sleep 1
+for age in 18446744073709552 1e300 inf nan; do
+  expect_rc 2 "$lh" store gc --db "$dir/wrap.db" --older-than "$age"
+  case $age in inf|nan) has "expected a number" ;; *) has "out of range: at most 9e15 s" ;; esac
+done
+for size in 1e30T 9e18 nan; do
+  expect_rc 2 "$lh" store gc --db "$dir/wrap.db" --max-size "$size"
+  case $size in nan) has "expected bytes" ;; *) has "out of range: at most 4194304T" ;; esac
+done
+expect_rc 0 "$lh" store gc --db "$dir/wrap.db" --older-than 9e15
+has "deleted 0 checkpoint(s)"
+expect_rc 0 "$lh" store ls --db "$dir/wrap.db"
+has "16 checkpoint(s)"
 expect_rc 2 "$lh" store ls --db "$dir/absent.db"
 has "no store there"
 [ ! -e "$dir/absent.db" ] || fail "ls created a file"

@@ -221,6 +221,17 @@ int main(void) {
   copy(base, path);
   s = setup_store_open(path, NULL);
   p = lh_store_gc_default_params();
+  /* the largest age keeps everything; one more would wrap in milliseconds, and is refused (an age
+   * of 2^64/1000 s wrapped to 384 ms and deleted every checkpoint) */
+  p.older_than_s = LH_STORE_GC_MAX_AGE_S;
+  CHECK(lh_store_gc(s, &p, &r, &e) == LH_OK);
+  CHECK_EQ(r.deleted, 0);
+  p.older_than_s = LH_STORE_GC_MAX_AGE_S + 1;
+  CHECK_EQ(lh_store_gc(s, &p, &r, &e), LH_EINVAL);
+  CHECK_STR_CONTAINS(e.msg, "out of range");
+  p.older_than_s = 18446744073709552;
+  CHECK_EQ(lh_store_gc(s, &p, &r, &e), LH_EINVAL);
+  CHECK_EQ(count(s, 0), 12);
   p.older_than_s = 7 * 86400;
   CHECK(lh_store_gc(s, &p, &r, &e) == LH_OK);
   CHECK_EQ(r.deleted, 3);
