@@ -72,7 +72,8 @@ static void run_usage(FILE *f) {
           "  --progress auto|tty|plain|json|none   progress display (default auto)\n"
           "\n"
           "exit status: 0 all jobs done, 1 some failed, 2 usage or set-up error, 75 stopped by a full disk,\n"
-          "an I/O error, a damaged store or another run on --out (fix it and rerun: nothing done is lost),\n"
+          "an I/O error, a damaged store or another run on --out (fix it and rerun: nothing done is lost,\n"
+          "unless the store itself was deleted, which the message says),\n"
           "130 interrupted\n");
 }
 

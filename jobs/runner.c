@@ -1302,13 +1302,30 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
     else env_fault(&R, gs, &ge);
   }
   lh_store_get_stats(R.store, &sum->store, NULL);
-  lh_error oe;
-  const lh_status os = write_output(&R, &oe);
-  if (os != LH_OK) env_fault(&R, os, &oe);
+  /* a store whose file was deleted or moved away under the run (its output folder removed, say)
+   * stands behind nothing: no output is rebuilt from it, which would also bring back a folder the
+   * user removed, and the run does not claim that nothing is lost */
+  const int store_gone = lh_store_file_moved(R.store);
+  if (store_gone) {
+    lh_error ge;
+    lh_error_set(&ge, LH_EIO, "%s: the store's file was deleted or moved away while this run had it open",
+                 sum->db_path);
+    env_fault(&R, LH_EIO, &ge);
+  } else {
+    lh_error oe;
+    const lh_status os = write_output(&R, &oe);
+    if (os != LH_OK) env_fault(&R, os, &oe);
+  }
   /* a run that went to its end and still has unfinished jobs: another process holds them (two runs
    * on one store through --db, or a takeover); their lines come with a rerun once it is done */
   if (st == LH_OK && !R.fault) sum->elsewhere = R.unfinished;
-  if (R.fault) {
+  if (R.fault && store_gone) {
+    st = R.fault;
+    lh_error_set(err, st, "stopped: %s. %s is gone (deleted or moved away while this run had it open), so this run "
+                 "wrote no output. If it was deleted, the answers and checkpoints it held are lost: rerunning the "
+                 "same command starts a new store and computes every request again. If it was moved, put it back "
+                 "(or pass --db with its new path) and rerun, which resumes", R.fault_err.msg, sum->db_path);
+  } else if (R.fault) {
     st = R.fault;
     lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "
                  "disk space, make the folder writable) and rerun the same command, which resumes from the last "

@@ -675,6 +675,12 @@ void lh_store_close(lh_store *s) {
 const char *lh_store_path(const lh_store *s) { return s->path; }
 int lh_store_schema_version(const lh_store *s) { return s->version; }
 
+int lh_store_file_moved(lh_store *s) {
+  int moved = 0;
+  if (s && s->db && sqlite3_file_control(s->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK) moved = 0;
+  return moved != 0;
+}
+
 lh_status lh_store_model_put(lh_store *s, const char *model_id, const char *name, const char *info_json,
                              lh_error *err) {
   if (!model_id || strlen(model_id) != 64)

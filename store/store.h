@@ -106,6 +106,10 @@ void lh_store_close(lh_store *s);
 const char *lh_store_path(const lh_store *s);
 /* Schema version of the open file (== LH_STORE_SCHEMA_VERSION after open). */
 int lh_store_schema_version(const lh_store *s);
+/* 1 when the file this handle has open is no longer at its path (deleted, or renamed away: its
+ * folder removed under a run, say), else 0. What is written through the handle then goes nowhere
+ * anyone will find, and a rerun over the path starts an empty store. */
+int lh_store_file_moved(lh_store *s);
 
 /* ---- models ----------------------------------------------------------------------------- */
 

@@ -10,7 +10,8 @@
 #   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs or OUT/longhaul.lock: exit 75 naming it,
 #     nothing written through it;
 #   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
-#   - the output folder, store included, removed under a running run: exit 75 saying so.
+#   - the output folder, store included, removed under a running run: exit 75 saying so, and that
+#     what the store held is lost; the folder is not made again.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -137,6 +138,12 @@ wait $pid || rc=$?
 [ $rc = 75 ] || { cat "$T/v.log"; fail "the output folder removed under a run: exit $rc, expected 75"; }
 grep -q "longhaul.db: .*was removed or renamed while this process had it open" "$T/v.log" \
   || { cat "$T/v.log"; fail "the message does not say the store's file was removed"; }
+# ... and, the store being gone, neither says that nothing done is lost nor brings the folder back
+# holding an output.jsonl and errors.jsonl that no store stands behind
+grep -q "nothing already done is lost" "$T/v.log" && { cat "$T/v.log"; fail "the run says nothing is lost, its store deleted"; }
+grep -q "longhaul.db is gone .*wrote no output.*computes every request again" "$T/v.log" \
+  || { cat "$T/v.log"; fail "the message does not say the store and what it held are gone"; }
+[ -e "$T/v" ] && { ls -lR "$T/v"; fail "the run made the removed output folder again"; }
 echo "run_faults: the output folder removed under a run: ok"
 
 # -- the tmpfs cases
