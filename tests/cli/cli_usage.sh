@@ -131,7 +131,7 @@ python3 -c 'import json
 for i in (1, 2):
     print(json.dumps({"custom_id": f"g{i}", "method": "POST", "url": "/v1/chat/completions",
       "body": {"messages": [{"role": "user", "content": f"Question {i}?"}], "max_tokens": 2, "temperature": 0,
-               "documents": ["repo.tar.gz"] * 40}}))' > "$T/long.jsonl"
+               "documents": ["repo.tar.gz"] * 30}}))' > "$T/long.jsonl"
 "$LH" run "$T/long.jsonl" --model "$MODEL" --out "$T/int" --chunk 256 --progress none > "$T/int.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 1200); do [ "$(checkpoints "$T/int")" -ge 2 ] && break; sleep 0.05; done
