@@ -367,7 +367,8 @@ static void status_usage(FILE *f) {
 static void results_usage(FILE *f) {
   fprintf(f, "usage: longhaul results JOB [--out DIR | --db FILE]\n"
              "  print the result.json of a finished job (JOB: its custom_id or job number), from the\n"
-             "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db)\n");
+             "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db);\n"
+             "  a custom_id in several batches or stores gives the job a run changed last\n");
 }
 
 /* Open db read-only and list its jobs (lh_store_job_list's order) into *list, *n: 0, or -1 with
@@ -585,7 +586,7 @@ int lh_cmd_results(int argc, char **argv) {
   if (lh_args_stores("results", db, out, "longhaul.db", &paths, &np)) return LH_EXIT_USAGE;
   lh_store *found = NULL;
   const char *where = NULL;
-  int64_t id = 0;
+  int64_t id = 0, newest = INT64_MIN;
   int matches = 0;
   rc = LH_EXIT_FAILED;
   for (size_t k = 0; k < np; k++) {
@@ -601,10 +602,15 @@ int lh_cmd_results(int argc, char **argv) {
       char num[32];
       snprintf(num, sizeof num, "%lld", (long long)list[i].id);
       if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
-        /* the newest batch's job wins when a custom_id was used in several batches */
-        id = list[i].id;
+        /* when a custom_id was used in several batches, or by several runs into one OUT (shards
+         * and a whole run side by side), the job changed last wins, whichever store holds it: it
+         * is the one the last run over it wrote out (ties: the later batch, the later store) */
         matches++;
-        here = 1;
+        if (list[i].updated_ms >= newest) {
+          newest = list[i].updated_ms;
+          id = list[i].id;
+          here = 1;
+        }
       }
     }
     lh_store_job_list_free(list, n);
@@ -635,7 +641,7 @@ int lh_cmd_results(int argc, char **argv) {
       free(pretty);
       cJSON_Delete(o);
       if (matches > 1)
-        fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the newest of %s\n", matches, want, where);
+        fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the one a run changed last, in %s\n", matches, want, where);
       rc = LH_EXIT_OK;
     } else {
       fprintf(stderr, "longhaul results: %s\n", e.msg);

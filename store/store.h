@@ -200,6 +200,7 @@ typedef struct lh_store_job_info {
   lh_job_state state;
   int attempts;             /* claims so far, takeovers included */
   int64_t created_ms, started_ms, finished_ms, heartbeat_ms; /* Unix ms; 0 = not yet */
+  int64_t updated_ms;       /* Unix ms of the job's last change (added, renewed, claimed, done, ...) */
   char *error;              /* NULL unless failed */
   char *owner;              /* "host pid" of the claim holder while running, else NULL */
   int owner_alive;          /* running only: 1 live, 0 dead or lease expired (claimable), -1 unknown */

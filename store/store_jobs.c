@@ -658,7 +658,7 @@ lh_status lh_store_job_set_tokens(lh_store *s, int64_t job_id, int64_t tokens_to
   "SELECT j.id, j.batch_id, b.name, j.custom_id, j.group_key, j.model_id, j.request, j.state, j.attempts, "   \
   "j.created_ms, j.started_ms, j.finished_ms, j.heartbeat_ms, j.error, j.owner_name, j.owner_pid, "           \
   "j.owner_host, j.owner_start, j.ckpt_id, c.pos, j.tokens_total, "                                           \
-  "EXISTS(SELECT 1 FROM results r WHERE r.job_id = j.id), j.identity, " damaged " "                           \
+  "EXISTS(SELECT 1 FROM results r WHERE r.job_id = j.id), j.identity, " damaged ", j.updated_ms "             \
   "FROM jobs j JOIN batches b ON b.id = j.batch_id LEFT JOIN checkpoints c ON c.id = j.ckpt_id "
 /* 1 when the rows a job's outcome is rebuilt from fail their check (store.h: lh_store_job_info). */
 #define JOB_DAMAGED                                                                                           \
@@ -695,6 +695,7 @@ static lh_status fill_info(lh_store *s, sqlite3_stmt *q, int64_t now, lh_store_j
   in->has_result = sqlite3_column_int(q, 21);
   in->identity = lh_store__col_strdup(q, 22);
   in->damaged = sqlite3_column_int(q, 23);
+  in->updated_ms = sqlite3_column_int64(q, 24);
   if (!in->batch || !in->custom_id || !in->request_json) return LH_ENOMEM;
   return LH_OK;
 }

@@ -6,7 +6,8 @@
 #     prefix, with no checkpoint of its own) shows all its prompt tokens done, and an interrupted
 #     group shows the shared prefix's progress for each of its requests;
 #   - status, results and store ls|verify|gc take --out DIR as well as --db FILE; a folder of
-#     shard runs: status and results read every shard's store, store asks which one;
+#     shard runs: status and results read every shard's store, store asks which one; results of a
+#     custom_id in several stores is the job a run changed last;
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
 #     that nothing is downloaded and how to fetch the folder;
 #   - a batch that is a folder or is missing exits 2 and creates no --out; so does an --out that is
@@ -125,6 +126,15 @@ done
 run 2 sls "$LH" store ls --out "$T/sh"
 says sls "holds 2 stores (one per shard)"
 says sls "name one with --db FILE"
+# a whole run into the same folder after the shards: results gives its answers, the ones its
+# output.jsonl holds, not the shards' older ones (the stores were taken in their order, shards last)
+run 0 whole "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/sh" --chunk 256 --progress none
+for id in q1 c1; do
+  "$LH" results $id --out "$T/sh" > "$T/rw.json" 2> "$T/rw.err" || { cat "$T/rw.err"; fail "results $id after a whole run"; }
+  grep -qF "2 jobs are called '$id'; this is the one a run changed last, in $T/sh/longhaul.db" "$T/rw.err" \
+    || { cat "$T/rw.err"; fail "results $id: not the whole run's job"; }
+  json 'import sys; assert json.load(open(sys.argv[1]))["custom_id"] == sys.argv[2]' "$T/rw.json" $id
+done
 
 # ---- an interrupted group: each request shows the shared prefix's progress ----
 python3 -c 'import json
