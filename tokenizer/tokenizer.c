@@ -20,6 +20,7 @@
 
 #include "tokenizer/tokenizer_int.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 #define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
@@ -560,8 +561,37 @@ static lh_status analyse(lh_tokenizer *t, lh_error *err) {
   return LH_OK;
 }
 
+/* A key given twice in one object of node (at path, `len` bytes of the n-byte buffer), at any
+ * depth: refused, since HF tokenizers keeps the last (its maps and its own field readers alike)
+ * and cJSON's lookups find the first, so the file would be read as another tokenizer. vocab, the
+ * model's vocabulary object, is the exception: a token listed twice there is legal in HF, which
+ * keeps its last id, and so does tk_bpe_load. */
+static lh_status no_repeated_keys(const cJSON *node, const cJSON *vocab, char *path, size_t len, size_t n,
+                                  lh_error *err) {
+  const char *dup = NULL;
+  if (node != vocab && lh_json_duplicate_key(node, 0, &dup)) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (dup)
+    return lh_error_set(err, LH_EFORMAT, "key \"%.64s\" appears more than once in %s; HF tokenizers reads the last "
+                        "and longhaul would read the first, so write it once", dup, len ? path : "the top object");
+  size_t i = 0;
+  for (const cJSON *c = node->child; c; c = c->next, i++) {
+    if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+    int w = c->string ? snprintf(path + len, n - len, "%s%s", len ? "." : "", c->string)
+                      : snprintf(path + len, n - len, "[%zu]", i);
+    size_t at = w < 0 || (size_t)w >= n - len ? n - 1 : len + (size_t)w; /* a path too long is cut */
+    lh_status st = no_repeated_keys(c, vocab, path, at, n, err);
+    path[len] = 0;
+    if (st) return st;
+  }
+  return LH_OK;
+}
+
 static lh_status load_json(lh_tokenizer *t, const cJSON *root, lh_error *err) {
   if (!cJSON_IsObject(root)) return lh_error_set(err, LH_EFORMAT, "not a JSON object");
+  char path[256] = "";
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab");
+  lh_status rs = no_repeated_keys(root, vocab, path, 0, sizeof path, err); /* depth: cJSON's nesting limit */
+  if (rs) return rs;
   const char *ver = jstr(root, "version");
   if (ver && strcmp(ver, "1.0")) return lh_error_set(err, LH_EUNSUPPORTED, "unknown tokenizer.json version %s", ver);
   const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "truncation");

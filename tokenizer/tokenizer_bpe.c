@@ -197,8 +197,11 @@ lh_status tk_bpe_load(tk_bpe *b, const void *json_model, lh_error *err) {
       return lh_error_set(err, LH_EFORMAT, "tokenizer.json: vocab entry \"%s\" has no valid id", e->string);
     int32_t id = (int32_t)e->valuedouble;
     if (tk_strmap_put(&b->vocab, e->string, strlen(e->string), id)) return lh_error_set(err, LH_ENOMEM, "out of memory");
-    if (id > b->max_id) b->max_id = id;
   }
+  /* a token given twice keeps its last id, as in HF's vocabulary map: the id it had first is no
+   * id of the model unless another token has it */
+  for (size_t i = 0; i < b->vocab.nents; i++)
+    if (b->vocab.ents[i].val > b->max_id) b->max_id = b->vocab.ents[i].val;
   size_t nids = (size_t)b->max_id + 1;
   b->id_off = malloc((nids ? nids : 1) * sizeof *b->id_off);
   b->id_len = malloc((nids ? nids : 1) * sizeof *b->id_len);

@@ -96,6 +96,69 @@ static void test_refusals(void) {
   lh_tok_stream_close(NULL);
 }
 
+/* A key given twice in one object: HF tokenizers reads the last, cJSON's lookups the first, so
+ * every object but the vocabulary refuses one (naming the key and where); in model.vocab a token
+ * given twice is legal in HF and keeps its last id (outputs of tokenizers 0.23.3). */
+static const char *dup_json(const char *vocab, const char *model_extra, const char *pre, const char *top_extra,
+                            char *out, size_t n) {
+  snprintf(out, n,
+           "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],\"normalizer\":null,"
+           "\"pre_tokenizer\":%s,\"post_processor\":null,\"decoder\":null,%s\"model\":{\"type\":\"BPE\","
+           "\"dropout\":null,\"unk_token\":null,\"fuse_unk\":false,\"byte_fallback\":false,%s\"vocab\":%s,"
+           "\"merges\":[\"a b\"]}}",
+           pre, top_extra, model_extra, vocab);
+  return out;
+}
+
+static void test_repeated_keys(void) {
+  char j[2048];
+  const char *v = "{\"a\":0,\"b\":1,\"ab\":2,\" \":3}";
+  const char *split = "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Isolated\",\"invert\":false}";
+  expect_refused(dup_json(v, "", "null", "\"decoder\":null,", j, sizeof j), LH_EFORMAT,
+                 "key \"decoder\" appears more than once in the top object");
+  expect_refused(dup_json(v, "\"fuse_unk\":true,", "null", "", j, sizeof j), LH_EFORMAT,
+                 "key \"fuse_unk\" appears more than once in model");
+  expect_refused(dup_json(v, "", "{\"type\":\"Split\",\"pattern\":{\"String\":\" \",\"String\":\"a\"},"
+                          "\"behavior\":\"Isolated\",\"invert\":false}", "", j, sizeof j),
+                 LH_EFORMAT, "key \"String\" appears more than once in pre_tokenizer.pattern");
+  char seq[512];
+  snprintf(seq, sizeof seq, "{\"type\":\"Sequence\",\"pretokenizers\":[%s,{\"type\":\"Digits\",\"individual_digits\":true,"
+           "\"individual_digits\":false}]}", split);
+  expect_refused(dup_json(v, "", seq, "", j, sizeof j), LH_EFORMAT, "in pre_tokenizer.pretokenizers[1]");
+  lh_tokenizer *once = NULL; /* the same file, each key once */
+  lh_error e1 = {0};
+  dup_json(v, "", seq, "", j, sizeof j);
+  char *second = strstr(j, ",\"individual_digits\":false");
+  if (second) memmove(second, second + 26, strlen(second + 26) + 1);
+  CHECK_MSG(tk_open_json(j, strlen(j), "case", &once, &e1) == LH_OK, "%s: %s", e1.msg, j);
+  lh_tokenizer_close(once);
+
+  /* model.vocab: the last id of a token counts, and the one it replaced is no id */
+  static const struct {
+    const char *vocab;
+    int32_t ids[5], a_id, max_ok;
+  } cases[] = {{"{\"a\":0,\"b\":1,\"ab\":2,\" \":3,\"a\":4}", {2, 3, 4, 3, 1}, 4, 5},
+               {"{\"a\":5,\"b\":1,\"ab\":2,\" \":3,\"a\":0}", {2, 3, 0, 3, 1}, 0, 4}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    dup_json(cases[i].vocab, "", "null", "", j, sizeof j);
+    lh_tokenizer *t = NULL;
+    lh_error err = {0};
+    CHECK_MSG(tk_open_json(j, strlen(j), "case", &t, &err) == LH_OK, "%s", err.msg);
+    if (!t) continue;
+    lh_i32vec ids = {0};
+    CHECK(lh_tokenizer_encode(t, "ab a b", 6, 0, &ids, &err) == LH_OK);
+    CHECK_EQ(ids.len, 5);
+    for (size_t k = 0; k < ids.len && k < 5; k++) CHECK_EQ(ids.data[k], cases[i].ids[k]);
+    CHECK_EQ(lh_tokenizer_token_to_id(t, "a"), cases[i].a_id);
+    CHECK_EQ(lh_tokenizer_vocab_size(t), 4);
+    /* the smallest model vocabulary that holds every id: the replaced id 5 is not one */
+    CHECK_MSG(lh_tokenizer_check_ids(t, cases[i].max_ok, "case", &err) == LH_OK, "%s", err.msg);
+    CHECK(lh_tokenizer_check_ids(t, cases[i].max_ok - 1, "case", &err) == LH_EFORMAT);
+    lh_i32vec_free(&ids);
+    lh_tokenizer_close(t);
+  }
+}
+
 /* ------------------------------------------------------------------ UTF-8 */
 
 static void test_utf8(void) {
@@ -506,6 +569,7 @@ static void test_bpe_cache_prefetch(void) {
 int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
+  test_repeated_keys();
   test_utf8();
   test_roundtrip_offsets();
   test_threads();
