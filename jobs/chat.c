@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/fs.h"
+#include "util/json.h"
 
 #define BOS_TURN "<beginning_of_sentence>"
 #define EOS_TURN "<end_of_sentence>"
@@ -35,6 +36,48 @@ lh_status lh_chat_check_tokenizer(const lh_chat_format *f, const lh_tokenizer *t
 
 static int is_minimax_template(const char *t) {
   return strstr(t, BOS_TURN) && strstr(t, EOS_TURN) && strstr(t, "user name=user") && strstr(t, "ai name=assistant");
+}
+
+static const char *json_type_name(const cJSON *v) {
+  return cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "true or false" : cJSON_IsString(v) ? "a string"
+         : cJSON_IsArray(v) ? "a list" : cJSON_IsObject(v) ? "an object" : "null";
+}
+
+/* The template text of tokenizer_config.json's root (path): chat_template as a string, or the
+ * "default" one of a list of {"name", "template"} objects, as transformers picks it (it refuses a
+ * list without "default" too); NULL when there is none (absent or null). LH_EFORMAT for a file
+ * that gives a key twice in an object (Python's json, which transformers reads it with, keeps the
+ * last, cJSON the first) or a chat_template of another shape, naming what is wrong. */
+static lh_status chat_template_text(const cJSON *root, const char *path, const char **text, lh_error *err) {
+  *text = NULL;
+  if (!cJSON_IsObject(root)) return lh_error_set(err, LH_EFORMAT, "%s: expected a JSON object", path);
+  const char *dup = NULL;
+  if (lh_json_duplicate_key(root, 1, &dup)) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  if (dup)
+    return lh_error_set(err, LH_EFORMAT, "%s: key \"%.64s\" appears more than once in one object; transformers "
+                        "reads the last and longhaul would read the first, so write it once", path, dup);
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+  if (!t || cJSON_IsNull(t)) return LH_OK;
+  if (cJSON_IsString(t)) {
+    *text = t->valuestring;
+    return LH_OK;
+  }
+  if (!cJSON_IsArray(t))
+    return lh_error_set(err, LH_EFORMAT, "%s: chat_template is %s; expected a string (a Jinja template) or a list "
+                        "of {\"name\": ..., \"template\": ...}", path, json_type_name(t));
+  int i = 0;
+  for (const cJSON *it = t->child; it; it = it->next, i++) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(it, "template");
+    if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(tt))
+      return lh_error_set(err, LH_EFORMAT, "%s: chat_template[%d] is not {\"name\": a string, \"template\": a "
+                          "string}", path, i);
+    if (!strcmp(name->valuestring, "default")) *text = tt->valuestring; /* the last of a name, as a dict keeps it */
+  }
+  if (!*text && i)
+    return lh_error_set(err, LH_EFORMAT, "%s: chat_template lists %d named templates and none is called \"default\", "
+                        "so which one formats a chat is not said; pass --chat-template minimax or raw", path, i);
+  return LH_OK;
 }
 
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err) {
@@ -66,20 +109,12 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
   cJSON *root = cJSON_ParseWithLength(b.data, b.len);
   lh_buf_free(&b);
   if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
-  const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
   const char *text = NULL;
-  if (cJSON_IsString(t)) {
-    text = t->valuestring;
-  } else if (cJSON_IsArray(t)) { /* [{"name": "default", "template": "..."}, ...] */
-    const cJSON *it;
-    cJSON_ArrayForEach(it, t) {
-      const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
-      const cJSON *tt = cJSON_GetObjectItemCaseSensitive(it, "template");
-      if (cJSON_IsString(tt) && (!text || (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))))
-        text = tt->valuestring;
-    }
+  lh_status st = chat_template_text(root, path, &text, err);
+  if (st) {
+    cJSON_Delete(root);
+    return st;
   }
-  lh_status st = LH_OK;
   if (!text) {
     f->kind = 0;
   } else if (is_minimax_template(text)) {

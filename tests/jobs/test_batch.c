@@ -41,6 +41,48 @@ static int is_utf8(const char *s, size_t n) { return lh_utf8_valid((const uint8_
 /* A line is refused when its bytes are not UTF-8, hold NUL or \u0000 (which cJSON would decode and
  * cut the string at), or go on after the object; the message names the line, the column and the
  * key, and an id that is not exactly the line's string is never echoed. */
+/* tokenizer_config.json's chat_template in shapes other than one string: a key given twice (Python's
+ * json, which transformers reads it with, keeps the last, cJSON the first), a value that is not a
+ * template, a list of named templates, each said for what it is rather than as "no template". */
+static void test_chat_template_shapes(const char *mdir, const char *cfg) {
+#define MM "{{'<beginning_of_sentence>user name=user\\\\n'}}{{'<beginning_of_sentence>ai name=assistant\\\\n'}}" \
+           "{{'<end_of_sentence>'}}"
+  static const struct {
+    const char *json;
+    lh_status st;
+    int kind;
+    const char *msg;
+  } cases[] = {
+      {"{\"chat_template\": \"" MM "\", \"chat_template\": \"{{m}}\"}", LH_EFORMAT, 0,
+       "key \"chat_template\" appears more than once"},
+      {"{\"chat_template\": \"" MM "\", \"added_tokens_decoder\": {\"1\": {}, \"1\": {}}}", LH_EFORMAT, 0,
+       "key \"1\" appears more than once"},
+      {"{\"chat_template\": 7}", LH_EFORMAT, 0, "chat_template is a number; expected a string"},
+      {"{\"chat_template\": {\"default\": \"" MM "\"}}", LH_EFORMAT, 0, "chat_template is an object"},
+      {"{\"chat_template\": [\"" MM "\"]}", LH_EFORMAT, 0, "chat_template[0] is not {\"name\""},
+      {"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"" MM "\"}]}", LH_EFORMAT, 0,
+       "none is called \"default\""},
+      {"[]", LH_EFORMAT, 0, "expected a JSON object"},
+      {"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"{{x}}\"}, {\"name\": \"default\", "
+       "\"template\": \"" MM "\"}]}", LH_OK, LH_CHAT_MINIMAX, NULL},
+      {"{\"chat_template\": null}", LH_OK, 0, NULL},
+      {"{\"bos_token\": \"<s>\"}", LH_OK, 0, NULL},
+  };
+#undef MM
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    write_file(cfg, cases[i].json);
+    lh_chat_format f;
+    lh_error err = {0};
+    const lh_status st = lh_chat_format_detect(mdir, NULL, &f, &err);
+    CHECK_MSG(st == cases[i].st, "%s: got %s (%s)", cases[i].json, lh_status_name(st), err.msg);
+    if (st == LH_OK) CHECK_EQ(f.kind, cases[i].kind);
+    if (cases[i].msg) {
+      CHECK_STR_CONTAINS(err.msg, cases[i].msg);
+      CHECK_STR_CONTAINS(err.msg, "tokenizer_config.json");
+    }
+  }
+}
+
 static void test_raw_bytes_of_a_line(void) {
   lh_request r;
   const char bad_id[] = "{\"custom_id\":\"q\xfc\x80\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}";
@@ -621,6 +663,7 @@ int main(void) {
   write_file(cfg, "{\"chat_template\": \"{% for m in messages %}<|im_start|>{{m.role}}{% endfor %}\"}");
   CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EUNSUPPORTED);
   CHECK_STR_CONTAINS(err.msg, "--chat-template");
+  test_chat_template_shapes(mdir, cfg);
 
   /* output lines parse back with the fields the OpenAI batch format has */
   lh_buf out = {0};
