@@ -652,7 +652,7 @@ lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokeni
   }
   pthread_mutex_init(&t->pool_mu, NULL);
   t->split_step = t->cap_step = -1;
-  lh_status st = load_json(t, root, err);
+  lh_status st = (t->path = strdup(name)) ? load_json(t, root, err) : lh_error_set(err, LH_ENOMEM, "out of memory");
   cJSON_Delete(root);
   if (st) {
     lh_error_prefix(err, st, "%s: ", name);
@@ -715,6 +715,7 @@ void lh_tokenizer_close(lh_tokenizer *t) {
     tk_ctx_free(c);
   }
   pthread_mutex_destroy(&t->pool_mu);
+  free(t->path);
   free(t);
 }
 

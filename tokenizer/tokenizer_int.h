@@ -89,6 +89,7 @@ typedef struct tk_regex {
   bool can_be_empty; /* the pattern can match the empty string */
   uint32_t lookbehind; /* longest lookbehind in characters (plus one for ^ and \b) */
   int fast_kind;       /* TK_FAST_*: a hand-written matcher (tokenizer_fastsplit.c) replaces PCRE2 */
+  char *label;         /* what errors call it: where it is and its pattern (pre_tokenizer Split "...") */
 } tk_regex;
 
 /* Compile an Oniguruma (Ruby syntax) pattern the way HF's SysRegex does, or a literal string
@@ -363,6 +364,7 @@ struct lh_tokenizer {
   int32_t vocab_size;          /* HF get_vocab_size(with_added_tokens=True) */
   tk_norm *norms;
   size_t nnorms;
+  char *path;                  /* the file it was read from, for messages */
   tk_pre pres[TK_MAX_STEPS];
   size_t npres;
   tk_tpl *tpl;

@@ -445,6 +445,14 @@ static lh_status normalize_segmentable(const lh_tokenizer *t, tk_ctx *c, const u
   return LH_OK;
 }
 
+/* PCRE2 stopped matching re on an n-byte piece of text at its match limit (a pattern that
+ * backtracks exponentially on such text): the error names the tokenizer file and the pattern. */
+static lh_status regex_gave_up(const lh_tokenizer *t, const tk_regex *re, size_t n, lh_error *err) {
+  return lh_error_set(err, LH_ELIMIT, "%s: the %s reached PCRE2's match limit on a piece of %zu bytes of text (it "
+                      "backtracks too much on such text), so this text cannot be tokenized with this tokenizer",
+                      t->path ? t->path : "tokenizer", re->label ? re->label : "regex", n);
+}
+
 lh_status tk_normalize(const lh_tokenizer *t, tk_ctx *c, const uint8_t *s, size_t n, bool piece_start,
                        bool want_anchors, lh_buf *out, lh_error *err) {
   lh_buf_clear(out);
@@ -498,7 +506,7 @@ lh_status tk_normalize(const lh_tokenizer *t, tk_ctx *c, const uint8_t *s, size_
       size_t last = 0, ms, me;
       for (;;) {
         int r = tk_regex_find(&nm->re, c->md, c->mc, (const uint8_t *)cur->data, cur->len, &f, false, &ms, &me);
-        if (r == TK_FIND_ERROR) return lh_error_set(err, LH_ELIMIT, "tokenizer: Replace regex failed (match limit)");
+        if (r == TK_FIND_ERROR) return regex_gave_up(t, &nm->re, cur->len, err);
         if (r != TK_FIND_MATCH) break;
         if ((st = lh_buf_append(nxt, cur->data + last, ms - last))) break;
         if ((st = lh_buf_append(nxt, nm->text, nm->text_len))) break;
@@ -774,7 +782,7 @@ static lh_status split_piece(const lh_tokenizer *t, tk_ctx *c, size_t k, piece *
     prev_m = m;
     prev_cut = e.cut;
   }
-  if (r < 0) return lh_error_set(err, LH_ELIMIT, "tokenizer: pre-tokenizer regex failed (match limit)");
+  if (r < 0) return regex_gave_up(t, &st->re, p->len, err);
   if (have_cur && cb > ca) {
     piece q = sub_piece(p, ca, cb);
     if (pieces_push(&c->lv[k], &c->lvn[k], &c->lvcap[k], q)) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -901,7 +909,7 @@ static lh_status split_step(const lh_tokenizer *t, tk_ctx *c, split_ctx *x, piec
     have_prev = true;
     pe = e;
   }
-  if (r < 0) return lh_error_set(err, LH_ELIMIT, "tokenizer: pre-tokenizer regex failed (match limit)");
+  if (r < 0) return regex_gave_up(t, &st->re, whole->len, err);
   if (have_cur && cb > ca && (s = flush_split(t, c, x, k, whole, ca, cb, err))) return s;
   return LH_OK;
 }

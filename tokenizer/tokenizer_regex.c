@@ -1272,6 +1272,16 @@ lh_status tk_regex_compile(tk_regex *re, const char *pat, size_t len, bool liter
   re->can_be_empty = minlen == 0;
   re->lookbehind = plb + 1 > lb ? plb + 1 : lb;
   if (!literal) re->fast_kind = tk_fast_kind(pat, len);
+  /* the pattern, cut at a character boundary past 100 bytes */
+  int shown = len > 100 ? 100 : (int)len;
+  while (shown < (int)len && shown > 0 && ((uint8_t)pat[shown] & 0xC0) == 0x80) shown--;
+  if (!strncmp(where, "tokenizer.json ", 15)) where += 15;
+  const size_t n = strlen(where) + (size_t)shown + 32;
+  if (!(re->label = malloc(n))) {
+    tk_regex_free(re);
+    return lh_error_set(err, LH_ENOMEM, "%s: out of memory", where);
+  }
+  snprintf(re->label, n, "%s pattern \"%.*s\"%s", where, shown, pat, shown < (int)len ? "..." : "");
   return LH_OK;
 }
 
@@ -1280,6 +1290,7 @@ void tk_regex_free(tk_regex *re) {
   pcre2_code_free(re->code);
   pcre2_code_free(re->fast);
   free(re->delta);
+  free(re->label);
   memset(re, 0, sizeof *re);
 }
 

@@ -159,6 +159,39 @@ static void test_repeated_keys(void) {
   }
 }
 
+/* A regex that PCRE2 gives up on (its match limit, on a pattern that backtracks exponentially):
+ * the error names the tokenizer file and the pattern, and where in the file it is. */
+static void test_regex_limit(void) {
+  char j[4096];
+  const char *v = "{\"a\":0,\"b\":1,\"ab\":2,\" \":3}";
+  const char *split = "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(a+)+$\"},\"behavior\":\"Isolated\",\"invert\":false}";
+  const char *replace = "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"(a+)+$\"},\"content\":\"b\"}";
+  char text[64];
+  memset(text, 'a', 40);
+  text[40] = '!';
+  text[41] = 0;
+  for (int k = 0; k < 2; k++) {
+    dup_json(v, "", k ? "null" : split, "", j, sizeof j);
+    if (k) { /* the normalizer instead of the pre-tokenizer */
+      char *at = strstr(j, "\"normalizer\":null");
+      char rest[4096];
+      snprintf(rest, sizeof rest, "%s", at + 17);
+      snprintf(at, sizeof j - (size_t)(at - j), "\"normalizer\":%s%s", replace, rest);
+    }
+    lh_tokenizer *t = NULL;
+    lh_error err = {0};
+    CHECK_MSG(tk_open_json(j, strlen(j), "models/x/tokenizer.json", &t, &err) == LH_OK, "%s", err.msg);
+    if (!t) continue;
+    lh_i32vec ids = {0};
+    CHECK_EQ(lh_tokenizer_encode(t, text, strlen(text), 0, &ids, &err), LH_ELIMIT);
+    CHECK_STR_CONTAINS(err.msg, "models/x/tokenizer.json: the ");
+    CHECK_STR_CONTAINS(err.msg, k ? "normalizer Replace pattern \"(a+)+$\"" : "pre_tokenizer Split pattern \"(a+)+$\"");
+    CHECK_STR_CONTAINS(err.msg, "match limit on a piece of 41 bytes");
+    lh_i32vec_free(&ids);
+    lh_tokenizer_close(t);
+  }
+}
+
 /* ------------------------------------------------------------------ UTF-8 */
 
 static void test_utf8(void) {
@@ -570,6 +603,7 @@ int main(void) {
   lh_test_begin("test_tokenizer_unit");
   test_refusals();
   test_repeated_keys();
+  test_regex_limit();
   test_utf8();
   test_roundtrip_offsets();
   test_threads();
