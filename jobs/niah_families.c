@@ -26,6 +26,7 @@
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/rand.h"
+#include "util/utf8.h"
 
 static const char *const ID_STYLES[LH_NIAH__ID_COUNT] = {"snake", "upper", "camel", "pascal", "dotted", "kebab"};
 
@@ -339,6 +340,76 @@ static lh_status value_kinds(loader *L, const cJSON *root, lh_niah__families *F)
   return LH_OK;
 }
 
+/* The strings of text (n bytes of JSON that cJSON has parsed, so well-formed) checked before any is
+ * used: cJSON copies bytes that are not UTF-8 into its strings as they are, and ends a string at
+ * a raw NUL or a \u0000, so either would reach results.jsonl, results.csv and the heatmap as
+ * invalid text or a silently shortened needle. The first bad string is refused with its JSON path
+ * (needles[2].text), or the path of the object whose key it is, and its line. */
+static lh_status strings_clean(loader *L, const char *text, size_t n) {
+  struct frame {
+    int array, index;
+    const char *key; /* the object's current key, raw JSON text */
+    size_t key_len;
+  } fr[CJSON_NESTING_LIMIT + 1]; /* cJSON refused anything deeper */
+  const unsigned char *s = (const unsigned char *)text;
+  int depth = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '{' || s[i] == '[') {
+      fr[depth] = (struct frame){.array = s[i] == '['};
+      depth++;
+      continue;
+    }
+    if (s[i] == '}' || s[i] == ']') {
+      depth--;
+      continue;
+    }
+    if (s[i] == ',' && depth > 0 && fr[depth - 1].array) fr[depth - 1].index++;
+    if (s[i] != '"') continue;
+    const char *what = NULL;
+    size_t j = i + 1;
+    while (j < n && s[j] != '"') {
+      size_t step = 1;
+      if (s[j] == 0) {
+        if (!what) what = "a NUL byte";
+      } else if (s[j] >= 0x80) {
+        if (!lh_utf8_next(s + j, n - j, &step) && !what) what = "bytes that are not UTF-8";
+      } else if (s[j] == '\\') {
+        if (j + 5 < n && s[j + 1] == 'u' && !memcmp(s + j + 2, "0000", 4) && !what) what = "\\u0000 (NUL)";
+        step = 2;
+      }
+      j += step;
+    }
+    size_t k = j + 1;
+    while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n')) k++;
+    const int is_key = k < n && s[k] == ':';
+    if (what) {
+      char field[512];
+      size_t at = 0;
+      for (int d = 0; d < depth && at < sizeof field; d++) {
+        const int own = is_key && d == depth - 1; /* the key being named is not yet the frame's */
+        int w = fr[d].array ? snprintf(field + at, sizeof field - at, "[%d]", fr[d].index)
+                : own       ? 0
+                            : snprintf(field + at, sizeof field - at, "%s%.*s", at ? "." : "",
+                                       (int)(fr[d].key_len > 64 ? 64 : fr[d].key_len), fr[d].key ? fr[d].key : "");
+        at += w > 0 ? (size_t)w : 0;
+      }
+      if (at >= sizeof field) at = sizeof field - 1;
+      if (!at) snprintf(field, sizeof field, "the top object");
+      int line = 1;
+      for (size_t q = 0; q < i; q++) line += s[q] == '\n';
+      const int utf8 = !strcmp(what, "bytes that are not UTF-8");
+      char m[200];
+      snprintf(m, sizeof m, "%s (line %d) holds %s%s", is_key ? "a key" : "the string", line, what,
+               utf8 ? "; a families file is UTF-8 text: re-encode it"
+                    : ", which a needle, question or value cannot carry: remove it");
+      return bad(L, field, "%s", m);
+    }
+    if (is_key && depth > 0) fr[depth - 1].key = text + i + 1, fr[depth - 1].key_len = j - i - 1;
+    i = j;
+  }
+  return LH_OK;
+}
+
 static const char *const Q_SECTIONS[LH_NIAH__Q_COUNT] = {"questions", "multi_value_questions", "file_questions"};
 
 lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_error *err) {
@@ -373,6 +444,8 @@ lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_e
     else if (dup)
       st = lh_error_set(err, LH_EFORMAT, "%s: key \"%.64s\" appears more than once in one object; JSON readers "
                         "disagree on which one counts (grammar.py's takes the last), so write it once", path, dup);
+    else
+      st = strings_clean(&L, b.data, b.len);
   }
   lh_buf_free(&b);
   if (!st) st = string_list(&L, F->root, "value_words", 60, 1, &F->words, &F->n_words);

@@ -267,6 +267,31 @@ static void check_loading(void) {
                 "\"questions\": [{\"text\": \"What is {key}?\", \"needs_id\": false}],"
                 "\"value_kinds\": [{\"name\": \"d\", \"patterns\": [\"{d4}\", \"{d0}{x0}\"]}], \"attributes\": [\"a\"]}",
                 "value_kinds[0].patterns[1]: its values are empty");
+  /* a string that is not UTF-8, or holds a NUL, refused with its JSON path: cJSON copies the bytes
+   * as they are (into results.jsonl, results.csv and the heatmap) and ends a string at a NUL */
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null},\n"
+                "{\"kind\": \"p\", \"text\": \"{key} \xff {value}\", \"id_style\": null}], " OK_REST "}",
+                "needles[1].text: the string (line 2) holds bytes that are not UTF-8");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\\u0000 and more\", \"id_style\": null}], "
+                OK_REST "}",
+                "needles[0].text: the string (line 1) holds \\u0000 (NUL)");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
+                "\"keys\": [\"alpha\", \"br\xc3\"]}",
+                "keys[1]: the string (line 1) holds bytes that are not UTF-8");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], "
+                "\"questions\": [{\"text\": \"What is {key}?\", \"needs_id\": false}], \"attributes\": [\"a\"],"
+                "\"value_kinds\": [{\"name\": \"d\", \"patterns\": [\"{d4}\", \"\xed\xa0\x80{d}\"]}]}",
+                "value_kinds[0].patterns[1]: the string");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
+                "\"note\\u0000\": 1}",
+                "the top object: a key (line 1) holds \\u0000 (NUL)");
+  check_refused("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} {value}\", \"id_style\": null}], " OK_REST ","
+                "\"value_words\": [\"caf\xc3\xa9\", \"x\"], \"keys\": [\"alpha\", \"bravo\\u0000\"]}",
+                "keys[1]: the string (line 1) holds \\u0000");
+  CHECK_EQ(load_text("{\"needles\": [{\"kind\": \"p\", \"text\": \"{key} \xc3\xa9 \\u00e9 \\\\u0000 {value}\", "
+                     "\"id_style\": null}], " OK_REST "}", &F, &e), LH_OK); /* é, and a backslash before u0000 */
+  lh_niah__families_free(F);
+  F = NULL;
   lh_error_clear(&e);
   CHECK(lh_niah__families_load("/nonexistent/fam.json", &F, &e) != LH_OK && !F);
   CHECK_STR_CONTAINS(e.msg, "--families");
