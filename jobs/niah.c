@@ -101,7 +101,14 @@ int lh_niah_parse_lengths(const char *s, int64_t *out, int max, lh_error *err) {
                    (long long)LH_NIAH_MAX_LENGTH);
       return -1;
     }
-    out[n++] = (int64_t)llround(v * (double)mul);
+    out[n] = (int64_t)llround(v * (double)mul);
+    for (int i = 0; i < n; i++)
+      if (out[i] == out[n]) { /* its cells would hold every trial twice */
+        lh_error_set(err, LH_EINVAL, "--lengths %s: %.*s is %lld tokens, listed already; give each length once", s,
+                     (int)(end - p), p, (long long)out[n]);
+        return -1;
+      }
+    n++;
     p = *end ? end + 1 : end;
   }
   if (!n) lh_error_set(err, LH_EINVAL, "--lengths is empty");
@@ -133,6 +140,11 @@ int lh_niah_parse_depths(const char *s, double *out, int max, lh_error *err) {
       lh_error_set(err, LH_EINVAL, "--depths %s: expected FROM:TO:STEP or a list of percentages", s);
       return -1;
     }
+    for (int i = 0; i < n; i++)
+      if (fabs(out[i] - v) < 1e-9) { /* the same depth, as results.jsonl's trials are matched */
+        lh_error_set(err, LH_EINVAL, "--depths %s: %.*s is listed already; give each depth once", s, (int)(end - p), p);
+        return -1;
+      }
     out[n++] = v;
     p = *end ? end + 1 : end;
   }
@@ -474,6 +486,27 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
                         (long long)n_trials, LH_NIAH_MAX_TRIALS);
   if (p->n_needles > 16)
     return lh_error_set(err, LH_EINVAL, "--needles %d: a trial has at most 16 needles", p->n_needles);
+  if (p->n_needles > 1 && (p->variant == LH_NIAH_SINGLE || p->variant == LH_NIAH_WHICHFILE))
+    return lh_error_set(err, LH_EINVAL, "--needles %d: --variant %s plants one needle per trial; drop --needles, or "
+                        "pass --variant multikey, multivalue or multiquery", p->n_needles,
+                        lh_niah_variant_name(p->variant));
+  if (p->n_needles == 1 && p->variant == LH_NIAH_MULTIQUERY)
+    return lh_error_set(err, LH_EINVAL, "--needles 1: --variant multiquery asks for two needles' values; pass "
+                        "--needles 2 or more");
+  for (int i = 0; i < p->n_lengths; i++)
+    for (int j = 0; j < i; j++)
+      if (p->lengths[i] == p->lengths[j])
+        return lh_error_set(err, LH_EINVAL, "length %lld is in the sweep twice; give each length once",
+                            (long long)p->lengths[i]);
+  for (int i = 0; i < p->n_depths; i++)
+    for (int j = 0; j < i; j++)
+      if (fabs(p->depths[i] - p->depths[j]) < 1e-9)
+        return lh_error_set(err, LH_EINVAL, "depth %g%% is in the sweep twice; give each depth once", p->depths[i]);
+  const char *const tpl[3] = {p->needle, p->question, p->answer}, *const tpl_name[3] = {"needle", "question", "answer"};
+  for (int i = 0; i < 3; i++) /* written into results.jsonl, results.csv and sweep.json as they are */
+    if (tpl[i] && !lh_utf8_valid((const uint8_t *)tpl[i], strlen(tpl[i])))
+      return lh_error_set(err, LH_EINVAL, "--%s is not UTF-8 text (the reports would carry its bytes as they are); "
+                          "pass it in UTF-8", tpl_name[i]);
   const char *corpus = p->corpus ? p->corpus : builtin_corpus(cbuf, sizeof cbuf);
   if (!corpus)
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "

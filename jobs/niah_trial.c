@@ -81,8 +81,10 @@ int lh_niah__needles(const lh_niah_params *p) {
   return n;
 }
 
-/* RULER's needles: built-in keys, 7-digit values, p's templates (or the defaults). */
-static void draw_ruler(sweep *S, trial *t, int n, uint64_t *rng) {
+/* RULER's needles: built-in keys, 7-digit values, p's templates (or the defaults). LH_EINVAL when
+ * the question or the expected answer renders longer than a trial holds (never cut: a question cut
+ * short asks something else, an answer cut short is found in more answers). */
+static lh_status draw_ruler(sweep *S, trial *t, int n, uint64_t *rng, lh_error *err) {
   const lh_niah_params *p = S->p;
   for (int i = 0; i < n; i++) {
     int k;
@@ -102,8 +104,12 @@ static void draw_ruler(sweep *S, trial *t, int n, uint64_t *rng) {
   int q2 = n > 1 ? 1 + (int)(lh_splitmix64(rng) % (uint64_t)(n - 1)) : 0;
   lh_buf q = {0};
   fill(&q, p->question ? p->question : lh_niah__default_question(p->variant), t->keys[0], t->keys[q2], t->values[0]);
+  const size_t qlen = q.len;
   snprintf(t->question, sizeof t->question, "%s", q.data ? q.data : "");
   lh_buf_free(&q);
+  if (qlen >= sizeof t->question)
+    return lh_error_set(err, LH_EINVAL, "--question renders to %zu bytes with key %s; a question has at most %zu",
+                        qlen, t->keys[0], sizeof t->question - 1);
   if (p->variant == LH_NIAH_MULTIVALUE) {
     t->n_expected = n; /* the list itself is written once the needles are in text order */
   } else if (p->variant == LH_NIAH_MULTIQUERY) {
@@ -115,11 +121,16 @@ static void draw_ruler(sweep *S, trial *t, int n, uint64_t *rng) {
     t->n_expected = 1;
     lh_buf a = {0};
     fill(&a, p->answer ? p->answer : "{value}", t->keys[0], NULL, t->values[0]);
+    const size_t alen = a.len;
     snprintf(t->expected, sizeof t->expected, "%s", a.data ? a.data : "");
     snprintf(t->expected_vals[0], sizeof t->expected_vals[0], "%.255s", p->answer ? t->expected : t->values[0]);
     lh_buf_free(&a);
+    if (alen >= sizeof t->expected_vals[0])
+      return lh_error_set(err, LH_EINVAL, "--answer renders to %zu bytes with key %s; an expected answer has at most "
+                          "%zu", alen, t->keys[0], sizeof t->expected_vals[0] - 1);
   }
   for (int i = 0; i < 16; i++) t->fam_needle[i] = t->fam_kind[i] = -1;
+  return LH_OK;
 }
 
 /* Swap needles a and b of t (everything kept per needle). */
@@ -207,7 +218,8 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
     lh_status st = lh_niah__families_draw(S->fam, p->variant, n, KEYS, N_KEYS, &rng, t, err);
     if (st) return st;
   } else {
-    draw_ruler(S, t, n, &rng);
+    lh_status st = draw_ruler(S, t, n, &rng, err);
+    if (st) return st;
   }
   /* geometry: length = head + haystack + needles + tail */
   char tail[1024];

@@ -217,7 +217,7 @@ niah_refuses() { # name, expected text, arguments...
 }
 # 64 x 64 x 2^20 trials wrapped an int to 0: the trial table was allocated empty and overrun
 niah_refuses trials-product "64 lengths x 64 depths x 1048576 trials is 4294967296 trials; a sweep has at most 65536" \
-  --lengths "$(printf '1k,%.0s' $(seq 63))1k" --depths 0:63:1 --trials 1048576
+  --lengths "$(seq -s, 1 64)" --depths 0:63:1 --trials 1048576
 niah_refuses needles "--needles 17: a trial has at most 16 needles" --variant multikey --needles 17
 # lengths past int64 (1e30, inf) and nan became INT64_MIN ("haystack too short for length
 # -9223372036854775808"); a nan depth gave no depths or a fork point of -2^63; a STEP that makes
@@ -233,6 +233,25 @@ niah_refuses max-tokens "--max-tokens 4294967295: expected an integer >= 1 and a
 niah_refuses trials-wrap "--trials 4294967297: expected an integer >= 1 and at most 1073741824" --trials 4294967297
 niah_refuses seed-range "--seed 99999999999999999999: expected an integer >= 0 and at most" --seed 99999999999999999999
 niah_refuses depth-step "--depths 0:100:0.001: 100001 depths; at most 64" --depths 0:100:0.001
+# a length or depth listed twice ran every trial of its cells twice; --needles was ignored for one
+# needle's variants and raised to 2 for multiquery without a word; a --needle that is not UTF-8
+# went into results.jsonl and results.csv as it was
+niah_refuses length-twice "--lengths 1k,1024: 1024 is 1024 tokens, listed already" --lengths 1k,1024
+niah_refuses depth-twice "--depths 0,50,50.0: 50.0 is listed already" --depths 0,50,50.0
+niah_refuses needles-single "--needles 3: --variant single plants one needle per trial" --needles 3
+niah_refuses needles-whichfile "--needles 2: --variant whichfile plants one needle" --variant whichfile --needles 2
+niah_refuses needles-multiquery "--needles 1: --variant multiquery asks for two needles' values" \
+  --variant multiquery --needles 1
+niah_refuses needle-utf8 "--needle is not UTF-8 text" --needle "$(printf 'The \xe9 {key} is {value}.')"
+niah_refuses question-utf8 "--question is not UTF-8 text" --question "$(printf 'What is \xff{key}?')"
+# a question or an expected answer longer than a trial holds was cut (a cut answer matched more)
+run 2 niah-question-long "$LH" niah --model "$MODEL" --out "$T/niah-long" --progress none --lengths 1k --depths 50 \
+  --question "$(printf 'x%.0s' $(seq 600)) {key}?"
+says niah-question-long "--question renders to"
+says niah-question-long "a question has at most 511"
+run 2 niah-answer-long "$LH" niah --model "$MODEL" --out "$T/niah-long2" --progress none --lengths 1k --depths 50 \
+  --answer "{value}$(printf 'y%.0s' $(seq 300))"
+says niah-answer-long "an expected answer has at most 255"
 # ---- a tokenizer with ids past config.json's vocab_size: refused at set-up (2), naming both ----
 # (it ran, and failed each request whose prompt held such a token with "outside the vocabulary");
 # HF numbers an added token that the vocabulary lacks after the last id, 512 here, whatever its "id"
