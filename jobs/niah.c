@@ -37,6 +37,7 @@
 #include "util/fs.h"
 #include "util/hash.h"
 #include "util/log.h"
+#include "util/testpoint.h"
 #include "util/utf8.h"
 
 #ifndef LH_DATA_DIR
@@ -203,6 +204,11 @@ static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int
   if (st == LH_OK) lh_ingest_stats_get(ing, &is);
   lh_progress_begin(prog, "haystack", "ingest", st == LH_OK && is.source_total > 0 ? is.source_total : 0, "B");
   while (st == LH_OK && (st = lh_ingest_next(ing, &b, err)) == LH_OK) {
+    lh_testpoint("haystack");
+    if (niah_stop) { /* a big corpus takes a while: the first ^C stops here too */
+      st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
+      break;
+    }
     lh_i32vec_append(&S->H, b.tokens, b.n_tokens);
     for (size_t i = 0; i < b.n_entries && st == LH_OK; i++)
       if (b.entries[i].token_start >= 0 && b.entries[i].token_end > b.entries[i].token_start)
@@ -216,8 +222,9 @@ static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int
     lh_progress_update(prog, is.source_bytes);
   }
   if (st == LH_OK) lh_progress_end(prog);
-  else lh_progress_stop(prog, "failed");
+  else lh_progress_stop(prog, st == LH_EINTR ? "interrupted" : "failed");
   lh_ingest_close(ing);
+  if (st == LH_EINTR) return st;
   if (st != LH_OK) return lh_error_prefix(err, st, "haystack %s: ", corpus);
   S->corpus_tokens = (int64_t)S->H.len;
   if (S->corpus_tokens < 64) return lh_error_set(err, LH_EINVAL, "haystack %s has only %lld tokens", corpus,
@@ -363,6 +370,11 @@ static lh_status sweep_trials(sweep *S, const char *results, lh_niah_summary *su
   for (int li = 0; li < p->n_lengths && !st; li++)
     for (int di = 0; di < p->n_depths && !st; di++)
       for (int ti = 0; ti < p->trials && !st; ti++, k++) {
+        lh_testpoint("niah-trial");
+        if (niah_stop) { /* 65536 trials of long prompts take a while to draw too */
+          st = lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume");
+          break;
+        }
         trial *t = &S->T[k];
         *t = (trial){.length = p->lengths[li], .depth = p->depths[di], .index = ti};
         st = lh_niah__make_trial(S, t, err);

@@ -179,4 +179,36 @@ grep -q 'path="notes.txt"' "$T/corpus/out/prompts/L1024-D100-T0.txt" || fail "th
 if grep -o 'path="out/[^"]*"' "$T/corpus/out/prompts/L1024-D100-T0.txt" | sort -u | grep .; then
   fail "the sweep's own OUT folder was read into its haystack"
 fi
+# a first ^C (or SIGTERM) while the sweep sets up stops it there: reading the corpus (a big one
+# takes minutes) and drawing the trials (65536 of long prompts take a while) went on to their end
+# whatever the signal said, and only the first trial's prefill looked at it. The sweep is held at
+# a test point inside each loop (LH_TEST_STOP_AT, a SIGSTOP: util/testpoint.h), signalled, and let go.
+stopped_state() { # T once process $1 has stopped at its test point, gone (or Z) once it ended; 60 s
+  local st=gone
+  for _ in $(seq 1 1200); do
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || echo gone)
+    case $st in T | gone | Z) break ;; esac
+    sleep 0.05
+  done
+  echo "$st"
+}
+for point in haystack:1 niah-trial:2; do
+  for sig in INT TERM; do
+    out="$T/int-${point%%:*}-$sig"
+    LH_TEST_STOP_AT=$point "$LH" niah "${args[@]}" --trials 2 --progress plain --out "$out" > "$out.log" 2>&1 &
+    pid=$!
+    state=$(stopped_state $pid)
+    [ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$out.log"; fail "the sweep did not stop at $point ($state)"; }
+    kill -$sig $pid
+    kill -CONT $pid
+    rc=0
+    wait $pid || rc=$?
+    [ "$rc" = 130 ] || { cat "$out.log"; fail "SIG$sig at $point: exit $rc, expected 130"; }
+    grep -q "interrupted; rerun the same command to resume" "$out.log" || { cat "$out.log"; fail "SIG$sig at $point: no word of it"; }
+    if grep -q "prefill" "$out.log"; then cat "$out.log"; fail "SIG$sig at $point: a trial ran after the signal"; fi
+    if [ "$point" = haystack:1 ]; then
+      grep -q "haystack ingest stopped: .*(interrupted)" "$out.log" || { cat "$out.log"; fail "SIG$sig did not stop the corpus's ingest"; }
+    fi
+  done
+done
 echo "niah_e2e: ok"
