@@ -190,6 +190,27 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
   return st;
 }
 
+/* What is never a document, should it lie in a document folder: the output folder and the store
+ * with its side files (the rollback journal stays between transactions, its times changing on
+ * each). ingest leaves them out of its folder walks (ingest_documents), and so does the digest
+ * (job_identity). */
+typedef struct run_skips {
+  char wal[4200], shm[4200], journal[4200];
+  const char *path[5];
+} run_skips;
+
+static size_t run_skips_of(const run *R, run_skips *k) {
+  snprintf(k->wal, sizeof k->wal, "%s-wal", R->sum->db_path);
+  snprintf(k->shm, sizeof k->shm, "%s-shm", R->sum->db_path);
+  snprintf(k->journal, sizeof k->journal, "%s-journal", R->sum->db_path);
+  k->path[0] = R->p->out_dir;
+  k->path[1] = R->sum->db_path;
+  k->path[2] = k->wal;
+  k->path[3] = k->shm;
+  k->path[4] = k->journal;
+  return sizeof k->path / sizeof *k->path;
+}
+
 /* Jobs with the same model and documents share a prefix (the documents open every prompt). */
 static void group_key(run *R, const lh_request *r, char out[65]) {
   char dk[65];
@@ -279,12 +300,9 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
     memcpy(inputs, R->last_inputs, sizeof inputs);
   } else {
     lh_error e;
-    /* what ingest leaves out of its folder walks (ingest_documents), the digest leaves out too */
-    char wal[4200], shm[4200];
-    snprintf(wal, sizeof wal, "%s-wal", R->sum->db_path);
-    snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
-    const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
-    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip, sizeof skip / sizeof *skip, inputs, &e) != LH_OK) {
+    run_skips skip;
+    const size_t n_skip = run_skips_of(R, &skip);
+    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip.path, n_skip, inputs, &e) != LH_OK) {
       lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
                   r->custom_id, e.msg);
       uint8_t d[32];
@@ -517,13 +535,9 @@ static lh_status ingest_documents(run *R, const lh_request *r, lh_i32vec *P, man
     ip.exclude = (const char *const *)di->exclude;
     ip.n_exclude = ne;
     ip.confine_root = R->p->documents_root; /* the batch checked the path; the walk holds to it too */
-    /* the output folder and the store are never documents, should they lie in a document folder */
-    char wal[4200], shm[4200];
-    snprintf(wal, sizeof wal, "%s-wal", R->sum->db_path);
-    snprintf(shm, sizeof shm, "%s-shm", R->sum->db_path);
-    const char *skip[] = {R->p->out_dir, R->sum->db_path, wal, shm};
-    ip.exclude_paths = skip;
-    ip.n_exclude_paths = sizeof skip / sizeof *skip;
+    run_skips skip;
+    ip.n_exclude_paths = run_skips_of(R, &skip);
+    ip.exclude_paths = skip.path;
     /* documents that pass the model's context make every request over them fail: refuse them as
      * the tokens come out instead of holding them all first */
     const int64_t limit = R->cfg->max_position_embeddings;
