@@ -18,6 +18,17 @@
  * runner passes the store's, kind "doc") keyed by its identity (real path, size, mtime, ctime,
  * inode, device), so an unchanged archive costs one stat on a rerun, and only changed files are
  * read again. A file that changes while it is read is read again (up to 3 times), else an error.
+ *
+ * A digest names the documents as they were while it was taken; ingest reads them later (the
+ * runner takes every job's digest before it runs the first one). Each document's stamp says
+ * whether they are still those: a SHA-256 over the same walk with every regular file named by
+ * its real path, device, inode, size, mtime and ctime instead of its bytes. Any write to a file
+ * moves its ctime (which, unlike the mtime, no call sets back), and a replaced, added or removed file changes the
+ * walk, so a stamp taken with the digest and one taken after ingest has read the documents
+ * (lh_inputs_stamp_now, which reads no file) are equal only if ingest read the very bytes the
+ * digest names, even when a file was changed and changed back in between. (Within one tick of
+ * the file system's clock, a few milliseconds, two writes of the same size can leave the same
+ * ctime: the limit of every stat-based check, this one and the digest cache's alike.)
  */
 #ifndef LH_JOBS_INPUTS_H
 #define LH_JOBS_INPUTS_H
@@ -29,9 +40,21 @@
 /* out: 64 lowercase hex chars and NUL. cache may be NULL (every file is read). A document that
  * does not exist digests as "missing" (the ingest then fails that job with its own message). */
 lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, char out[65], lh_error *err);
+/* One document's stamp (see above). */
+typedef struct lh_inputs_stamp {
+  uint8_t sha256[32];
+} lh_inputs_stamp;
+
 /* The same, leaving out exclude[0..n_exclude) (at most 8; matched by device and inode, those that
- * do not exist ignored). */
+ * do not exist ignored), and, when stamps is not NULL, each document's stamp into
+ * stamps[0..r->n_documents), taken with the digest: the identities the files had while they were
+ * read (or found in the cache). A stream ("-") has a constant stamp: it is never named by content. */
 lh_status lh_inputs_digest_excluding(const lh_request *r, const lh_digest_cache *cache, const char *const *exclude,
-                                     size_t n_exclude, char out[65], lh_error *err);
+                                     size_t n_exclude, char out[65], lh_inputs_stamp *stamps, lh_error *err);
+/* The stamps alone, as the documents are now, reading no file (one stat per file, one readdir per
+ * folder); exclude as above. An error (a folder that cannot be listed, a file whose path no
+ * longer resolves) says nothing about whether they changed. */
+lh_status lh_inputs_stamp_now(const lh_request *r, const char *const *exclude, size_t n_exclude,
+                              lh_inputs_stamp *stamps, lh_error *err);
 
 #endif

@@ -302,7 +302,7 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
     lh_error e;
     run_skips skip;
     const size_t n_skip = run_skips_of(R, &skip);
-    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip.path, n_skip, inputs, &e) != LH_OK) {
+    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip.path, n_skip, inputs, NULL, &e) != LH_OK) {
       lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
                   r->custom_id, e.msg);
       uint8_t d[32];

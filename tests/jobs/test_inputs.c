@@ -3,9 +3,14 @@
  * unchanged file and is not trusted for a changed one; FIFOs and sockets are named, never opened; an
  * excluded folder inside a document folder (the runner's --out) is named, its contents ignored; folders
  * nested deeper than ingest walks are named, not read, and give the same digest on every run; a
- * document given as a symlink to a folder is digested by the folder's files, as ingest reads them. */
+ * document given as a symlink to a folder is digested by the folder's files, as ingest reads them.
+ * Stamps: the one taken with a digest equals one taken later while nothing changed, cache hit or
+ * not; a file changed and changed back (same bytes, same size, its mtime set back) keeps its digest
+ * but moves the stamp, so the runner can tell that ingest may have read other bytes; so does a
+ * new file; what an excluded folder holds does not. */
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -119,10 +124,10 @@ int main(void) {
   lh_request r = req_of(dir);
   const char *ex[] = {outdir, "/no/such/path"};
   lh_error err;
-  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e1, &err) == LH_OK);
+  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e1, NULL, &err) == LH_OK);
   CHECK(lh_inputs_digest(&r, NULL, n1, &err) == LH_OK);
   put(outdir, "output.jsonl", "{\"a\": 1}\n");
-  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e2, &err) == LH_OK);
+  CHECK(lh_inputs_digest_excluding(&r, NULL, ex, 2, e2, NULL, &err) == LH_OK);
   CHECK(lh_inputs_digest(&r, NULL, n2, &err) == LH_OK);
   CHECK_MSG(!strcmp(e1, e2), "what the excluded folder holds does not change the digest");
   CHECK_MSG(strcmp(n1, n2), "without the exclusion it does");
@@ -159,5 +164,49 @@ int main(void) {
   put(sub, "x.c", "int x = 3;\n");
   digest(lnk, NULL, l2);
   CHECK_MSG(strcmp(l1, l2), "a changed byte in a folder given through a symlink changes the digest");
+
+  /* stamps: two documents, the folder (through its link) and one file in it */
+  char two[2048], sfile[800];
+  snprintf(sfile, sizeof sfile, "%s/README", dir);
+  snprintf(two, sizeof two,
+           "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[\"%s\",\"%s\"]}}",
+           lnk, sfile);
+  lh_request rs;
+  lh_request_parse(two, strlen(two), 1, "/", &rs);
+  CHECK_EQ(rs.n_documents, 2);
+  const char *exs[] = {outdir};
+  lh_inputs_stamp s1[2], s2[2], s3[2];
+  char g1[65], g2[65];
+  mem ms = {0};
+  lh_digest_cache sc = {.get = mget, .put = mput, .user = &ms};
+  CHECK_MSG(lh_inputs_digest_excluding(&rs, &sc, exs, 1, g1, s1, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(lh_inputs_stamp_now(&rs, exs, 1, s2, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(!memcmp(s1, s2, sizeof s1), "nothing changed: the stamp now is the stamp taken with the digest");
+  CHECK(lh_inputs_digest_excluding(&rs, &sc, exs, 1, g2, s3, &err) == LH_OK);
+  CHECK_MSG(ms.hits > 0 && !strcmp(g1, g2) && !memcmp(s1, s3, sizeof s1), "a cache hit gives the same stamp");
+  CHECK_MSG(memcmp(&s1[0], &s1[1], sizeof s1[0]), "each document has its own stamp");
+  put(outdir, "output.jsonl", "{\"b\": 2}\n");
+  CHECK(lh_inputs_stamp_now(&rs, exs, 1, s2, &err) == LH_OK);
+  CHECK_MSG(!memcmp(s1, s2, sizeof s1), "what the excluded folder holds does not move the stamp");
+  /* changed and changed back, the same size, the mtime set back: the digest is the same, the
+   * stamp is not (ctime) */
+  struct stat before;
+  CHECK(stat(sfile, &before) == 0);
+  usleep(20000); /* past the file system clock's tick */
+  put(dir, "README", "hellX\n");
+  put(dir, "README", "hellO\n");
+  const struct timespec ts[2] = {before.st_atim, before.st_mtim};
+  CHECK(utimensat(AT_FDCWD, sfile, ts, 0) == 0);
+  CHECK(lh_inputs_digest_excluding(&rs, NULL, exs, 1, g2, NULL, &err) == LH_OK);
+  CHECK_MSG(!strcmp(g1, g2), "the same bytes again: the same digest");
+  CHECK(lh_inputs_stamp_now(&rs, exs, 1, s2, &err) == LH_OK);
+  CHECK_MSG(memcmp(&s1[1], &s2[1], sizeof s1[1]), "a file written and written back moves its document's stamp");
+  CHECK_MSG(memcmp(&s1[0], &s2[0], sizeof s1[0]), "and the stamp of the folder that holds it");
+  CHECK(lh_inputs_digest_excluding(&rs, &sc, exs, 1, g1, s1, &err) == LH_OK);
+  put(sub, "new.h", "");
+  CHECK(lh_inputs_stamp_now(&rs, exs, 1, s2, &err) == LH_OK);
+  CHECK_MSG(memcmp(&s1[0], &s2[0], sizeof s1[0]) && !memcmp(&s1[1], &s2[1], sizeof s1[1]),
+            "a new file in the folder moves the folder's stamp alone");
+  lh_request_free(&rs);
   return lh_test_end();
 }
