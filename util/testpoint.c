@@ -9,10 +9,11 @@
 #include <string.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-/* One NAME:N variable: the point's name ("" = any) and the passage that triggers (0 = never). */
+/* One NAME:N[+] variable: the point's name ("" = any) and the passage that triggers (0 = never). */
 typedef struct trigger {
   char name[64];
   long at;
+  int on;      /* NAME:N+: every passage from the N-th on triggers */
   long passed; /* passages counted toward at */
 } trigger;
 
@@ -28,7 +29,9 @@ static void read_trigger(const char *var, trigger *t) {
   memcpy(t->name, k, (size_t)(colon - k));
   t->name[colon - k] = 0;
   if (!strcmp(t->name, "any")) t->name[0] = 0;
-  t->at = strtol(colon + 1, NULL, 10);
+  char *end;
+  t->at = strtol(colon + 1, &end, 10);
+  t->on = *end == '+';
 }
 
 static void read_env(void) {
@@ -40,7 +43,9 @@ static void read_env(void) {
 
 /* Whether this passage through name is t's (mu held). */
 static int fires(trigger *t, const char *name) {
-  return t->at > 0 && (!t->name[0] || !strcmp(t->name, name)) && ++t->passed == t->at;
+  if (t->at <= 0 || (t->name[0] && strcmp(t->name, name))) return 0;
+  ++t->passed;
+  return t->passed == t->at || (t->on && t->passed > t->at);
 }
 
 void lh_testpoint(const char *name) {
