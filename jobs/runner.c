@@ -17,6 +17,18 @@
  *     and gives bitwise the answers an uninterrupted run gives.
  *  4. Nothing here holds more than one group's tokens and states; prompts are token arrays
  *     (4 bytes a token), never activations.
+ *  5. An outcome (answer or failure) is recorded under an identity only if it was computed from
+ *     the documents that identity names. add_jobs takes every identity before the first group
+ *     runs, and a group reads its documents later (hours later, after a long group): so, once
+ *     ingest has read them and before anything comes of it, group_check_inputs compares the
+ *     documents' stamps taken with each job's identity to their stamps now (jobs/inputs.h: file
+ *     identities, ctime included, so a file changed and changed back counts as changed, and so
+ *     does one written while ingest read it). A job whose documents changed is released and
+ *     re-added under the identity of what is there now (store: running -> queued, then
+ *     lh_store_job_add renews it), and the claim loop reads them again; at the third time it
+ *     fails, under an identity no run computes again, and the next run tries it anew. Jobs whose
+ *     identity names no content (a stream, unreadable documents) are never found done again and
+ *     are not checked.
  *
  * Failure isolation: a request that is malformed, over the model's limits or names a missing
  * document fails alone (or with its group, for a document problem); an engine failure fails the
@@ -141,7 +153,22 @@ typedef struct run {
   lh_digest_cache doc_cache; /* the store's file digests of documents (kind "doc") */
   char params_digest[65];    /* what every job's identity shares: model and parameters */
   char last_docs_key[65], last_inputs[65]; /* the previous request's documents and their digest */
+  lh_inputs_stamp *last_stamps; /* [its n_documents]: the stamps taken with that digest; NULL
+                                   when it names no content (a stream, unreadable documents) */
+  struct line_check *checks;  /* [batch.n]: what each job's identity was taken from */
 } run;
+
+/* What a job's identity was last taken from (add_jobs, or a retry), for group_check_inputs. */
+typedef struct line_check {
+  lh_inputs_stamp *stamps; /* [n_documents], taken with the documents' digest; NULL when the
+                              identity names no content (a stream, unreadable documents): it is
+                              this run's alone and never found done again, so nothing to check */
+  int tries;               /* reads of its documents that found them changed since */
+} line_check;
+
+/* How many times a job's documents may be found changed after they were read before the job
+ * fails (its next run tries again). */
+#define INPUT_TRIES 3
 
 typedef struct job {
   lh_request *r;
@@ -192,8 +219,8 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
 
 /* What is never a document, should it lie in a document folder: the output folder and the store
  * with its side files (the rollback journal stays between transactions, its times changing on
- * each). ingest leaves them out of its folder walks (ingest_documents), and so does the digest
- * (job_identity). */
+ * each). ingest leaves them out of its folder walks (ingest_documents), and so do the digest and
+ * the stamps (job_identity, group_check_inputs). */
 typedef struct run_skips {
   char wal[4200], shm[4200], journal[4200];
   const char *path[5];
@@ -283,37 +310,19 @@ static void params_digest(run *R) {
   lh_hex(d, 32, R->params_digest);
 }
 
-/* A job's identity: the run's parameters, the request's effective max_tokens (its own or the
- * run's default) and its documents by content (jobs/inputs.h). The rest of the request is pinned
- * by request_json (its line of a batch named by its digest). A missing document is named as
- * missing (jobs/inputs.h): the job fails on it, stays failed while it is missing, and runs once it
- * appears. Documents that cannot be read (an I/O or permission error, a file that kept changing)
- * have no content to name, so, as for a stream, the identity is this run's alone: the job is new
- * work on every run until they can be read, and neither a failure nor an answer stands for
- * inputs nobody could read. */
-static void job_identity(run *R, const lh_request *r, char out[65]) {
-  char key[65], inputs[65];
-  lh_request_documents_key(r, key);
-  int stream = 0;
-  for (int d = 0; d < r->n_documents; d++) stream |= !strcmp(r->documents[d].resolved, "-");
-  if (!stream && R->last_docs_key[0] && !strcmp(key, R->last_docs_key)) {
-    memcpy(inputs, R->last_inputs, sizeof inputs);
-  } else {
-    lh_error e;
-    run_skips skip;
-    const size_t n_skip = run_skips_of(R, &skip);
-    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip.path, n_skip, inputs, NULL, &e) != LH_OK) {
-      lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
-                  r->custom_id, e.msg);
-      uint8_t d[32];
-      char nonce[96];
-      const int n = snprintf(nonce, sizeof nonce, "unreadable %ld %ld", (long)getpid(), (long)time(NULL));
-      lh_sha256_buf(nonce, (size_t)n, d);
-      lh_hex(d, 32, inputs);
-    }
-    memcpy(R->last_docs_key, key, sizeof key);
-    memcpy(R->last_inputs, inputs, sizeof inputs);
-  }
+/* Inputs named by no content: a digest no run computes twice (this process, this moment, and a
+ * count within the process). */
+static void unnamed_inputs(const char *why, char out[65]) {
+  static unsigned count;
+  char nonce[160];
+  const int n = snprintf(nonce, sizeof nonce, "%s %ld %ld %u", why, (long)getpid(), (long)time(NULL), count++);
+  uint8_t d[32];
+  lh_sha256_buf(nonce, (size_t)n, d);
+  lh_hex(d, 32, out);
+}
+
+/* The identity itself: the run's parameters, the inputs' digest and the effective max_tokens. */
+static void identity_of_inputs(const run *R, const lh_request *r, const char inputs[65], char out[65]) {
   lh_sha256 s;
   lh_sha256_init(&s);
   lh_sha256_update(&s, R->params_digest, 64);
@@ -325,12 +334,77 @@ static void job_identity(run *R, const lh_request *r, char out[65]) {
   lh_hex(d, 32, out);
 }
 
+/* A job's identity: the run's parameters, the request's effective max_tokens (its own or the
+ * run's default) and its documents by content (jobs/inputs.h), into out; the documents' stamps
+ * taken with their digest into *lc, for group_check_inputs. The rest of the request is pinned
+ * by request_json (its line of a batch named by its digest). A missing document is named as
+ * missing (jobs/inputs.h): the job fails on it, stays failed while it is missing, and runs once it
+ * appears. Documents that cannot be read (an I/O or permission error, a file that kept changing)
+ * have no content to name, so, as for a stream, the identity is this run's alone: the job is new
+ * work on every run until they can be read, and neither a failure nor an answer stands for
+ * inputs nobody could read. Consecutive requests over the same documents share one digest (and
+ * its stamps); clear R->last_docs_key to take it anew. LH_ENOMEM is the only error. */
+static lh_status job_identity(run *R, const lh_request *r, line_check *lc, char out[65]) {
+  char key[65];
+  lh_request_documents_key(r, key);
+  int stream = 0;
+  for (int d = 0; d < r->n_documents; d++) stream |= !strcmp(r->documents[d].resolved, "-");
+  const size_t nd = (size_t)(r->n_documents > 0 ? r->n_documents : 1);
+  if (stream || !R->last_docs_key[0] || strcmp(key, R->last_docs_key)) {
+    free(R->last_stamps);
+    R->last_stamps = stream ? NULL : calloc(nd, sizeof *R->last_stamps);
+    R->last_docs_key[0] = 0;
+    if (!stream && !R->last_stamps) return LH_ENOMEM;
+    lh_error e;
+    run_skips skip;
+    const size_t n_skip = run_skips_of(R, &skip);
+    if (lh_inputs_digest_excluding(r, &R->doc_cache, skip.path, n_skip, R->last_inputs, R->last_stamps, &e) !=
+        LH_OK) {
+      lh_log_warn("line %d ('%s'): %s: the job runs on every run until its documents can be read", r->line,
+                  r->custom_id, e.msg);
+      unnamed_inputs("unreadable", R->last_inputs);
+      free(R->last_stamps);
+      R->last_stamps = NULL;
+    }
+    memcpy(R->last_docs_key, key, sizeof key);
+  }
+  free(lc->stamps);
+  lc->stamps = NULL;
+  if (R->last_stamps) {
+    if (!(lc->stamps = malloc(nd * sizeof *lc->stamps))) return LH_ENOMEM;
+    memcpy(lc->stamps, R->last_stamps, nd * sizeof *lc->stamps);
+  }
+  identity_of_inputs(R, r, R->last_inputs, out);
+  return LH_OK;
+}
+
+/* Add (or find) request i's job under identity; *existed as lh_store_job_add's. */
+static lh_status put_job(run *R, int i, const char *identity, int *existed, lh_error *err) {
+  const lh_request *r = &R->batch.req[i];
+  char key[65];
+  group_key(R, r, key);
+  /* What the store keeps of the request: its line number and custom_id are enough to find it
+   * in the batch file again, and the digest pins the file's content. */
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "line", r->line);
+  cJSON_AddStringToObject(o, "custom_id", r->custom_id);
+  cJSON_AddStringToObject(o, "batch_sha256", R->batch_digest);
+  char *js = render_json_string(o);
+  if (!js) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  lh_store_job_spec spec = {.custom_id = r->custom_id, .request_json = js, .group_key = key,
+                            .model_id = lh_model_id(R->model), .identity = identity};
+  lh_status st = lh_store_job_add(R->store, R->batch_id, &spec, &R->job_ids[i], existed, err);
+  free(js);
+  return st;
+}
+
 /* Add every valid request of this shard as a job (idempotent), requeueing finished ones on --force,
  * and as new work those whose inputs changed (the store drops their old result) or whose stored
  * result or error fails its checksum. */
 static lh_status add_jobs(run *R, lh_error *err) {
   R->job_ids = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->job_ids);
-  if (!R->job_ids) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  R->checks = calloc((size_t)(R->batch.n ? R->batch.n : 1), sizeof *R->checks);
+  if (!R->job_ids || !R->checks) return lh_error_set(err, LH_ENOMEM, "out of memory");
   for (int i = 0; i < R->batch.n; i++) {
     lh_request *r = &R->batch.req[i];
     if (r->error.code != LH_OK) continue;
@@ -350,20 +424,10 @@ static lh_status add_jobs(run *R, lh_error *err) {
       R->sum->not_in_shard++;
       continue;
     }
-    /* What the store keeps of the request: its line number and custom_id are enough to find it
-     * in the batch file again, and the digest pins the file's content. */
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "line", r->line);
-    cJSON_AddStringToObject(o, "custom_id", r->custom_id);
-    cJSON_AddStringToObject(o, "batch_sha256", R->batch_digest);
-    char *js = render_json_string(o);
     char identity[65];
-    job_identity(R, r, identity);
-    lh_store_job_spec spec = {.custom_id = r->custom_id, .request_json = js, .group_key = key,
-                              .model_id = lh_model_id(R->model), .identity = identity};
+    if (job_identity(R, r, &R->checks[i], identity) != LH_OK) return lh_error_set(err, LH_ENOMEM, "out of memory");
     int existed = 0;
-    lh_status st = lh_store_job_add(R->store, R->batch_id, &spec, &R->job_ids[i], &existed, err);
-    free(js);
+    lh_status st = put_job(R, i, identity, &existed, err);
     if (st != LH_OK) return st;
     R->sum->requests++;
     if (existed == 2) {
@@ -683,6 +747,82 @@ static int group_bind(group *g, const int64_t *ids) {
   return lead;
 }
 
+/* Job J's documents changed after its identity was taken: back to the queue under the identity
+ * of what is there now (the claim loop reads them again), or, on its INPUT_TRIES-th time, failed
+ * under an identity no run computes again, so that the next run tries it anew (README: a file
+ * that kept changing while it was read). J is no longer the group's either way. */
+static void job_inputs_changed(group *g, job *J, const char *document) {
+  run *R = g->R;
+  const int i = (int)(J->r - R->batch.req);
+  line_check *lc = &R->checks[i];
+  lh_error e;
+  char identity[65];
+  J->failed = -1;
+  lh_status st = lh_store_job_release(R->store, J->id, &e);
+  if (st == LH_OK && ++lc->tries < INPUT_TRIES) {
+    if (job_identity(R, J->r, lc, identity) != LH_OK) st = lh_error_set(&e, LH_ENOMEM, "out of memory");
+    if (st == LH_OK) st = put_job(R, i, identity, NULL, &e);
+    if (st == LH_OK)
+      lh_progress_note(R->prog, "%s: document %s changed since the job was named by its content: reading it again "
+                       "(try %d of %d)",
+                       J->r->custom_id, document, lc->tries + 1, INPUT_TRIES);
+  } else if (st == LH_OK) {
+    char inputs[65], msg[LH_ERROR_MSG_MAX];
+    unnamed_inputs("kept changing", inputs);
+    identity_of_inputs(R, J->r, inputs, identity);
+    free(lc->stamps);
+    lc->stamps = NULL;
+    snprintf(msg, sizeof msg,
+             "document %s kept changing while it was read (%d tries): no answer stands for it; the next run tries "
+             "again", document, INPUT_TRIES);
+    st = put_job(R, i, identity, NULL, &e);
+    if (st == LH_OK) st = lh_store_job_claim(R->store, J->id, &e);
+    if (st == LH_OK) {
+      lh_progress_note(R->prog, "%s: %s", J->r->custom_id, msg);
+      J->failed = 1;
+      fail_job(R, J->id, 500, "document_error", msg);
+      return;
+    }
+  }
+  if (st == LH_EBUSY) { /* claimed by another process once released: its run reads them */
+    lh_progress_note(R->prog, "%s: taken over by another process: %s", J->r->custom_id, e.msg);
+    R->sum->taken_over++;
+  } else if (st != LH_OK) {
+    env_fault(R, st, &e);
+  }
+}
+
+/* Whether the documents ingest has just read (whatever came of it) are those each job's identity
+ * names (invariant 5): the stamps taken with its identity must be the stamps now. A job for which
+ * they are not goes back to the queue (job_inputs_changed). Returns whether the group has a job
+ * left; g->lead is its first. */
+static int group_check_inputs(group *g) {
+  run *R = g->R;
+  const lh_request *r = g->J[g->lead].r;
+  lh_inputs_stamp *now = calloc((size_t)(r->n_documents > 0 ? r->n_documents : 1), sizeof *now);
+  lh_error e;
+  run_skips skip;
+  const size_t n_skip = run_skips_of(R, &skip);
+  int known = now && lh_inputs_stamp_now(r, skip.path, n_skip, now, &e) == LH_OK;
+  if (!known) lh_log_warn("%s: the documents' files cannot be checked after reading them (%s): taken as changed",
+                          g->label, now ? e.msg : "out of memory");
+  R->last_docs_key[0] = 0; /* identities taken anew below name the documents as they are now */
+  for (int i = 0; i < g->n && !R->fault; i++) {
+    job *J = &g->J[i];
+    const line_check *lc = J->failed ? NULL : &R->checks[J->r - R->batch.req];
+    if (!lc || !lc->stamps) continue;
+    int d = 0;
+    while (known && d < r->n_documents && !memcmp(&lc->stamps[d], &now[d], sizeof *now)) d++;
+    if (known && d == r->n_documents) continue;
+    job_inputs_changed(g, J, r->n_documents ? r->documents[d < r->n_documents ? d : 0].path : "?");
+  }
+  free(now);
+  g->lead = -1;
+  for (int i = 0; i < g->n && g->lead < 0; i++)
+    if (!g->J[i].failed) g->lead = i;
+  return g->lead >= 0 && !R->fault;
+}
+
 /* P = the documents' tokens. A document problem fails the whole group (400 for the input's
  * fault: missing, unreadable as an archive, over a cap, not a regular file or folder, outside
  * --documents-root; 500 otherwise). A document that gives no text is a warning in the results,
@@ -696,6 +836,7 @@ static int group_ingest(group *g) {
   lh_status st = ingest_documents(R, L->r, &g->P, &g->man, &g->docs, &g->mb, &e);
   g->t_ingest = lh_now() - t0;
   g->docs_tokens = (int64_t)g->P.len;
+  if (!group_check_inputs(g)) return 0; /* before any outcome: each stands for what was read */
   if (st == LH_OK) {
     const cJSON *w;
     cJSON_ArrayForEach(w, g->docs.warnings) lh_progress_note(R->prog, "%s: %s", g->label, cJSON_GetStringValue(w));
@@ -1355,6 +1496,9 @@ done:
   lh_progress_close(R.prog);
   lh_outdir_close(R.out);
   free(R.job_ids);
+  for (int i = 0; R.checks && i < R.batch.n; i++) free(R.checks[i].stamps);
+  free(R.checks);
+  free(R.last_stamps);
   free(R.by_job);
   lh_batch_free(&R.batch);
   return st;

@@ -30,7 +30,14 @@
  *      jobs.error_crc32c (lh_store__error_crc) in every UPDATE that sets jobs.error; error_crc32c is
  *      NULL exactly when error is. Reads (lh_store_job_result, job_get's damaged, verify) check.
  *   5. request is fixed per (batch, custom_id); identity is what may change, and a changed identity
- *      never leaves a result, error or manifest of the old inputs behind.
+ *      never leaves a result, error or manifest of the old inputs behind. The store cannot see
+ *      inputs: that an outcome was computed from the inputs its identity names is the runner's
+ *      to keep (jobs/runner.c, invariant 5), through the transitions above: a job whose documents
+ *      changed after its identity was taken goes running -> queued (_release) and takes the
+ *      identity of what is there now (_add); one given up on takes an identity no run computes
+ *      (_add), then queued -> running -> failed (_claim, _fail). While a live owner runs a job,
+ *      _add refuses to change its identity, so what a runner checked after claiming holds until
+ *      it records the outcome.
  *
  * Dead owners. owner_host is "hostname boot-id pid-namespace". When it equals ours, the owner's pid
  * is in our process table: it is alive iff /proc/<pid>/stat exists, is not a zombie and shows the

@@ -15,6 +15,12 @@
 #     answer (result.json, manifest.jsonl). A document that cannot be read (mode 000, run as an ordinary
 #     user) fails its job and the job is tried again on the next run, not kept as "already done";
 #     once it can be read the job runs, and then stays done.
+#   - documents changed after the run named its jobs (the first group's prefill) and changed back
+#     before the rerun (same size: only the ctime tells): the run answers over what it read, under
+#     that content's identity, and the rerun computes the job again instead of calling it done
+#     with an answer over content no longer there; documents changed each time they are read (at
+#     the ingest test point, before the ingest ends) fail the job after 3 tries, naming the
+#     document, and the next run tries it again.
 . "$(dirname "$0")/lib.sh"
 HT=$SRC/models/haul-tiny
 [ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
@@ -198,4 +204,58 @@ else
   u_run readable2 0 user
   grep -q "1 already done" "$T/readable2.log" || { cat "$T/readable2.log"; fail "the readable document's job ran again"; }
 fi
+# 8. Documents changed while the run goes (tiny-chat: only what the answer was computed over counts).
+mkdir -p "$T/c/notes"
+printf 'The deploy key rotation interval is 417 days.\n' > "$T/c/first.md"
+printf 'DEFAULT_WORKER_TIMEOUT = 4817\n' > "$T/c/notes/config.py"
+cat > "$T/c/b.jsonl" <<'B'
+{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"How often is the deploy key rotated?"}],"max_tokens":4,"temperature":0,"documents":["first.md"]}}
+{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is DEFAULT_WORKER_TIMEOUT set to?"}],"max_tokens":4,"temperature":0,"documents":["notes"]}}
+B
+grep '"b"' "$T/c/b.jsonl" > "$T/c/one.jsonl"
+# c_run LOG BATCH RC [STOP ACTION]: a run over BATCH into its own OUT; with STOP (LH_TEST_STOP_AT),
+# ACTION runs at each stop, then the run goes on. Expects exit status RC.
+c_run() {
+  local rc=0 out=$T/c/out-$(basename "$2" .jsonl) n=0 st
+  LH_TEST_STOP_AT=${4:-} "$LH" run "$2" --model "$MODEL" --chunk 32 --progress plain --out "$out" > "$T/$1.log" 2>&1 &
+  local pid=$!
+  while [ -n "${4:-}" ]; do
+    st=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    case "$st" in
+      T) "$5"; kill -CONT "$pid" ;;
+      Z|"") break ;;
+    esac
+    n=$((n + 1))
+    [ "$n" -lt 6000 ] || { kill -KILL "$pid"; fail "$1: the run did not end"; }
+    sleep 0.02
+  done
+  wait "$pid" || rc=$?
+  [ "$rc" = "$3" ] || { cat "$T/$1.log"; fail "$1: exit $rc, expected $3"; }
+}
+sha_read() { json 'import json,sys; print([json.loads(l)["sha256"] for l in open(sys.argv[1])][0])' "$T/c/out-$1/jobs/b/manifest.jsonl"; }
+sha_now() { sha256sum < "$T/c/notes/config.py" | cut -d' ' -f1; }
+to_3600() { printf 'DEFAULT_WORKER_TIMEOUT = 3600\n' > "$T/c/notes/config.py"; }
+c_run changed1 "$T/c/b.jsonl" 0 prefill:1 to_3600   # a's prefill: both identities taken, b's notes not read
+[ "$(sha_read b)" = "$(sha_now)" ] || fail "b was answered over config.py $(sha_read b), not over what it read"
+printf 'DEFAULT_WORKER_TIMEOUT = 4817\n' > "$T/c/notes/config.py"    # and back, the same bytes
+c_run changed2 "$T/c/b.jsonl" 0
+grep -q "2 already done" "$T/changed2.log" \
+  && { cat "$T/changed2.log"; fail "documents changed and changed back: the rerun kept an answer over content no longer there"; }
+grep -q "1 already done" "$T/changed2.log" || { cat "$T/changed2.log"; fail "the rerun did not keep a's answer"; }
+[ "$(sha_read b)" = "$(sha_now)" ] || fail "after the rerun b's answer is over config.py $(sha_read b), not $(sha_now)"
+grep -q "b: document notes changed since the job was named by its content: reading it again" "$T/changed1.log" \
+  || { cat "$T/changed1.log"; fail "the run did not say b's documents changed after it named the job"; }
+grow() { echo "# touched while read" >> "$T/c/notes/config.py"; }
+c_run keeps1 "$T/c/one.jsonl" 1 ingest:1+ grow
+status_of() { json 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    print(o["response"]["status_code"] if o["response"] else 0, o["error"]["message"] if o["error"] else "")' "$T/c/out-one/$1"; }
+status_of output.jsonl | grep -q '^500 document notes kept changing while it was read (3 tries)' \
+  || { status_of output.jsonl; cat "$T/keeps1.log"; fail "documents that kept changing did not fail the job after 3 tries, naming them"; }
+c_run keeps2 "$T/c/one.jsonl" 0
+grep -q "1 done, 0 failed" "$T/keeps2.log" || { cat "$T/keeps2.log"; fail "the job that failed on changing documents was not tried again"; }
+[ "$(sha_read one)" = "$(sha_now)" ] || fail "b's answer is not over config.py as it is now"
+c_run keeps3 "$T/c/one.jsonl" 0
+grep -q "1 already done" "$T/keeps3.log" || { cat "$T/keeps3.log"; fail "the answered job ran again"; }
 echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"
