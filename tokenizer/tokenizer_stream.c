@@ -601,7 +601,7 @@ static lh_status queue_job(lh_tok_stream *s, size_t from, size_t own_end, size_t
       p->free_jobs = j;
       return lh_error_set(err, LH_ENOMEM, "tokenizer: out of memory");
     }
-    memcpy(j->text, b + ctx0, j->len);
+    if (j->len) memcpy(j->text, b + ctx0, j->len); /* an empty piece may have no buffer (b NULL) */
     j->text[j->len] = 0;
     j->tp = j->text;
   }
