@@ -54,7 +54,9 @@ for cols in 80 200; do
 done
 
 # Ctrl-C in the middle of a long prefill: its line says it stopped, where and why
-req long 4 40 > "$T/long.jsonl"
+# 30 copies (about 28K tokens each): a long prefill under the tiny model's 1M-token context, with room
+# for util/ (the archive's source) to grow
+req long 4 30 > "$T/long.jsonl"
 run_pty 80 int --interrupt-at " prefill " "$T/long.jsonl"
 [ $rc = 130 ] || { cat "$T/int.screen"; fail "interrupted run: exit status $rc, expected 130"; }
 [ "$(count int "^long prefill")" = 1 ] || { cat "$T/int.screen"; fail "the prefill left more than its one line"; }
