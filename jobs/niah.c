@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -565,9 +566,14 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   if (sum->tokens_restored)
     lh_progress_note(prog, "niah: resumed the shared haystack prefix from a checkpoint at token %lld",
                      (long long)sum->tokens_restored);
-  if (!(rf = fopen(results, "ab"))) {
-    st = lh_error_set(err, LH_EIO, "%s: %s", results, strerror(errno));
-    goto done;
+  {
+    int fd;
+    if ((st = lh_file_open_plain(results, O_WRONLY | O_APPEND | O_CREAT, &fd, err))) goto done;
+    if (!(rf = fdopen(fd, "ab"))) {
+      close(fd);
+      st = lh_error_set(err, LH_EIO, "%s: %s", results, strerror(errno));
+      goto done;
+    }
   }
   int todo = 0, ran = 0; /* the sweep counter: trials left to this run */
   for (int i = 0; i < S.nt; i++) todo += !S.order[i]->done;

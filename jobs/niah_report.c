@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,12 +84,25 @@ static int row_same_set(const cJSON *o) {
 }
 
 
+/* results.jsonl for reading: a plain file of OUT, never read through a link planted there. */
+static lh_status open_results(const char *path, FILE **f, lh_error *err) {
+  int fd;
+  lh_status st = lh_file_open_plain(path, O_RDONLY, &fd, err);
+  if (st) return st;
+  if (!(*f = fdopen(fd, "rb"))) {
+    close(fd);
+    return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  }
+  return LH_OK;
+}
+
 /* Read finished rows (a torn last line is dropped: invariant 4). */
 static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) {
   *rows = NULL;
   *n = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return errno == ENOENT ? LH_OK : lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  FILE *f = NULL;
+  lh_status st = open_results(path, &f, err);
+  if (st) return st == LH_ENOTFOUND ? LH_OK : st;
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -215,7 +229,11 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   }
   /* CSV in a stable order, from the JSONL (which is in run order); the last four columns are what
    * a --families trial drew for its asked fact (empty without a families file) */
-  FILE *f = fopen(path, "rb");
+  FILE *f = NULL;
+  if ((st = open_results(path, &f, err))) {
+    free(rows);
+    return st;
+  }
   lh_buf csv = {0};
   lh_buf_append_str(&csv, "length,depth,trial,variant,needle,expected,answer,exact,contains,score,tokens,tokens_computed,"
                           "seconds,same_set,needle_kind,needle_template,question_template,value_kind\n");
@@ -225,7 +243,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  while (f && (len = getline(&line, &cap, f)) > 0) {
+  while ((len = getline(&line, &cap, f)) > 0) {
     if (line[len - 1] != '\n') break;
     cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
     if (!o) continue;
@@ -243,7 +261,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     cJSON_Delete(o);
   }
   free(line);
-  if (f) fclose(f);
+  fclose(f);
   snprintf(path, sizeof path, "%s/results.csv", out_dir);
   st = lh_file_write_atomic(path, csv.data, csv.len, err);
   lh_buf_free(&csv);

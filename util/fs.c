@@ -107,6 +107,28 @@ lh_status lh_file_create_new(const char *path, int *fd, lh_error *err) {
   }
 }
 
+lh_status lh_file_open_plain(const char *path, int flags, int *fd, lh_error *err) {
+  *fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (*fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return lh_error_set(err, LH_ENOTFOUND, "%s: %s", path, strerror(e));
+    if (e == ELOOP)
+      return lh_error_set(err, LH_EIO, "%s: a symbolic link is in the way (never followed here): remove it", path);
+    return lh_error_set(err, write_status(e), "%s: %s", path, strerror(e));
+  }
+  struct stat st;
+  const int ok = fstat(*fd, &st) == 0, e = errno;
+  if (!ok || !S_ISREG(st.st_mode)) {
+    close(*fd);
+    *fd = -1;
+    return ok ? lh_error_set(err, LH_EIO, "%s: %s is in the way, not a plain file: remove it", path,
+                             lh_file_kind(st.st_mode))
+              : lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+  }
+  fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+  return LH_OK;
+}
+
 lh_status lh_fsync_parent(const char *path, lh_error *err) {
   char dir[4096];
   const char *slash = strrchr(path, '/');

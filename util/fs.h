@@ -34,6 +34,13 @@ lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_
  * (a FIFO, a hard link to a file elsewhere): whatever is there is unlinked first, which removes a
  * link and never touches its target. LH_EFULL when the disk (or quota) is full, else LH_EIO. */
 lh_status lh_file_create_new(const char *path, int *fd, lh_error *err);
+/* Open path with flags (O_RDONLY, or O_WRONLY|O_APPEND|O_CREAT, ...; mode 0644 when created) as a
+ * plain file of this folder, into *fd (O_CLOEXEC; the caller closes it): a symbolic link at the
+ * name is refused, never followed, and so is anything not a regular file (a FIFO cannot hang the
+ * open). LH_ENOTFOUND when nothing is there (without O_CREAT), LH_EFULL when the disk is full,
+ * LH_EIO naming what is in the way otherwise. For files a run keeps in its own folder and reopens
+ * across runs (niah's results.jsonl), where an attacker's link would be written or read through. */
+lh_status lh_file_open_plain(const char *path, int flags, int *fd, lh_error *err);
 /* fsync the folder that holds path, so that a rename or create in it survives a crash. A file
  * system that cannot sync folders, or a folder this process may not open, is not an error. */
 lh_status lh_fsync_parent(const char *path, lh_error *err);

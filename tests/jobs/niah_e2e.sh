@@ -211,4 +211,17 @@ for point in haystack:1 niah-trial:2; do
     fi
   done
 done
+# OUT/results.jsonl is reopened by every rerun: a symbolic link planted there is never written or read
+# through, and a FIFO there cannot hang the sweep
+printf 'precious\n' > "$T/victim"
+for kind in link fifo; do
+  o=$T/planted-$kind
+  mkdir -p "$o"
+  if [ $kind = link ]; then ln -s "$T/victim" "$o/results.jsonl"; else mkfifo "$o/results.jsonl"; fi
+  rc=0
+  timeout 60 "$LH" niah "${args[@]}" --out "$o" > "$o.log" 2>&1 || rc=$?
+  [ $rc != 0 ] && [ $rc != 124 ] || { cat "$o.log"; fail "a $kind at results.jsonl: exit $rc"; }
+  grep -q "results.jsonl: .*remove it" "$o.log" || { cat "$o.log"; fail "a $kind at results.jsonl: no word of what is in the way"; }
+done
+[ "$(cat "$T/victim")" = precious ] || fail "the sweep wrote through a link at results.jsonl"
 echo "niah_e2e: ok"
