@@ -23,16 +23,15 @@ cat > "$T/batch.jsonl" <<'B'
 {"custom_id":"bad","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"documents":["missing.tar"]}}
 B
 RUN=("$LH" run "$T/batch.jsonl" --model "$MODEL" --chunk 32 --progress none)
+# a run expected to fail: its exit status into rc (set -e stays on)
+run_rc() { rc=0; "${RUN[@]}" "$@" || rc=$?; }
 "${RUN[@]}" --out "$T/ref" > "$T/ref.log" 2>&1 && fail "the reference run should exit 1 (one request fails)" || true
 [ -s "$T/ref/output.jsonl" ] || { cat "$T/ref.log"; fail "no reference output"; }
 norm "$T/ref" > "$T/ref.norm"
 grep -q '"custom_id": "bad"' "$T/ref.norm" || fail "errors.jsonl lacks the failed request"
 
 # -- kill -9 right after the first commit, and a stale temporary left by a dead writer
-set +e
-LH_TEST_KILL_AT=commit:1 "${RUN[@]}" --out "$T/k" > /dev/null 2>&1
-rc=$?
-set -e
+LH_TEST_KILL_AT=commit:1 run_rc --out "$T/k" > /dev/null 2>&1
 [ $rc = 137 ] || fail "the run was not killed at its first commit (exit $rc)"
 ls "$T/k/jobs" 2>/dev/null | grep -q . && fail "a job folder exists although the kill came before any file"
 mkdir -p "$T/k/jobs/f1" && echo junk > "$T/k/jobs/f1/result.json.tmp.999999999"
@@ -53,10 +52,7 @@ mkdir -p "$T/c"
 "${RUN[@]}" --out "$T/c" > "$T/c1.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do grep -q "pid $pid" "$T/c/longhaul.lock" 2>/dev/null && break; sleep 0.05; done
-set +e
-"${RUN[@]}" --out "$T/c" > "$T/c2.log" 2>&1
-rc=$?
-set -e
+run_rc --out "$T/c" > "$T/c2.log" 2>&1
 if kill -0 $pid 2>/dev/null; then
   [ $rc = 75 ] || { cat "$T/c2.log"; fail "a second run on a busy --out exited $rc, expected 75"; }
   grep -q "pid $pid" "$T/c2.log" || { cat "$T/c2.log"; fail "the second run does not name the holder's pid $pid"; }
@@ -76,10 +72,7 @@ for planted in jobs/f1 jobs; do
   rm -rf "$T/s" "$T/victim" && mkdir -p "$T/s/$(dirname "$planted")" "$T/victim"
   echo precious > "$T/victim/result.json"
   ln -s "$T/victim" "$T/s/$planted"
-  set +e
-  "${RUN[@]}" --out "$T/s" > "$T/s.log" 2>&1
-  rc=$?
-  set -e
+  run_rc --out "$T/s" > "$T/s.log" 2>&1
   [ $rc = 75 ] || { cat "$T/s.log"; fail "a symbolic link at $planted: exit $rc, expected 75"; }
   grep -q "$T/s/$planted is a symbolic link" "$T/s.log" || { cat "$T/s.log"; fail "the message does not name the link $planted"; }
   [ "$(ls "$T/victim")" = result.json ] && [ "$(cat "$T/victim/result.json")" = precious ] \
@@ -95,10 +88,7 @@ echo "run_faults: a symbolic link planted under --out: ok"
 rm -rf "$T/l" && mkdir -p "$T/l"
 echo precious > "$T/victim.txt"
 ln -s "$T/victim.txt" "$T/l/longhaul.lock"
-set +e
-"${RUN[@]}" --out "$T/l" > "$T/l.log" 2>&1
-rc=$?
-set -e
+run_rc --out "$T/l" > "$T/l.log" 2>&1
 [ $rc = 75 ] || { cat "$T/l.log"; fail "a symbolic link at longhaul.lock: exit $rc, expected 75"; }
 grep -q "$T/l/longhaul.lock is a symbolic link" "$T/l.log" || { cat "$T/l.log"; fail "the message does not name the lock's link"; }
 [ "$(cat "$T/victim.txt")" = precious ] || fail "the run wrote through the symbolic link at longhaul.lock: $(cat "$T/victim.txt")"
@@ -109,10 +99,7 @@ echo "run_faults: a symbolic link at the lock: ok"
 # summary table: output.jsonl is the earlier run's, and showing it would pass it off as this run's
 rm -rf "$T/d" && cp -r "$T/ref" "$T/d"
 truncate -s $(( $(stat -c %s "$T/d/longhaul.db") / 2 )) "$T/d/longhaul.db"
-set +e
-"${RUN[@]}" --out "$T/d" > "$T/d.out" 2> "$T/d.err"
-rc=$?
-set -e
+run_rc --out "$T/d" > "$T/d.out" 2> "$T/d.err"
 [ $rc = 75 ] || { cat "$T/d.out" "$T/d.err"; fail "a damaged store: exit $rc, expected 75"; }
 grep -q "$T/d/longhaul.db: .*damaged.*moved aside" "$T/d.err" || { cat "$T/d.err"; fail "the message does not name the store and what to do"; }
 [ -s "$T/d.out" ] && { cat "$T/d.out"; fail "a run stopped by its store printed a summary of an earlier run's output"; }
@@ -175,10 +162,7 @@ mount -o remount,rw "$M"
 need=$(du -sk "$T/ref" | cut -f1)
 umount "$M"
 mount -t tmpfs -o size=$((need / 2))k tmpfs "$M"
-set +e
-"${RUN[@]}" --out "$M/out" > "$T/full.log" 2>&1
-rc=$?
-set -e
+run_rc --out "$M/out" > "$T/full.log" 2>&1
 [ $rc = 75 ] || { cat "$T/full.log"; fail "a full disk exited $rc, expected 75"; }
 grep -q "rerun the same command" "$T/full.log" || { cat "$T/full.log"; fail "no advice to rerun"; }
 python3 - "$M/out/longhaul.db" <<'P' || fail "a full disk marked jobs failed"
