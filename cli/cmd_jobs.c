@@ -55,7 +55,7 @@ static void run_usage(FILE *f) {
           "                         context, ~3 digits; needs AMX-BF16 or AVX512-BF16), auto: bf16 where\n"
           "                         the CPU has it\n"
           "  --max-tokens N         for requests without max_tokens (default 256)\n"
-          "  --chat-template minimax|raw   format chats this way instead of tokenizer_config.json's\n"
+          "  --chat-template minimax|raw   format chats this way instead of the model's template\n"
           "  --force                rerun jobs that are already done or failed\n"
           "  --wait                 if another run is using --out, wait for it (default: exit 75 naming it)\n"
           "  --documents-root DIR   every document must lie in DIR (after symbolic links): for batch files\n"

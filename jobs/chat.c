@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/fs.h"
 #include "util/json.h"
@@ -80,6 +81,54 @@ static lh_status chat_template_text(const cJSON *root, const char *path, const c
   return LH_OK;
 }
 
+/* Pick the format from one template text read from `where` (named in errors); NULL: none. */
+static lh_status format_from_text(const char *text, const char *where, lh_chat_format *f, lh_error *err) {
+  if (!text) {
+    f->kind = 0;
+    return LH_OK;
+  }
+  if (is_minimax_template(text)) {
+    f->kind = LH_CHAT_MINIMAX;
+    snprintf(f->end_token, sizeof f->end_token, "%s", EOS_TURN);
+    return LH_OK;
+  }
+  return lh_error_set(err, LH_EUNSUPPORTED,
+                      "%s: its chat template is not one longhaul renders natively (it knows MiniMax-Text-01's); "
+                      "pass --chat-template minimax to use MiniMax-Text-01's format or --chat-template raw "
+                      "to send the message texts unformatted",
+                      where);
+}
+
+/* The template files transformers (5.x) saves beside tokenizer_config.json and prefers to any
+ * chat_template in it: chat_template.jinja holds the default template, chat_templates/NAME.jinja
+ * named ones. *found is 1 when the folder has any (then tokenizer_config.json's entry is ignored,
+ * as transformers ignores it), with the default's text in b and its path in where. */
+static lh_status template_files(const char *model_dir, lh_buf *b, char *where, size_t wn, int *found,
+                                lh_error *err) {
+  *found = 0;
+  static const char *const names[] = {"chat_template.jinja", "chat_templates/default.jinja"};
+  for (int i = 0; i < 2; i++) {
+    lh_path_join(where, wn, model_dir, names[i]);
+    lh_error e;
+    const lh_status st = lh_file_read_regular(where, 64u << 20, b, &e);
+    if (st == LH_ENOTFOUND) continue;
+    if (st) return lh_error_set(err, e.code, "%s", e.msg);
+    if (b->len && memchr(b->data, 0, b->len))
+      return lh_error_set(err, LH_EFORMAT, "%s: holds a NUL byte; a chat template is text", where);
+    *found = 1;
+    return LH_OK;
+  }
+  lh_path_join(where, wn, model_dir, "chat_templates");
+  struct stat sb;
+  if (stat(where, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    *found = 1;
+    return lh_error_set(err, LH_EFORMAT, "%s: holds named chat templates but the folder has no chat_template.jinja "
+                        "and this has no default.jinja, so which one formats a chat is not said; pass "
+                        "--chat-template minimax or raw", where);
+  }
+  return LH_OK;
+}
+
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err) {
   memset(f, 0, sizeof *f);
   if (override) {
@@ -95,8 +144,15 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
     return lh_error_set(err, LH_EINVAL, "--chat-template %s: unknown format (known: minimax, raw)", override);
   }
   char path[4096];
-  lh_path_join(path, sizeof path, model_dir, "tokenizer_config.json");
   lh_buf b = {0};
+  int found = 0;
+  lh_status st = template_files(model_dir, &b, path, sizeof path, &found, err);
+  if (st || found) {
+    if (!st) st = format_from_text(b.len ? b.data : NULL, path, f, err); /* an empty file: no template */
+    lh_buf_free(&b);
+    return st;
+  }
+  lh_path_join(path, sizeof path, model_dir, "tokenizer_config.json");
   lh_error e;
   if (lh_file_read_regular(path, 64u << 20, &b, &e) != LH_OK) {
     lh_buf_free(&b);
@@ -110,23 +166,8 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
   lh_buf_free(&b);
   if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
   const char *text = NULL;
-  lh_status st = chat_template_text(root, path, &text, err);
-  if (st) {
-    cJSON_Delete(root);
-    return st;
-  }
-  if (!text) {
-    f->kind = 0;
-  } else if (is_minimax_template(text)) {
-    f->kind = LH_CHAT_MINIMAX;
-    snprintf(f->end_token, sizeof f->end_token, "%s", EOS_TURN);
-  } else {
-    st = lh_error_set(err, LH_EUNSUPPORTED,
-                      "%s: its chat_template is not one longhaul renders natively (it knows MiniMax-Text-01's); "
-                      "pass --chat-template minimax to use MiniMax-Text-01's format or --chat-template raw "
-                      "to send the message texts unformatted",
-                      path);
-  }
+  st = chat_template_text(root, path, &text, err);
+  if (!st) st = format_from_text(text, path, f, err);
   cJSON_Delete(root);
   return st;
 }
@@ -135,8 +176,9 @@ lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *a
   if (r->endpoint == LH_EP_COMPLETIONS) return lh_buf_append_str(after, r->prompt ? r->prompt : "");
   if (f->kind == 0)
     return lh_error_set(err, LH_EUNSUPPORTED,
-                        "the model has no chat_template in tokenizer_config.json; pass --chat-template minimax or "
-                        "--chat-template raw, or use /v1/completions");
+                        "the model has no chat template (no chat_template.jinja, and no chat_template in "
+                        "tokenizer_config.json); pass --chat-template minimax or --chat-template raw, or use "
+                        "/v1/completions");
   for (int i = 0; i < r->n_messages; i++) {
     const lh_message *m = &r->messages[i];
     if (f->kind == LH_CHAT_RAW) {

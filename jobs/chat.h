@@ -1,7 +1,8 @@
 /* chat.h — chat formatting: MiniMax-Text-01's template implemented natively, and a raw mode.
  *
- * longhaul does not run Jinja. It recognises the chat template in a model's tokenizer_config.json
- * and renders it in C; a template it does not recognise is an error that names the flag to pick a
+ * longhaul does not run Jinja. It recognises the chat template of a model folder (where transformers
+ * 5.x looks: chat_template.jinja, then chat_templates/default.jinja, and only when the folder has
+ * neither nor a chat_templates/ folder, tokenizer_config.json's chat_template) and renders it in C; a template it does not recognise is an error that names the flag to pick a
  * format explicitly (--chat-template minimax|raw). MiniMax-Text-01's format, per message:
  *
  *     <beginning_of_sentence>system ai_setting=assistant\n{content}<end_of_sentence>\n
@@ -34,7 +35,7 @@ typedef struct lh_chat_format {
 } lh_chat_format;
 
 /* Pick the format for a model folder: `override` ("minimax", "raw" or NULL for automatic) wins;
- * otherwise tokenizer_config.json's chat_template decides. A folder without a template gets raw
+ * otherwise the folder's chat template decides (chat_template.jinja first, as above). A folder without a template gets raw
  * for completions and an error for chat requests (reported by lh_chat_render). */
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err);
 

@@ -7,7 +7,7 @@
  * "line-N" of a line without an id that no later line's real "line-N" repeats, output lines
  * that stay UTF-8 whatever they quote, reading a batch from a stream and standard input (one
  * read, its SHA-256, the size bound), the documents root, and document keys that do not depend on
- * how the batch file was named. */
+ * how the batch file was named, and the template files transformers 5 saves (chat_template.jinja). */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -559,6 +559,99 @@ static void test_document_keys_do_not_depend_on_the_batch_name(void) {
   lh_batch_free(&up);
 }
 
+/* Template files beside tokenizer_config.json, as transformers 5 saves them: a folder re-saved by
+ * transformers (tests/fixtures/runner/hf5-saved, tools/make_chat_template_fixture.py) is detected
+ * and renders a conversation byte for byte as transformers' apply_chat_template did; the .jinja
+ * file wins over tokenizer_config.json's key either way round; named templates without a default,
+ * a FIFO, a NUL byte and an empty file are each said for what they are. */
+static void test_template_files(void) {
+  const char *fx = "tests/fixtures/runner/hf5-saved";
+  lh_chat_format f;
+  lh_error err = {0};
+  CHECK_EQ(lh_chat_format_detect(fx, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, LH_CHAT_MINIMAX);
+  lh_buf msgs = {0}, want = {0}, line = {0}, got = {0};
+  char p[600];
+  lh_path_join(p, sizeof p, fx, "messages.json");
+  CHECK_EQ(lh_file_read_regular(p, 1 << 20, &msgs, &err), LH_OK);
+  lh_path_join(p, sizeof p, fx, "rendered.txt");
+  CHECK_EQ(lh_file_read_regular(p, 1 << 20, &want, &err), LH_OK);
+  lh_buf_append_str(&line, "{\"custom_id\":\"t\",\"url\":\"/v1/chat/completions\",\"body\":{\"messages\":");
+  for (size_t i = 0; i < msgs.len; i++) /* one line: messages.json is indented */
+    if (msgs.data[i] != '\n') lh_buf_append(&line, msgs.data + i, 1);
+  lh_buf_append_str(&line, "}}");
+  lh_request r;
+  lh_request_parse(line.data, line.len, 1, ".", &r);
+  CHECK_EQ(r.error.code, LH_OK);
+  CHECK_EQ(lh_chat_render(&f, &r, &got, &err), LH_OK);
+  CHECK_MSG(got.len == want.len && !memcmp(got.data, want.data, want.len), "rendered:\n%s\ntransformers:\n%s",
+            got.data, want.data);
+  lh_request_free(&r);
+  lh_buf_free(&msgs);
+  lh_buf_free(&want);
+  lh_buf_free(&line);
+  lh_buf_free(&got);
+
+  char mdir[512], cfg[600], jinja[600], named[600], file[700];
+  lh_path_join(mdir, sizeof mdir, lh_test_tmpdir(), "model-jinja");
+  lh_mkdir_p(mdir, NULL);
+  lh_path_join(cfg, sizeof cfg, mdir, "tokenizer_config.json");
+  lh_path_join(jinja, sizeof jinja, mdir, "chat_template.jinja");
+  lh_path_join(named, sizeof named, mdir, "chat_templates");
+  const char *mm = "{% for m in messages %}{{'<beginning_of_sentence>user name=user\\n'}}"
+                   "{{'<beginning_of_sentence>ai name=assistant\\n'}}{{'<end_of_sentence>'}}{% endfor %}";
+  const char *chatml = "{% for m in messages %}<|im_start|>{{m.role}}{% endfor %}";
+  char cfg_mm[512], cfg_chatml[256];
+  snprintf(cfg_mm, sizeof cfg_mm, "{\"chat_template\": \"{%% for m in messages %%}{{'<beginning_of_sentence>user "
+           "name=user\\\\n'}}{{'<beginning_of_sentence>ai name=assistant\\\\n'}}{{'<end_of_sentence>'}}{%% endfor %%}\"}");
+  snprintf(cfg_chatml, sizeof cfg_chatml, "{\"chat_template\": \"%s\"}", chatml);
+  write_file(cfg, cfg_mm); /* the key alone: MiniMax */
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, LH_CHAT_MINIMAX);
+  write_file(jinja, chatml); /* the file wins over the key */
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EUNSUPPORTED);
+  CHECK_STR_CONTAINS(err.msg, "chat_template.jinja: its chat template is not one");
+  write_file(cfg, cfg_chatml);
+  write_file(jinja, mm);
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, LH_CHAT_MINIMAX);
+  write_bytes(jinja, "{{'<beginning_of_sentence>'}}\0user name=user", 45);
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "NUL byte");
+  write_file(jinja, ""); /* an empty template: none, as if absent (chat requests then say so) */
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, 0);
+  unlink(jinja);
+  CHECK_EQ(mkfifo(jinja, 0644), 0); /* never opened for reading: no hang */
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EINVAL);
+  CHECK_STR_CONTAINS(err.msg, "chat_template.jinja");
+  unlink(jinja);
+  /* chat_templates/: a default.jinja is the default; named ones alone leave it unsaid */
+  lh_mkdir_p(named, NULL);
+  lh_path_join(file, sizeof file, named, "tool_use.jinja");
+  write_file(file, mm);
+  write_file(cfg, cfg_mm);
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EFORMAT);
+  CHECK_STR_CONTAINS(err.msg, "holds named chat templates");
+  lh_path_join(file, sizeof file, named, "default.jinja");
+  write_file(file, mm);
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, LH_CHAT_MINIMAX);
+  /* no template anywhere: a chat request is refused naming both places */
+  unlink(file);
+  lh_path_join(file, sizeof file, named, "tool_use.jinja");
+  unlink(file);
+  rmdir(named);
+  write_file(cfg, "{}");
+  CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_OK);
+  CHECK_EQ(f.kind, 0);
+  lh_request_parse(CHAT_LINE("n", "hi"), strlen(CHAT_LINE("n", "hi")), 1, ".", &r);
+  CHECK_EQ(lh_chat_render(&f, &r, &got, &err), LH_EUNSUPPORTED);
+  CHECK_STR_CONTAINS(err.msg, "no chat_template.jinja, and no chat_template in tokenizer_config.json");
+  lh_request_free(&r);
+  lh_buf_free(&got);
+}
+
 int main(void) {
   lh_test_begin("test_batch");
   char path[512];
@@ -664,6 +757,7 @@ int main(void) {
   CHECK_EQ(lh_chat_format_detect(mdir, NULL, &f, &err), LH_EUNSUPPORTED);
   CHECK_STR_CONTAINS(err.msg, "--chat-template");
   test_chat_template_shapes(mdir, cfg);
+  test_template_files();
 
   /* output lines parse back with the fields the OpenAI batch format has */
   lh_buf out = {0};
