@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 #define LH_EXIT_INTERRUPTED 130
 #define LH_EXIT_TEMPFAIL 75
@@ -458,10 +459,10 @@ static void add_time(cJSON *o, const char *key, int64_t ms) {
 
 static cJSON *job_json(lh_store *s, const char *path, const lh_store_job_info *j, int64_t done) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "store", path);
+  lh_json_add_text(o, "store", path);
   cJSON_AddNumberToObject(o, "id", (double)j->id);
-  cJSON_AddStringToObject(o, "batch", j->batch);
-  cJSON_AddStringToObject(o, "custom_id", j->custom_id);
+  lh_json_add_text(o, "batch", j->batch);
+  lh_json_add_text(o, "custom_id", j->custom_id);
   cJSON_AddStringToObject(o, "state", lh_job_state_name(j->state));
   cJSON_AddNumberToObject(o, "attempts", j->attempts);
   cJSON_AddNumberToObject(o, "tokens_done", (double)done);
@@ -480,7 +481,7 @@ static cJSON *job_json(lh_store *s, const char *path, const lh_store_job_info *j
   add_time(o, "started", j->started_ms);
   add_time(o, "finished", j->finished_ms);
   if (j->owner) {
-    cJSON_AddStringToObject(o, "owner", j->owner);
+    lh_json_add_text(o, "owner", j->owner);
     cJSON_AddBoolToObject(o, "owner_alive", j->owner_alive == 1);
   }
   if (j->error) {
@@ -488,7 +489,7 @@ static cJSON *job_json(lh_store *s, const char *path, const lh_store_job_info *j
     if (!cJSON_IsObject(e)) {
       cJSON_Delete(e);
       e = cJSON_CreateObject();
-      cJSON_AddStringToObject(e, "message", j->error);
+      lh_json_add_text(e, "message", j->error);
     }
     cJSON_AddItemToObject(o, "error", e);
   }

@@ -811,23 +811,6 @@ void lh_request_documents_key(const lh_request *r, char out[65]) {
 
 /* ---- output ---- */
 
-/* Add a string member; text that is not valid UTF-8 gets U+FFFD for each invalid subpart. */
-/* A JSON string of text, with U+FFFD for what is not UTF-8. */
-static cJSON *text_node(const char *text) {
-  if (!text) text = "";
-  size_t n = strlen(text);
-  if (lh_utf8_valid((const uint8_t *)text, n)) return cJSON_CreateString(text);
-  lh_buf b = {0};
-  cJSON *s = lh_utf8_replace(&b, text, n, NULL) == LH_OK ? cJSON_CreateString(b.data) : NULL;
-  lh_buf_free(&b);
-  return s;
-}
-
-static void add_text(cJSON *o, const char *key, const char *text) {
-  cJSON *s = text_node(text);
-  if (s) cJSON_AddItemToObject(o, key, s);
-}
-
 static lh_status emit(lh_buf *out, cJSON *root) {
   char *s = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
@@ -840,30 +823,30 @@ static lh_status emit(lh_buf *out, cJSON *root) {
 
 lh_status lh_output_success(lh_buf *out, const lh_request *r, const char *request_id, const lh_completion *c) {
   cJSON *root = cJSON_CreateObject();
-  add_text(root, "id", request_id);
-  add_text(root, "custom_id", r->custom_id);
+  lh_json_add_text(root, "id", request_id);
+  lh_json_add_text(root, "custom_id", r->custom_id);
   cJSON *resp = cJSON_AddObjectToObject(root, "response");
   cJSON_AddNumberToObject(resp, "status_code", 200);
-  add_text(resp, "request_id", request_id);
+  lh_json_add_text(resp, "request_id", request_id);
   cJSON *body = cJSON_AddObjectToObject(resp, "body");
   char cid[128];
   snprintf(cid, sizeof cid, "%s-%s", r->endpoint == LH_EP_CHAT ? "chatcmpl" : "cmpl", request_id);
-  add_text(body, "id", cid);
+  lh_json_add_text(body, "id", cid);
   cJSON_AddStringToObject(body, "object", r->endpoint == LH_EP_CHAT ? "chat.completion" : "text_completion");
   cJSON_AddNumberToObject(body, "created", (double)c->created);
-  add_text(body, "model", c->model);
+  lh_json_add_text(body, "model", c->model);
   cJSON *choices = cJSON_AddArrayToObject(body, "choices");
   cJSON *ch = cJSON_CreateObject();
   cJSON_AddNumberToObject(ch, "index", 0);
   if (r->endpoint == LH_EP_CHAT) {
     cJSON *msg = cJSON_AddObjectToObject(ch, "message");
     cJSON_AddStringToObject(msg, "role", "assistant");
-    add_text(msg, "content", c->text);
+    lh_json_add_text(msg, "content", c->text);
   } else {
-    add_text(ch, "text", c->text);
+    lh_json_add_text(ch, "text", c->text);
     cJSON_AddNullToObject(ch, "logprobs");
   }
-  add_text(ch, "finish_reason", c->finish_reason);
+  lh_json_add_text(ch, "finish_reason", c->finish_reason);
   cJSON_AddItemToArray(choices, ch);
   cJSON *usage = cJSON_AddObjectToObject(body, "usage");
   cJSON_AddNumberToObject(usage, "prompt_tokens", (double)c->prompt_tokens);
@@ -874,7 +857,7 @@ lh_status lh_output_success(lh_buf *out, const lh_request *r, const char *reques
   if (c->n_warnings > 0) {
     cJSON *w = cJSON_AddArrayToObject(body, "warnings");
     for (int i = 0; i < c->n_warnings; i++) {
-      cJSON *s = text_node(c->warnings[i]);
+      cJSON *s = lh_json_text(c->warnings[i]);
       if (s) cJSON_AddItemToArray(w, s);
     }
   }
@@ -885,14 +868,14 @@ lh_status lh_output_success(lh_buf *out, const lh_request *r, const char *reques
 lh_status lh_output_error(lh_buf *out, const char *custom_id, const char *request_id, int status_code,
                           const char *code, const char *message) {
   cJSON *root = cJSON_CreateObject();
-  add_text(root, "id", request_id);
-  add_text(root, "custom_id", custom_id);
+  lh_json_add_text(root, "id", request_id);
+  lh_json_add_text(root, "custom_id", custom_id);
   cJSON *resp = cJSON_AddObjectToObject(root, "response");
   cJSON_AddNumberToObject(resp, "status_code", status_code);
-  add_text(resp, "request_id", request_id);
+  lh_json_add_text(resp, "request_id", request_id);
   cJSON_AddNullToObject(resp, "body");
   cJSON *e = cJSON_AddObjectToObject(root, "error");
-  add_text(e, "code", code);
-  add_text(e, "message", message);
+  lh_json_add_text(e, "code", code);
+  lh_json_add_text(e, "message", message);
   return emit(out, root);
 }

@@ -37,6 +37,7 @@
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/testpoint.h"
 #include "util/utf8.h"
@@ -252,24 +253,24 @@ static void on_progress(void *user, int64_t pos) { lh_progress_update(user, pos)
 static lh_status sweep_json(const lh_niah_params *p, const char *model_id, const char *corpus,
                             const lh_niah__families *fam, const char *title, char **out) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "title", title);
+  lh_json_add_text(o, "title", title);
   cJSON *k = cJSON_AddObjectToObject(o, "key"); /* what the results depend on */
   cJSON_AddStringToObject(k, "model_id", model_id);
-  cJSON_AddStringToObject(k, "corpus", corpus);
+  lh_json_add_text(k, "corpus", corpus);
   cJSON_AddStringToObject(k, "variant", lh_niah_variant_name(p->variant));
   cJSON_AddNumberToObject(k, "n_needles", p->n_needles);
   if (fam) { /* the grammar, by content: a file edited in place is another sweep */
     cJSON_AddStringToObject(k, "families", fam->sha256);
   } else {
-    cJSON_AddStringToObject(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
-    cJSON_AddStringToObject(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
-    cJSON_AddStringToObject(k, "answer", p->answer ? p->answer : "{value}");
+    lh_json_add_text(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
+    lh_json_add_text(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
+    lh_json_add_text(k, "answer", p->answer ? p->answer : "{value}");
   }
   cJSON_AddNumberToObject(k, "seed", (double)p->seed);
   cJSON_AddNumberToObject(k, "max_tokens", p->max_tokens);
   cJSON_AddStringToObject(o, "device", p->device ? p->device : "cpu");
   cJSON_AddNumberToObject(o, "chunk", p->chunk);
-  if (fam) cJSON_AddStringToObject(o, "families_file", p->families);
+  if (fam) lh_json_add_text(o, "families_file", p->families);
   *out = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return *out ? LH_OK : LH_ENOMEM;
@@ -325,6 +326,7 @@ static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, const
   if (S->cfg->eos_token_id >= 0) S->stop_ids[S->n_stop++] = S->cfg->eos_token_id;
   const char *slash = strrchr(p->model_dir, '/');
   snprintf(S->model_name, sizeof S->model_name, "%s", slash && slash[1] ? slash + 1 : p->model_dir);
+  lh_utf8_fit(S->model_name, sizeof S->model_name);
   int64_t maxlen = 0;
   for (int i = 0; i < p->n_lengths; i++) maxlen = p->lengths[i] > maxlen ? p->lengths[i] : maxlen;
   if (S->cfg->max_position_embeddings > 0 && maxlen + p->max_tokens > S->cfg->max_position_embeddings)
@@ -343,6 +345,7 @@ static lh_status sweep_claim_out(sweep *S, const char *corpus, char *title, size
   date[10] = 0;
   snprintf(title, title_n, "NIAH %s%s: %s, %s, %s", lh_niah_variant_name(p->variant),
            S->fam ? " (families)" : "", S->model_name, p->device ? p->device : "cpu", date);
+  lh_utf8_fit(title, title_n);
   char *sj = NULL;
   if (sweep_json(p, lh_model_id(S->model), corpus, S->fam, title, &sj))
     return lh_error_set(err, LH_ENOMEM, "out of memory");

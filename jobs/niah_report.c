@@ -24,7 +24,9 @@
 #include "jobs/niah_internal.h"
 #include "jobs/niah_plot.h"
 #include "util/fs.h"
+#include "util/json.h"
 #include "util/log.h"
+#include "util/utf8.h"
 
 static void strip_answer(char *s) {
   size_t n = strlen(s), a = 0;
@@ -278,7 +280,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
     tmax = cells[i].trials > tmax ? cells[i].trials : tmax;
   }
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "title", title);
+  lh_json_add_text(o, "title", title);
   cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
   cJSON_AddNumberToObject(o, "trials", n);
   cJSON_AddNumberToObject(o, "accuracy", t.score);
@@ -423,15 +425,15 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
     lh_buf_append(&nd, t->needle_text[e].data, t->needle_text[e].len - 1);
     lh_buf_append_str(&nd, e + 1 < t->n_needles ? " | " : "");
   }
-  cJSON_AddStringToObject(o, "needle", nd.data ? nd.data : "");
+  lh_json_add_text(o, "needle", nd.data);
   lh_buf_free(&nd);
-  cJSON_AddStringToObject(o, "question", t->question);
+  lh_json_add_text(o, "question", t->question);
   if (t->family.len) { /* what a families trial drew (niah_families.c made this JSON) */
     cJSON *fam = cJSON_ParseWithLength(t->family.data, t->family.len);
     if (fam) cJSON_AddItemToObject(o, "family", fam);
   }
-  cJSON_AddStringToObject(o, "expected", t->expected);
-  cJSON_AddStringToObject(o, "answer", a);
+  lh_json_add_text(o, "expected", t->expected);
+  lh_json_add_text(o, "answer", a);
   cJSON_AddItemToObject(o, "answer_token_ids", cJSON_CreateIntArray(m->answer_ids, (int)m->n_answer_ids));
   cJSON_AddNumberToObject(o, "exact", !strcmp(a, t->expected));
   cJSON_AddNumberToObject(o, "contains", contains);
@@ -778,6 +780,7 @@ static lh_status side_load(side *s, const char *dir, const char *which, lh_error
   if (!lh_is_dir(dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: %s is not a folder", which, dir);
   const char *base = realpath(dir, real) ? strrchr(real, '/') : NULL;
   snprintf(s->name, sizeof s->name, "%s", base && base[1] ? base + 1 : dir);
+  lh_utf8_fit(s->name, sizeof s->name); /* drawn and quoted as text */
   snprintf(path, sizeof path, "%s/results.jsonl", dir);
   lh_status st = read_rows(path, &s->rows, &s->n, err);
   if (st) return lh_error_prefix(err, st, "%s: ", which);
@@ -788,6 +791,7 @@ static lh_status side_load(side *s, const char *dir, const char *which, lh_error
   const rows_total t = rows_mean(s->rows, s->n);
   s->score = t.score, s->all = t.all_values;
   if (read_title(dir, s->title, sizeof s->title, NULL) != LH_OK) snprintf(s->title, sizeof s->title, "%s", s->name);
+  lh_utf8_fit(s->title, sizeof s->title);
   return LH_OK;
 }
 
@@ -823,9 +827,9 @@ static void json_num(cJSON *o, const char *k, double v) {
 
 static cJSON *side_json(const side *s) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "dir", s->dir);
-  cJSON_AddStringToObject(o, "name", s->name);
-  cJSON_AddStringToObject(o, "title", s->title);
+  lh_json_add_text(o, "dir", s->dir);
+  lh_json_add_text(o, "name", s->name);
+  lh_json_add_text(o, "title", s->title);
   cJSON_AddNumberToObject(o, "trials", s->n);
   cJSON_AddNumberToObject(o, "cells", s->nc);
   cJSON_AddNumberToObject(o, "score", s->score);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "util/fs.h"
+#include "util/json.h"
 
 #define LINE_MAX_COLS 400 /* wider terminals get lines of at most this many columns */
 #define BAR_CELLS 30
@@ -448,19 +449,19 @@ static void json_emit(lh_progress *p, cJSON *o) {
 
 static void json_phase(lh_progress *p, const char *event, double now, int kind, const char *why) {
   cJSON *o = json_event(event);
-  cJSON_AddStringToObject(o, "job", p->job);
+  lh_json_add_text(o, "job", p->job);
   cJSON_AddNumberToObject(o, "requests", p->requests > 0 ? p->requests : 1);
-  cJSON_AddStringToObject(o, "phase", p->phase);
+  lh_json_add_text(o, "phase", p->phase);
   cJSON_AddNumberToObject(o, "done", (double)p->done);
   cJSON_AddNumberToObject(o, "total", (double)p->total);
-  cJSON_AddStringToObject(o, "unit", p->unit);
+  lh_json_add_text(o, "unit", p->unit);
   cJSON_AddNumberToObject(o, "rate", phase_rate(p, now));
   const double eta = kind == LIVE ? phase_eta(p, now) : -1;
   if (eta >= 0) cJSON_AddNumberToObject(o, "eta_s", eta);
   if (kind != LIVE) {
     cJSON_AddNumberToObject(o, "elapsed_s", now - p->t0);
     cJSON_AddBoolToObject(o, "stopped", kind == STOPPED);
-    if (kind == STOPPED && why) cJSON_AddStringToObject(o, "why", why);
+    if (kind == STOPPED && why) lh_json_add_text(o, "why", why);
   }
   json_emit(p, o);
 }
@@ -528,7 +529,7 @@ void lh_progress_batch(lh_progress *p, const char *noun, int64_t done, int64_t f
     plain_line(p, "%s", line);
   } else if (p->mode == LH_PROGRESS_JSON) {
     cJSON *o = json_event("batch");
-    cJSON_AddStringToObject(o, "noun", p->noun);
+    lh_json_add_text(o, "noun", p->noun);
     cJSON_AddNumberToObject(o, "done", (double)done);
     cJSON_AddNumberToObject(o, "failed", (double)failed);
     cJSON_AddNumberToObject(o, "total", (double)total);
@@ -548,7 +549,7 @@ void lh_progress_job(lh_progress *p, const char *job, int requests) {
   p->job_t0 = lh_now();
   if (p->mode == LH_PROGRESS_JSON) {
     cJSON *o = json_event("job");
-    cJSON_AddStringToObject(o, "job", p->job);
+    lh_json_add_text(o, "job", p->job);
     cJSON_AddNumberToObject(o, "requests", p->requests);
     json_emit(p, o);
   } else if (p->requests > 1) {
@@ -627,7 +628,7 @@ void lh_progress_note(lh_progress *p, const char *fmt, ...) {
   va_end(ap);
   if (p->mode == LH_PROGRESS_JSON) {
     cJSON *o = json_event("note");
-    cJSON_AddStringToObject(o, "message", msg);
+    lh_json_add_text(o, "message", msg);
     json_emit(p, o);
   } else if (p->mode == LH_PROGRESS_PLAIN) {
     plain_line(p, "%s", msg);

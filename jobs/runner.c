@@ -61,6 +61,7 @@
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/testpoint.h"
 #include "util/utf8.h"
@@ -206,7 +207,7 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "status_code", status);
   cJSON_AddStringToObject(o, "code", code);
-  cJSON_AddStringToObject(o, "message", msg);
+  lh_json_add_text(o, "message", msg);
   char *s = render_json_string(o);
   lh_error e;
   lh_status st = lh_store_job_fail(R->store, id, s ? s : msg, &e);
@@ -387,7 +388,7 @@ static lh_status put_job(run *R, int i, const char *identity, int *existed, lh_e
    * in the batch file again, and the digest pins the file's content. */
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "line", r->line);
-  cJSON_AddStringToObject(o, "custom_id", r->custom_id);
+  lh_json_add_text(o, "custom_id", r->custom_id);
   cJSON_AddStringToObject(o, "batch_sha256", R->batch_digest);
   char *js = render_json_string(o);
   if (!js) return lh_error_set(err, LH_ENOMEM, "out of memory");
@@ -561,7 +562,7 @@ static lh_status doc_report_add(doc_report *d, lh_ingest *ing, const lh_document
     cJSON_Delete(s);
     return LH_ENOMEM;
   }
-  cJSON_AddStringToObject(o, "path", di->path);
+  lh_json_add_text(o, "path", di->path);
   for (cJSON *it; (it = s->child);) {
     cJSON_DetachItemViaPointer(s, it);
     cJSON_AddItemToObject(o, it->string, it);
@@ -575,7 +576,7 @@ static lh_status doc_report_add(doc_report *d, lh_ingest *ing, const lh_document
   const char *why = cJSON_GetStringValue(n) ? strstr(cJSON_GetStringValue(n), ": no text: ") : NULL;
   lh_buf line = {0};
   lh_buf_printf(&line, "document %s: no text%s", di->path, why ? why + strlen(": no text") : "");
-  cJSON *ws = line.data ? cJSON_CreateString(line.data) : NULL;
+  cJSON *ws = line.data ? lh_json_text(line.data) : NULL;
   lh_buf_free(&line);
   if (!ws) return LH_ENOMEM;
   cJSON_AddItemToArray(d->warnings, ws);
@@ -1046,19 +1047,19 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
 static char *result_json(const group *g, const job *J, const lh_fork *F) {
   const run *R = g->R;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "custom_id", J->r->custom_id);
+  lh_json_add_text(o, "custom_id", J->r->custom_id);
   cJSON_AddStringToObject(o, "status", "done");
   cJSON_AddItemToObject(o, "warnings", g->docs.warnings ? cJSON_Duplicate(g->docs.warnings, 1) : cJSON_CreateArray());
   /* the answer as text is valid UTF-8 whatever bytes the model chose (each invalid sequence one
    * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
   lh_buf answer = {0};
   lh_utf8_replace(&answer, J->text.data ? J->text.data : "", J->text.len, NULL);
-  cJSON_AddStringToObject(o, "answer", answer.data ? answer.data : "");
+  lh_json_add_text(o, "answer", answer.data ? answer.data : "");
   lh_buf_free(&answer);
   cJSON_AddItemToObject(o, "completion_token_ids", cJSON_CreateIntArray(F->tokens.data, (int)F->tokens.len));
   cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
   cJSON_AddStringToObject(o, "endpoint", J->r->endpoint == LH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions");
-  cJSON_AddStringToObject(o, "model", R->model_name);
+  lh_json_add_text(o, "model", R->model_name);
   cJSON_AddNumberToObject(o, "created", (double)time(NULL));
   cJSON *t = cJSON_AddObjectToObject(o, "tokens");
   cJSON_AddNumberToObject(t, "prompt", (double)J->prompt_tokens);
@@ -1085,10 +1086,10 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON_AddNumberToObject(rt, "prefill_tokens_per_s", g->t_prefill > 0 ? (double)g->computed / g->t_prefill : 0);
   cJSON_AddNumberToObject(rt, "decode_tokens_per_s", F->seconds > 0 ? (double)F->tokens.len / F->seconds : 0);
   cJSON *s = cJSON_AddObjectToObject(o, "store");
-  cJSON_AddStringToObject(s, "path", R->sum->db_path);
+  lh_json_add_text(s, "path", R->sum->db_path);
   cJSON_AddNumberToObject(s, "job_id", (double)J->id);
   cJSON *m = cJSON_AddObjectToObject(o, "engine");
-  cJSON_AddStringToObject(m, "model_dir", lh_model_dir(R->model));
+  lh_json_add_text(m, "model_dir", lh_model_dir(R->model));
   cJSON_AddStringToObject(m, "model_id", lh_model_id(R->model));
   cJSON_AddStringToObject(m, "backend", lh_model_backend(R->model));
   cJSON_AddNumberToObject(m, "chunk", (double)R->plan.chunk);
@@ -1186,12 +1187,12 @@ out:
 /* OpenAI's error file line: {"id", "custom_id", "response": null, "error": {"code", "message"}}. */
 static lh_status error_line(lh_buf *errs, const char *custom_id, const char *rid, const char *code, const char *msg) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "id", rid);
-  cJSON_AddStringToObject(o, "custom_id", custom_id);
+  lh_json_add_text(o, "id", rid);
+  lh_json_add_text(o, "custom_id", custom_id);
   cJSON_AddNullToObject(o, "response");
   cJSON *e = cJSON_AddObjectToObject(o, "error");
   cJSON_AddStringToObject(e, "code", code);
-  cJSON_AddStringToObject(e, "message", msg);
+  lh_json_add_text(e, "message", msg);
   char *line = render_json_string(o);
   lh_status st = line ? lh_buf_append_str(errs, line) : LH_ENOMEM;
   if (st == LH_OK) st = lh_buf_append(errs, "\n", 1);

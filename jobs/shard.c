@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "util/fs.h"
+#include "util/json.h"
 
 static int say(char *why, size_t n, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int say(char *why, size_t n, int rc, const char *fmt, ...) {
@@ -106,7 +107,7 @@ lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha25
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "shard", index);
   cJSON_AddNumberToObject(o, "of", count);
-  cJSON_AddStringToObject(o, "batch", abs);
+  lh_json_add_text(o, "batch", abs);
   cJSON_AddStringToObject(o, "batch_sha256", batch_sha256);
   char *js = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);

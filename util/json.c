@@ -1,8 +1,12 @@
-/* json.c — see json.h. Nothing here allocates beyond one array of key pointers per object. */
+/* json.c — see json.h. The duplicate-key check allocates nothing beyond one array of key pointers
+ * per object. */
 #include "util/json.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/buf.h"
+#include "util/utf8.h"
 
 typedef struct keyref {
   const char *key;
@@ -43,4 +47,19 @@ lh_status lh_json_duplicate_key(const cJSON *node, int nested, const char **key)
   /* depth is bounded by cJSON's nesting limit, so recursion is safe */
   for (const cJSON *c = node->child; c && !st && !*key; c = c->next) st = lh_json_duplicate_key(c, 1, key);
   return st;
+}
+
+cJSON *lh_json_text(const char *text) {
+  if (!text) text = "";
+  const size_t n = strlen(text);
+  if (lh_utf8_valid((const uint8_t *)text, n)) return cJSON_CreateString(text);
+  lh_buf b = {0};
+  cJSON *s = lh_utf8_replace(&b, text, n, NULL) == LH_OK ? cJSON_CreateString(b.data ? b.data : "") : NULL;
+  lh_buf_free(&b);
+  return s;
+}
+
+void lh_json_add_text(cJSON *o, const char *key, const char *text) {
+  cJSON *s = lh_json_text(text);
+  if (s) cJSON_AddItemToObject(o, key, s);
 }

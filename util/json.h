@@ -18,4 +18,11 @@
  * keys is checked in well under a second. LH_ENOMEM when the sort array cannot be allocated. */
 lh_status lh_json_duplicate_key(const cJSON *node, int nested, const char **key);
 
+/* A JSON string node of text (NULL: ""), with U+FFFD for each invalid UTF-8 subpart (as
+ * lh_utf8_replace), so that files quoting paths, names, templates from the command line or model
+ * output stay valid UTF-8 whatever the bytes were; NULL when out of memory. */
+cJSON *lh_json_text(const char *text);
+/* Add lh_json_text(text) to the object o under key (nothing when out of memory). */
+void lh_json_add_text(cJSON *o, const char *key, const char *text);
+
 #endif

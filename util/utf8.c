@@ -131,3 +131,15 @@ lh_status lh_utf8_replace(lh_buf *out, const void *s, size_t n, size_t *replaced
   if (replaced) *replaced = (size_t)r;
   return LH_OK;
 }
+
+void lh_utf8_fit(char *s, size_t cap) {
+  const size_t n = strlen(s);
+  if (!cap || lh_utf8_valid((const uint8_t *)s, n)) return;
+  lh_buf b = {0};
+  if (lh_utf8_replace(&b, s, n, NULL) == LH_OK && b.data) {
+    const size_t k = lh_utf8_valid_prefix((const uint8_t *)b.data, b.len < cap ? b.len : cap - 1);
+    memcpy(s, b.data, k);
+    s[k] = 0;
+  }
+  lh_buf_free(&b);
+}

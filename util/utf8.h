@@ -57,4 +57,9 @@ lh_status lh_utf8_repair(lh_utf8 *u, const uint8_t *p, size_t n, int final, lh_b
  * U+FFFD written. LH_OK or LH_ENOMEM (out then holds what it held before). */
 lh_status lh_utf8_replace(lh_buf *out, const void *s, size_t n, size_t *replaced);
 
+/* The C string s, in a buffer of cap bytes, made valid UTF-8 in place: U+FFFD for each invalid
+ * subpart, then cut at a sequence boundary to fit (also repairing a sequence that snprintf cut),
+ * for names and titles built from paths of other bytes. Left as it was when out of memory. */
+void lh_utf8_fit(char *s, size_t cap);
+
 #endif

@@ -5,6 +5,7 @@
 # the figures and tables exist, a rerun takes the weights' digest from the sweep's store, and a
 # sweep killed with -9 and rerun gives the same results.csv as an uninterrupted one, apart from the "seconds" and "tokens_computed" columns (named and dropped).
 # A multi-value sweep's scores are RULER's share of the expected values, recomputed from the text.
+# Names that are not UTF-8 reach every JSON file it writes as valid UTF-8.
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
 cd "${LH_SOURCE_DIR:-.}"
@@ -224,4 +225,33 @@ for kind in link fifo; do
   grep -q "results.jsonl: .*remove it" "$o.log" || { cat "$o.log"; fail "a $kind at results.jsonl: no word of what is in the way"; }
 done
 [ "$(cat "$T/victim")" = precious ] || fail "the sweep wrote through a link at results.jsonl"
+# names that are not UTF-8 (a model folder, a corpus, templates from the command line, a compared
+# sweep's folder) reach the results as text with U+FFFD: sweep.json, summary.json, results.jsonl and
+# compare.json were written with the raw bytes, which no strict JSON reader takes
+bad=$(printf 'x\377y')
+mkdir -p "$T/u-$bad"
+ln -s "$PWD/models/haul-tiny" "$T/u-$bad/haul-tiny-$bad"
+cp "$T/corpus/notes.txt" "$T/corpus-$bad.txt"
+u_args=(--model "$T/u-$bad/haul-tiny-$bad" --corpus "$T/corpus-$bad.txt" --lengths 1k --depths 50 --chunk 256
+  --progress none --needle "The $bad special magic {key} number is: {value}." --answer "{value}")
+"$LH" niah "${u_args[@]}" --out "$T/u-$bad/sweep" > "$T/u.log" 2>&1 || { cat "$T/u.log"; fail "a sweep over names that are not UTF-8 failed"; }
+"$LH" niah compare "$T/small" "$T/u-$bad/sweep" --out "$T/u-compare" > "$T/uc.log" 2>&1 ||
+  { cat "$T/uc.log"; fail "comparing a sweep in a folder whose name is not UTF-8 failed"; }
+python3 - "$T/u-$bad/sweep" "$T/u-compare" <<'PY'
+import glob, json, os, sys
+files = [os.path.join(sys.argv[1], f) for f in ("sweep.json", "summary.json", "results.jsonl")]
+files += glob.glob(os.path.join(sys.argv[2], "*.json"))
+assert len(files) > 3, files
+for f in files:
+    text = open(f, "rb").read().decode("utf-8")  # strict: raises on any byte that is not UTF-8
+    for line in (text.splitlines() if f.endswith(".jsonl") else [text]):
+        json.loads(line)
+s = json.load(open(os.path.join(sys.argv[1], "sweep.json")))
+assert "\ufffd" in s["title"] and "\ufffd" in s["key"]["corpus"] and "\ufffd" in s["key"]["needle"], s
+r = json.loads(open(os.path.join(sys.argv[1], "results.jsonl")).readline())
+assert "\ufffd" in r["needle"], r["needle"]
+PY
+# the same command again resumes the same sweep (the repaired key matches itself)
+"$LH" niah "${u_args[@]}" --out "$T/u-$bad/sweep" > "$T/u2.log" 2>&1 || { cat "$T/u2.log"; fail "rerun over names that are not UTF-8 failed"; }
+grep -q "0 run now" "$T/u2.log" || { cat "$T/u2.log"; fail "the rerun did not find its trials done"; }
 echo "niah_e2e: ok"

@@ -4,7 +4,7 @@
 # batch give the same prompt and answer (a plain-file document is named in its frame as the batch
 # writes it, not through the batch file's folder); --documents-root refuses a document outside the
 # tree on its line; a duplicate custom_id is refused on the later line with a response id of its
-# own.
+# own; names that are not UTF-8 reach the JSON it writes as valid UTF-8.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/root"
@@ -46,4 +46,38 @@ l = json.loads(open(sys.argv[1]).readline())
 m = l["error"]["message"]
 assert l["response"]["status_code"] == 400 and "line 1" in m and "notes.txt" in m and sys.argv[2] in m, m
 ' "$T/root_out/output.jsonl" "$T/b/root"
+# names that are not UTF-8 (the batch's folder, so every resolved document path; an archive entry;
+# the model folder; OUT; a missing document the error quotes) reach every JSON file the run writes,
+# and its --progress json lines and `status --json`, as text with U+FFFD; they were written raw
+bad=$(printf 'x\377y')
+mkdir -p "$T/u-$bad/docs"
+printf 'The deploy key rotation interval is 417 days.\n' > "$T/u-$bad/docs/notes-$bad.txt"
+tar -C "$T/u-$bad/docs" -czf "$T/u-$bad/docs.tar.gz" "notes-$bad.txt"
+ln -s "$MODEL" "$T/u-$bad/model-$bad"
+cat > "$T/u-$bad/batch.jsonl" <<'B'
+{"custom_id":"u1","url":"/v1/completions","body":{"prompt":"Q:","max_tokens":4,"temperature":0,"documents":["docs", "docs.tar.gz"]}}
+{"custom_id":"u2","url":"/v1/completions","body":{"prompt":"Q:","max_tokens":4,"temperature":0,"documents":["missing.txt"]}}
+B
+set +e
+"$LH" run "$T/u-$bad/batch.jsonl" --model "$T/u-$bad/model-$bad" --out "$T/u-$bad/out" --progress json \
+  > "$T/u-$bad/progress.jsonl" 2> "$T/u.log"
+"$LH" status --out "$T/u-$bad/out" --json > "$T/u-$bad/status.json" 2>> "$T/u.log"
+set -e
+json 'import glob, os, sys
+d = sys.argv[1]
+files = glob.glob(os.path.join(d, "out", "**", "*.json*"), recursive=True)
+files += [os.path.join(d, "progress.jsonl"), os.path.join(d, "status.json")]
+assert any(f.endswith("output.jsonl") for f in files) and any(f.endswith("result.json") for f in files), files
+seen = ""
+for f in files:
+    text = open(f, "rb").read().decode("utf-8")  # strict: raises on any byte that is not UTF-8
+    assert text.strip(), f
+    for line in (text.splitlines() if f.endswith(".jsonl") else [text]):
+        if line.strip(): json.loads(line)
+    seen += text
+assert "\\ufffd" in seen or "\ufffd" in seen, "no U+FFFD anywhere: the test names were not used"
+out = [json.loads(l) for l in open(os.path.join(d, "out", "output.jsonl"))]
+assert out[0]["error"] is None, out[0]
+assert "missing.txt" in out[1]["error"]["message"] and "\ufffd" in out[1]["error"]["message"], out[1]
+' "$T/u-$bad" || { cat "$T/u.log"; fail "a run over names that are not UTF-8 wrote a file that is not UTF-8 JSON"; }
 echo "run_batch_input: ok"
