@@ -526,7 +526,7 @@ int lh_cmd_status(int argc, char **argv) {
       fprintf(stderr, "longhaul status: %s: out of memory\n", paths[k]);
       rc = LH_EXIT_USAGE;
     }
-    if (root) cJSON_AddItemToArray(stores, cJSON_CreateString(paths[k]));
+    if (root) cJSON_AddItemToArray(stores, lh_json_text(paths[k]));
     if (!root && rc == LH_EXIT_OK) {
       if (np > 1) printf("%s%s\n", k ? "\n" : "", paths[k]);
       printf("%-6s %-24s %-8s %12s %12s %4s  %s\n", "job", "custom_id", "state", "tokens_done", "tokens_total",

@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "store/store.h"
 #include "util/fs.h"
+#include "util/json.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -118,7 +119,7 @@ static void print_json(cJSON *o) {
 
 static cJSON *stats_json(const lh_store *s, const lh_store_stats *st) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "path", lh_store_path(s));
+  lh_json_add_text(o, "path", lh_store_path(s));
   cJSON_AddNumberToObject(o, "schema", lh_store_schema_version(s));
   cJSON_AddNumberToObject(o, "file_bytes", (double)st->file_bytes);
   cJSON_AddNumberToObject(o, "page_size", (double)st->page_size);
@@ -149,18 +150,18 @@ static lh_status ls_jobs(lh_store *s, cJSON *root, lh_error *err) {
     for (size_t i = 0; i < n; i++) {
       cJSON *o = cJSON_CreateObject();
       cJSON_AddNumberToObject(o, "id", (double)v[i].id);
-      cJSON_AddStringToObject(o, "batch", v[i].batch);
-      cJSON_AddStringToObject(o, "custom_id", v[i].custom_id);
+      lh_json_add_text(o, "batch", v[i].batch);
+      lh_json_add_text(o, "custom_id", v[i].custom_id);
       cJSON_AddStringToObject(o, "state", lh_job_state_name(v[i].state));
       cJSON_AddNumberToObject(o, "attempts", v[i].attempts);
       cJSON_AddNumberToObject(o, "tokens_done", (double)v[i].tokens_done);
       cJSON_AddNumberToObject(o, "tokens_total", (double)v[i].tokens_total);
       cJSON_AddNumberToObject(o, "ckpt_id", (double)v[i].ckpt_id);
       if (v[i].owner) {
-        cJSON_AddStringToObject(o, "owner", v[i].owner);
+        lh_json_add_text(o, "owner", v[i].owner);
         cJSON_AddBoolToObject(o, "owner_alive", v[i].owner_alive == 1);
       }
-      if (v[i].error) cJSON_AddStringToObject(o, "error", v[i].error);
+      if (v[i].error) lh_json_add_text(o, "error", v[i].error);
       cJSON_AddNumberToObject(o, "created_ms", (double)v[i].created_ms);
       cJSON_AddNumberToObject(o, "finished_ms", (double)v[i].finished_ms);
       cJSON_AddBoolToObject(o, "has_result", v[i].has_result);
@@ -386,7 +387,7 @@ int lh_cmd_store(int argc, char **argv) {
     int bad = r.damaged > 0 || r.damaged_jobs > 0 || !r.db_ok;
     if (json) {
       cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "path", lh_store_path(s));
+      lh_json_add_text(o, "path", lh_store_path(s));
       cJSON_AddBoolToObject(o, "ok", !bad);
       cJSON_AddBoolToObject(o, "sqlite_ok", r.db_ok);
       cJSON_AddNumberToObject(o, "checkpoints", (double)r.checkpoints);
@@ -402,7 +403,7 @@ int lh_cmd_store(int argc, char **argv) {
       for (char *line = r.problems.data; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl) *nl = 0;
-        cJSON_AddItemToArray(a, cJSON_CreateString(line));
+        cJSON_AddItemToArray(a, lh_json_text(line));
         line = nl ? nl + 1 : line + strlen(line);
       }
       print_json(o);
@@ -434,7 +435,7 @@ int lh_cmd_store(int argc, char **argv) {
     double dt = lh_now() - t0;
     if (json) {
       cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "path", lh_store_path(s));
+      lh_json_add_text(o, "path", lh_store_path(s));
       cJSON_AddBoolToObject(o, "dry_run", gp.dry_run);
       cJSON_AddNumberToObject(o, "deleted", (double)r.deleted);
       cJSON_AddNumberToObject(o, "thinned", (double)r.thinned);

@@ -752,7 +752,7 @@ lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, ch
     free(rows);
   }
   if (st == LH_OK) {
-    cJSON_ReplaceItemInObjectCaseSensitive(now, "title", cJSON_CreateString(title));
+    cJSON_ReplaceItemInObjectCaseSensitive(now, "title", lh_json_text(title));
     char *js = cJSON_PrintUnformatted(now);
     st = js ? lh_file_write_atomic(path, js, strlen(js), err) : lh_error_set(err, LH_ENOMEM, "out of memory");
     free(js);
