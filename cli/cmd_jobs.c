@@ -22,7 +22,6 @@
 #include "util/json.h"
 
 #define LH_EXIT_INTERRUPTED 130
-#define LH_EXIT_TEMPFAIL 75
 
 static void on_signal(int sig) {
   lh_runner_request_stop();

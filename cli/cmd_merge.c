@@ -12,7 +12,6 @@
 #include "cli/commands.h"
 #include "jobs/merge.h"
 
-#define LH_EXIT_TEMPFAIL 75
 
 static void merge_usage(FILE *f) {
   fprintf(f,

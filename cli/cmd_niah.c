@@ -75,7 +75,13 @@ static void usage(FILE *f) {
           "                         hold all of its (its finished trials are kept, the new ones run)\n"
           "                         (without either, a sweep into an OUT that holds another sweep, or\n"
           "                         the same one over other lengths, depths or trials, is refused)\n"
+          "  --wait                 if another sweep is using --out, wait for it (default: exit 75\n"
+          "                         naming it)\n"
           "  --progress auto|tty|plain|json|none\n"
+          "\n"
+          "exit status: 0 done, 2 usage or set-up error, 75 stopped by the machine, not the sweep (a full\n"
+          "disk, an I/O error, a damaged store, another sweep using --out): fix that and rerun, 130\n"
+          "interrupted (rerun the same command to resume)\n"
           "\n"
           "writes OUT/results.jsonl, results.csv, summary.json, sweep.json, heatmap.png, heatmap.svg\n");
 }
@@ -192,7 +198,7 @@ int lh_cmd_niah(int argc, char **argv) {
       {"cpu-attention", required_argument, 0, 'X'},
       {"db", required_argument, 0, 'b'},      {"force", no_argument, 0, 'f'},
       {"extend", no_argument, 0, 'E'},       {"families", required_argument, 0, 'F'},
-      {"save-prompts", no_argument, 0, 'S'},
+      {"save-prompts", no_argument, 0, 'S'},  {"wait", no_argument, 0, 'W'},
       {"progress", required_argument, 0, 'P'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   optind = 1;
@@ -220,6 +226,7 @@ int lh_cmd_niah(int argc, char **argv) {
     case 'b': p.db_path = optarg; break;
     case 'f': p.force = 1; break;
     case 'E': p.extend = 1; break;
+    case 'W': p.wait = 1; break;
     case 'V': {
       int v = lh_niah_variant_parse(optarg);
       if (v < 0) {
@@ -284,7 +291,8 @@ int lh_cmd_niah(int argc, char **argv) {
   signal(SIGTERM, SIG_DFL);
   if (st != LH_OK && st != LH_EINTR) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
-    return LH_EXIT_USAGE;
+    const int tempfail = st == LH_EFULL || st == LH_EIO || st == LH_ECORRUPT || st == LH_EBUSY;
+    return tempfail ? LH_EXIT_TEMPFAIL : LH_EXIT_USAGE;
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
          s.trials_run, s.trials_resumed, down(s.accuracy, 3), down(s.exact, 3));

@@ -25,5 +25,8 @@ int lh_cmd_niah(int argc, char **argv);
 #define LH_EXIT_OK 0
 #define LH_EXIT_FAILED 1
 #define LH_EXIT_USAGE 2
+/* stopped by the machine, not the work (a full disk, an I/O error, a damaged store, another run
+ * holding OUT): fix that and rerun; sysexits' EX_TEMPFAIL */
+#define LH_EXIT_TEMPFAIL 75
 
 #endif

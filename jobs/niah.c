@@ -34,6 +34,7 @@
 #include "tokenizer/tokenizer.h"
 #include "jobs/chat.h"
 #include "jobs/niah_plot.h"
+#include "jobs/outdir.h"
 #include "store/store.h"
 #include "util/fs.h"
 #include "util/hash.h"
@@ -490,6 +491,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_store *store = NULL;
   lh_store_writer *writer = NULL;
   lh_prefix *mainpx = NULL;
+  lh_outdir *od = NULL; /* OUT, locked: one sweep at a time appends to its results.jsonl */
   FILE *rf = NULL;
   char cbuf[4096], results[4200], db[4200], title[512];
   if (!p->model_dir || !p->out_dir) return lh_error_set(err, LH_EINVAL, "--model and --out are required");
@@ -528,7 +530,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "
                                             "pass --corpus with an archive, folder or file");
   lh_status st = sweep_families(&S, err); /* before OUT is made: a bad file leaves no folder */
-  if (st == LH_OK) st = lh_mkdir_p(p->out_dir, err);
+  if (st == LH_OK) st = lh_outdir_open(p->out_dir, "niah.lock", p->wait, &od, err);
   if (st) {
     lh_niah__families_free(S.fam);
     return st;
@@ -607,5 +609,6 @@ done:
   lh_store_close(store);
   sweep_close(&S);
   lh_progress_close(prog);
+  lh_outdir_close(od);
   return st;
 }

@@ -83,6 +83,7 @@ typedef struct lh_niah_params {
   int force;              /* discard earlier results (and saved prompts) in OUT */
   int extend;             /* grow the sweep in OUT to this grid, which holds its cells (same key) */
   int save_prompts;       /* write each trial's prompt text to OUT/prompts/L<length>-D<depth>-T<trial>.txt */
+  int wait;               /* another sweep holds OUT (its niah.lock): wait for it; else LH_EBUSY naming it */
   lh_progress_mode progress;
 } lh_niah_params;
 

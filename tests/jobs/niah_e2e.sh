@@ -5,7 +5,7 @@
 # the figures and tables exist, a rerun takes the weights' digest from the sweep's store, and a
 # sweep killed with -9 and rerun gives the same results.csv as an uninterrupted one, apart from the "seconds" and "tokens_computed" columns (named and dropped).
 # A multi-value sweep's scores are RULER's share of the expected values, recomputed from the text.
-# Names that are not UTF-8 reach every JSON file it writes as valid UTF-8.
+# Names that are not UTF-8 reach every JSON file it writes as valid UTF-8; one sweep at a time in an OUT.
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
 cd "${LH_SOURCE_DIR:-.}"
@@ -212,6 +212,26 @@ for point in haystack:1 niah-trial:2; do
     fi
   done
 done
+# one sweep at a time in an OUT: a second, run while the first is held mid-trial, appended every
+# trial again to results.jsonl (4 rows for a sweep of 2, each cell counted twice). Now it exits 75
+# naming the holder, and with --wait it queues behind it and finds the trials done.
+o=$T/busy
+LH_TEST_STOP_AT=decode:1 "$LH" niah "${small_args[@]}" --out "$o" > "$o.1.log" 2>&1 &
+pid=$!
+state=$(stopped_state $pid)
+[ "$state" = T ] || { kill -9 $pid 2>/dev/null; cat "$o.1.log"; fail "the first sweep did not stop at decode ($state)"; }
+rc=0
+"$LH" niah "${small_args[@]}" --out "$o" > "$o.2.log" 2>&1 || rc=$?
+[ $rc = 75 ] || { kill -9 $pid; cat "$o.2.log"; fail "a second sweep into a busy OUT: exit $rc, expected 75"; }
+grep -q "in use by another longhaul run (pid $pid " "$o.2.log" || { kill -9 $pid; cat "$o.2.log"; fail "the holder is not named"; }
+"$LH" niah "${small_args[@]}" --out "$o" --wait > "$o.3.log" 2>&1 &
+waiter=$!
+sleep 1
+kill -CONT $pid
+wait $pid || { cat "$o.1.log"; fail "the held sweep failed"; }
+wait $waiter || { cat "$o.3.log"; fail "the waiting sweep failed"; }
+grep -q "(0 run now, 2 from earlier runs)" "$o.3.log" || { cat "$o.3.log"; fail "the waiting sweep ran trials again"; }
+[ "$(wc -l < "$o/results.jsonl")" = 2 ] || { cat "$o/results.jsonl"; fail "results.jsonl of a 2-trial sweep has other than 2 rows"; }
 # OUT/results.jsonl is reopened by every rerun: a symbolic link planted there is never written or read
 # through, and a FIFO there cannot hang the sweep
 printf 'precious\n' > "$T/victim"
