@@ -2,7 +2,8 @@
  * bytes.decode("utf-8", "replace") gives (and HF tokenizers' decode: see the fixture's script) on
  * 3,011 byte strings built around every boundary of Unicode's Table 3-7; lh_utf8_valid_prefix and
  * lh_utf8_next agree with the replacement (valid input is exactly the input that comes out
- * unchanged). The expected strings come from Python: tests/fixtures/util/make_utf8_replace.py. */
+ * unchanged). The expected strings come from Python: tests/fixtures/util/make_utf8_replace.py.
+ * Also lh_utf8_fit on a few hand-made cases. */
 #include "tests/test.h"
 #include "util/buf.h"
 #include "util/utf8.h"
@@ -73,5 +74,19 @@ int main(void) {
   CHECK(e.data && e.len == 0 && e.data[0] == 0);
   lh_buf_free(&e);
   lh_buf_free(&out);
+  /* lh_utf8_fit: valid text untouched; bad bytes become U+FFFD within the buffer, cut at a sequence
+   * boundary; a sequence snprintf cut at the end goes */
+  char fa[16] = "caf\xc3\xa9";
+  lh_utf8_fit(fa, sizeof fa);
+  CHECK(!strcmp(fa, "caf\xc3\xa9"));
+  char fb[8] = "ab\xff" "cd";
+  lh_utf8_fit(fb, sizeof fb);
+  CHECK(!strcmp(fb, "ab\xef\xbf\xbd" "cd"));
+  char fc[6] = "ab\xff" "cd"; /* U+FFFD needs 3 bytes: "ab" U+FFFD fits in 5, "c" does not */
+  lh_utf8_fit(fc, sizeof fc);
+  CHECK(!strcmp(fc, "ab\xef\xbf\xbd"));
+  char fd[8] = "abcd\xc3\xa9\xc3"; /* what snprintf leaves of "abcd\xc3\xa9\xc3\xa9" in 8 bytes */
+  lh_utf8_fit(fd, sizeof fd);
+  CHECK(!strcmp(fd, "abcd\xc3\xa9")); /* the cut sequence is U+FFFD, which no longer fits */
   return lh_test_end();
 }
