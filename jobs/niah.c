@@ -11,7 +11,8 @@
  *  3. A trial forks from the main state at the last chunk boundary at or before its first needle,
  *     so the tokens before that boundary are computed once for the whole sweep.
  *  4. results.jsonl is appended one whole line per trial and flushed to disk before the next trial
- *     starts; a torn last line (kill -9 during the write) is ignored and the trial rerun.
+ *     starts; a torn last line (kill -9 during the write) is ignored and the trial rerun, and cut
+ *     off before the next row is appended. One sweep at a time appends (OUT/niah.lock).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "jobs/niah.h"
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -483,6 +485,34 @@ static void sweep_close(sweep *S) {
   lh_model_close(S->model);
 }
 
+/* A torn last line of results.jsonl (a kill while it was written) is cut off before the next row
+ * is appended, or that row would be glued to it and lost with it (invariant 4). */
+static lh_status cut_torn_tail(int fd, const char *path, lh_error *err) {
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+  char buf[4096];
+  off_t keep = sb.st_size;
+  while (keep > 0) { /* back to just after the last newline */
+    const off_t from = keep > (off_t)sizeof buf ? keep - (off_t)sizeof buf : 0;
+    const ssize_t k = pread(fd, buf, (size_t)(keep - from), from);
+    if (k != keep - from) return lh_error_set(err, LH_EIO, "%s: %s", path, k < 0 ? strerror(errno) : "short read");
+    ssize_t i = k;
+    while (i > 0 && buf[i - 1] != '\n') i--;
+    if (i > 0) {
+      keep = from + i;
+      break;
+    }
+    keep = from;
+  }
+  if (keep == sb.st_size) return LH_OK;
+  if (ftruncate(fd, keep) != 0 || fsync(fd) != 0)
+    return lh_error_set(err, errno == ENOSPC ? LH_EFULL : LH_EIO, "%s: cutting its torn last line: %s", path,
+                        strerror(errno));
+  lh_log_warn("niah: %s: cut its torn last line (%lld bytes, from a sweep stopped while writing it); that trial "
+              "runs again", path, (long long)(sb.st_size - keep));
+  return LH_OK;
+}
+
 lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *err) {
   memset(sum, 0, sizeof *sum);
   niah_stop = 0;
@@ -573,7 +603,11 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
                      (long long)sum->tokens_restored);
   {
     int fd;
-    if ((st = lh_file_open_plain(results, O_WRONLY | O_APPEND | O_CREAT, &fd, err))) goto done;
+    if ((st = lh_file_open_plain(results, O_RDWR | O_APPEND | O_CREAT, &fd, err))) goto done;
+    if ((st = cut_torn_tail(fd, results, err))) {
+      close(fd);
+      goto done;
+    }
     if (!(rf = fdopen(fd, "ab"))) {
       close(fd);
       st = lh_error_set(err, LH_EIO, "%s: %s", results, strerror(errno));

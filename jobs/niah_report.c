@@ -42,6 +42,7 @@ typedef struct row {
   int64_t length;
   double depth;
   int trial;
+  int line; /* in results.jsonl, from 1 */
   double score, exact, contains, same_set;
   int64_t computed, tokens;
 } row;
@@ -98,8 +99,46 @@ static lh_status open_results(const char *path, FILE **f, lh_error *err) {
   return LH_OK;
 }
 
-/* Read finished rows (a torn last line is dropped: invariant 4). */
-static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) {
+/* A number member of o that is finite and within [lo, hi] (and whole, when whole), into *v. */
+static int num_in(const cJSON *o, const char *key, double lo, double hi, int whole, double *v) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!cJSON_IsNumber(x)) return 0;
+  *v = x->valuedouble;
+  return isfinite(*v) && *v >= lo && *v <= hi && (!whole || *v == floor(*v));
+}
+
+/* One line of results.jsonl as a row; 0 when it is not a trial row longhaul niah writes (a
+ * length, depth, trial and scores in range: a double past int64 is never cast). */
+static int parse_row(const char *line, size_t len, row *r) {
+  cJSON *o = cJSON_ParseWithLength(line, len);
+  double length, trial, tokens = 0, computed = 0;
+  int ok = cJSON_IsObject(o) && num_in(o, "length", 1, (double)LH_NIAH_MAX_LENGTH, 1, &length) &&
+           num_in(o, "depth", 0, 100, 0, &r->depth) && num_in(o, "trial", 0, LH_NIAH_MAX_TRIALS - 1, 1, &trial) &&
+           num_in(o, "score", 0, 1, 0, &r->score) && num_in(o, "exact", 0, 1, 0, &r->exact) &&
+           num_in(o, "contains", 0, 1, 0, &r->contains);
+  if (ok) { /* counters of the work done: absent in some rows, never trusted past 2^53 */
+    if (!num_in(o, "tokens", 0, 9007199254740992.0, 1, &tokens)) tokens = 0;
+    if (!num_in(o, "tokens_computed", 0, 9007199254740992.0, 1, &computed)) computed = 0;
+    r->length = (int64_t)length, r->trial = (int)trial, r->tokens = (int64_t)tokens, r->computed = (int64_t)computed;
+    r->same_set = row_same_set(o);
+  }
+  cJSON_Delete(o);
+  return ok;
+}
+
+static int cmp_row_line(const void *a, const void *b) { /* by trial, then by line */
+  const row *x = a, *y = b;
+  if (x->length != y->length) return x->length < y->length ? -1 : 1;
+  if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
+  if (x->trial != y->trial) return x->trial - y->trial;
+  return x->line - y->line;
+}
+
+/* Read finished rows (a torn last line is dropped: invariant 4). A whole line that is not a trial
+ * row, or a second row of one (length, depth, trial) (two sweeps appended to one results.jsonl
+ * before OUT was locked), is left out: its trial counts once, or runs again. With warn, the lines
+ * left out are named in the log. LH_ENOMEM when the rows do not fit in memory. */
+static lh_status read_rows(const char *path, int warn, row **rows, int *n, lh_error *err) {
   *rows = NULL;
   *n = 0;
   FILE *f = NULL;
@@ -108,34 +147,50 @@ static lh_status read_rows(const char *path, row **rows, int *n, lh_error *err) 
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  int cap_rows = 0;
+  int cap_rows = 0, lineno = 0, bad = 0, first_bad = 0;
   while ((len = getline(&line, &cap, f)) > 0) {
+    lineno++;
     if (line[len - 1] != '\n') break;
-    cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-    if (!o) continue;
+    row r = {.line = lineno};
+    if (len == 1) continue; /* an empty line */
+    if (!parse_row(line, (size_t)len, &r)) {
+      if (!bad++) first_bad = lineno;
+      continue;
+    }
     if (*n == cap_rows) {
       cap_rows = cap_rows ? 2 * cap_rows : 64;
-      row *r = realloc(*rows, (size_t)cap_rows * sizeof *r);
-      if (!r) {
-        cJSON_Delete(o);
+      row *g = realloc(*rows, (size_t)cap_rows * sizeof *g);
+      if (!g) {
+        st = lh_error_set(err, LH_ENOMEM, "out of memory reading %s", path);
         break;
       }
-      *rows = r;
+      *rows = g;
     }
-    row *r = &(*rows)[(*n)++];
-    r->length = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "length"));
-    r->depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "depth"));
-    r->trial = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "trial"));
-    r->score = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "score"));
-    r->exact = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "exact"));
-    r->contains = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "contains"));
-    r->same_set = row_same_set(o);
-    r->computed = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens_computed"));
-    r->tokens = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "tokens"));
-    cJSON_Delete(o);
+    (*rows)[(*n)++] = r;
   }
   free(line);
   fclose(f);
+  if (st) {
+    free(*rows), *rows = NULL, *n = 0;
+    return st;
+  }
+  int k = 0, dups = 0, first_dup = 0;
+  if (*n) qsort(*rows, (size_t)*n, sizeof **rows, cmp_row_line);
+  for (int i = 0; i < *n; i++) {
+    const row *p = k ? &(*rows)[k - 1] : NULL;
+    if (p && p->length == (*rows)[i].length && p->depth == (*rows)[i].depth && p->trial == (*rows)[i].trial) {
+      if (!dups++ || (*rows)[i].line < first_dup) first_dup = (*rows)[i].line;
+      continue;
+    }
+    (*rows)[k++] = (*rows)[i];
+  }
+  *n = k;
+  if (warn && bad)
+    lh_log_warn("niah: %s: %d line%s (the first: line %d) %s not a trial row longhaul niah writes; left out "
+                "(a trial no other row records runs again)", path, bad, bad == 1 ? "" : "s", first_bad, bad == 1 ? "is" : "are");
+  if (warn && dups)
+    lh_log_warn("niah: %s: %d row%s repeat%s an earlier row's trial (the first: line %d); each trial counts once",
+                path, dups, dups == 1 ? "" : "s", dups == 1 ? "s" : "", first_dup);
   return LH_OK;
 }
 
@@ -223,7 +278,7 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
   row *rows;
   int n;
-  lh_status st = read_rows(path, &rows, &n, err);
+  lh_status st = read_rows(path, 0, &rows, &n, err);
   if (st) return st;
   if (!n) {
     free(rows);
@@ -386,7 +441,7 @@ lh_status lh_niah_plot_dir(const char *out_dir, lh_error *err) {
 
 lh_status lh_niah__read_done(const char *results_path, lh_niah__done **out, int *n, lh_error *err) {
   row *rows;
-  lh_status st = read_rows(results_path, &rows, n, err);
+  lh_status st = read_rows(results_path, 1, &rows, n, err);
   if (st) return st;
   *out = calloc((size_t)(*n ? *n : 1), sizeof **out);
   if (!*out) {
@@ -662,7 +717,7 @@ static lh_status discard_earlier(const char *out_dir, lh_error *err) {
   snprintf(path, sizeof path, "%s/results.jsonl", out_dir);
   row *rows;
   int n;
-  lh_status st = read_rows(path, &rows, &n, err);
+  lh_status st = read_rows(path, 0, &rows, &n, err);
   if (st) return st;
   free(rows);
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
@@ -739,7 +794,7 @@ lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, ch
   } else {
     row *rows = NULL;
     int nr = 0;
-    st = read_rows(results, &rows, &nr, err);
+    st = read_rows(results, 0, &rows, &nr, err);
     if (st == LH_OK && lh_is_file(path)) {
       lh_buf old = {0};
       if ((st = lh_file_read(path, 1 << 20, &old, err)) == LH_OK)
@@ -782,7 +837,7 @@ static lh_status side_load(side *s, const char *dir, const char *which, lh_error
   snprintf(s->name, sizeof s->name, "%s", base && base[1] ? base + 1 : dir);
   lh_utf8_fit(s->name, sizeof s->name); /* drawn and quoted as text */
   snprintf(path, sizeof path, "%s/results.jsonl", dir);
-  lh_status st = read_rows(path, &s->rows, &s->n, err);
+  lh_status st = read_rows(path, 1, &s->rows, &s->n, err);
   if (st) return lh_error_prefix(err, st, "%s: ", which);
   if (!s->n)
     return lh_error_set(err, LH_ENOTFOUND, "%s: %s has no finished trials; compare takes two folders written by "

@@ -232,6 +232,38 @@ wait $pid || { cat "$o.1.log"; fail "the held sweep failed"; }
 wait $waiter || { cat "$o.3.log"; fail "the waiting sweep failed"; }
 grep -q "(0 run now, 2 from earlier runs)" "$o.3.log" || { cat "$o.3.log"; fail "the waiting sweep ran trials again"; }
 [ "$(wc -l < "$o/results.jsonl")" = 2 ] || { cat "$o/results.jsonl"; fail "results.jsonl of a 2-trial sweep has other than 2 rows"; }
+# results.jsonl as a kill or an older build can leave it. A torn last line (a kill while it was
+# written) had the next row appended to it, so that row was lost too and its trial ran on every
+# rerun; now it is cut off first. A line that is not a trial row (a length of 1e300 was cast to an
+# int64), or a second row of one trial, is left out with a warning naming the line: each trial
+# counts once.
+o=$T/rows
+"$LH" niah "${small_args[@]}" --out "$o" > "$o.log" 2>&1 || { cat "$o.log"; fail "the sweep for the rows test failed"; }
+cp "$o/results.jsonl" "$T/rows.good"
+python3 - "$o/results.jsonl" <<'PY'
+import sys
+b = open(sys.argv[1], "rb").read()
+open(sys.argv[1], "wb").write(b[: b.rindex(b"\n", 0, len(b) - 1) + 1 + 40])  # the last row cut at 40 bytes
+PY
+"$LH" niah "${small_args[@]}" --out "$o" > "$o.2.log" 2>&1 || { cat "$o.2.log"; fail "the rerun after a torn row failed"; }
+grep -q "cut its torn last line" "$o.2.log" || { cat "$o.2.log"; fail "the torn line was not cut (or not said)"; }
+grep -q "(1 run now, 1 from earlier runs)" "$o.2.log" || { cat "$o.2.log"; fail "the torn trial did not run again"; }
+"$LH" niah "${small_args[@]}" --out "$o" > "$o.3.log" 2>&1 || { cat "$o.3.log"; fail "the third run failed"; }
+grep -q "(0 run now, 2 from earlier runs)" "$o.3.log" || { cat "$o.3.log"; fail "a trial ran a third time: its row was lost"; }
+python3 - "$o/results.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2, len(rows)
+r = dict(rows[0]); r["length"] = 1e300
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps(rows[0]) + "\n" + "[1, 2, 3]\n" + json.dumps(r) + "\n")
+PY
+"$LH" niah "${small_args[@]}" --out "$o" > "$o.4.log" 2>&1 || { cat "$o.4.log"; fail "the run over odd rows failed"; }
+grep -q "(0 run now, 2 from earlier runs)" "$o.4.log" || { cat "$o.4.log"; fail "odd rows changed what ran"; }
+grep -q "results.jsonl: 2 lines (the first: line 4) are not a trial row" "$o.4.log" || { cat "$o.4.log"; fail "the odd lines are not named"; }
+grep -q "results.jsonl: 1 row repeats an earlier row's trial (the first: line 3)" "$o.4.log" || { cat "$o.4.log"; fail "the repeated row is not named"; }
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["trials"] == 2, s["trials"]' "$o/summary.json" ||
+  fail "summary.json counts other than the sweep's 2 trials"
 # OUT/results.jsonl is reopened by every rerun: a symbolic link planted there is never written or read
 # through, and a FIFO there cannot hang the sweep
 printf 'precious\n' > "$T/victim"
