@@ -265,9 +265,10 @@ static lh_status sweep_json(const lh_niah_params *p, const char *model_id, const
   if (fam) { /* the grammar, by content: a file edited in place is another sweep */
     cJSON_AddStringToObject(k, "families", fam->sha256);
   } else {
-    lh_json_add_text(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
-    lh_json_add_text(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
-    lh_json_add_text(k, "answer", p->answer ? p->answer : "{value}");
+    /* the templates are UTF-8: lh_niah_run refuses any that is not */
+    cJSON_AddStringToObject(k, "needle", p->needle ? p->needle : lh_niah__default_needle());
+    cJSON_AddStringToObject(k, "question", p->question ? p->question : lh_niah__default_question(p->variant));
+    cJSON_AddStringToObject(k, "answer", p->answer ? p->answer : "{value}");
   }
   cJSON_AddNumberToObject(k, "seed", (double)p->seed);
   cJSON_AddNumberToObject(k, "max_tokens", p->max_tokens);

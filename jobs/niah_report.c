@@ -488,7 +488,7 @@ lh_status lh_niah__record(FILE *rf, const char *path, const trial *t, lh_niah_va
     if (fam) cJSON_AddItemToObject(o, "family", fam);
   }
   lh_json_add_text(o, "expected", t->expected);
-  lh_json_add_text(o, "answer", a);
+  cJSON_AddStringToObject(o, "answer", a); /* the caller made it valid UTF-8 */
   cJSON_AddItemToObject(o, "answer_token_ids", cJSON_CreateIntArray(m->answer_ids, (int)m->n_answer_ids));
   cJSON_AddNumberToObject(o, "exact", !strcmp(a, t->expected));
   cJSON_AddNumberToObject(o, "contains", contains);
@@ -883,8 +883,8 @@ static void json_num(cJSON *o, const char *k, double v) {
 static cJSON *side_json(const side *s) {
   cJSON *o = cJSON_CreateObject();
   lh_json_add_text(o, "dir", s->dir);
-  lh_json_add_text(o, "name", s->name);
-  lh_json_add_text(o, "title", s->title);
+  cJSON_AddStringToObject(o, "name", s->name); /* both made UTF-8 by side_load */
+  cJSON_AddStringToObject(o, "title", s->title);
   cJSON_AddNumberToObject(o, "trials", s->n);
   cJSON_AddNumberToObject(o, "cells", s->nc);
   cJSON_AddNumberToObject(o, "score", s->score);

@@ -1054,7 +1054,7 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
    * U+FFFD, as HF tokenizers' decode); the ids are there for whoever needs the exact bytes */
   lh_buf answer = {0};
   lh_utf8_replace(&answer, J->text.data ? J->text.data : "", J->text.len, NULL);
-  lh_json_add_text(o, "answer", answer.data ? answer.data : "");
+  cJSON_AddStringToObject(o, "answer", answer.data ? answer.data : "");
   lh_buf_free(&answer);
   cJSON_AddItemToObject(o, "completion_token_ids", cJSON_CreateIntArray(F->tokens.data, (int)F->tokens.len));
   cJSON_AddStringToObject(o, "finish_reason", lh_finish_name(F->finish));
