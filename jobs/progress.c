@@ -57,7 +57,12 @@ struct lh_progress {
   double b_t0, b_changed; /* the first lh_progress_batch; the last change of its counts */
   /* tty */
   int live;
+  /* the clock every time here is read from (lh_progress_set_clock) */
+  double (*clock)(void *);
+  void *clock_ctx;
 };
+
+static double now_s(const lh_progress *p) { return p->clock ? p->clock(p->clock_ctx) : lh_now(); }
 
 /* ---- the prefill ETA ---- */
 
@@ -391,7 +396,7 @@ static void tty_erase(lh_progress *p, frame *f) {
 
 /* Erase the live area, print `above` (NULL: nothing) for good, draw the live area again. */
 static void tty_frame(lh_progress *p, const char *above) {
-  const double now = lh_now();
+  const double now = now_s(p);
   int W = term_width(p) - 1;
   if (W > LINE_MAX_COLS) W = LINE_MAX_COLS;
   if (W < 1) W = 1;
@@ -487,7 +492,7 @@ static void plain_phase(lh_progress *p, double now, int kind, const char *why) {
 }
 
 static void draw(lh_progress *p) {
-  const double now = lh_now();
+  const double now = now_s(p);
   if (p->mode == LH_PROGRESS_TTY) tty_frame(p, NULL);
   else if (p->mode == LH_PROGRESS_PLAIN) plain_phase(p, now, LIVE, NULL);
   else if (p->mode == LH_PROGRESS_JSON) json_phase(p, "progress", now, LIVE, NULL);
@@ -514,9 +519,14 @@ lh_progress *lh_progress_open(lh_progress_mode mode, FILE *out, double interval_
   return p;
 }
 
+void lh_progress_set_clock(lh_progress *p, double (*clock)(void *ctx), void *ctx) {
+  if (!p) return;
+  p->clock = clock, p->clock_ctx = ctx;
+}
+
 void lh_progress_batch(lh_progress *p, const char *noun, int64_t done, int64_t failed, int64_t total) {
   if (!p || p->mode == LH_PROGRESS_NONE) return;
-  const double now = lh_now();
+  const double now = now_s(p);
   if (!p->batch) p->batch = 1, p->b_t0 = p->b_changed = now;
   if (done + failed != p->b_done + p->b_failed) p->b_changed = now, p->job_live = 0;
   printable(p->noun, sizeof p->noun, noun && *noun ? noun : "request");
@@ -546,7 +556,7 @@ void lh_progress_job(lh_progress *p, const char *job, int requests) {
   printable(p->job, sizeof p->job, job);
   p->requests = requests > 1 ? requests : 1;
   p->job_live = 1;
-  p->job_t0 = lh_now();
+  p->job_t0 = now_s(p);
   if (p->mode == LH_PROGRESS_JSON) {
     cJSON *o = json_event("job");
     lh_json_add_text(o, "job", p->job);
@@ -568,14 +578,14 @@ void lh_progress_begin(lh_progress *p, const char *job, const char *phase, int64
       snprintf(p->job, sizeof p->job, "%s", name);
       p->requests = 1;
       p->job_live = 1;
-      p->job_t0 = lh_now();
+      p->job_t0 = now_s(p);
     }
   }
   snprintf(p->phase, sizeof p->phase, "%s", phase);
   snprintf(p->unit, sizeof p->unit, "%s", unit);
   p->total = total > 0 ? total : 0;
   p->done = 0;
-  p->t0 = p->last_draw = lh_now();
+  p->t0 = p->last_draw = now_s(p);
   p->active = 1;
   p->prefill = 0;
   if (p->mode == LH_PROGRESS_JSON) json_phase(p, "begin", p->t0, LIVE, NULL);
@@ -592,14 +602,14 @@ void lh_progress_prefill(lh_progress *p, int64_t from) {
 void lh_progress_update(lh_progress *p, int64_t done) {
   if (!p || !p->active) return;
   p->done = done;
-  if (p->prefill) lh_eta_add(&p->eta, done, lh_now() - p->t0);
+  if (p->prefill) lh_eta_add(&p->eta, done, now_s(p) - p->t0);
   const double gap = p->mode == LH_PROGRESS_TTY ? 0.1 : p->mode == LH_PROGRESS_JSON ? 1.0 : p->interval;
-  if (lh_now() - p->last_draw >= gap) draw(p);
+  if (now_s(p) - p->last_draw >= gap) draw(p);
 }
 
 static void finish(lh_progress *p, int kind, const char *why) {
   if (!p || !p->active) return;
-  const double now = lh_now();
+  const double now = now_s(p);
   if (p->mode == LH_PROGRESS_TTY) {
     int W = term_width(p) - 1;
     if (W > LINE_MAX_COLS) W = LINE_MAX_COLS;
