@@ -212,14 +212,8 @@ static lh_status make_entry(lh_reader *r, lh_ientry *ie, const char *path, size_
   return LH_OK;
 }
 
-/* A glob set against an entry's name, or its other name (a compressed member's without suffix). */
-static int match_names(const lh_globset *gs, const lh_meta *m, int any_prefix) {
-  return lh_globset_match(gs, m->path, m->path_len, any_prefix) ||
-         (m->alt_path && lh_globset_match(gs, m->alt_path, m->alt_len, any_prefix));
-}
-
 lh_entry_reason lh_reader_predecide_static(lh_reader *r, const lh_meta *m) {
-  if (match_names(r->exclude, m, 1)) return LH_REASON_EXCLUDED;
+  if (lh_globset_match_meta(r->exclude, m, 1)) return LH_REASON_EXCLUDED;
   switch (m->type) {
     case LH_ENTRY_FILE: break;
     case LH_ENTRY_DIR: return LH_REASON_DIRECTORY;
@@ -228,7 +222,7 @@ lh_entry_reason lh_reader_predecide_static(lh_reader *r, const lh_meta *m) {
     default: return LH_REASON_SPECIAL;
   }
   if (m->encrypted) return LH_REASON_ENCRYPTED;
-  if (r->include->n && !match_names(r->include, m, 0)) return LH_REASON_NOT_INCLUDED;
+  if (r->include->n && !lh_globset_match_meta(r->include, m, 0)) return LH_REASON_NOT_INCLUDED;
   if (m->size >= 0 && m->size > r->p->max_file_bytes) return LH_REASON_TOO_LARGE;
   return LH_REASON_NONE;
 }

@@ -259,6 +259,20 @@ typedef enum lh_entry_reason {
   LH_REASON_COUNT
 } lh_entry_reason;
 
+/* One document's include and exclude globs on their own, deciding an entry of a folder by its
+ * path (relative to the folder) as ingest's folder walk does: LH_REASON_EXCLUDED (an exclude glob
+ * matches it or a folder above it), LH_REASON_NOT_INCLUDED (is_file, include globs given, none
+ * matches) or LH_REASON_NONE. Include globs and a compressed file's name without its suffix
+ * ("app.log" for "app.log.gz") apply to regular files only, as with decompress_members on. The
+ * job layer names a document by the files this keeps (jobs/inputs.c), so a file ingest leaves out
+ * by its globs neither renames the job nor counts as a change. lh_globs_decide(NULL, ...) keeps
+ * everything; lh_globs_free(NULL) does nothing. */
+typedef struct lh_globs lh_globs;
+lh_status lh_globs_open(lh_globs **out, const char *const *include, size_t n_include, const char *const *exclude,
+                        size_t n_exclude, lh_error *err);
+lh_entry_reason lh_globs_decide(const lh_globs *g, const char *path, size_t len, int is_file);
+void lh_globs_free(lh_globs *g);
+
 /* One manifest line. Strings are views that live until the next lh_ingest_next or close. */
 typedef struct lh_ingest_entry {
   const char *path;     /* raw bytes as stored (maybe not UTF-8, never containing NUL) */

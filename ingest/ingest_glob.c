@@ -206,3 +206,49 @@ int lh_globset_match(const lh_globset *gs, const char *path, size_t len, int any
   free(heap);
   return hit;
 }
+
+int lh_globset_match_meta(const lh_globset *gs, const lh_meta *m, int any_prefix) {
+  return lh_globset_match(gs, m->path, m->path_len, any_prefix) ||
+         (m->alt_path && lh_globset_match(gs, m->alt_path, m->alt_len, any_prefix));
+}
+
+/* ---- one document's globs, for callers outside ingest (ingest.h) ---- */
+
+struct lh_globs {
+  lh_globset include, exclude;
+};
+
+lh_status lh_globs_open(lh_globs **out, const char *const *include, size_t n_include, const char *const *exclude,
+                        size_t n_exclude, lh_error *err) {
+  *out = NULL;
+  lh_globs *g = calloc(1, sizeof *g);
+  if (!g) return lh_error_set(err, LH_ENOMEM, "out of memory compiling globs");
+  lh_status st = lh_globset_init(&g->include, include, n_include, err);
+  if (!st) st = lh_globset_init(&g->exclude, exclude, n_exclude, err);
+  if (st) {
+    lh_globs_free(g);
+    return st;
+  }
+  *out = g;
+  return LH_OK;
+}
+
+void lh_globs_free(lh_globs *g) {
+  if (!g) return;
+  lh_globset_free(&g->include);
+  lh_globset_free(&g->exclude);
+  free(g);
+}
+
+/* The decisions of lh_reader_predecide_static (frame.c) that depend on the name alone, in its
+ * order: exclude globs for every entry, include globs for files; a file's name without a
+ * compressed suffix counts as folder walks set it (decompress_members on, ingest's default). */
+lh_entry_reason lh_globs_decide(const lh_globs *g, const char *path, size_t len, int is_file) {
+  if (!g) return LH_REASON_NONE;
+  lh_meta m = {.path = path, .path_len = len, .type = is_file ? LH_ENTRY_FILE : LH_ENTRY_OTHER, .size = -1};
+  const size_t sfx = is_file ? lh_member_suffix(path, len) : 0;
+  if (sfx) m.alt_path = path, m.alt_len = len - sfx;
+  if (lh_globset_match_meta(&g->exclude, &m, 1)) return LH_REASON_EXCLUDED;
+  if (is_file && g->include.n && !lh_globset_match_meta(&g->include, &m, 0)) return LH_REASON_NOT_INCLUDED;
+  return LH_REASON_NONE;
+}

@@ -140,6 +140,10 @@ typedef struct lh_meta {
   const char *decompressed; /* documents: the filter the content comes out of (static), or NULL */
 } lh_meta;
 
+/* The globs against an entry's name, or its other name (a compressed member's without suffix);
+ * any_prefix as lh_globset_match. ingest and lh_globs_decide both decide through this. */
+int lh_globset_match_meta(const lh_globset *gs, const lh_meta *m, int any_prefix);
+
 typedef struct lh_input {
   enum { LH_IN_FILE, LH_IN_DIR, LH_IN_STDIN, LH_IN_MEMORY } kind;
   char *name;      /* what the input is called wherever a name shows */

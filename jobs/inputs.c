@@ -2,7 +2,10 @@
  *
  * Invariants
  *  1. The digest is a function of the documents' paths as written and the bytes and names of the
- *     files they reach; it does not depend on the cache (a hit gives the digest a read would).
+ *     files they reach that their globs keep; it does not depend on the cache (a hit gives the
+ *     digest a read would).
+ *  1a. What the globs leave out is a subset of what ingest leaves out: both decide through
+ *     lh_globs_decide's rules (ingest/ingest_glob.c), so no byte ingest reads escapes the digest.
  *  2. A cache entry is put only after a complete read during which the file's identity did not
  *     change.
  *  3. Nothing but a regular file is ever opened for reading.
@@ -25,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ingest/ingest.h"
 #include "util/hash.h"
 
 static void feed_str(lh_sha256 *h, const char *tag, const char *s) {
@@ -52,6 +56,7 @@ typedef struct walk {
   int read;                    /* 1: files are read (or their digests taken from the cache) */
   const lh_digest_cache *cache;
   skip_set sk;
+  const lh_globs *globs; /* the current document's include/exclude globs (NULL: none) */
 } walk;
 
 static void feed(walk *w, const char *tag, const char *s) {
@@ -140,6 +145,10 @@ static lh_status digest_path(walk *w, const char *path, const char *rel, int dep
     feed(w, "excluded", rel);
     return LH_OK;
   }
+  /* what the document's globs leave out, ingest never reads: not named either, so adding,
+   * changing or removing it is no change (depth 0 is the document itself, which ingest reads
+   * whatever its globs say) */
+  if (depth > 0 && lh_globs_decide(w->globs, rel, strlen(rel), S_ISREG(sb.st_mode))) return LH_OK;
   if (S_ISLNK(sb.st_mode)) {
     char target[PATH_MAX];
     const ssize_t n = readlink(path, target, sizeof target - 1);
@@ -248,7 +257,17 @@ static lh_status walk_request(walk *w, const lh_request *r, const char *const *e
       }
       feed_str(&w->stamp, "stream", "");
     } else {
-      lh_status st = digest_path(w, di->resolved, ".", 0, err);
+      lh_globs *g = NULL;
+      size_t n_inc = 0, n_exc = 0;
+      while (di->include && di->include[n_inc]) n_inc++;
+      while (di->exclude && di->exclude[n_exc]) n_exc++;
+      lh_status st = n_inc + n_exc ? lh_globs_open(&g, (const char *const *)di->include, n_inc,
+                                                   (const char *const *)di->exclude, n_exc, err)
+                                   : LH_OK;
+      w->globs = g;
+      if (!st) st = digest_path(w, di->resolved, ".", 0, err);
+      w->globs = NULL;
+      lh_globs_free(g);
       if (st) return lh_error_prefix(err, st, "document %s: ", di->path);
     }
     if (stamps) lh_sha256_final(&w->stamp, stamps[d].sha256);

@@ -7,9 +7,14 @@
  * folder. A symbolic link contributes its target text and, when it resolves to a regular file,
  * that file's bytes (and, for the document's own path, a folder's files, as ingest reads them
  * through it); any other kind of file (FIFO, socket, device) contributes its kind and is
- * never opened, so a hostile document cannot hang the digest. The walk is broader than what
- * ingest reads (it ignores include/exclude globs and ingest's skip rules): a change anywhere under
- * a document folder makes a new job, which costs a recomputation, never a stale answer. Paths given
+ * never opened, so a hostile document cannot hang the digest. Inside a folder, the document's
+ * include and exclude globs leave out what ingest leaves out by its name (lh_globs_decide: an
+ * excluded folder is not walked, an excluded or not-included file not read or named), so a log
+ * being appended to, or a .git or build folder, that the globs exclude neither renames the job nor
+ * fails it for changing. Otherwise the walk is broader than what ingest reads (it ignores ingest's
+ * skip rules that look at content or size): a change anywhere else under a document folder makes a
+ * new job, which costs a recomputation, never a stale answer. (The globs themselves are part of the
+ * request, which names the job too.) Paths given
  * to lh_inputs_digest_excluding (the runner's output folder and store, as ingest leaves them out
  * of its walks) are named where they are met but never read, so a rerun into an output folder
  * inside a document folder finds its jobs done.

@@ -258,4 +258,20 @@ grep -q "1 done, 0 failed" "$T/keeps2.log" || { cat "$T/keeps2.log"; fail "the j
 [ "$(sha_read one)" = "$(sha_now)" ] || fail "b's answer is not over config.py as it is now"
 c_run keeps3 "$T/c/one.jsonl" 0
 grep -q "1 already done" "$T/keeps3.log" || { cat "$T/keeps3.log"; fail "the answered job ran again"; }
+# A log being appended to in the folder, left out by the document's exclude glob: it is no part of
+# what the job reads, so it neither fails the job (before, 3 tries and "kept changing") nor makes
+# the rerun a new job; a file the globs keep still does.
+sed 's/"documents":\["notes"\]/"documents":[{"path":"notes","exclude":["*.log"]}]/; s/"custom_id":"b"/"custom_id":"glob"/' \
+  "$T/c/one.jsonl" > "$T/c/glob.jsonl"
+grep -q '"exclude"' "$T/c/glob.jsonl" || fail "the glob batch was not made"
+log_grows() { echo "worker started" >> "$T/c/notes/app.log"; }
+c_run glob1 "$T/c/glob.jsonl" 0 ingest:1+ log_grows
+grep -q "1 done, 0 failed" "$T/glob1.log" || { cat "$T/glob1.log"; fail "an excluded log appended to during the run failed the job"; }
+grep -q "changed since the job was named" "$T/glob1.log" && { cat "$T/glob1.log"; fail "an excluded log counted as a change"; }
+log_grows
+c_run glob2 "$T/c/glob.jsonl" 0
+grep -q "1 already done" "$T/glob2.log" || { cat "$T/glob2.log"; fail "an excluded log that grew made the rerun a new job"; }
+printf 'DEFAULT_WORKER_TIMEOUT = 4817\n# kept\n' > "$T/c/notes/config.py"
+c_run glob3 "$T/c/glob.jsonl" 0
+grep -q "1 done, 0 failed" "$T/glob3.log" || { cat "$T/glob3.log"; fail "a changed file the globs keep did not make a new job"; }
 echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"

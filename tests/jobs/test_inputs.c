@@ -7,7 +7,12 @@
  * Stamps: the one taken with a digest equals one taken later while nothing changed, cache hit or
  * not; a file changed and changed back (same bytes, same size, its mtime set back) keeps its digest
  * but moves the stamp, so the runner can tell that ingest may have read other bytes; so does a
- * new file; what an excluded folder holds does not. */
+ * new file; what an excluded folder holds does not.
+ * Globs: what a document's include/exclude globs leave out (an appended log, a build folder, a
+ * compressed member by its name without the suffix) moves neither the digest nor the stamp, while
+ * what they keep does; and over a varied tree and several glob sets, ingest's own manifest gives
+ * every entry the glob reason lh_globs_decide gives it, so the digest never misses a byte ingest
+ * reads. */
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -15,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ingest/ingest.h"
 #include "jobs/inputs.h"
 #include "tests/test.h"
 #include "util/fs.h"
@@ -56,6 +62,150 @@ static int mget(void *u, const lh_file_identity *k, lh_file_digest *out) {
 static void mput(void *u, const lh_file_identity *k, const lh_file_digest *v) {
   mem *m = u;
   m->k = *k, m->v = *v, m->have = 1, m->puts++;
+}
+
+/* A request of one document {"path": dir, GLOBS}, GLOBS as JSON members ("\"exclude\": [...]"). */
+static lh_request req_globs(const char *dir, const char *globs) {
+  char line[4096];
+  snprintf(line, sizeof line,
+           "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":"
+           "[{\"path\":\"%s\",%s}]}}",
+           dir, globs);
+  lh_request r;
+  lh_request_parse(line, strlen(line), 1, "/", &r);
+  CHECK_MSG(r.error.code == LH_OK, "the request parses: %s: %s", line, r.error.msg);
+  return r;
+}
+
+/* digest and stamp of req_globs(dir, globs) */
+static void digest_globs(const char *dir, const char *globs, char out[65], lh_inputs_stamp *stamp) {
+  lh_request r = req_globs(dir, globs);
+  lh_error err;
+  CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, NULL, 0, out, stamp, &err) == LH_OK, "%s", err.msg);
+  lh_request_free(&r);
+}
+
+static void append(const char *dir, const char *name, const char *text) {
+  char p[1024];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "a");
+  fputs(text, f);
+  fclose(f);
+}
+
+static void globs_tests(void) {
+  char dir[600], build[700], a[65], b[65];
+  lh_inputs_stamp sa, sb;
+  snprintf(dir, sizeof dir, "%s/globbed", lh_test_tmpdir());
+  snprintf(build, sizeof build, "%s/build", dir);
+  lh_mkdir_p(build, NULL);
+  put(dir, "keep.txt", "kept\n");
+  put(dir, "notes.md", "# notes\n");
+  put(dir, "app.log", "started\n");
+  put(dir, "old.log.gz", "not really gzip\n");
+  put(build, "x.o", "object\n");
+  const char *ex = "\"exclude\": [\"*.log\", \"build\"]";
+  digest_globs(dir, ex, a, &sa);
+  append(dir, "app.log", "a line\n"); /* the log written all the time */
+  put(build, "y.o", "another object\n");
+  put(dir, "old.log.gz", "rotated\n");
+  put(dir, "new.log", "");
+  char fifo[800];
+  snprintf(fifo, sizeof fifo, "%s/fifo", build);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  digest_globs(dir, ex, b, &sb);
+  CHECK_MSG(!strcmp(a, b), "what the exclude globs leave out does not change the digest");
+  CHECK_MSG(!memcmp(&sa, &sb, sizeof sa), "nor the stamp (a log appended to does not fail the job)");
+  lh_inputs_stamp now;
+  lh_request r = req_globs(dir, ex);
+  lh_error err;
+  CHECK_MSG(lh_inputs_stamp_now(&r, NULL, 0, &now, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(!memcmp(&sa, &now, sizeof sa), "lh_inputs_stamp_now agrees");
+  lh_request_free(&r);
+  put(dir, "keep.txt", "changed\n");
+  digest_globs(dir, ex, b, &sb);
+  CHECK_MSG(strcmp(a, b) && memcmp(&sa, &sb, sizeof sa), "what they keep still changes both");
+  put(dir, "keep.txt", "kept\n");
+  put(dir, "added.txt", "");
+  digest_globs(dir, ex, b, NULL);
+  CHECK_MSG(strcmp(a, b), "a new file they keep changes the digest");
+  /* without globs, the same folder's log is a change */
+  digest_globs(dir, "\"frame\": \"{text}\"", a, NULL);
+  append(dir, "app.log", "another line\n");
+  digest_globs(dir, "\"frame\": \"{text}\"", b, NULL);
+  CHECK_MSG(strcmp(a, b), "with no globs, every file counts");
+  /* include globs: only the files they name count; a compressed file by its name without the suffix */
+  const char *in = "\"include\": [\"*.md\", \"*.log\"], \"exclude\": [\"app.log\"]";
+  digest_globs(dir, in, a, NULL);
+  put(dir, "keep.txt", "not included\n");
+  append(dir, "app.log", "excluded\n");
+  digest_globs(dir, in, b, NULL);
+  CHECK_MSG(!strcmp(a, b), "files the include globs leave out do not count");
+  put(dir, "old.log.gz", "included as old.log\n");
+  digest_globs(dir, in, b, NULL);
+  CHECK_MSG(strcmp(a, b), "old.log.gz is included by its name without the suffix");
+  digest_globs(dir, in, a, NULL);
+  put(dir, "notes.md", "# changed\n");
+  digest_globs(dir, in, b, NULL);
+  CHECK_MSG(strcmp(a, b), "notes.md counts");
+}
+
+/* Every entry of ingest's manifest over dir with these globs gets the glob reason
+ * lh_globs_decide gives it. */
+static void agree(const char *dir, const char *const *inc, size_t ni, const char *const *exc, size_t ne) {
+  lh_ingest_params p = lh_ingest_default_params();
+  p.include = inc, p.n_include = ni, p.exclude = exc, p.n_exclude = ne;
+  p.on_error = LH_INGEST_ON_ERROR_SKIP;
+  lh_ingest *ing = NULL;
+  lh_globs *g = NULL;
+  lh_error err;
+  CHECK_MSG(lh_ingest_open(&p, &ing, &err) == LH_OK && lh_ingest_add_path(ing, dir, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(lh_globs_open(&g, inc, ni, exc, ne, &err) == LH_OK, "%s", err.msg);
+  int entries = 0, by_glob = 0;
+  for (lh_ingest_batch bt = {0}; ing && !bt.done;) {
+    if (lh_ingest_next(ing, &bt, &err) != LH_OK) {
+      CHECK_MSG(0, "ingest: %s", err.msg);
+      break;
+    }
+    for (size_t i = 0; i < bt.n_entries; i++) {
+      const lh_ingest_entry *e = &bt.entries[i];
+      const lh_entry_reason want = lh_globs_decide(g, e->path, e->path_len, e->type == LH_ENTRY_FILE);
+      const int glob_reason = e->reason == LH_REASON_EXCLUDED || e->reason == LH_REASON_NOT_INCLUDED;
+      CHECK_MSG(glob_reason ? want == e->reason : want == LH_REASON_NONE, "%.*s: ingest says %s, lh_globs_decide %s",
+                (int)e->path_len, e->path, lh_entry_reason_name(e->reason), lh_entry_reason_name(want));
+      entries++, by_glob += glob_reason;
+    }
+  }
+  CHECK_MSG(entries > 0, "ingest listed the tree");
+  (void)by_glob;
+  lh_globs_free(g);
+  lh_ingest_close(ing);
+}
+
+static void globs_agree_with_ingest(void) {
+  char dir[600], d[800];
+  snprintf(dir, sizeof dir, "%s/tree", lh_test_tmpdir());
+  const char *dirs[] = {"build/sub", "src/deep", "docs", ".git/refs", "a.c.d"};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    snprintf(d, sizeof d, "%s/%s", dir, dirs[i]);
+    lh_mkdir_p(d, NULL);
+  }
+  const char *files[] = {"a.c",        "a.h",          "a.log",      "b.log.gz",        "notes.md.xz", "build/x.o",
+                         "build/sub/y.c", "src/m.c",   "src/deep/n.md", "src/deep/z.c.zst", "docs/r.md", ".git/HEAD",
+                         ".git/refs/main", "a.c.d/inner.c", "README"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) put(dir, files[i], "some text\n");
+  snprintf(d, sizeof d, "%s/link.c", dir);
+  CHECK(symlink("a.c", d) == 0);
+  const char *e1[] = {"*.log", "build"}, *i2[] = {"*.md"}, *i3[] = {"src/**/*.c", "*.h"}, *e3[] = {"deep"},
+             *i4[] = {"*.c", "*.md"}, *e4[] = {".git", "src/*"}, *i5[] = {"*.log", "**/*.c"}, *e5[] = {"*.gz", "a.c*"},
+             *e6[] = {"**"}, *i7[] = {"[a-c].?"}, *e7[] = {"*/sub"};
+  agree(dir, NULL, 0, e1, 2);
+  agree(dir, i2, 1, NULL, 0);
+  agree(dir, i3, 2, e3, 1);
+  agree(dir, i4, 2, e4, 2);
+  agree(dir, i5, 2, e5, 2);
+  agree(dir, NULL, 0, e6, 1);
+  agree(dir, i7, 1, e7, 1);
 }
 
 int main(void) {
@@ -208,5 +358,7 @@ int main(void) {
   CHECK_MSG(memcmp(&s1[0], &s2[0], sizeof s1[0]) && !memcmp(&s1[1], &s2[1], sizeof s1[1]),
             "a new file in the folder moves the folder's stamp alone");
   lh_request_free(&rs);
+  globs_tests();
+  globs_agree_with_ingest();
   return lh_test_end();
 }
