@@ -280,6 +280,10 @@ int lh_cmd_run(int argc, char **argv) {
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   const int tempfail = st == LH_EFULL || st == LH_EIO || st == LH_ECORRUPT || st == LH_EBUSY;
+  if (st == LH_EINTR && !sum.output_written) { /* stopped before the run began (reading a batch from a pipe) */
+    fprintf(stderr, "longhaul run: %s\n", err.msg);
+    return LH_EXIT_INTERRUPTED;
+  }
   /* the table and the summary only for a run that wrote its output: a run stopped before (a damaged
    * store, an output folder it cannot write) would show an earlier run's file as its own */
   if (st != LH_OK && st != LH_EINTR && (!tempfail || st == LH_EBUSY || !sum.output_written)) {

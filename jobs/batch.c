@@ -684,6 +684,9 @@ static lh_status read_all(FILE *f, const char *name, size_t max, size_t hint, lh
     b->data[b->len] = 0;
     if (got < room) break;
   }
+  if (ferror(f) && errno == EINTR) /* Ctrl-C while a pipe or terminal had nothing to give */
+    return lh_error_set(err, LH_EINTR, "%s: interrupted while reading the batch (%zu bytes read); nothing ran", name,
+                        b->len);
   if (ferror(f)) return lh_error_set(err, LH_EIO, "%s: read error after %zu bytes: %s", name, b->len, strerror(errno));
   if (b->len > max)
     return lh_error_set(err, LH_ELIMIT, "%s: the batch is over %zu bytes, the most read at once; split it", name, max);
@@ -718,6 +721,9 @@ lh_status lh_batch_load_params(const char *path, const lh_batch_params *p, lh_ba
   FILE *f = fopen(path, "rb");
   if (!f) { /* a name the caller may not open is theirs to fix (LH_EINVAL); a failing disk is LH_EIO */
     const int e = errno;
+    if (e == EINTR) /* a FIFO blocks its open until a writer comes */
+      return lh_error_set(err, LH_EINTR, "%s: interrupted while opening the batch (a named pipe with no writer?); "
+                          "nothing ran", path);
     const int named = e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG;
     return lh_error_set(err, e == ENOENT ? LH_ENOTFOUND : named ? LH_EINVAL : LH_EIO, "%s: %s", path, strerror(e));
   }
