@@ -48,6 +48,7 @@ typedef enum lh_layer_kind { LH_LAYER_LIGHTNING = 0, LH_LAYER_SOFTMAX = 1 } lh_l
 
 #define LH_MAX_LAYERS 256
 #define LH_MAX_HEADS 256
+#define LH_MAX_THREADS 1024 /* lh_model_params.threads */
 #define LH_MAX_EXPERTS 1024 /* per layer; the CPU backend's limit too */
 
 /* The parsed configuration, normalised from either config form (HF `minimax` or the original
@@ -154,7 +155,8 @@ typedef struct lh_digest_cache {
 
 typedef struct lh_model_params {
   const char *backend;   /* "cpu" (default) or "cuda" */
-  int threads;           /* CPU threads; 0 = all online cores */
+  int threads;           /* CPU threads; 0 = all online cores; at most LH_MAX_THREADS (each has its own
+                            workspace: 100000 of them took 23 GB) */
   int device;            /* CUDA device ordinal */
   int max_rows;          /* the engine's workspace: the most rows (tokens) one backend call carries
                             through the layers. A longer lh_prefill is cut into pieces of at most

@@ -253,6 +253,9 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
   *out = NULL;
   if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
   if (p.threads < 0) return lh_error_set(err, LH_EINVAL, "threads must be >= 0 (0 = all cores), got %d", p.threads);
+  if (p.threads > LH_MAX_THREADS)
+    return lh_error_set(err, LH_EINVAL, "threads %d: at most %d (this machine has %ld online cores; 0 uses them all)",
+                        p.threads, LH_MAX_THREADS, sysconf(_SC_NPROCESSORS_ONLN));
   if (p.max_rows < 1) return lh_error_set(err, LH_EINVAL, "max_rows must be >= 1, got %d", p.max_rows);
   if (p.cpu_attention < LH_CPU_ATTN_FP32 || p.cpu_attention > LH_CPU_ATTN_AUTO)
     return lh_error_set(err, LH_EINVAL, "cpu_attention must be fp32, bf16 or auto (got %d)", p.cpu_attention);

@@ -418,6 +418,10 @@ static void test_open_errors(void) {
   p.max_rows = 16;
   p.threads = -1;
   CHECK_EQ(lh_model_open(dir, &p, &m, &err), LH_EINVAL);
+  /* a typo's thread count is refused before a workspace per thread is made (100000 took 23 GB) */
+  p.threads = LH_MAX_THREADS + 1;
+  CHECK_EQ(lh_model_open(dir, &p, &m, &err), LH_EINVAL);
+  CHECK_STR_CONTAINS(err.msg, "at most 1024");
   lh_model_close(NULL);
 }
 
