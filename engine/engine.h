@@ -27,6 +27,7 @@
 #ifndef LH_ENGINE_H
 #define LH_ENGINE_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -177,6 +178,9 @@ typedef struct lh_model_params {
                             backend's open sees it only when the model spans two ranks or more. */
   const lh_digest_cache *digest_cache; /* NULL (default): every byte of every file is read at each open.
                             The ranks other than 0 of a spread model open without one. */
+  const volatile sig_atomic_t *stop; /* NULL (default), or a flag a signal handler sets: once it is
+                            nonzero, reading the weights for their digest stops within a leaf (64 MiB
+                            a thread) and the open fails with LH_EINTR. This process only. */
 } lh_model_params;
 
 lh_model_params lh_model_default_params(void);

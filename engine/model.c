@@ -312,7 +312,7 @@ static lh_status model_open(const char *dir, lh_model_params p, lh_model **out, 
 
   if ((st = lh_st_open_dir(dir, &s, err))) goto fail;
   if ((st = lh_weights_build(m, s, err))) goto fail;
-  if ((st = lh_st_digest(s, p.threads, LH_ST_DIGEST_LEAF, p.digest_cache, err))) goto fail;
+  if ((st = lh_st_digest(s, p.threads, LH_ST_DIGEST_LEAF, p.digest_cache, p.stop, err))) goto fail;
   if ((st = model_id(m, s, err))) goto fail;
   if ((st = lh_st_move_to_model(s, m, err))) goto fail;
   s = NULL;

@@ -618,6 +618,8 @@ typedef struct dg_job {
   int *task_file;
   uint8_t (*dig)[32]; /* per task (leaf) */
   int64_t *bad;       /* per task: file offset of the first non-finite element starting in the leaf, or -1 */
+  const volatile sig_atomic_t *stop; /* lh_st_digest's */
+  volatile int stopped;              /* a leaf was left unread because of it */
 } dg_job;
 
 static int seg_cmp(const void *a, const void *b) {
@@ -629,6 +631,10 @@ static int seg_cmp(const void *a, const void *b) {
 static void digest_task(void *ctx, int64_t task, int worker) {
   (void)worker;
   dg_job *j = ctx;
+  if (j->stop && *j->stop) { /* the remaining leaves are skipped, each at the cost of this test */
+    j->stopped = 1;
+    return;
+  }
   const dg_file *f = &j->f[j->task_file[task]];
   uint64_t a = (uint64_t)(task - f->first_task) * j->leaf, b = f->size - a < j->leaf ? f->size : a + j->leaf;
   long page = sysconf(_SC_PAGESIZE);
@@ -714,7 +720,8 @@ static lh_status nonfinite_error(const lh_st_set *s, int i, int64_t off, lh_erro
                       path, (long long)off);
 }
 
-lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest_cache *cache, lh_error *err) {
+lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest_cache *cache,
+                       const volatile sig_atomic_t *stop, lh_error *err) {
   if (!leaf) leaf = LH_ST_DIGEST_LEAF;
   int nf = s->n_maps;
   lh_status st = LH_OK;
@@ -778,8 +785,13 @@ lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest
     int64_t nt = threads > 0 ? threads : cores > 0 ? cores : 1;
     if (nt > ntasks) nt = ntasks;
     if (nt > 1) pool = lh_pool_new((int)nt); /* NULL: one thread does it all */
-    dg_job j = {.f = f, .leaf = leaf, .task_file = task_file, .dig = dig, .bad = bad};
+    dg_job j = {.f = f, .leaf = leaf, .task_file = task_file, .dig = dig, .bad = bad, .stop = stop};
     lh_pool_run(pool, ntasks, digest_task, &j);
+    if (j.stopped) {
+      st = lh_error_set(err, LH_EINTR, "interrupted while reading the weights for their digest (every byte is read "
+                        "once per model file; the digest is cached where the caller keeps one)");
+      goto out;
+    }
   }
   for (int i = 0; i < nf; i++) {
     if (hit[i]) continue;

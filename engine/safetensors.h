@@ -38,6 +38,7 @@
 #define LH_ENGINE_SAFETENSORS_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "engine/internal.h"
@@ -96,8 +97,11 @@ lh_st_tensor *lh_st_find(const lh_st_set *s, const char *name);
  * the header comment defines; tests pass small ones) on `threads` threads (0: every online core),
  * then giving the cache what was read. LH_EFORMAT when an element is NaN or infinite: the message
  * names the file, the tensor, the element's flat index and its index per dimension. LH_EIO when a
- * file's identity changed while it was read (it is not given to the cache). */
-lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest_cache *cache, lh_error *err);
+ * file's identity changed while it was read (it is not given to the cache). stop (may be NULL): once
+ * *stop is nonzero no further leaf is read and the call returns LH_EINTR (a 91 GB model takes
+ * minutes to read; Ctrl-C should not have to wait for it); nothing is given to the cache. */
+lh_status lh_st_digest(lh_st_set *s, int threads, uint64_t leaf, const lh_digest_cache *cache,
+                       const volatile sig_atomic_t *stop, lh_error *err);
 
 /* Hand the mappings, the tensor array and the names to the model (m->maps, m->owned), to be
  * released by lh_model_close; frees the set itself. The tensors' pointers stay valid. */

@@ -312,6 +312,7 @@ static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, const
   lh_status st = lh_store_digest_cache(store, "model", &weights, err);
   if (st) return st;
   mp.digest_cache = &weights;
+  mp.stop = &niah_stop;
   if ((st = lh_model_open(p->model_dir, &mp, &S->model, err))) return st;
   lh_error de;
   if (lh_store_digest_flush(store, &de) != LH_OK) lh_log_warn("%s (the weights are read again next run)", de.msg);

@@ -1353,6 +1353,7 @@ static lh_status open_model(run *R, lh_error *err) {
   lh_status st = lh_store_digest_cache(R->store, "model", &weights, err);
   if (st != LH_OK) return st;
   mp.digest_cache = &weights;
+  mp.stop = &stop_requested;
   st = lh_model_open(p->model_dir, &mp, &R->model, err);
   if (st != LH_OK) return lh_error_prefix(err, st, "loading the model %s: ", p->model_dir);
   R->cfg = lh_model_config(R->model);

@@ -80,7 +80,7 @@ static int hash_rate(const char *path, int max_threads) {
     double best = 0;
     for (int r = 0; r < 3; r++) {
       t0 = lh_now();
-      if (lh_st_digest(s, t, LH_ST_DIGEST_LEAF, NULL, &err)) {
+      if (lh_st_digest(s, t, LH_ST_DIGEST_LEAF, NULL, NULL, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         lh_st_close(s);
         return 1;

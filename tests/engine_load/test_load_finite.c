@@ -111,7 +111,7 @@ static void test_leaves(void) {
       lh_st_set *s = lh_st_new();
       CHECK_EQ(lh_st_add_file(s, path, &err), LH_OK);
       CHECK_EQ(lh_st_finish(s, &err), LH_OK);
-      CHECK_EQ(lh_st_digest(s, th, leaves[i], NULL, &err), LH_EFORMAT);
+      CHECK_EQ(lh_st_digest(s, th, leaves[i], NULL, NULL, &err), LH_EFORMAT);
       CHECK_MSG(s->digest && s->digest[0].nonfinite_at == want, "leaf %llu, %d threads: %lld, want %lld",
                 (unsigned long long)leaves[i], th, s->digest ? (long long)s->digest[0].nonfinite_at : -2LL,
                 (long long)want);

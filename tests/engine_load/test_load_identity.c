@@ -201,7 +201,7 @@ static lh_status digest_file(const char *path, int threads, uint64_t leaf, const
   lh_st_set *s = lh_st_new();
   lh_status st = lh_st_add_file(s, path, err);
   if (!st) st = lh_st_finish(s, err);
-  if (!st) st = lh_st_digest(s, threads, leaf, c, err);
+  if (!st) st = lh_st_digest(s, threads, leaf, c, NULL, err);
   if (s->digest) *out = s->digest[0];
   lh_st_close(s);
   return st;
@@ -383,6 +383,34 @@ static void test_cache(void) {
   CHECK_EQ(fc.puts, puts);
 }
 
+/* A stop flag set (Ctrl-C during the first open of a big model): the digest reads no leaf, the open
+ * fails with LH_EINTR and nothing reaches the cache; a cached digest needs no read, so it opens. */
+static void test_stop(void) {
+  char from[2048];
+  snprintf(from, sizeof from, "%s/tests/fixtures/engine/hf_f16_legacy_rope_top2of3", src_root());
+  fake_cache fc = {0};
+  lh_digest_cache c = {fc_get, fc_put, &fc};
+  volatile sig_atomic_t stop = 1;
+  lh_model_params p = lh_model_default_params();
+  p.backend = "none";
+  p.digest_cache = &c;
+  p.stop = &stop;
+  lh_model *m = NULL;
+  lh_error err = {0};
+  CHECK_EQ(lh_model_open(from, &p, &m, &err), LH_EINTR);
+  CHECK_STR_CONTAINS(err.msg, "interrupted while reading the weights");
+  CHECK(m == NULL && fc.puts == 0);
+  stop = 0;
+  CHECK_EQ(lh_model_open(from, &p, &m, &err), LH_OK);
+  lh_model_close(m);
+  CHECK_EQ(fc.puts, 1);
+  stop = 1;
+  m = NULL;
+  CHECK_EQ(lh_model_open(from, &p, &m, &err), LH_OK);
+  CHECK(fc.hits == 1);
+  lh_model_close(m);
+}
+
 int main(void) {
   lh_test_begin("test_load_identity");
   lh_log_set_level(LH_LOG_ERROR);
@@ -390,5 +418,6 @@ int main(void) {
   test_shard_names();
   test_file_digest();
   test_cache();
+  test_stop();
   return lh_test_end();
 }
