@@ -4,8 +4,9 @@
  *  1. The digest is a function of the documents' paths as written and the bytes and names of the
  *     files they reach that their globs keep; it does not depend on the cache (a hit gives the
  *     digest a read would).
- *  1a. What the globs leave out is a subset of what ingest leaves out: both decide through
- *     lh_globs_decide's rules (ingest/ingest_glob.c), so no byte ingest reads escapes the digest.
+ *  1a. What the globs leave out is a subset of what ingest leaves out: lh_globs_decide and ingest's
+ *     folder walk match through one function, in the same order (test_inputs checks them against
+ *     each other), so no byte ingest reads escapes the digest.
  *  2. A cache entry is put only after a complete read during which the file's identity did not
  *     change.
  *  3. Nothing but a regular file is ever opened for reading.

@@ -602,9 +602,10 @@ void lh_progress_prefill(lh_progress *p, int64_t from) {
 void lh_progress_update(lh_progress *p, int64_t done) {
   if (!p || !p->active) return;
   p->done = done;
-  if (p->prefill) lh_eta_add(&p->eta, done, now_s(p) - p->t0);
+  const double now = now_s(p);
+  if (p->prefill) lh_eta_add(&p->eta, done, now - p->t0);
   const double gap = p->mode == LH_PROGRESS_TTY ? 0.1 : p->mode == LH_PROGRESS_JSON ? 1.0 : p->interval;
-  if (now_s(p) - p->last_draw >= gap) draw(p);
+  if (now - p->last_draw >= gap) draw(p);
 }
 
 static void finish(lh_progress *p, int kind, const char *why) {

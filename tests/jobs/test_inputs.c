@@ -25,13 +25,16 @@
 #include "tests/test.h"
 #include "util/fs.h"
 
-static void put(const char *dir, const char *name, const char *text) {
+/* dir/name written ("w") or appended to ("a") with text */
+static void write_mode(const char *dir, const char *name, const char *text, const char *mode) {
   char p[1024];
   snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "w");
+  FILE *f = fopen(p, mode);
   fputs(text, f);
   fclose(f);
 }
+static void put(const char *dir, const char *name, const char *text) { write_mode(dir, name, text, "w"); }
+static void append(const char *dir, const char *name, const char *text) { write_mode(dir, name, text, "a"); }
 
 static lh_request req_of(const char *path) {
   char line[2048];
@@ -83,14 +86,6 @@ static void digest_globs(const char *dir, const char *globs, char out[65], lh_in
   lh_error err;
   CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, NULL, 0, out, stamp, &err) == LH_OK, "%s", err.msg);
   lh_request_free(&r);
-}
-
-static void append(const char *dir, const char *name, const char *text) {
-  char p[1024];
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  FILE *f = fopen(p, "a");
-  fputs(text, f);
-  fclose(f);
 }
 
 static void globs_tests(void) {
