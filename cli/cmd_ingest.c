@@ -302,6 +302,12 @@ int lh_cmd_ingest(int argc, char **argv) {
   }
   p.include = inc;
   p.exclude = exc;
+  /* --out is written while the inputs are read: a folder input that holds it must not read our own
+   * .partial files back (matched by device and inode when the walk starts, after the lh_mkdir_p
+   * below, so any spelling of the path matches) */
+  const char *skip_out[] = {out_dir};
+  p.exclude_paths = skip_out;
+  p.n_exclude_paths = 1;
   if (lh_ingest_open(&p, &ing, &err)) {
     fprintf(stderr, "longhaul ingest: %s\n", err.msg);
     goto done;

@@ -19,7 +19,8 @@
  * Compressed members (member.c) are decoded through a second reader that pulls the entry's data;
  * their content, not their stored bytes, counts toward the input's caps. Hard links whose content
  * must be read get it from their target through a re-read of the input (see "hard links" below).
- * When libarchive fails without a message, errstr_of says what the input shows instead.
+ * When libarchive fails without a message, errstr_of says what the input shows instead. The ISO
+ * 9660 reader is offered only to inputs that show an ISO volume descriptor (iso_probe says why).
  *
  * Invariants: libarchive never touches the disk for us (mtree, which opens the files it names,
  * is not enabled; no external filter program runs unless external_filters); every entry that
@@ -94,11 +95,16 @@ typedef struct src {
   int64_t data_bytes; /* entry data libarchive handed us */
   int64_t progress_base;
   int seekable;
+  int iso;            /* the input shows an ISO 9660 volume descriptor (iso_probe) */
+  size_t head_len;    /* a stream's first bytes, read ahead by iso_probe into buf, not yet handed on */
   uint8_t *buf;
   const lh_input *in;
   int64_t reread_out; /* content bytes decompressed by re-reads for hard links, all together */
+  int64_t steps;      /* entry headers read (a re-read's src counts its own; see REREAD_STEPS) */
+  int64_t reread_steps; /* entry headers all re-reads of this input stepped over together */
   lh_keyset files;    /* archive order: hashes of the names of the regular files met so far */
   lh_keyset dead;     /* hashes of link targets whose re-read gave no document */
+  lh_keyset empty;    /* hashes of the first names of newc link groups that ended without data */
   char why[384];      /* a message made up when libarchive gives none */
 } src;
 
@@ -111,6 +117,14 @@ static la_ssize_t src_read(struct archive *a, void *ud, const void **out) {
     s->pos += n;
     s->bytes_read += n;
     return (la_ssize_t)n;
+  }
+  if (s->head_len) {
+    la_ssize_t n = (la_ssize_t)s->head_len;
+    s->head_len = 0;
+    s->pos += n;
+    s->bytes_read += n;
+    *out = s->buf;
+    return n;
   }
   for (;;) {
     ssize_t n = read(s->fd, s->buf, READ_BLOCK);
@@ -214,9 +228,98 @@ static void src_close(src *s) {
   if (s->own_fd && s->fd >= 0) close(s->fd);
   lh_keyset_free(&s->files);
   lh_keyset_free(&s->dead);
+  lh_keyset_free(&s->empty);
   free(s->buf);
   s->fd = -1;
   s->buf = NULL;
+}
+
+/* ---- ISO 9660, offered only where it is ----
+ *
+ * libarchive's ISO 9660 reader bids by reading 48 KiB ahead. On a shorter input (after
+ * decompression) that read meets the end of the input, and from then on libarchive 3.6's
+ * read-ahead reports the bytes it still holds as none: a small tar cut inside a header then reads
+ * as a tar that ended cleanly, and every entry after the cut is lost without a word. So the ISO
+ * reader is offered only to inputs that show the volume descriptor every ISO 9660 image has at
+ * sector 16 ("CD001" at byte 32769 of the decompressed bytes), found by a probe that decompresses
+ * at most those 32774 bytes out of at most READ_BLOCK input bytes (an ISO image whose compressed
+ * form needs more to give them is not recognised). A stream's probed bytes stay in src.buf and are
+ * handed to libarchive first. */
+#define ISO_MAGIC_AT 32769
+
+typedef struct iso_src {
+  const uint8_t *mem; /* memory, or a stream's bytes read ahead */
+  int fd;             /* else a file, read with pread */
+  int64_t len, pos;   /* len: bytes the probe may read */
+  uint8_t *buf;
+} iso_src;
+
+static la_ssize_t iso_read(struct archive *a, void *ud, const void **out) {
+  iso_src *p = ud;
+  (void)a;
+  int64_t n = p->len - p->pos < MEM_BLOCK ? p->len - p->pos : MEM_BLOCK;
+  if (n <= 0) return 0;
+  if (p->mem) {
+    *out = p->mem + p->pos;
+  } else {
+    ssize_t got = pread(p->fd, p->buf, (size_t)n, p->pos);
+    if (got < 0) return -1;
+    n = got;
+    *out = p->buf;
+  }
+  p->pos += n;
+  return (la_ssize_t)n;
+}
+
+/* Whether the input's (decompressed) bytes hold an ISO 9660 volume descriptor. LH_OK, or
+ * LH_ENOMEM / LH_EIO (a stream that cannot be read ahead: r->err says why). */
+static lh_status iso_probe(lh_reader *r, src *s) {
+  iso_src p = {.fd = -1, .len = READ_BLOCK};
+  if (s->mem) {
+    p.mem = s->mem;
+    if (p.len > s->size) p.len = s->size;
+  } else if (s->seekable) {
+    p.fd = s->fd;
+    if (!(p.buf = malloc(MEM_BLOCK))) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  } else {
+    /* a stream: read ahead into buf (to its end or READ_BLOCK), to be handed on by src_read */
+    size_t got = 0;
+    while (got < READ_BLOCK) {
+      ssize_t n = read(s->fd, s->buf + got, READ_BLOCK - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return lh_error_set(&r->err, LH_EIO, "read error: %s", strerror(errno));
+      if (n == 0) break;
+      got += (size_t)n;
+    }
+    s->head_len = got;
+    p.mem = s->buf;
+    p.len = (int64_t)got;
+  }
+  uint8_t *out = malloc(ISO_MAGIC_AT + 5);
+  struct archive *a = archive_read_new();
+  if (!out || !a) {
+    free(out);
+    free(p.buf);
+    if (a) archive_read_free(a);
+    return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  }
+  archive_read_support_format_raw(a);
+  lh_archive_add_filters(a, r->p->external_filters);
+  archive_read_set_read_callback(a, iso_read);
+  archive_read_set_callback_data(a, &p);
+  size_t have = 0;
+  struct archive_entry *e;
+  if (archive_read_open1(a) == ARCHIVE_OK && archive_read_next_header(a, &e) == ARCHIVE_OK)
+    while (have < ISO_MAGIC_AT + 5) {
+      la_ssize_t n = archive_read_data(a, out + have, ISO_MAGIC_AT + 5 - have);
+      if (n <= 0) break;
+      have += (size_t)n;
+    }
+  s->iso = have == ISO_MAGIC_AT + 5 && !memcmp(out + ISO_MAGIC_AT, "CD001", 5);
+  archive_read_free(a);
+  free(out);
+  free(p.buf);
+  return LH_OK;
 }
 
 static struct archive *archive_new_for(lh_reader *r, src *s) {
@@ -226,7 +329,7 @@ static struct archive *archive_new_for(lh_reader *r, src *s) {
   archive_read_support_format_ar(a);
   archive_read_support_format_cab(a);
   archive_read_support_format_cpio(a);
-  archive_read_support_format_iso9660(a);
+  if (s->iso) archive_read_support_format_iso9660(a);
   archive_read_support_format_lha(a);
   archive_read_support_format_rar(a);
   archive_read_support_format_rar5(a);
@@ -410,13 +513,41 @@ static void discard(src *s, struct archive *a, struct archive_entry *e, rd *o) {
   }
 }
 
-/* Stream an entry's data into sink(ctx, p, n, &want_more). Holes in sparse entries are zeros. */
+/* Stream an entry's data into sink(ctx, p, n, &want_more). Holes in sparse entries are zeros, the
+ * trailing one (up to the declared size, which libarchive's blocks do not reach) included, and
+ * they count as decompressed bytes toward the caps: a small sparse tar can promise terabytes. */
 typedef lh_status (*sink_fn)(void *ctx, const void *p, size_t n, int *want_more);
+
+/* Caps exceeded (or cancelled) while reading: LH_OK with the failure in o, or LH_EINTR. */
+static lh_status caps_or_fail(src *s, struct archive *a, rd *o) {
+  lh_status st = check_caps(s, a, o->detail);
+  if (!st || st == LH_EINTR) return st;
+  o->code = st;
+  o->why = LH_REASON_BOMB;
+  o->fatal = 1;
+  o->off = archive_filter_bytes(a, -1);
+  return LH_OK;
+}
+
+/* The zeros of a hole from *at up to end, while *want. */
+static lh_status hole(src *s, struct archive *a, sink_fn sink, void *ctx, int64_t *at, int64_t end, int *want,
+                      rd *o) {
+  static const uint8_t zeros[65536];
+  while (*at < end && *want) {
+    size_t z = end - *at < (int64_t)sizeof zeros ? (size_t)(end - *at) : sizeof zeros;
+    lh_status st = sink(ctx, zeros, z, want);
+    if (st) return st;
+    *at += (int64_t)z;
+    s->data_bytes += (int64_t)z;
+    if ((st = caps_or_fail(s, a, o)) || o->code) return st;
+  }
+  return LH_OK;
+}
 
 static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, sink_fn sink, void *ctx, rd *o,
                             int *stopped) {
-  static const uint8_t zeros[65536];
   int64_t at = 0;
+  int sparse = archive_entry_sparse_count(e) > 0 && archive_entry_size_is_set(e);
   *stopped = 0;
   for (;;) {
     const void *buf;
@@ -425,18 +556,18 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
     double t0 = lh_now();
     int rc = archive_read_data_block(a, &buf, &n, &off);
     lh_reader_add_read_time(s->r, t0);
-    if (rc == ARCHIVE_EOF) return LH_OK;
+    int want = 1;
+    lh_status st;
+    if (rc == ARCHIVE_EOF) {
+      if (sparse && (st = hole(s, a, sink, ctx, &at, archive_entry_size(e), &want, o))) return st;
+      return LH_OK;
+    }
     if (rc < ARCHIVE_WARN) {
       rd_fail(o, s, a, rc, at);
       return LH_OK;
     }
-    int want = 1;
-    lh_status st;
-    while (off > at && want) { /* a hole */
-      size_t z = off - at < (int64_t)sizeof zeros ? (size_t)(off - at) : sizeof zeros;
-      if ((st = sink(ctx, zeros, z, &want))) return st;
-      at += (int64_t)z;
-    }
+    if ((st = hole(s, a, sink, ctx, &at, off, &want, o))) return st;
+    if (o->code) return LH_OK;
     if (want && n && (st = sink(ctx, buf, n, &want))) return st;
     at = off + (int64_t)n;
     s->data_bytes += (int64_t)n;
@@ -445,14 +576,8 @@ static lh_status read_entry(src *s, struct archive *a, struct archive_entry *e, 
       rd_fail(o, s, a, rc, at);
       o->fatal = 0;
     }
-    if ((st = check_caps(s, a, o->detail))) {
-      if (st == LH_EINTR) return st;
-      o->code = st;
-      o->why = LH_REASON_BOMB;
-      o->fatal = 1;
-      o->off = archive_filter_bytes(a, -1);
-      return LH_OK;
-    }
+    if ((st = caps_or_fail(s, a, o))) return st;
+    if (o->fatal) return LH_OK;
     if (!want) {
       *stopped = 1;
       return LH_OK;
@@ -720,7 +845,12 @@ static lh_status member_entry(lh_reader *r, src *s, struct archive *a, struct ar
  * max_decompressed_bytes per input, after which further links are recorded unread. A link whose
  * target name no earlier regular file has (src.files), or whose target already gave no document
  * on a re-read (src.dead), is recorded without one: else each of many such links would step over
- * the whole archive before it again, quadratic in the number of entries. */
+ * the whole archive before it again, quadratic in the number of entries. Links to distinct targets
+ * that give no document (N binary files, then N links to them) still step over the entries before
+ * each: every header a re-read steps over counts, and past REREAD_STEPS of them per input (about
+ * 20 s of headers) further links are recorded unread, naming the limit. Before, 8,000 such pairs
+ * (a 137 KB tar.gz) took 113 s and 40,000 would have taken most of an hour. */
+#define REREAD_STEPS ((int64_t)16 << 20)
 
 /* The index of the last regular-file entry named target before entry idx, or -1. */
 static lh_status find_target(lh_reader *r, src *s2, const char *target, int64_t idx, int64_t *k, rd *o) {
@@ -732,6 +862,7 @@ static lh_status find_target(lh_reader *r, src *s2, const char *target, int64_t 
   for (int64_t j = 0; j < idx && !o->code; j++) {
     struct archive_entry *e;
     int rc = archive_read_next_header(a, &e);
+    s2->steps++;
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
       header_failure(a, s2, &none, o);
@@ -759,6 +890,7 @@ static lh_status read_target(lh_reader *r, src *s2, int64_t k, const char *targe
   for (int64_t j = 0; j <= k && !o->code; j++) {
     struct archive_entry *e;
     int rc = archive_read_next_header(a, &e);
+    s2->steps++;
     if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY || rc == ARCHIVE_EOF) {
       header_failure(a, s2, &none, o);
       if (rc == ARCHIVE_EOF) snprintf(o->detail, sizeof o->detail, "the input ended early on a re-read: it changed");
@@ -816,6 +948,12 @@ static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, 
              "that entry); not read again",
              target.data ? target.data : "");
     st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
+  } else if (s->reread_steps > REREAD_STEPS) {
+    snprintf(detail, sizeof detail,
+             "not read: re-reading hard link targets has stepped over %" PRId64 " entries of this input, over the "
+             "limit of %" PRId64 " (each link whose target gave no document steps over every entry before it)",
+             s->reread_steps, REREAD_STEPS);
+    st = lh_reader_record(r, m, LH_ENTRY_SKIPPED, LH_REASON_LINK, -1, -1, LH_OK, detail);
   } else if (s->reread_out > r->p->max_decompressed_bytes) {
     snprintf(detail, sizeof detail,
              "not read: re-reading hard link targets has decompressed %" PRId64 " bytes of this input, over "
@@ -827,6 +965,7 @@ static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, 
     rd o = {0};
     int begun = 0;
     st = src_open(r, s->in, &s2);
+    s2.iso = s->iso;
     if (st == LH_OK) {
       int64_t before = r->st.source_bytes; /* progress counts the bytes re-read too */
       s2.progress_base = before;
@@ -850,6 +989,7 @@ static lh_status read_link(lh_reader *r, src *s, const lh_meta *m, int64_t idx, 
       }
       out += s2.data_bytes;
       s->reread_out += out;
+      s->reread_steps += s2.steps;
       s->progress_base += s2.progress_base + s2.bytes_read - before;
       r->st.source_bytes = s->progress_base + s->bytes_read;
     } else if (st != LH_ENOMEM) {
@@ -878,7 +1018,9 @@ static lh_status link_entry(lh_reader *r, src *s, struct archive *a, struct arch
   lh_entry_reason why = lh_reader_predecide_static(r, &fm);
   lh_status st;
   char detail[256];
-  if (!why && m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))) {
+  uint64_t tkey = m->link ? lh_key_of(m->link, m->link_len) : 0;
+  /* (a name with data of a newc group that ended without it: its content is not the target's) */
+  if (!why && m->link && lh_keyset_has(&r->included, tkey) && !(m->size > 0 && lh_keyset_has(&s->empty, tkey))) {
     why = LH_REASON_LINK;
     snprintf(detail, sizeof detail, "a hard link to a document included above");
     warn = detail;
@@ -905,6 +1047,117 @@ static lh_status link_entry(lh_reader *r, src *s, struct archive *a, struct arch
   return LH_OK;
 }
 
+
+/* ---- newc cpio hard links ----
+ *
+ * newc cpio (and its crc variant) stores a multiply-linked file's data once, with the LAST of its
+ * names; the earlier names come first with size 0, and libarchive reports the first as a regular
+ * file and the later ones as hard links to it. Read as they come, the first name would be an empty
+ * document and the name with the data a link to it: the content lost. So in archive order such a
+ * group is held (its names only) until the entry with the data, or any other entry, arrives, and
+ * is then decided as a tar's links are: the first name that passes the checks is the document,
+ * with the group's data; the names before it are recorded with their reasons, those after it as
+ * links. cpio and bsdcpio write a group's names one after the other; a group that ends without
+ * data is an empty document (an empty file), and should a later name of it carry data after all,
+ * that name is read under its own name (src.empty) rather than taken for a link. */
+
+typedef struct newc_group {
+  lh_buf names; /* the names met so far, each followed by a NUL; the first is the file's */
+  size_t n;
+} newc_group;
+
+/* 1 when e is the first name of a newc group whose data comes with a later name. */
+static int newc_deferred(struct archive *a, struct archive_entry *e, const lh_meta *m) {
+  int f = archive_format(a);
+  return (f == ARCHIVE_FORMAT_CPIO_SVR4_NOCRC || f == ARCHIVE_FORMAT_CPIO_SVR4_CRC) && m->type == LH_ENTRY_FILE &&
+         m->size == 0 && archive_entry_nlink(e) > 1;
+}
+
+static int newc_in_group(const newc_group *g, const lh_meta *m) {
+  return g->n && m->type == LH_ENTRY_HARDLINK && m->link && m->link_len == strlen(g->names.data) &&
+         !memcmp(m->link, g->names.data, m->link_len);
+}
+
+static lh_status newc_add(lh_reader *r, newc_group *g, const lh_meta *m) {
+  if (lh_buf_append(&g->names, m->path, m->path_len) || lh_buf_append(&g->names, "", 1))
+    return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  g->n++;
+  return LH_OK;
+}
+
+/* Decide and record the group's names. e: the entry holding the group's data (size bytes; the
+ * last name added), or NULL when the group ended without data; died: the input failed before the
+ * group ended (its names are errors then). */
+static lh_status newc_close(lh_reader *r, src *s, newc_group *g, struct archive *a, struct archive_entry *e,
+                            int64_t size, const char *warn, const rd *died, rd *o) {
+  const char *first = g->names.data;
+  size_t first_len = strlen(first), at = 0;
+  const char *doc = NULL;
+  int included = 0;
+  lh_status st = LH_OK;
+  char detail[512];
+  for (size_t i = 0; i < g->n && !st; i++) {
+    const char *name = g->names.data + at;
+    size_t len = strlen(name);
+    at += len + 1;
+    lh_meta m = {.path = name, .path_len = len, .type = i ? LH_ENTRY_HARDLINK : LH_ENTRY_FILE, .size = size};
+    if (i) m.link = first, m.link_len = first_len;
+    lh_meta fm = m;
+    fm.type = LH_ENTRY_FILE;
+    size_t sfx = e ? member_suffix(r, &fm, 0) : 0;
+    if (sfx) fm.alt_path = m.alt_path = name, fm.alt_len = m.alt_len = len - sfx;
+    if (died) {
+      st = lh_reader_record(r, &m, LH_ENTRY_ERROR, died->why ? died->why : LH_REASON_CORRUPT, -1, died->off,
+                            died->code ? died->code : LH_EFORMAT,
+                            "not read: the input failed before the entry holding this hard-linked file's content "
+                            "(newc cpio stores it with the last name) was reached");
+      continue;
+    }
+    if (doc) {
+      lh_entry_reason why = lh_reader_predecide_static(r, &fm);
+      if (!why) {
+        why = LH_REASON_LINK;
+        snprintf(detail, sizeof detail,
+                 included ? "a hard link to the document '%.200s' (its content, which newc cpio stores with the last "
+                            "name, was read there)"
+                          : "a hard link to '%.200s', whose content gave no document (see that entry)",
+                 doc);
+      } else
+        detail[0] = 0;
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, size, -1, LH_OK, detail);
+      continue;
+    }
+    lh_entry_reason why = lh_reader_predecide(r, &fm);
+    if (why) {
+      st = lh_reader_record(r, &m, LH_ENTRY_SKIPPED, why, size, -1, LH_OK, NULL);
+      continue;
+    }
+    doc = name;
+    if (e && sfx) {
+      st = member_entry(r, s, a, e, &m, warn, o);
+    } else if (!(st = lh_doc_begin(r, &m))) {
+      int stopped = 0;
+      if (e && (st = read_entry(s, a, e, doc_sink, r, o, &stopped))) break;
+      if (stopped && !o->code) discard(s, a, e, o);
+      st = lh_doc_end(r, o->code, o->why, o->off, o->code ? o->detail : warn);
+    }
+    included = r->last_included;
+  }
+  if (!st && !doc && e && size > 0) {
+    discard(s, a, e, o);
+    /* a failure while skipping belongs to the input */
+    if (o->code) {
+      o->fatal = 1;
+      st = input_failed(r, o->code, o->why, o->off, o->detail);
+    }
+  }
+  if (!st && !e && !died && lh_keyset_add(&s->empty, lh_key_of(first, first_len)))
+    st = lh_error_set(&r->err, LH_ENOMEM, "out of memory");
+  lh_buf_clear(&g->names);
+  g->n = 0;
+  return st;
+}
+
 /* ---- archive order ---- */
 
 static lh_status read_in_order(lh_reader *r, src *s) {
@@ -912,6 +1165,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
   if (!a) return lh_error_set(&r->err, LH_ENOMEM, "out of memory");
   lh_status st = LH_OK;
   lh_buf name = {0}, prev = {0};
+  newc_group g = {0};
   rd o = {0};
   double t0 = lh_now();
   int rc = archive_read_open1(a);
@@ -926,6 +1180,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     t0 = lh_now();
     rc = archive_read_next_header(a, &e);
     lh_reader_add_read_time(r, t0);
+    if (rc == ARCHIVE_EOF && g.n && (st = newc_close(r, s, &g, a, NULL, 0, "", NULL, &o))) break;
     if (rc == ARCHIVE_EOF) {
       if (idx == 0 && fmt_base(a) == ARCHIVE_FORMAT_EMPTY) {
         /* An empty file (or an empty compressed file): one empty document. */
@@ -941,6 +1196,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     }
     if (rc < ARCHIVE_WARN || rc == ARCHIVE_RETRY) {
       header_failure(a, s, &prev, &o);
+      if (g.n && (st = newc_close(r, s, &g, a, NULL, 0, "", &o, &o))) break;
       st = input_failed(r, o.code, o.why, o.off, o.detail);
       break;
     }
@@ -956,6 +1212,16 @@ static lh_status read_in_order(lh_reader *r, src *s) {
     }
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
     memset(&o, 0, sizeof o);
+    if (newc_in_group(&g, &m)) {
+      if ((st = newc_add(r, &g, &m))) break;
+      if (m.size > 0 && ((st = newc_close(r, s, &g, a, e, m.size, warn, NULL, &o)) || o.fatal)) break;
+      continue;
+    }
+    if (g.n && (st = newc_close(r, s, &g, a, NULL, 0, "", NULL, &o))) break;
+    if (newc_deferred(a, e, &m)) {
+      if ((st = newc_add(r, &g, &m))) break;
+      continue;
+    }
     if (m.type == LH_ENTRY_HARDLINK) {
       if ((st = link_entry(r, s, a, e, idx, &m, warn, &o))) break;
       if (o.fatal) break;
@@ -989,6 +1255,7 @@ static lh_status read_in_order(lh_reader *r, src *s) {
 out:
   lh_buf_free(&name);
   lh_buf_free(&prev);
+  lh_buf_free(&g.names);
   archive_read_free(a);
   return st;
 }
@@ -1011,6 +1278,11 @@ typedef struct srec {
   const char *decompressed; /* how its buffered content was decompressed (NULL: as stored) */
   int64_t target;           /* a hard link: the index of the last regular file of its target's
                              * name before it, -2 when none */
+  int deferred;             /* the first name of a newc link group (newc_deferred): its data, if
+                             * any, is that of entry data_at - 1 (0: none came) */
+  int64_t data_at;
+  int64_t data_for;         /* a name of such a group that holds its data: the group's first
+                             * name's index + 1 (0: none), whose record the data is buffered into */
   lh_buf data;
   rd res; /* how reading it ended */
   char warn[256];
@@ -1200,7 +1472,10 @@ static lh_status sort_pass(sorter *so, int pass) {
   lh_buf name = {0}, prev = {0};
   int64_t last_want = -1;
   for (size_t i = 0; i < so->n; i++)
-    if (so->recs[i].want) last_want = so->recs[i].idx;
+    if (so->recs[i].want) {
+      int64_t at = so->recs[i].data_at ? so->recs[i].data_at - 1 : so->recs[i].idx;
+      if (at > last_want) last_want = at;
+    }
   double t0 = lh_now();
   int rc = archive_read_open1(a);
   lh_reader_add_read_time(r, t0);
@@ -1262,7 +1537,14 @@ static lh_status sort_pass(sorter *so, int pass) {
       } else if (m.type == LH_ENTRY_HARDLINK) {
         int64_t *v = m.link ? file_slot(so, lh_key_of(m.link, m.link_len), 0) : NULL;
         x->target = v ? *v : -2;
+        srec *t = x->target >= 0 ? &so->recs[x->target] : NULL;
+        if (t && t->deferred && !t->data_at && m.size > 0) { /* the newc group's data: t's content */
+          t->data_at = idx + 1;
+          t->size = m.size;
+          x->data_for = x->target + 1;
+        }
       }
+      x->deferred = newc_deferred(a, e, &m);
     } else {
       x = (size_t)idx < so->n ? &so->recs[idx] : NULL;
       if (!x || x->path_len != m.path_len || memcmp(x->path, m.path, m.path_len)) {
@@ -1277,24 +1559,28 @@ static lh_status sort_pass(sorter *so, int pass) {
     }
     rd o = {0};
     int raw = fmt_base(a) == ARCHIVE_FORMAT_RAW;
-    if (x->candidate && !x->buffered && (pass > 0 ? x->want : !so->spilled)) {
+    srec *bx = x->data_for ? &so->recs[x->data_for - 1] : x; /* whose content this entry's data is */
+    if (!x->deferred && bx->candidate && !bx->buffered && (pass > 0 ? bx->want : !so->spilled)) {
       int fits = 1;
-      if ((st = buffer_entry(so, a, e, x, pass > 0, &fits))) break;
+      if ((st = buffer_entry(so, a, e, bx, pass > 0, &fits))) break;
       if (!fits) so->spilled = 1;
-      x->want = 0;
-      o = x->res;
+      bx->want = 0;
+      o = bx->res;
     } else if (m.encrypted) {
       archive_read_data_skip(a);
     } else if (!raw && (m.type == LH_ENTRY_FILE || m.size > 0)) {
       discard(s, a, e, &o);
     }
-    if (o.fatal || (o.code && !x->buffered)) {
+    if (o.fatal || (o.code && !bx->buffered)) {
       so->died = 1;
       so->dead = o;
       break;
     }
     if (raw) break;
   }
+  /* newc groups that ended without data: empty files, complete as they are */
+  for (size_t i = 0; pass == 0 && !so->died && !st && i < so->n; i++)
+    if (so->recs[i].deferred && !so->recs[i].data_at) so->recs[i].buffered = so->recs[i].candidate;
 out:
   lh_buf_free(&name);
   lh_buf_free(&prev);
@@ -1313,7 +1599,8 @@ static lh_status emit_link(sorter *so, srec *x, const lh_meta *m) {
   char detail[256];
   lh_entry_reason why = lh_reader_predecide_static(r, &fm);
   const srec *t = x->target >= 0 ? &so->recs[x->target] : NULL;
-  if (!why && ((t && t->candidate) || (m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))))) {
+  if (!why && ((t && t->candidate) || (m->link && lh_keyset_has(&r->included, lh_key_of(m->link, m->link_len))) ||
+               (x->data_for && lh_keyset_has(&r->included, lh_key_of(x->path, x->path_len))))) {
     why = LH_REASON_LINK;
     snprintf(detail, sizeof detail, "a hard link to a document of this input");
     warn = detail;
@@ -1325,6 +1612,8 @@ static lh_status emit_link(sorter *so, srec *x, const lh_meta *m) {
                             so->dead.code ? so->dead.code : LH_EFORMAT,
                             "not read: the input failed before this entry's content was reached");
   if (x->size > 0) return read_link(r, so->s, m, x->idx, x->idx, x->path, warn);
+  if (t && t->data_at) /* a newc group's content is with the name that holds it */
+    return read_link(r, so->s, m, x->idx, t->data_at - 1, so->recs[t->data_at - 1].path, warn);
   return read_link(r, so->s, m, x->idx, x->target >= 0 ? x->target : -2, t ? t->path : NULL, warn);
 }
 
@@ -1380,7 +1669,8 @@ static lh_status read_sorted(lh_reader *r, src *s) {
         srec *x = order[i];
         if (!x->candidate) continue;
         acc += rec_estimate(r, x);
-        if (acc > r->p->sort_memory && x->buffered) rec_unbuffer(&so, x);
+        /* (an empty one stays: a newc group's empty file has no entry of its own to reread) */
+        if (acc > r->p->sort_memory && x->buffered && x->data.len) rec_unbuffer(&so, x);
       }
     }
   }
@@ -1436,7 +1726,15 @@ lh_status lh_source_archive(lh_reader *r, const lh_input *in) {
     s.size = -1;
     s.seekable = 0;
   }
-  if (in->kind == LH_IN_FILE && s.size == 0) {
+  if (!(in->kind == LH_IN_FILE && s.size == 0) && (st = iso_probe(r, &s))) {
+    if (st == LH_ENOMEM) {
+      src_close(&s);
+      return st;
+    }
+    char detail[LH_ERROR_MSG_MAX];
+    snprintf(detail, sizeof detail, "%s", r->err.msg);
+    st = input_failed(r, LH_EIO, LH_REASON_UNREADABLE, 0, detail);
+  } else if (in->kind == LH_IN_FILE && s.size == 0) {
     /* An empty plain file: one empty document (libarchive would see no entries at all). */
     lh_meta m = {.path = in->name, .path_len = strlen(in->name), .type = LH_ENTRY_FILE, .size = 0};
     lh_entry_reason why = lh_reader_predecide(r, &m);

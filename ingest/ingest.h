@@ -50,7 +50,9 @@
  * or compress; a compressed single file ("notes.txt.gz") is one document named by its input path
  * minus the compression suffix. mtree is refused on purpose (it names files on this machine to
  * read), and no external decompression program is ever started unless external_filters is set.
- * 7z and seekable zip read their directory from the end, so they need a file, not stdin. A file
+ * 7z and seekable zip read their directory from the end, so they need a file, not stdin. ISO 9660
+ * is recognised by its volume descriptor ("CD001" at byte 32769, after decompression, found within
+ * the first 1 MiB of the input). A file
  * whose size reads 0 but which holds data (procfs, sysfs) is read to its end as a stream. Files
  * found inside folders are documents, never opened as archives; a compressed file inside an
  * archive or folder is decompressed (decompress_members) and keeps its stored name. Entry paths
@@ -64,7 +66,8 @@
  * max_invalid_share of the bytes, and at least 4, in invalid UTF-8) versus text. Text is streamed through with each
  * maximal invalid UTF-8 subpart replaced by U+FFFD (Unicode 15 §3.9, what Python's
  * bytes.decode("utf-8", "replace") does), counted in invalid_utf8. NUL bytes after the sniff window
- * pass through unchanged. A document whose size was not declared and that outgrows a cap is cut
+ * pass through unchanged. The holes of a sparse entry are zeros (up to its declared size) and
+ * count as decompressed bytes toward the caps. A document whose size was not declared and that outgrows a cap is cut
  * there (status PARTIAL). The total cap keeps the prompt a prefix: once a document does not fit,
  * no later document is included either.
  *
@@ -80,9 +83,14 @@
  * target whose re-read (for an earlier link) gave no document, are recorded as links saying so
  * without a re-read, so many links cost no more than one pass each. With LH_INGEST_SORT_PATH, a target that passes the globs
  * counts as a document wherever it sorts. In folders, the first name met that is a document is
- * read and later names are links to it.
+ * read and later names are links to it. newc cpio stores the data with the last name of a group
+ * instead, its earlier names first and empty: the group is decided as a tar's would be (the first
+ * name that is a document gets the data, the other names are links to it), once its data comes.
  *
- * Globs, matched against the entry path with leading "./" and "/" removed:
+ * Globs, matched against the entry path with leading "./" and "/" removed; a pattern's own leading
+ * "./" and "/" are removed the same way and anchor it at the root of the document, as a '/' inside
+ * does ("./secrets" and "/secrets" match "secrets" and "./secrets/key.txt", not "docs/secrets"; a
+ * pattern that is nothing but "./" or "/" is refused):
  *   *      any run of bytes except '/'          ?      one byte except '/'
  *   **     as a whole component ("a/ ** /b", "** /x", "src/ **", written here with spaces so this
  *          comment stays a comment): any number of components, zero included

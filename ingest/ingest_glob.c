@@ -5,7 +5,7 @@
  * O(tokens x path length) whatever the pattern: a hostile archive cannot make it backtrack
  * exponentially with a long name. The same pass answers "does it match a leading directory" by
  * looking at the reachable set at every '/'. Patterns are trusted input (from the user); paths are
- * not.
+ * not. A pattern's leading "./" and "/" are removed as a path's are, and anchor it at the root.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +32,27 @@ struct lh_glob {
 static void set_bit(uint8_t *set, unsigned c) { set[c >> 3] |= (uint8_t)(1u << (c & 7)); }
 static int get_bit(const uint8_t *set, unsigned c) { return set[c >> 3] >> (c & 7) & 1; }
 
-static lh_status compile(const char *pat, lh_glob *g, lh_error *err) {
+static lh_status compile(const char *orig, lh_glob *g, lh_error *err) {
+  /* Paths are matched with their leading "./" and "/" removed, so a pattern's are removed too; a
+   * pattern that had one is anchored at the root of the document ("./secrets" is the top-level
+   * secrets, not every component of that name), as a pattern with a '/' is. */
+  const char *pat = orig;
+  int anchored = 0;
+  for (;;) {
+    if (pat[0] == '.' && pat[1] == '/') pat += 2;
+    else if (pat[0] == '/') pat++;
+    else break;
+    anchored = 1;
+  }
   size_t n = strlen(pat);
   while (n > 1 && pat[n - 1] == '/') n--; /* "dir/" is "dir": paths are matched without a trailing '/' */
   g->t = calloc(n + 1, sizeof *g->t);
   if (!g->t) return lh_error_set(err, LH_ENOMEM, "out of memory compiling glob");
   g->n = 0;
-  g->has_slash = memchr(pat, '/', n) != NULL;
+  g->has_slash = anchored || memchr(pat, '/', n) != NULL;
+  if (n == 0 && anchored)
+    return lh_error_set(err, LH_EINVAL, "glob '%s' names only the root of the document, which is no entry; '**' "
+                        "matches everything", orig);
   if (n == 0) return lh_error_set(err, LH_EINVAL, "empty glob pattern");
   for (size_t i = 0; i < n;) {
     gtok *t = &g->t[g->n++];
@@ -71,7 +85,7 @@ static lh_status compile(const char *pat, lh_glob *g, lh_error *err) {
         if (j + 2 < n && pat[j + 1] == '-' && pat[j + 2] != ']') {
           unsigned char b = (unsigned char)pat[j + 2];
           if (b == '\\' && j + 3 < n) b = (unsigned char)pat[j + 3], j++;
-          if (b < a) return lh_error_set(err, LH_EINVAL, "glob '%s': bad range %c-%c", pat, a, b);
+          if (b < a) return lh_error_set(err, LH_EINVAL, "glob '%s': bad range %c-%c", orig, a, b);
           for (unsigned x = a; x <= b; x++) set_bit(t->set, x);
           j += 3;
         } else {
@@ -79,11 +93,11 @@ static lh_status compile(const char *pat, lh_glob *g, lh_error *err) {
           j++;
         }
       }
-      if (!closed) return lh_error_set(err, LH_EINVAL, "glob '%s': '[' without a closing ']'", pat);
+      if (!closed) return lh_error_set(err, LH_EINVAL, "glob '%s': '[' without a closing ']'", orig);
       i = j;
     } else {
       if (c == '\\') {
-        if (i + 1 == n) return lh_error_set(err, LH_EINVAL, "glob '%s': ends with a lone backslash", pat);
+        if (i + 1 == n) return lh_error_set(err, LH_EINVAL, "glob '%s': ends with a lone backslash", orig);
         c = (unsigned char)pat[++i];
       }
       t->k = G_LIT;

@@ -8,6 +8,12 @@
  * the decompressor), for --sort path, and for a folder walk. Before, a hard link was always
  * dropped as "link", so `--include b.txt` lost b.txt's content.
  *
+ * newc cpio (test_newc) stores a multiply-linked file's data with its LAST name, the earlier names
+ * first with size 0: the content is framed once, under the first name that passes the checks (as
+ * for tar), the other names are links, and an empty multiply-linked file is one empty document.
+ * Before, the first name was an empty document and the name with the data a link to it: the
+ * content was nowhere.
+ *
  * Many links (test_many_links): links to a name no earlier entry has, and links to a target whose
  * content gave no document (binary), are decided without stepping over the archive again for each
  * one. Before, every such link re-read the input from its start up to the link, so a 4 MB tar of
@@ -129,6 +135,74 @@ static void test_many_links(void) {
   lh_buf_free(&tar);
 }
 
+/* One newc cpio ingest: the name (of a.txt, b.txt, c.txt) that holds the content, checked to be
+ * there exactly once, with the other two names links to the group's first name; NULL if none. */
+static const char *newc_run(const char *label, const char *input, lh_ingest_order order, const char *exclude,
+                            const char *first) {
+  lh_ingest_params p = lh_ingest_default_params();
+  p.order = order;
+  p.exclude = &exclude;
+  p.n_exclude = exclude ? 1 : 0;
+  run_out o;
+  run_ingest_paths(&p, &input, 1, &o);
+  CHECK_MSG(o.st == LH_OK, "%s: %s", label, o.msg);
+  static const char *names[] = {"a.txt", "b.txt", "c.txt"};
+  const char *doc = NULL;
+  int links = 0;
+  for (int i = 0; i < 3; i++) {
+    const run_entry *x = run_find(&o, names[i]);
+    CHECK_MSG(x, "%s: %s missing", label, names[i]);
+    if (!x || (exclude && !strcmp(exclude, names[i]))) continue;
+    if (x->e.status == LH_ENTRY_OK && run_sha_is(x, content, sizeof content - 1)) doc = names[i];
+    else if (x->e.status == LH_ENTRY_SKIPPED && x->e.reason == LH_REASON_LINK && x->link && first &&
+             !strcmp(x->link, first))
+      links++;
+  }
+  CHECK_MSG(doc && links == 1 + !exclude, "%s: one name must hold the content and the others link to %s (%s, %d)",
+            label, first ? first : "the first", doc ? doc : "none", links);
+  const char *framed = strstr(o.text.data ? o.text.data : "", content);
+  CHECK_MSG(framed && !strstr(framed + 1, content), "%s: the content must be framed exactly once", label);
+  const run_entry *e1 = run_find(&o, "e1.txt"), *e2 = run_find(&o, "e2.txt");
+  CHECK_MSG(e1 && e1->e.status == LH_ENTRY_OK && e1->e.bytes == 0, "%s: e1.txt is an empty document", label);
+  CHECK_MSG(e2 && e2->e.reason == LH_REASON_LINK, "%s: e2.txt links to e1.txt", label);
+  CHECK_MSG(run_find(&o, "o.txt") && run_find(&o, "o.txt")->e.status == LH_ENTRY_OK, "%s: o.txt", label);
+  CHECK_EQ(o.stats.documents, 3);
+  run_free(&o);
+  return doc;
+}
+
+/* newc cpio of a.txt and two more names of it (cpio picks the order it writes a group in), an
+ * empty file with two names and another file: the group's first name is the document holding
+ * the content, in archive and path order, as a file and gzip-compressed; with that name excluded,
+ * another name is, and the third links to the first. */
+static void test_newc(void) {
+  if (run_sh("mkdir n && cd n && printf '%%s' '%s' > a.txt && ln a.txt b.txt && ln a.txt c.txt && : > e1.txt && "
+             "ln e1.txt e2.txt && printf 'other\\n' > o.txt && printf 'a.txt\\nb.txt\\nc.txt\\ne1.txt\\ne2.txt\\n"
+             "o.txt\\n' | cpio -o -H newc --quiet > ../n.cpio && gzip -nc ../n.cpio > ../n.cpio.gz",
+             content))
+    LH_TEST_SKIP("could not make a newc cpio with hard links (cpio)");
+  const char *inputs[] = {tpath("n.cpio"), tpath("n.cpio.gz")};
+  static const lh_ingest_order orders[] = {LH_INGEST_SORT_ARCHIVE, LH_INGEST_SORT_PATH};
+  /* the group's first name in the archive: the one the others name as their target */
+  static char first[16];
+  lh_ingest_params p = lh_ingest_default_params();
+  run_out o;
+  run_ingest_paths(&p, &inputs[0], 1, &o);
+  const run_entry *b = run_find(&o, "b.txt");
+  snprintf(first, sizeof first, "%s", b && b->link ? b->link : "b.txt");
+  run_free(&o);
+  for (int k = 0; k < 2; k++)
+    for (int q = 0; q < 2; q++) {
+      char label[80];
+      snprintf(label, sizeof label, "newc %s, %s", k ? "cpio.gz" : "cpio", q ? "sort path" : "archive order");
+      const char *doc = newc_run(label, inputs[k], orders[q], NULL, first);
+      CHECK_MSG(doc && !strcmp(doc, first), "%s: the document is %s, not the first name %s", label,
+                doc ? doc : "none", first);
+      strcat(label, ", first excluded");
+      newc_run(label, inputs[k], orders[q], first, first);
+    }
+}
+
 int main(void) {
   lh_test_begin("test_ingest_hardlinks");
   run_watchdog(120);
@@ -188,5 +262,6 @@ int main(void) {
   check("folder", h, LH_INGEST_SORT_ARCHIVE, inc_b, 1, NULL, 0, "b.txt", NULL, NULL);
   check("folder", h, LH_INGEST_SORT_ARCHIVE, inc_b_sub, 2, NULL, 0, "b.txt", "sub/c.txt", "b.txt");
   test_many_links();
+  test_newc();
   return lh_test_end();
 }

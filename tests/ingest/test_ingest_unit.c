@@ -55,6 +55,13 @@ static void test_globs(void) {
       {"\\*.c", "x.c", 0, 0},            {"**", "any/thing/at/all", 1, 1},
       {"a?c", "a/c", 0, 0},              {"dir/", "dir/", 1, 1},
       {"*.C", "x.c", 0, 0},              {"*", ".hidden", 1, 1},
+      /* a leading "./" or "/" in a pattern is removed as in paths, and anchors it at the root */
+      {"./secrets", "./secrets/key.txt", 0, 1}, {"./secrets", "secrets/key.txt", 0, 1},
+      {"/secrets", "./secrets/key.txt", 0, 1},  {"./secrets", "x/secrets/key.txt", 0, 0},
+      {"./secrets/key.txt", "./secrets/key.txt", 1, 1}, {"./secrets/", "secrets", 1, 1},
+      {"/*.c", "./a.c", 1, 1},           {"/*.c", "src/a.c", 0, 0},
+      {"./*.c", "a.c", 1, 1},            {"././/x", "./x", 1, 1},
+      {"/src/**", "./src/a/b.c", 1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     CHECK_MSG(glob1(cases[i].pat, cases[i].path, 0) == cases[i].inc, "include '%s' on '%s'", cases[i].pat,
@@ -62,7 +69,7 @@ static void test_globs(void) {
     CHECK_MSG(glob1(cases[i].pat, cases[i].path, 1) == cases[i].exc, "exclude '%s' on '%s'", cases[i].pat,
               cases[i].path);
   }
-  const char *bad[] = {"[abc", "", "a\\", "[z-a]"};
+  const char *bad[] = {"[abc", "", "a\\", "[z-a]", "./", "/", "//", "././"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(glob1(bad[i], "x", 0) == -1, "'%s' must be refused", bad[i]);
   /* A hostile name cannot make matching slow: 200,000 bytes against a backtracking-prone pattern. */
   size_t n = 200000;
@@ -390,6 +397,48 @@ static void test_basic_tar(void) {
   lh_buf_free(&tar);
 }
 
+/* Globs written as the archive's own names ("./secrets", as tar -tv shows them) exclude what they
+ * name. Before, a pattern's leading "./" was kept while the paths' was removed, so --exclude
+ * ./secrets excluded nothing and the key was framed. */
+static void test_dot_slash_globs(void) {
+  const fent files[] = {
+      {"./secrets/", NULL, 0, AE_IFDIR, NULL, 0},
+      {"./secrets/key.txt", "hunter2\n", (size_t)-1, 0, NULL, 0},
+      {"./docs/secrets/ok.txt", "not the root's\n", (size_t)-1, 0, NULL, 0},
+      {"./a.txt", "alpha\n", (size_t)-1, 0, NULL, 0},
+  };
+  lh_buf tar = {0};
+  make_archive(&tar, ARCHIVE_FORMAT_TAR_GNUTAR, ARCHIVE_FILTER_NONE, files, sizeof files / sizeof *files);
+  const char *pats[] = {"./secrets", "/secrets", "./secrets/"};
+  for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+    lh_ingest_params p = lh_ingest_default_params();
+    p.exclude = &pats[i];
+    p.n_exclude = 1;
+    mem_in in = {"dot.tar", &tar};
+    got g;
+    run_ingest(&p, &in, 1, &g);
+    CHECK_EQ(g.st, LH_OK);
+    const got_entry *x = find(&g, "./secrets/key.txt");
+    CHECK_MSG(x && x->e.reason == LH_REASON_EXCLUDED, "--exclude %s must exclude ./secrets/key.txt", pats[i]);
+    CHECK_MSG(!strstr(g.text.data ? g.text.data : "", "hunter2"), "--exclude %s: the key was framed", pats[i]);
+    x = find(&g, "./docs/secrets/ok.txt");
+    CHECK_MSG(x && x->e.status == LH_ENTRY_OK, "--exclude %s is anchored at the root", pats[i]);
+    got_free(&g);
+  }
+  const char *inc[] = {"./a.txt"};
+  lh_ingest_params p = lh_ingest_default_params();
+  p.include = inc;
+  p.n_include = 1;
+  mem_in in = {"dot.tar", &tar};
+  got g;
+  run_ingest(&p, &in, 1, &g);
+  const got_entry *x = find(&g, "./a.txt");
+  CHECK(x && x->e.status == LH_ENTRY_OK);
+  CHECK((x = find(&g, "./secrets/key.txt")) && x->e.reason == LH_REASON_NOT_INCLUDED);
+  got_free(&g);
+  lh_buf_free(&tar);
+}
+
 static void test_caps_and_binary(void) {
   char hundred[100];
   memset(hundred, 'x', sizeof hundred);
@@ -660,6 +709,7 @@ static void test_encrypted(void) {
 int main(void) {
   lh_test_begin("test_ingest_unit");
   test_globs();
+  test_dot_slash_globs();
   test_utf8();
   test_escaping();
   test_basic_tar();

@@ -146,8 +146,8 @@ static void globs_tests(void) {
 }
 
 /* Every entry of ingest's manifest over dir with these globs gets the glob reason
- * lh_globs_decide gives it. */
-static void agree(const char *dir, const char *const *inc, size_t ni, const char *const *exc, size_t ne) {
+ * lh_globs_decide gives it. Returns how many entries the globs left out. */
+static int agree(const char *dir, const char *const *inc, size_t ni, const char *const *exc, size_t ne) {
   lh_ingest_params p = lh_ingest_default_params();
   p.include = inc, p.n_include = ni, p.exclude = exc, p.n_exclude = ne;
   p.on_error = LH_INGEST_ON_ERROR_SKIP;
@@ -172,9 +172,9 @@ static void agree(const char *dir, const char *const *inc, size_t ni, const char
     }
   }
   CHECK_MSG(entries > 0, "ingest listed the tree");
-  (void)by_glob;
   lh_globs_free(g);
   lh_ingest_close(ing);
+  return by_glob;
 }
 
 static void globs_agree_with_ingest(void) {
@@ -193,7 +193,9 @@ static void globs_agree_with_ingest(void) {
   CHECK(symlink("a.c", d) == 0);
   const char *e1[] = {"*.log", "build"}, *i2[] = {"*.md"}, *i3[] = {"src/**/*.c", "*.h"}, *e3[] = {"deep"},
              *i4[] = {"*.c", "*.md"}, *e4[] = {".git", "src/*"}, *i5[] = {"*.log", "**/*.c"}, *e5[] = {"*.gz", "a.c*"},
-             *e6[] = {"**"}, *i7[] = {"[a-c].?"}, *e7[] = {"*/sub"};
+             *e6[] = {"**"}, *i7[] = {"[a-c].?"}, *e7[] = {"*/sub"},
+             /* a leading "./" or "/" anchors a pattern at the document's root (ingest.h) */
+             *i8[] = {"./*.c", "/src/**"}, *e8[] = {"./build", "/.git", "./src/deep/"}, *e9[] = {"/deep", "./a.c*"};
   agree(dir, NULL, 0, e1, 2);
   agree(dir, i2, 1, NULL, 0);
   agree(dir, i3, 2, e3, 1);
@@ -201,6 +203,10 @@ static void globs_agree_with_ingest(void) {
   agree(dir, i5, 2, e5, 2);
   agree(dir, NULL, 0, e6, 1);
   agree(dir, i7, 1, e7, 1);
+  /* ./build, /.git, the non-C files at the top and everything under src but not deep/ */
+  CHECK_MSG(agree(dir, i8, 2, e8, 3) >= 8, "'./' and '/' patterns leave their entries out");
+  /* /deep names no top-level entry (src/deep stays); a.c and a.c.d with its file go */
+  CHECK_EQ(agree(dir, NULL, 0, e9, 2), 2);
 }
 
 int main(void) {
