@@ -5,6 +5,8 @@
  * 130 interrupted (SIGINT/SIGTERM; rerun the same command to resume). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -90,7 +92,38 @@ static int default_int(const char *path, const cJSON *it, int lo, int minus_one,
   return 0;
 }
 
-/* Values from a defaults file; strings point into the parsed JSON, which lives until exit. */
+/* The keys of a defaults file and the JSON type each takes, for the message about a mistyped one. */
+static const char *default_key_type(const char *k) {
+  static const char *const keys[][2] = {
+      {"model", "a string"},          {"out", "a string"},          {"db", "a string"},
+      {"device", "a string"},         {"chat_template", "a string"}, {"documents_root", "a string"},
+      {"cpu_attention", "\"fp32\", \"bf16\" or \"auto\""},            {"chunk", "an integer"},
+      {"checkpoint_every", "an integer"}, {"threads", "an integer"}, {"max_tokens", "an integer"},
+      {"keep_checkpoints", "an integer"}, {"require_documents", "true or false"}};
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+    if (!strcmp(k, keys[i][0])) return keys[i][1];
+  return NULL;
+}
+
+/* Where a defaults file's bytes hold a NUL or a \u0000 inside a string (cJSON would end the
+ * string there: "out": "o\u0000/x" would run into o), as a byte offset, or -1 when they hold none. */
+static long nul_at(const char *s, size_t n) {
+  int in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!s[i]) return (long)i;
+    if (in_str && s[i] == '\\') {
+      if (i + 5 < n && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) return (long)i;
+      i++;
+    } else if (s[i] == '"') {
+      in_str = !in_str;
+    }
+  }
+  return -1;
+}
+
+/* Values from a defaults file; strings point into the parsed JSON, which lives until exit. The file
+ * is held to a batch line's rules: one JSON object and nothing after it, no key given twice (cJSON
+ * would read the first, a person the last), no NUL in a string. */
 static int apply_defaults(const char *path, lh_runner_params *p) {
   lh_buf b = {0};
   lh_error e;
@@ -98,17 +131,33 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     fprintf(stderr, "longhaul run: --defaults: %s\n", e.msg);
     return -1;
   }
-  cJSON *o = cJSON_ParseWithLength(b.data, b.len);
-  lh_buf_free(&b);
-  if (!cJSON_IsObject(o)) {
+  const char *end = NULL;
+  const long nul = nul_at(b.data ? b.data : "", b.len);
+  cJSON *o = nul < 0 ? cJSON_ParseWithLengthOpts(b.data ? b.data : "", b.len, &end, 0) : NULL;
+  size_t tail = o ? (size_t)(end - b.data) : 0;
+  while (o && tail < b.len && strchr(" \t\r\n", b.data[tail])) tail++;
+  const char *dup = NULL;
+  if (o && lh_json_duplicate_key(o, 1, &dup)) dup = "?";
+  int bad = 1;
+  if (nul >= 0)
+    fprintf(stderr, "longhaul run: --defaults %s: byte %ld holds a NUL (or \\u0000), which no option can carry\n", path,
+            nul + 1);
+  else if (!cJSON_IsObject(o))
     fprintf(stderr, "longhaul run: --defaults %s: not a JSON object\n", path);
+  else if (tail < b.len)
+    fprintf(stderr, "longhaul run: --defaults %s: text after the JSON object, at byte %zu\n", path, tail + 1);
+  else if (dup)
+    fprintf(stderr, "longhaul run: --defaults %s: key '%.64s' is given more than once; give it once\n", path, dup);
+  else
+    bad = 0;
+  lh_buf_free(&b);
+  if (bad) {
     cJSON_Delete(o);
     return -1;
   }
   const cJSON *it;
   cJSON_ArrayForEach(it, o) {
     const char *k = it->string;
-    int bad = 0;
     if (cJSON_IsString(it) && !strcmp(k, "model")) p->model_dir = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "out")) p->out_dir = it->valuestring;
     else if (cJSON_IsString(it) && !strcmp(k, "db")) p->db_path = it->valuestring;
@@ -124,7 +173,13 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     else if (cJSON_IsString(it) && !strcmp(k, "documents_root")) p->documents_root = it->valuestring;
     else if (cJSON_IsBool(it) && !strcmp(k, "require_documents")) p->require_documents = cJSON_IsTrue(it);
     else {
-      fprintf(stderr, "longhaul run: --defaults %s: unknown or mistyped key '%s'\n", path, k);
+      const char *want = default_key_type(k);
+      if (want)
+        fprintf(stderr, "longhaul run: --defaults %s: key '%s' takes %s\n", path, k, want);
+      else
+        fprintf(stderr, "longhaul run: --defaults %s: unknown key '%.64s' (known: model, out, db, device, chunk, "
+                "threads, cpu_attention, max_tokens, chat_template, checkpoint_every, keep_checkpoints, "
+                "documents_root, require_documents)\n", path, k);
       bad = 1;
     }
     if (bad) { /* the run stops here (exit 2): nothing reads p's strings again */
@@ -133,6 +188,22 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
     }
   }
   /* o is deliberately kept: p points into it */
+  return 0;
+}
+
+/* --shard I/N: two decimal integers and nothing else, 0 <= I < N <= 2^20 (sscanf's %d/%d took
+ * "1/2x" and wrapped 4294967298 to 2). */
+static int parse_shard(const char *v, int *index, int *count) {
+  char *end;
+  errno = 0;
+  const long i = strtol(v, &end, 10);
+  if (end == v || *end != '/' || errno) return -1;
+  const char *nv = end + 1;
+  const long n = strtol(nv, &end, 10);
+  if (end == nv || *end || errno || n < 1 || n > 1 << 20 || i < 0 || i >= n || !isdigit((unsigned char)*v) ||
+      !isdigit((unsigned char)*nv))
+    return -1;
+  *index = (int)i, *count = (int)n;
   return 0;
 }
 
@@ -145,6 +216,22 @@ static int parse_int(const char *flag, const char *v, int lo, int *out) {
   }
   *out = (int)x;
   return 0;
+}
+
+/* s as a table cell for a terminal, into out (n bytes): control characters (C0, DEL and C1, which
+ * a hostile custom_id or answer would use to move the cursor, recolour or hide rows) become '?'. */
+static const char *table_cell(const char *s, char *out, size_t n) {
+  size_t k = 0;
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c && k + 1 < n; c++) {
+    if (*c == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F) { /* U+0080..U+009F */
+      out[k++] = '?';
+      c++;
+    } else {
+      out[k++] = *c < 0x20 || *c == 0x7F ? '?' : (char)*c;
+    }
+  }
+  out[k] = 0;
+  return out;
 }
 
 /* The summary table: one row per line of output.jsonl (this run's and earlier runs' answers). */
@@ -179,7 +266,9 @@ static void print_table(const char *output_path) {
     }
     for (char *c = text; *c; c++)
       if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
-    printf("%-24.24s %-6d %10.0f %8.0f  %s\n", id ? id : "?", code, pt, ct, text);
+    char idc[128], textc[64];
+    printf("%-24.24s %-6d %10.0f %8.0f  %s\n", table_cell(id ? id : "?", idc, sizeof idc), code, pt, ct,
+           table_cell(text, textc, sizeof textc));
     cJSON_Delete(o);
   }
   if (rows) printf("\n");
@@ -219,8 +308,7 @@ int lh_cmd_run(int argc, char **argv) {
     case 'R': p.documents_root = optarg; break;
     case 'E': p.require_documents = 1; break;
     case 'K':
-      if (!strcmp(optarg, "-1")) p.keep_checkpoints = -1;
-      else if (parse_int("--keep-checkpoints", optarg, 0, &p.keep_checkpoints)) return LH_EXIT_USAGE;
+      if (parse_int("--keep-checkpoints", optarg, -1, &p.keep_checkpoints)) return LH_EXIT_USAGE; /* -1: all */
       break;
     case 'F': break;
     case 'c': if (parse_int("--chunk", optarg, 1, &p.chunk)) return LH_EXIT_USAGE; break;
@@ -234,9 +322,8 @@ int lh_cmd_run(int argc, char **argv) {
     case 'M': if (parse_int("--max-tokens", optarg, 1, &p.max_tokens_default)) return LH_EXIT_USAGE; break;
     case 'k': if (parse_int("--checkpoint-every", optarg, 0, &p.checkpoint_every)) return LH_EXIT_USAGE; break;
     case 's':
-      if (sscanf(optarg, "%d/%d", &p.shard_index, &p.shard_count) != 2 || p.shard_count < 1 || p.shard_index < 0 ||
-          p.shard_index >= p.shard_count) {
-        fprintf(stderr, "longhaul run: --shard %s: expected I/N with 0 <= I < N\n", optarg);
+      if (parse_shard(optarg, &p.shard_index, &p.shard_count)) {
+        fprintf(stderr, "longhaul run: --shard %s: expected I/N, two integers with 0 <= I < N <= %d\n", optarg, 1 << 20);
         return LH_EXIT_USAGE;
       }
       shard_given = 1;
@@ -551,8 +638,9 @@ int lh_cmd_status(int argc, char **argv) {
         cJSON_Delete(o);
       }
       if (j->tokens_total >= 0) snprintf(tot, sizeof tot, "%lld", (long long)j->tokens_total);
-      printf("%-6lld %-24.24s %-8s %12lld %12s %4d  %s\n", (long long)j->id, j->custom_id, lh_job_state_name(j->state),
-             (long long)done[i], tot, j->attempts, err1);
+      char idc[128], errc[90];
+      printf("%-6lld %-24.24s %-8s %12lld %12s %4d  %s\n", (long long)j->id, table_cell(j->custom_id, idc, sizeof idc),
+             lh_job_state_name(j->state), (long long)done[i], tot, j->attempts, table_cell(err1, errc, sizeof errc));
     }
     free(done);
     lh_store_job_list_free(list, n);
@@ -588,10 +676,17 @@ int lh_cmd_results(int argc, char **argv) {
   char **paths;
   size_t np;
   if (lh_args_stores("results", db, out, "longhaul.db", &paths, &np)) return LH_EXIT_USAGE;
-  lh_store *found = NULL;
-  const char *where = NULL;
-  int64_t id = 0, newest = INT64_MIN;
-  int matches = 0;
+  /* JOB is a custom_id first: a job number counts only when no job is called JOB (batches often
+   * number their custom_ids, and job numbers are the store's, not the batch's). When a custom_id
+   * was used in several batches, or by several runs into one OUT (shards and a whole run side by
+   * side), the job changed last wins, whichever store holds it: it is the one the last run over it
+   * wrote out (ties: the later batch, the later store). */
+  struct pick {
+    lh_store *store;
+    const char *where;
+    int64_t id, newest;
+    int matches;
+  } by[2] = {{NULL, NULL, 0, INT64_MIN, 0}, {NULL, NULL, 0, INT64_MIN, 0}}; /* [0] custom_id, [1] number */
   rc = LH_EXIT_FAILED;
   for (size_t k = 0; k < np; k++) {
     lh_store *s;
@@ -601,30 +696,36 @@ int lh_cmd_results(int argc, char **argv) {
       rc = LH_EXIT_USAGE;
       break;
     }
-    int here = 0;
+    int here[2] = {0, 0};
     for (size_t i = 0; i < n; i++) {
       char num[32];
       snprintf(num, sizeof num, "%lld", (long long)list[i].id);
-      if (!strcmp(list[i].custom_id, want) || !strcmp(num, want)) {
-        /* when a custom_id was used in several batches, or by several runs into one OUT (shards
-         * and a whole run side by side), the job changed last wins, whichever store holds it: it
-         * is the one the last run over it wrote out (ties: the later batch, the later store) */
-        matches++;
-        if (list[i].updated_ms >= newest) {
-          newest = list[i].updated_ms;
-          id = list[i].id;
-          here = 1;
+      for (int w = 0; w < 2; w++) {
+        if (strcmp(w == 0 ? list[i].custom_id : num, want)) continue;
+        by[w].matches++;
+        if (list[i].updated_ms >= by[w].newest) {
+          by[w].newest = list[i].updated_ms;
+          by[w].id = list[i].id;
+          here[w] = 1;
         }
       }
     }
     lh_store_job_list_free(list, n);
-    if (here) {
-      lh_store_close(found);
-      found = s, where = paths[k];
-    } else {
-      lh_store_close(s);
+    int kept = 0;
+    for (int w = 0; w < 2; w++) {
+      if (!here[w]) continue;
+      if (by[w].store != by[1 - w].store) lh_store_close(by[w].store);
+      by[w].store = s, by[w].where = paths[k];
+      kept = 1;
     }
+    if (!kept) lh_store_close(s);
   }
+  const int w = by[0].matches ? 0 : 1;
+  lh_store *found = by[w].store;
+  if (by[1 - w].store != found) lh_store_close(by[1 - w].store);
+  const char *where = by[w].where;
+  const int64_t id = by[w].id;
+  const int matches = by[w].matches;
   if (rc != LH_EXIT_USAGE && !found) {
     fprintf(stderr, "longhaul results: no job '%s' in %s%s\n", want, paths[0], np > 1 ? " or the shard stores beside it" : "");
   } else if (found) {
@@ -645,7 +746,8 @@ int lh_cmd_results(int argc, char **argv) {
       free(pretty);
       cJSON_Delete(o);
       if (matches > 1)
-        fprintf(stderr, "longhaul results: %d jobs are called '%s'; this is the one a run changed last, in %s\n", matches, want, where);
+        fprintf(stderr, "longhaul results: %d jobs %s '%s'; this is the one a run changed last, in %s\n", matches,
+                w == 0 ? "are called" : "have the number", want, where);
       rc = LH_EXIT_OK;
     } else {
       fprintf(stderr, "longhaul results: %s\n", e.msg);

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ingest/ingest.h"
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/utf8.h"
@@ -207,6 +208,18 @@ static void parse_documents(const cJSON *docs, const parse_ctx *c, lh_request *r
     if (!di->path || !di->path[0]) {
       bad(r, "body.documents[%s].path is empty", where);
       return;
+    }
+    if (di->include || di->exclude) { /* a pattern ingest refuses is the line's mistake: a 400 here */
+      size_t ni = 0, ne = 0;
+      while (di->include && di->include[ni]) ni++;
+      while (di->exclude && di->exclude[ne]) ne++;
+      lh_globs *g = NULL;
+      lh_error e;
+      if (lh_globs_open(&g, (const char *const *)di->include, ni, (const char *const *)di->exclude, ne, &e) != LH_OK) {
+        bad(r, "body.documents[%s]: %s", where, e.msg);
+        return;
+      }
+      lh_globs_free(g);
     }
     if (c->batch_on_stdin && !strcmp(di->path, "-")) {
       bad(r, "body.documents[%s] is \"-\" (standard input), but the batch itself is read from standard input", where);

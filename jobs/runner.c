@@ -35,9 +35,11 @@
  * group it happened in; only set-up problems (model, store, output folder) stop the run.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "jobs/runner.h"
 
 #include <archive.h>
+#include <limits.h>
 #include <cjson/cJSON.h>
 #include <pthread.h>
 #include <signal.h>
@@ -292,7 +294,9 @@ static int request_max_tokens(const run *R, const lh_request *r) {
 }
 
 /* What every job of this run shares in its identity: everything outside the request that changes
- * an answer. The model id names every byte of the weights and the config; the version, the chunk
+ * an answer. The model id names every byte of the weights and the config; the tokenizer id every
+ * byte of tokenizer.json (it makes the prompt's tokens and the answer's text); the stop ids (the
+ * config's, the chat format's end token, generation_config.json's); the version, the chunk
  * plan (where prefill calls are cut), the backend, the CPU attention mode, the chat format and the
  * ranks the model is spread over. The default max_tokens is not in it: it changes only the answers
  * of requests that give none, so job_identity adds each request's effective max_tokens instead.
@@ -301,11 +305,13 @@ static int request_max_tokens(const run *R, const lh_request *r) {
 static void params_digest(run *R) {
   char buf[1024];
   const lh_comm *world = lh_comm_world();
-  const int n = snprintf(buf, sizeof buf,
-                         "longhaul job identity v2\nmodel %s\nversion %s\nchunk %lld\nbackend %s\ncpu_attention %d\n"
-                         "chat %d\nranks %d\n",
-                         lh_model_id(R->model), LH_VERSION, (long long)R->plan.chunk, lh_model_backend(R->model),
-                         lh_model_cpu_attention(R->model), (int)R->chat.kind, world ? lh_comm_size(world) : 1);
+  int n = snprintf(buf, sizeof buf,
+                   "longhaul job identity v3\nmodel %s\ntokenizer %s\nversion %s\nchunk %lld\nbackend %s\n"
+                   "cpu_attention %d\nchat %d\nranks %d\nstop",
+                   lh_model_id(R->model), lh_tokenizer_id(R->tok), LH_VERSION, (long long)R->plan.chunk,
+                   lh_model_backend(R->model), lh_model_cpu_attention(R->model), (int)R->chat.kind,
+                   world ? lh_comm_size(world) : 1);
+  for (int i = 0; i < R->n_stop_ids; i++) n += snprintf(buf + n, sizeof buf - (size_t)n, " %d", (int)R->stop_ids[i]);
   uint8_t d[32];
   lh_sha256_buf(buf, (size_t)n, d);
   lh_hex(d, 32, R->params_digest);
@@ -663,16 +669,33 @@ static long find_stop(const lh_request *r, const char *text) {
   return cut;
 }
 
-/* OUT/jobs/<custom_id>/{result.json,manifest.jsonl}, each replaced whole (jobs/outdir.h). */
+/* OUT/jobs/<name>/{result.json,manifest.jsonl}, each replaced whole (jobs/outdir.h), result.json
+ * last: an old result.json that is to change goes first, so whenever result.json is there the
+ * manifest beside it is its own, whatever a kill or a full disk cut short. A NULL manifest keeps the
+ * file there is (results stored before manifests were kept in the store have none). */
+static lh_status put_job_files(run *R, const char *name, const char *result, size_t rlen, const char *manifest,
+                               size_t mlen, lh_error *err) {
+  char rel[512], path[8400];
+  snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+  snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
+  lh_buf old = {0};
+  const int same = lh_file_read_regular(path, rlen + 1, &old, NULL) == LH_OK && old.len == rlen &&
+                   (!rlen || !memcmp(old.data, result, rlen));
+  lh_buf_free(&old);
+  lh_status st = same ? LH_OK : lh_outdir_remove(R->out, rel, err);
+  snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
+  snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
+  if (st == LH_OK && (manifest || !lh_is_file(path))) st = lh_outdir_put(R->out, rel, manifest ? manifest : "", mlen, err);
+  snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
+  if (st == LH_OK) st = lh_outdir_put(R->out, rel, result, rlen, err);
+  return st;
+}
+
 static lh_status write_job_files(run *R, const job *J, const char *result_json, const char *manifest, size_t mlen,
                                  lh_error *err) {
-  char name[256], rel[512];
+  char name[256];
   lh_runner_job_dirname(J->r->custom_id, name, sizeof name);
-  snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
-  lh_status st = lh_outdir_put(R->out, rel, result_json, strlen(result_json), err);
-  snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
-  if (st == LH_OK) st = lh_outdir_put(R->out, rel, manifest ? manifest : "", mlen, err);
-  return st;
+  return put_job_files(R, name, result_json, strlen(result_json), manifest ? manifest : "", mlen, err);
 }
 
 /* libarchive's version string, read once: archive_version_details() rebuilds its static string on
@@ -1091,6 +1114,7 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON *m = cJSON_AddObjectToObject(o, "engine");
   lh_json_add_text(m, "model_dir", lh_model_dir(R->model));
   cJSON_AddStringToObject(m, "model_id", lh_model_id(R->model));
+  cJSON_AddStringToObject(m, "tokenizer_id", lh_tokenizer_id(R->tok));
   cJSON_AddStringToObject(m, "backend", lh_model_backend(R->model));
   cJSON_AddNumberToObject(m, "chunk", (double)R->plan.chunk);
   cJSON *v = cJSON_AddObjectToObject(o, "versions");
@@ -1227,14 +1251,9 @@ static lh_status done_line(run *R, const lh_request *r, int64_t job, const char 
     if (!c.finish_reason) c.finish_reason = "stop";
     st = lh_output_success(out, r, rid, &c);
     cJSON_Delete(o);
-    char name[256], rel[512], path[8400];
+    char name[256], rel[512];
     lh_runner_job_dirname(r->custom_id, name, sizeof name);
-    snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
-    if (st == LH_OK) st = lh_outdir_put(R->out, rel, js.data, js.len, err);
-    snprintf(rel, sizeof rel, "jobs/%s/manifest.jsonl", name);
-    snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
-    /* results stored before manifests were kept in the store have none: keep the file there is */
-    if (st == LH_OK && (man.len || !lh_is_file(path))) st = lh_outdir_put(R->out, rel, man.data ? man.data : "", man.len, err);
+    if (st == LH_OK) st = put_job_files(R, name, js.data, js.len, man.len ? man.data : NULL, man.len, err);
     snprintf(rel, sizeof rel, "jobs/%s", name);
     if (st == LH_OK) st = lh_outdir_sweep(R->out, rel, NULL, NULL, err);
   } else if (st == LH_OK) {
@@ -1341,6 +1360,32 @@ static void run_paths(const lh_runner_params *p, lh_runner_summary *sum, char *l
   snprintf(lock, lock_n, "longhaul%s.lock", p->shard_count > 1 ? tag : "");
 }
 
+/* Whether the name rel, inside the output folder, is one a run or merge writes (and so replaces):
+ * output[-I-of-N].jsonl, errors[-I-of-N].jsonl, shard-I-of-N.json, the stores, locks and their
+ * journals (longhaul*), anything under jobs/. */
+static int out_owns(const char *rel) {
+  const size_t n = strlen(rel);
+  const int jsonl = n > 6 && !strcmp(rel + n - 6, ".jsonl");
+  return !strncmp(rel, "jobs/", 5) || !strncmp(rel, "longhaul", 8) || (!strncmp(rel, "shard-", 6) && !strchr(rel, '/')) ||
+         (jsonl && !strchr(rel, '/') && (!strncmp(rel, "output", 6) || !strncmp(rel, "errors", 6)));
+}
+
+/* A batch file that is one of the files the run writes (OUT/output.jsonl after a copy, say) would be
+ * replaced by the run's output and lost: LH_EINVAL naming both, before anything is created. */
+static lh_status check_batch_not_output(const lh_runner_params *p, const lh_runner_summary *sum, lh_error *err) {
+  if (!strcmp(p->batch_path, "-")) return LH_OK;
+  char batch[PATH_MAX], out[PATH_MAX], db[PATH_MAX];
+  if (!realpath(p->batch_path, batch)) return LH_OK; /* lh_batch_load names what is wrong with it */
+  if (realpath(sum->db_path, db) && !strcmp(batch, db))
+    return lh_error_set(err, LH_EINVAL, "the batch file %s is the store %s; pass the batch file", p->batch_path,
+                        sum->db_path);
+  if (!realpath(p->out_dir, out)) return LH_OK; /* no output folder yet: the batch is not in it */
+  const size_t n = strlen(out);
+  if (strncmp(batch, out, n) || batch[n] != '/' || !out_owns(batch + n + 1)) return LH_OK;
+  return lh_error_set(err, LH_EINVAL, "the batch file %s is %s/%s, which the run writes over; move the batch out of "
+                      "the output folder or give it another name", p->batch_path, p->out_dir, batch + n + 1);
+}
+
 /* The model, its tokenizer, chat format and stop ids. */
 static lh_status open_model(run *R, lh_error *err) {
   const lh_runner_params *p = R->p;
@@ -1413,8 +1458,11 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
    * run at a time, writable), the store */
   /* a model folder that is not there, a backend this build lacks, or a batch that cannot be read
    * creates nothing */
-  lh_status st = lh_model_check(p->model_dir, p->device, err);
+  lh_status st = check_batch_not_output(p, sum, err);
+  if (st != LH_OK) return st;
+  st = lh_model_check(p->model_dir, "none", err);
   if (st != LH_OK) return lh_error_prefix(err, st, "--model: ");
+  if ((st = lh_model_check(p->model_dir, p->device, err)) != LH_OK) return lh_error_prefix(err, st, "--device: ");
   /* one read of the batch ("-": standard input) gives its lines and the digest that names it */
   lh_batch_params bp = lh_batch_default_params();
   bp.documents_root = p->documents_root;

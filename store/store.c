@@ -623,6 +623,21 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
     lh_store_close(s);
     return lh_error_set(err, LH_EINVAL, "%s: not a regular file", path);
   }
+  if (!exists) { /* a folder that is not there is the caller's set-up (2), not the machine's (75) */
+    char dir[sizeof s->path];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+      const int e = errno;
+      lh_store_close(s);
+      if (stat(dir, &sb) == 0)
+        return lh_error_set(err, LH_ENOTFOUND, "%s: %s is not a folder, so no store can be made in it", path, dir);
+      return lh_error_set(err, LH_ENOTFOUND, "%s: the folder %s %s; make it first (a store is made in a folder that "
+                          "exists)", path, dir, e == ENOENT ? "does not exist" : strerror(e));
+    }
+  }
   int flags = s->p.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   int rc = sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {

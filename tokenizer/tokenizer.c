@@ -20,6 +20,7 @@
 
 #include "tokenizer/tokenizer_int.h"
 #include "util/fs.h"
+#include "util/hash.h"
 #include "util/json.h"
 
 #define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -652,6 +653,9 @@ lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokeni
   }
   pthread_mutex_init(&t->pool_mu, NULL);
   t->split_step = t->cap_step = -1;
+  uint8_t d[32];
+  lh_sha256_buf(json, len, d);
+  lh_hex(d, 32, t->id);
   lh_status st = (t->path = strdup(name)) ? load_json(t, root, err) : lh_error_set(err, LH_ENOMEM, "out of memory");
   cJSON_Delete(root);
   if (st) {
@@ -685,6 +689,8 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err)
   lh_buf_free(&b);
   return st;
 }
+
+const char *lh_tokenizer_id(const lh_tokenizer *t) { return t->id; }
 
 void lh_tokenizer_close(lh_tokenizer *t) {
   if (!t) return;

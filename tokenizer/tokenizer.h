@@ -45,6 +45,9 @@ typedef struct lh_tokenizer lh_tokenizer;
 /* path: a tokenizer.json file, or a model folder holding one. */
 lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err);
 void lh_tokenizer_close(lh_tokenizer *t); /* accepts NULL */
+/* The SHA-256 (64 hex digits) of the tokenizer.json bytes t was built from: two tokenizers with
+ * one id encode and decode alike, so a job's identity names its tokenizer by it. */
+const char *lh_tokenizer_id(const lh_tokenizer *t);
 
 /* Encode UTF-8 text (invalid bytes handled as HF does for a Python str made with
  * errors="replace", i.e. each invalid sequence becomes U+FFFD), appending ids to out.

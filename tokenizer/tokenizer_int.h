@@ -351,6 +351,7 @@ typedef struct tk_tpl {
 typedef struct tk_ctx tk_ctx;
 
 struct lh_tokenizer {
+  char id[65]; /* lh_tokenizer_id */
   tk_bpe bpe;
   tk_added *added;
   size_t nadded;

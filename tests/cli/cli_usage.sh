@@ -207,7 +207,54 @@ for kv in '"keep_checkpoints": 1e12' '"keep_checkpoints": -7' '"keep_checkpoints
   [ -e "$T/defaults-out" ] && fail "defaults $kv: --out was created although nothing may run"
 done
 run 2 keepflag "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/x" --keep-checkpoints 99999999999
-says keepflag "expected an integer >= 0 and at most 1073741824"
+says keepflag "expected an integer >= -1 and at most 1073741824"
+# A defaults file is held to a batch line's rules: a key given twice (the last won), text after the
+# object (ignored), a NUL in a string (cut there: "o\u0000/x" ran into o) are refused by name; a
+# known key of the wrong type says the type it takes.
+printf '{"out":"a","out":"b"}' > "$T/d-dup.json"
+printf '{"chunk":256} trailing garbage {' > "$T/d-tail.json"
+printf '{"out":"%s/d-nul\\u0000/x"}' "$T" > "$T/d-nul.json"
+printf '{"chunk":"big"}' > "$T/d-type.json"
+printf '{"chunks":256}' > "$T/d-unknown.json"
+for d in dup:"key 'out' is given more than once" tail:"text after the JSON object, at byte 15" \
+         nul:"holds a NUL (or \\u0000)" type:"key 'chunk' takes an integer" unknown:"unknown key 'chunks' (known: model,"; do
+  run 2 "d-${d%%:*}" "$LH" run "$T/batch.jsonl" --model "$MODEL" --defaults "$T/d-${d%%:*}.json" --out "$T/d-out" --progress none
+  says "d-${d%%:*}" "${d#*:}"
+done
+[ ! -e "$T/d-out" ] && [ ! -e "$T/d-nul" ] || fail "a refused defaults file left an output folder"
+# --shard is two integers and nothing else (sscanf took 1/2x as 1/2 and wrapped 0/4294967298 to 0/2)
+for s in 1/2x 0/4294967298 +1/2 " 1/2" 0/1048577; do
+  run 2 shardparse "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/shard-out" --shard "$s" --progress none
+  says shardparse "--shard $s: expected I/N, two integers with 0 <= I < N <= 1048576"
+done
+[ ! -e "$T/shard-out" ] || fail "a refused --shard left an output folder"
+# a batch file that is one of the files the run writes (kept as OUT/output.jsonl) is refused, not
+# replaced by the output; one beside them in OUT runs
+mkdir -p "$T/selfout"
+cp "$T/batch.jsonl" "$T/selfout/output.jsonl"
+run 2 selfout "$LH" run "$T/selfout/output.jsonl" --model "$MODEL" --out "$T/selfout" --progress none
+says selfout "the batch file $T/selfout/output.jsonl is $T/selfout/output.jsonl, which the run writes over"
+cmp -s "$T/batch.jsonl" "$T/selfout/output.jsonl" || fail "the batch kept as OUT/output.jsonl was changed"
+printf '%s\n' '{"custom_id":"c","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":2}}' \
+  > "$T/selfout/nightly.jsonl"
+run 0 selfin "$LH" run "$T/selfout/nightly.jsonl" --model "$MODEL" --out "$T/selfout" --chunk 256 --progress none
+# a --db in a folder that is not there is the command's mistake (2; it was 75, which a systemd unit
+# retries for ever), named
+run 2 dbdir "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbdir" --db "$T/no-such-dir/x.db" --progress none
+says dbdir "$T/no-such-dir/x.db: the folder $T/no-such-dir does not exist; make it first"
+# a custom_id with terminal controls (ESC sequences, BEL, C1's NEL) shows in run's and status's
+# tables as '?', never as bytes the terminal obeys (they could repaint or hide rows)
+printf '%s\n' '{"custom_id":"esc\u001b[31mRED\u001b[0m\u0007b\u0085ell","url":"/v1/completions","body":{"prompt":"x","max_tokens":2}}' \
+  > "$T/esc.jsonl"
+run 0 escrun "$LH" run "$T/esc.jsonl" --model "$MODEL" --out "$T/esc" --progress none
+run 0 escstatus "$LH" status --out "$T/esc"
+for f in escrun escstatus; do
+  says $f 'esc?[31mRED?[0m?b?ell'
+  LC_ALL=C grep -q "$(printf '[\033\007]')" "$T/$f.out" && fail "$f: a control character reached the terminal"
+done
+# an unknown device is named as --device, not --model
+run 2 devname "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/devname" --device tpu --progress none
+says devname "longhaul run: --device: unknown device 'tpu'"
 # ---- niah: numbers that do not fit are refused by name (exit 2, no --out), never cut or wrapped ----
 niah_refuses() { # name, expected text, arguments...
   local name=$1 text=$2; shift 2

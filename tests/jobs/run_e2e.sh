@@ -76,4 +76,15 @@ cmp "$T/out/output.jsonl" "$T/output.first" || fail "rerun changed output.jsonl"
 "$LH" status --out "$T/out" | tee "$T/status.txt"
 grep -q "done" "$T/status.txt" || fail "status shows no done jobs"
 "$LH" results q2 --out "$T/out" | json 'import sys; r = json.load(sys.stdin); assert r["custom_id"] == "q2"'
+# JOB is a custom_id before it is a job number: with custom_ids "2" and "1" (job numbers 1 and 2),
+# `results 2` is the request called "2" (before, the job numbered 2, called "1", was printed).
+printf '%s\n' '{"custom_id":"2","url":"/v1/completions","body":{"prompt":"first","max_tokens":2,"temperature":0}}' \
+  '{"custom_id":"1","url":"/v1/completions","body":{"prompt":"second","max_tokens":2,"temperature":0}}' > "$T/num.jsonl"
+"$LH" run "$T/num.jsonl" --model "$MODEL" --out "$T/num" --progress none > "$T/num.log" 2>&1 || { cat "$T/num.log"; fail "the numbered batch failed"; }
+for id in 1 2; do
+  "$LH" results "$id" --out "$T/num" 2> "$T/num-$id.err" | json 'import sys; r = json.load(sys.stdin); assert r["custom_id"] == sys.argv[1], r["custom_id"]' "$id" \
+    || fail "results $id did not print the job called '$id'"
+  [ -s "$T/num-$id.err" ] && { cat "$T/num-$id.err"; fail "results $id warned of several jobs"; }
+done
+"$LH" results 3 --out "$T/num" > /dev/null 2>&1 && fail "results 3 found a job in a store of two"
 echo "run_e2e: ok"

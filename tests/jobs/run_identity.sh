@@ -5,7 +5,8 @@
 #     the archive again (their digests come from the store's cache, whose rows stay untouched);
 #   - the archive replaced by one with another value, the answer follows the new value and the
 #     manifest the new bytes; checkpoints are reused only up to where the tokens still match;
-#   - another --chunk, or one changed bit of the weights, computes the job again;
+#   - another --chunk, one changed bit of the weights, a changed tokenizer.json or another end id
+#     in generation_config.json computes the job again;
 #   - one changed byte of the stored answer (sqlite3, behind the store's back): store verify
 #     fails, and the rerun recomputes the answer instead of printing the damaged one;
 #   - another --max-tokens (the default) computes again only the request that gives no
@@ -129,6 +130,25 @@ grep -q "1 request computed again: its stored answer or error was damaged" "$T/d
   || { cat "$T/damaged.log"; fail "the rerun did not recompute the damaged answer"; }
 [ "$(answer)" = "$good" ] || fail "after the damage the answer is '$(answer)', not '$good'"
 "$LH" store verify --db "$OUT/longhaul.db" > "$T/verify2.log" 2>&1 || { cat "$T/verify2.log"; fail "verify after the rerun"; }
+
+# 5b. The tokenizer and the ids that end an answer decide it too: two vocabulary entries swapped in
+# tokenizer.json, or one more end id in generation_config.json, compute the job again (before, the
+# identity named the weights and config.json alone, and the rerun printed the old tokenizer's answer).
+python3 - "$T/model/tokenizer.json" <<'P'
+import json, sys
+t = json.load(open(sys.argv[1]))
+v = t["model"]["vocab"]
+v["the"], v["The"] = v["The"], v["the"]
+json.dump(t, open(sys.argv[1], "w"))
+P
+MODEL_DIR=$T/model CHUNK=128 run tokenizer
+grep -q "1 request computed again" "$T/tokenizer.log" || { cat "$T/tokenizer.log"; fail "a changed tokenizer.json did not compute the job again"; }
+sed -i 's/"eos_token_id": 3/"eos_token_id": [3, 4]/' "$T/model/generation_config.json"
+grep -q '\[3, 4\]' "$T/model/generation_config.json" || fail "generation_config.json was not changed"
+MODEL_DIR=$T/model CHUNK=128 run stops
+grep -q "1 request computed again" "$T/stops.log" || { cat "$T/stops.log"; fail "another end id in generation_config.json did not compute the job again"; }
+MODEL_DIR=$T/model CHUNK=128 run stops-same
+grep -q "1 already done" "$T/stops-same.log" || { cat "$T/stops-same.log"; fail "the same model folder twice computed again"; }
 
 # 6. The default max_tokens: new work only for the request that decodes to it.
 printf 'The special magic lighthouse number is: 4411.\n' > "$T/fact.md"

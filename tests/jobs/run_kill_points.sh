@@ -5,7 +5,8 @@
 # once what names a moment or this run's own work is set aside (timestamps, timings, rates, the
 # store's path, cache counters). Then one chain: kill, rerun killed again later, ..., finish.
 # LH_KILL_POINTS (default 56) sets how many points; the seed is fixed (LH_KILL_SEED) so a failure
-# names a point that reproduces.
+# names a point that reproduces. After each kill, every job folder that has its result.json has its
+# manifest.jsonl too (result.json is written last).
 . "$(dirname "$0")/lib.sh"
 make_repo
 mkdir -p "$T/notes" && printf 'The staging password rotates every 91 days.\n' > "$T/notes/a.txt"
@@ -49,6 +50,11 @@ while read -r at kind; do
   rc=$?
   set -e
   [ $rc = 137 ] || { cat "$T/kill.log"; fail "point $at ($kind) of $total: the run was not killed (exit $rc)"; }
+  # a job folder is whole whenever its result.json is there (result.json is written last)
+  for r in "$T"/out/jobs/*/result.json; do
+    [ ! -e "$r" ] || [ -e "${r%result.json}manifest.jsonl" ] \
+      || fail "killed at point $at ($kind) of $total: ${r#$T/} has no manifest.jsonl beside it"
+  done
   "${RUN[@]}" --out "$T/out" > "$T/rerun.log" 2>&1 || true
   diff "$T/ref.norm" <(norm "$T/out") > "$T/diff" \
     || { cat "$T/diff" "$T/rerun.log"; fail "killed at point $at ($kind) of $total: the rerun's outputs differ"; }

@@ -247,6 +247,29 @@ static void test_repeated_keys(void) {
   lh_request_free(&r);
 }
 
+/* A glob ingest would refuse (empty, or naming only the root) fails its line with a 400 naming the
+ * field, as other field errors do: it ran, and failed as "documents that cannot be read", tried
+ * again on every run. Patterns ingest takes pass. */
+static void test_bad_globs_fail_their_line(void) {
+  static const struct {
+    const char *docs, *want;
+  } cases[] = {
+      {"[{\"path\":\"a\",\"exclude\":[\"\"]}]", "line 2: body.documents[0]: empty glob pattern"},
+      {"[\"b\",{\"path\":\"a\",\"include\":\"./\"}]", "line 2: body.documents[1]: glob './' names only the root"},
+      {"[{\"path\":\"a\",\"include\":[\"*.c\",\"./src/**\"],\"exclude\":\"/secrets\"}]", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char line[512];
+    snprintf(line, sizeof line, "{\"custom_id\":\"g\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\","
+             "\"documents\":%s}}", cases[i].docs);
+    lh_request r;
+    lh_request_parse(line, strlen(line), 2, ".", &r);
+    if (cases[i].want) CHECK_STR_CONTAINS(r.error.msg, cases[i].want);
+    else CHECK_EQ(r.error.code, LH_OK);
+    lh_request_free(&r);
+  }
+}
+
 /* Duplicates: 6,000 lines over 1,500 ids (some lines malformed, some without an id); every line
  * whose id an earlier line used is refused naming both lines, exactly as a pairwise scan says. */
 static void test_duplicate_custom_ids_against_pairwise_reference(void) {
@@ -654,6 +677,7 @@ static void test_template_files(void) {
 
 int main(void) {
   lh_test_begin("test_batch");
+  test_bad_globs_fail_their_line();
   char path[512];
   lh_path_join(path, sizeof path, lh_test_tmpdir(), "batch.jsonl");
   write_file(path,
