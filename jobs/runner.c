@@ -14,7 +14,9 @@
  *  3. The shared prefix of a group (its documents, which open every prompt: jobs/chat.h) is computed at
  *     most once per run and checkpointed every `checkpoint_every` chunks at chunk boundaries that
  *     are multiples of `chunk` from position 0, so an interrupted run resumes on the same chunk plan
- *     and gives bitwise the answers an uninterrupted run gives.
+ *     and gives bitwise the answers an uninterrupted run gives. A job's own suffix of a chunk or
+ *     more is prefilled the same way, as a prefix of its own (own_prefill), with the cuts a
+ *     fork's feed would make, so the answer does not depend on which way it went.
  *  4. Nothing here holds more than one group's tokens and states; prompts are token arrays
  *     (4 bytes a token), never activations.
  *  5. An outcome (answer or failure) is recorded under an identity only if it was computed from
@@ -183,6 +185,7 @@ typedef struct job {
   int cut;              /* text was cut at a stop string */
   int max_tokens;
   int64_t prompt_tokens;
+  int64_t own_restored; /* tokens of its suffix restored from a checkpoint (a long suffix: own_prefill) */
   int failed;           /* 1: failed (recorded in the store); -1: not this run's job */
   int recorded;         /* its result is committed to the store */
 } job;
@@ -1015,8 +1018,91 @@ static int on_token(void *user, int i, lh_fork *f) {
 
 static void on_decoded(void *user, int64_t generated) { lh_progress_update(((group *)user)->R->prog, generated); }
 
-/* Fork P per admitted job, feed each fork its suffix, decode them together. LH_OK (jobs that
- * failed have failed alone), LH_EINTR, or LH_ENOMEM. */
+/* A job's own prefill: the prompt P + suffix as a prefix of its own, for a suffix of at least one
+ * chunk (a long prompt in body.prompt or the messages, with or without documents): it shows its
+ * progress, checkpoints per the plan (a kill loses at most checkpoint_every chunks of it) and
+ * resumes from the store, where a fork's feed does none of these. The cuts are the feed's (P's end,
+ * then multiples of chunk from position 0: pipeline.h), so the answer is bitwise the same either
+ * way. It starts from P's final checkpoint, which group_prefill has just committed. */
+typedef struct own_prefill_ctx {
+  group *g;
+  const job *J;
+  volatile sig_atomic_t halt;
+  int lost;
+} own_prefill_ctx;
+
+static void on_own_chunk(void *user, int64_t pos) {
+  own_prefill_ctx *c = user;
+  lh_progress_update(c->g->R->prog, pos);
+  if (lh_store_job_check_claim(c->g->R->store, c->J->id, NULL) == LH_EBUSY) c->lost = 1;
+  c->halt = stop_requested || c->lost;
+}
+
+/* J->st at the end of its prompt. LH_OK, also when J's claim was lost on the way (J is then left to
+ * the process that took it: failed = -1, no state); LH_EINTR when stopped (checkpointed where it
+ * stood); any other status with J failed or the run's fault taken. */
+static lh_status own_prefill(group *g, job *J, lh_error *err) {
+  run *R = g->R;
+  const size_t n = g->P.len + J->suffix.len;
+  int32_t *all = malloc(n * sizeof *all);
+  if (!all) {
+    lh_error_set(err, LH_ENOMEM, "out of memory for a prompt of %zu tokens", n);
+    fail_job(R, J->id, 500, "engine_error", err->msg);
+    J->failed = 1;
+    return LH_ENOMEM;
+  }
+  if (g->P.len) memcpy(all, g->P.data, g->P.len * sizeof *all);
+  memcpy(all + g->P.len, J->suffix.data, J->suffix.len * sizeof *all);
+  own_prefill_ctx c = {.g = g, .J = J};
+  lh_prefix_params pp = lh_prefix_default_params();
+  pp.plan = R->plan;
+  pp.store = R->store;
+  pp.writer = R->writer;
+  pp.job_id = J->id;
+  pp.hooks = (lh_pipeline_hooks){.progress = on_own_chunk, .user = &c, .stop = &c.halt};
+  lh_prefix *px = NULL;
+  lh_error e;
+  lh_status st = lh_prefix_open(R->model, all, (int64_t)n, &pp, &px, &e);
+  if (st == LH_OK) {
+    const int64_t restored = lh_prefix_restored(px);
+    J->own_restored = restored > (int64_t)g->P.len ? restored - (int64_t)g->P.len : 0;
+    R->sum->tokens_restored += J->own_restored;
+    if (J->own_restored)
+      lh_progress_note(R->prog, "%s: resumed its own prompt from a checkpoint at token %lld of %zu", J->r->custom_id,
+                       (long long)restored, n);
+    lh_progress_job(R->prog, J->r->custom_id, 1); /* its own line, not the group's */
+    lh_progress_begin(R->prog, NULL, "prefill", (int64_t)n, "tok");
+    lh_progress_prefill(R->prog, restored);
+    st = lh_prefix_advance(px, (int64_t)n, &e);
+    if (st == LH_OK) lh_progress_end(R->prog);
+    else lh_progress_stop(R->prog, c.lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
+    R->sum->tokens_prefilled += lh_prefix_computed(px);
+    if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) {
+      env_fault(R, st, &e);
+    } else if (st == LH_OK) {
+      st = lh_prefix_fork(px, &J->st, &e);
+    } else if (st == LH_EINTR && c.lost) {
+      lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", J->r->custom_id);
+      R->sum->taken_over++;
+      J->failed = -1;
+    } else if (st != LH_EINTR && lh_prefix_fault(px) == LH_FAULT_STORE) {
+      env_fault(R, st, &e);
+    }
+  } else {
+    env_fault(R, st, &e); /* resuming reads the store */
+  }
+  lh_prefix_close(px);
+  free(all);
+  if (st == LH_EINTR && !c.lost) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  if (st != LH_OK && !R->fault && !J->failed) {
+    fail_job(R, J->id, 500, "engine_error", e.msg);
+    J->failed = 1;
+  }
+  return st == LH_EINTR ? LH_OK : st;
+}
+
+/* Fork P per admitted job, feed each fork its suffix (a suffix of a chunk or more: own_prefill),
+ * decode them together. LH_OK (jobs that failed have failed alone), LH_EINTR, or LH_ENOMEM. */
 static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   run *R = g->R;
   g->forks = calloc((size_t)g->n, sizeof *g->forks);
@@ -1027,14 +1113,21 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
     job *J = &g->J[i];
     if (J->failed) continue;
     lh_error e;
-    lh_status st = lh_prefix_fork(px, &J->st, &e);
-    if (st == LH_OK) st = lh_pipeline_feed(J->st, J->suffix.data, (int64_t)J->suffix.len, &R->plan, &quiet, NULL, &e);
-    if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
-    R->sum->tokens_prefilled += (int64_t)J->suffix.len;
-    if (st != LH_OK) {
-      fail_job(R, J->id, 500, "engine_error", e.msg);
-      J->failed = 1;
-      continue;
+    if (R->store && (int64_t)J->suffix.len >= R->plan.chunk) {
+      lh_status st = own_prefill(g, J, &e);
+      if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+      if (R->fault) return LH_OK;
+      if (st != LH_OK || J->failed) continue;
+    } else {
+      lh_status st = lh_prefix_fork(px, &J->st, &e);
+      if (st == LH_OK) st = lh_pipeline_feed(J->st, J->suffix.data, (int64_t)J->suffix.len, &R->plan, &quiet, NULL, &e);
+      if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+      R->sum->tokens_prefilled += (int64_t)J->suffix.len;
+      if (st != LH_OK) {
+        fail_job(R, J->id, 500, "engine_error", e.msg);
+        J->failed = 1;
+        continue;
+      }
     }
     const lh_request *r = J->r;
     g->forks[g->nf] = (lh_fork){
@@ -1047,6 +1140,7 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   lh_decode_params dp = {.stop_ids = R->stop_ids, .n_stop_ids = R->n_stop_ids,
                          .context_limit = R->cfg->max_position_embeddings, .on_token = on_token,
                          .progress = on_decoded, .user = g, .stop = &stop_requested};
+  lh_progress_job(R->prog, g->J[g->lead].r->custom_id, g->n); /* the group's again, after any own prefill */
   int64_t most = 0; /* the decode's bound: every fork to its max_tokens */
   for (int f = 0; f < g->nf; f++) most += g->forks[f].max_tokens;
   lh_progress_begin(R->prog, NULL, "decode", most, "tok");
@@ -1092,7 +1186,7 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   cJSON_AddNumberToObject(t, "completion", (double)F->tokens.len);
   /* cached: the prompt tokens this request did not compute. The group's prefix is computed once,
    * after what a checkpoint restored; its first request pays for that part, the others reuse it. */
-  cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed)));
+  cJSON_AddNumberToObject(t, "cached", (double)(g->restored + (F == &g->forks[0] ? 0 : g->computed) + J->own_restored));
   /* per document: entries, documents, skipped and failed entries per reason, notes */
   cJSON_AddItemToObject(o, "ingest", g->docs.inputs ? cJSON_Duplicate(g->docs.inputs, 1) : cJSON_CreateArray());
   cJSON *c = cJSON_AddObjectToObject(o, "cache");
