@@ -327,6 +327,11 @@ int lh_cmd_ingest(int argc, char **argv) {
   char sum_path[4096];
   lh_path_join(sum_path, sizeof sum_path, out_dir, "summary.json");
   unlink(sum_path);
+  /* an earlier ingest into DIR may have left the output this one does not write (framed.txt beside
+   * new tokens, or tokens beside new text): it goes, so every output there is this ingest's */
+  char stale[4096];
+  if (no_tokens && !lh_path_join(stale, sizeof stale, out_dir, "tokens.u32")) unlink(stale);
+  if (!(no_tokens || want_text) && !lh_path_join(stale, sizeof stale, out_dir, "framed.txt")) unlink(stale);
   if (!no_tokens && out_open(&tok, out_dir, "tokens.u32")) goto done;
   if ((no_tokens || want_text) && out_open(&txt, out_dir, "framed.txt")) goto done;
   int show_progress = !quiet && isatty(2);
@@ -356,8 +361,9 @@ int lh_cmd_ingest(int argc, char **argv) {
         lh_ingest_display_name(e->path, e->path_len, 200, &name);
         lh_ingest_display_name(inputs[e->input], strlen(inputs[e->input]), 200, &in);
         lh_ingest_display_name(e->detail, strlen(e->detail), 400, &det);
-        fprintf(stderr, "%slonghaul ingest: %s: %s: %s (skipped)\n", show_progress ? "\r\033[K" : "", in.data,
-                name.data, det.data);
+        fprintf(stderr, "%slonghaul ingest: %s: %s: %s (an error, recorded in the manifest; --on-error skip goes "
+                "on, and what was read of the entry before it stays in the output)\n", show_progress ? "\r\033[K" : "",
+                in.data, name.data, det.data);
         lh_buf_free(&name);
         lh_buf_free(&in);
         lh_buf_free(&det);
@@ -412,6 +418,14 @@ int lh_cmd_ingest(int argc, char **argv) {
   }
   if (out_close(&man, 1)) goto done;
   if (!quiet) summary(ing, stdout, !no_tokens);
+  { /* an input that gave no text is said whatever --quiet says: an empty result is no success */
+    lh_buf notes = {0};
+    if (lh_ingest_notes(ing, &notes) && notes.data) {
+      for (char *line = strtok(notes.data, "\n"); line; line = strtok(NULL, "\n"))
+        fprintf(stderr, "longhaul ingest: warning: %s\n", line);
+    }
+    lh_buf_free(&notes);
+  }
   rc = LH_EXIT_OK;
 done:
   if (man.f) out_close(&man, 0);

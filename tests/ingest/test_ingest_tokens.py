@@ -108,6 +108,12 @@ def main():
         rc, so, se = E.ingest(out, [tgz], "--model", model, "--sort", "path", tokens=True)
         E.check(rc == 0 and read_tokens(out) == exp["tokenizers"][name]["ids"], "%s --model: %d %s" % (name, rc, se))
         E.check(not os.path.exists(os.path.join(out, "framed.txt")), "framed.txt without --text")
+        # the same --out again: text, then tokens; each leaves only its own outputs (a framed.txt
+        # from the first stayed beside the second's tokens, its offsets no longer the manifest's)
+        rc, so, se = E.ingest(out, [tgz], "--sort", "path")
+        E.check(rc == 0 and not os.path.exists(os.path.join(out, "tokens.u32")), "--no-tokens kept old tokens: %s" % se)
+        rc, so, se = E.ingest(out, [tgz], "--model", model, "--sort", "path", tokens=True)
+        E.check(rc == 0 and not os.path.exists(os.path.join(out, "framed.txt")), "tokens kept an old framed.txt: %s" % se)
 
     # With HF at hand: real headers, the first 2 MiB of documents (--max-total-size keeps the
     # prompt a prefix): several batches, hundreds of documents, the cap's partial/skipped tail.
