@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
@@ -219,6 +220,17 @@ int lh_cmd_logits(int argc, char **argv) {
     return LH_EXIT_OK;
   }
   if (!r) return LH_EXIT_USAGE;
+  /* The logits go to a new file renamed over --out, which would replace whatever is there: a
+   * device (/dev/null, as root), a FIFO, a symbolic link (not its target). Only a plain file, or
+   * nothing, may be at the name. */
+  struct stat sb;
+  if (a.out && lstat(a.out, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    fprintf(stderr, "longhaul logits: --out %s is %s, not a file: the logits are written to a new file renamed "
+            "over that name, which would replace it; pass the path of a file\n", a.out,
+            S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ? "a folder" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+            : S_ISSOCK(sb.st_mode) ? "a socket" : "a device");
+    return LH_EXIT_USAGE;
+  }
   lh_i32vec ids = {0};
   lh_model *m = NULL;
   if (!setup("logits", &a, &ids, &m)) {

@@ -176,8 +176,8 @@ lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *a
   if (r->endpoint == LH_EP_COMPLETIONS) return lh_buf_append_str(after, r->prompt ? r->prompt : "");
   if (f->kind == 0)
     return lh_error_set(err, LH_EUNSUPPORTED,
-                        "the model has no chat template (no chat_template.jinja, and no chat_template in "
-                        "tokenizer_config.json); pass --chat-template minimax or --chat-template raw, or use "
+                        "the model has no chat template (no chat_template.jinja or an empty one, and no "
+                        "chat_template in tokenizer_config.json); pass --chat-template minimax or --chat-template raw, or use "
                         "/v1/completions");
   for (int i = 0; i < r->n_messages; i++) {
     const lh_message *m = &r->messages[i];

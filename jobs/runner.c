@@ -425,6 +425,7 @@ static lh_status add_jobs(run *R, lh_error *err) {
       r->error = e; /* rendering problems are request errors (reported like malformed lines) */
       lh_error_prefix(&r->error, e.code, "line %d: ", r->line);
       R->batch.n_bad++;
+      R->sum->bad_lines++; /* counted and exiting 1 as a malformed line does (it was "0 failed", exit 0) */
       lh_buf_free(&after);
       continue;
     }

@@ -252,6 +252,15 @@ for f in escrun escstatus; do
   says $f 'esc?[31mRED?[0m?b?ell'
   LC_ALL=C grep -q "$(printf '[\033\007]')" "$T/$f.out" && fail "$f: a control character reached the terminal"
 done
+# a chat line refused for want of a chat template counts as a malformed line and exits 1 (it
+# was "0 failed", exit 0, with the 400 in output.jsonl)
+mkdir -p "$T/notmpl"
+for f in "$MODEL"/*; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$T/notmpl/"; done
+rm "$T/notmpl/tokenizer_config.json"
+printf '%s\n' '{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}}' \
+  > "$T/notmpl.jsonl"
+run 1 notmpl "$LH" run "$T/notmpl.jsonl" --model "$T/notmpl" --out "$T/notmpl-out" --progress none
+says notmpl "0 failed, 1 malformed line"
 # an unknown device is named as --device, not --model
 run 2 devname "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/devname" --device tpu --progress none
 says devname "longhaul run: --device: unknown device 'tpu'"

@@ -11,7 +11,9 @@
 #include "tests/test.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "util/buf.h"
 #include "util/fs.h"
@@ -108,6 +110,24 @@ static void check_errors(const char *dir) {
   snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids '%s/ids.txt'", bin, dir, dir);
   CHECK_EQ(run(cmd, &err), 2);
   CHECK_STR_CONTAINS(err.data, "--out is required");
+  /* --out that is no plain file is refused, left as it is: the rename over it replaced a FIFO, a
+   * symbolic link (not its target) or, as root, /dev/null with a file of logits */
+  char fifo[1100], link[1100];
+  snprintf(fifo, sizeof fifo, "%s/out.fifo", tmp);
+  snprintf(link, sizeof link, "%s/out.link", tmp);
+  CHECK_EQ(mkfifo(fifo, 0600), 0);
+  CHECK_EQ(symlink(out, link), 0);
+  const char *const odd[][2] = {{fifo, "is a FIFO, not a file"}, {link, "is a symbolic link, not a file"},
+                                {"/dev/null", "is a device, not a file"}, {tmp, "is a folder, not a file"}};
+  for (int i = 0; i < 4; i++) {
+    snprintf(cmd, sizeof cmd, "'%s' logits --model '%s' --ids '%s/ids.txt' --out '%s'", bin, dir, dir, odd[i][0]);
+    CHECK_EQ(run(cmd, &err), 2);
+    CHECK_STR_CONTAINS(err.data, odd[i][1]);
+  }
+  struct stat sb;
+  CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+  CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+  CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
   snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --ids '%s/ids.txt'", bin, dir, dir);
   CHECK_EQ(run(cmd, &err), 2);
   CHECK_STR_CONTAINS(err.data, "--max-new is required");
