@@ -557,6 +557,16 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
     if (tpl[i] && !lh_utf8_valid((const uint8_t *)tpl[i], strlen(tpl[i])))
       return lh_error_set(err, LH_EINVAL, "--%s is not UTF-8 text (the reports would carry its bytes as they are); "
                           "pass it in UTF-8", tpl_name[i]);
+  /* templates that make every score the same: a needle without the value plants nothing to find,
+   * an answer without it is one string for every trial ("" is in every answer), a question with it
+   * gives the answer away */
+  if (p->needle && !strstr(p->needle, "{value}"))
+    return lh_error_set(err, LH_EINVAL, "--needle has no {value}: it would plant nothing to retrieve");
+  if (p->answer && !strstr(p->answer, "{value}"))
+    return lh_error_set(err, LH_EINVAL, "--answer has no {value}: every trial would expect the same text%s",
+                        *p->answer ? "" : " (the empty answer is in every reply, so every trial would score 1)");
+  if (p->question && strstr(p->question, "{value}"))
+    return lh_error_set(err, LH_EINVAL, "--question has {value}: it would give the answer away");
   const char *corpus = p->corpus ? p->corpus : builtin_corpus(cbuf, sizeof cbuf);
   if (!corpus)
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "

@@ -233,6 +233,16 @@ lh_status lh_niah__make_trial(sweep *S, trial *t, lh_error *err) {
   if (hay > (int64_t)S->H.len) return lh_error_set(err, LH_EINVAL, "haystack too short for length %lld", (long long)t->length);
   /* cut the haystack at a line start; the shortfall is made up by moving the last cut back less */
   t->hay_len = snap(S, hay);
+  /* a haystack with no line break near the cut (one long line: a minified file, a text without
+   * newlines) snaps back to a line end thousands of tokens away: a "1K" trial of 50 tokens, scored
+   * as if it were 1K. More than a tenth short (and 64 tokens) is refused. */
+  if (hay - t->hay_len > hay / 10 && hay - t->hay_len > 64)
+    return lh_error_set(err, LH_EINVAL,
+                        "length %lld: the haystack has no line break within %lld tokens before its cut at token %lld, "
+                        "so the trial would be %lld tokens short of its length (needles go at line starts): use a "
+                        "corpus of text with lines",
+                        (long long)t->length, (long long)(hay - t->hay_len), (long long)hay,
+                        (long long)(hay - t->hay_len));
   t->pos[0] = snap(S, (int64_t)llround(t->depth / 100.0 * (double)t->hay_len));
   for (int i = 1; i < n; i++) {
     int64_t span = t->hay_len - t->pos[0];

@@ -261,6 +261,19 @@ printf '%s\n' '{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":
   > "$T/notmpl.jsonl"
 run 1 notmpl "$LH" run "$T/notmpl.jsonl" --model "$T/notmpl" --out "$T/notmpl-out" --progress none
 says notmpl "0 failed, 1 malformed line"
+# finite weights whose computation overflows (an MLP alpha of 1e308) give NaN logits: the request
+# fails naming them (it was answered "" with status 200, and generate printed "0 0 0 0", exit 0)
+mkdir -p "$T/overflow"
+for f in "$MODEL"/*; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$T/overflow/"; done
+rm "$T/overflow/config.json"
+sed 's/"mlp_alpha_factor": 1/"mlp_alpha_factor": 1e308/' "$MODEL/config.json" > "$T/overflow/config.json"
+grep -q '"mlp_alpha_factor": 1e308' "$T/overflow/config.json" || fail "the overflowing config was not made"
+printf '%s\n' '{"custom_id":"o","url":"/v1/completions","body":{"prompt":"hello","max_tokens":3}}' > "$T/overflow.jsonl"
+run 1 overflow "$LH" run "$T/overflow.jsonl" --model "$T/overflow" --out "$T/overflow-out" --progress none
+grep -q "are not finite" "$T/overflow-out/errors.jsonl" || { cat "$T/overflow.out"; fail "NaN logits were answered"; }
+echo "1 2 3" > "$T/overflow-ids.txt"
+run 1 overflow-gen "$LH" generate --model "$T/overflow" --ids "$T/overflow-ids.txt" --max-new 4
+says overflow-gen "the logits are not finite"
 # an unknown device is named as --device, not --model
 run 2 devname "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/devname" --device tpu --progress none
 says devname "longhaul run: --device: unknown device 'tpu'"
@@ -300,6 +313,19 @@ niah_refuses needles-multiquery "--needles 1: --variant multiquery asks for two 
   --variant multiquery --needles 1
 niah_refuses needle-utf8 "--needle is not UTF-8 text" --needle "$(printf 'The \xe9 {key} is {value}.')"
 niah_refuses question-utf8 "--question is not UTF-8 text" --question "$(printf 'What is \xff{key}?')"
+# templates that make every score the same: --answer "" scored 1.000 (the empty string is in every
+# reply), a needle without {value} planted nothing, a question with {value} gave it away
+niah_refuses answer-empty "--answer has no {value}: every trial would expect the same text" --answer ""
+niah_refuses needle-novalue "--needle has no {value}: it would plant nothing to retrieve" --needle "no placeholders"
+niah_refuses question-value "--question has {value}: it would give the answer away" --question "Is it {value}?"
+# a haystack of one long line: trials snapped back to the document's first line end (a "1K" trial
+# of 50 tokens, scored as 1K); refused, naming the shortfall
+python3 -c "import random; random.seed(1); w = 'the of and to in a is that'.split(); print(' '.join(random.choice(w) for _ in range(9000)), end='')" \
+  > "$T/oneline.txt"
+run 2 niah-oneline "$LH" niah --model "$MODEL" --out "$T/niah-oneline" --progress none --corpus "$T/oneline.txt" \
+  --lengths 1k --depths 50
+says niah-oneline "the haystack has no line break within"
+[ ! -e "$T/niah-oneline/results.jsonl" ] || fail "niah oneline: results were written for trials refused"
 # a question or an expected answer longer than a trial holds was cut (a cut answer matched more)
 run 2 niah-question-long "$LH" niah --model "$MODEL" --out "$T/niah-long" --progress none --lengths 1k --depths 50 \
   --question "$(printf 'x%.0s' $(seq 600)) {key}?"
