@@ -337,6 +337,13 @@ int lh_cmd_generate(int argc, char **argv) {
   uint64_t rng = a.sampler.seed;
   int64_t made = 0;
   for (; rc == LH_EXIT_OK && made < a.max_new; made++) {
+    const int bad = lh_logits_nonfinite(logits, c->vocab_size);
+    if (bad >= 0) {
+      fprintf(stderr, "longhaul generate: after %lld new tokens the logits are not finite (logit %d is %g): the "
+              "model's weights or config overflow in the computation\n", (long long)made, bad, (double)logits[bad]);
+      rc = LH_EXIT_FAILED;
+      break;
+    }
     int32_t next = lh_sample(logits, c->vocab_size, &a.sampler, &rng);
     printf("%s%d", made ? " " : "", next);
     if (a.stop_at_eos && next == c->eos_token_id) {

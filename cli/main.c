@@ -4,9 +4,11 @@
  * LH_RANK and LH_RENDEZVOUS), every process joins the world of ranks first (engine/comm.h): rank 0
  * runs the command, and every model it opens spans all ranks; ranks 1..R-1 only serve rank 0's
  * engine calls and print nothing of their own. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/comm.h"
 #include "cli/args.h"
@@ -50,7 +52,21 @@ static void leave_world(void) {
 
 static int dispatch(int argc, char **argv);
 
+/* The weights are memory-mapped: a model file truncated or replaced in place while a command runs
+ * makes the next read of a page past its new end a SIGBUS, which killed the process without a word
+ * (generate's output then looked merely short). Say what it means, then die of it as before. */
+static void on_sigbus(int sig) {
+  static const char msg[] = "\nlonghaul: SIGBUS: a memory-mapped file was cut short while in use (a model file "
+                            "truncated or rewritten in place under this run?); nothing more can be read from it: "
+                            "put the file back and run again\n";
+  ssize_t w = write(2, msg, sizeof msg - 1);
+  (void)w;
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char **argv) {
+  signal(SIGBUS, on_sigbus);
   lh_error err;
   if (lh_comm_init(&argc, &argv, &g_world, &err)) {
     fprintf(stderr, "longhaul: %s\n", err.msg);

@@ -297,6 +297,10 @@ typedef struct lh_sampler_params {
 /* Pick the next token from logits[vocab]. rng_state is advanced (seed it with params->seed);
  * the same seed and logits give the same token on every platform. */
 int32_t lh_sample(const float *logits, int vocab, const lh_sampler_params *p, uint64_t *rng_state);
+/* The index of the first logit that is NaN or infinite, or -1 when all are finite. A model whose
+ * weights or config overflow in the computation (finite weights can: a norm's alpha of 1e308) gives
+ * such logits, and any token picked from them is noise: callers refuse to answer from them. */
+int lh_logits_nonfinite(const float *logits, int vocab);
 
 #ifdef __cplusplus
 }

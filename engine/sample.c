@@ -26,6 +26,12 @@ static int cand_cmp(const void *a, const void *b) {
   return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+int lh_logits_nonfinite(const float *logits, int vocab) {
+  for (int i = 0; i < vocab; i++)
+    if (!isfinite(logits[i])) return i;
+  return -1;
+}
+
 int32_t lh_sample(const float *logits, int vocab, const lh_sampler_params *p, uint64_t *rng_state) {
   if (vocab <= 0) return 0;
   if (!p || !(p->temperature > 0.0f)) return (int32_t)lh_argmax(logits, vocab);

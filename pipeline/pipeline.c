@@ -247,8 +247,15 @@ lh_status lh_decode_forks(lh_fork *forks, int n, const lh_decode_params *p, lh_e
       if (!live[i]) continue;
       lh_fork *f = &forks[i];
       /* the state keeps the logits after its last token (engine.h): they pick the next one */
-      const int32_t t = lh_sample(lh_state_last_logits(f->state), vocab, &f->sampler, &rng[i]);
-      if (is_stop_id(p, t)) {
+      const float *logits = lh_state_last_logits(f->state);
+      const int bad = lh_logits_nonfinite(logits, vocab);
+      const int32_t t = bad < 0 ? lh_sample(logits, vocab, &f->sampler, &rng[i]) : -1;
+      if (bad >= 0) {
+        f->status = lh_error_set(&f->err, LH_EBACKEND,
+                                 "the model's logits after position %lld are not finite (logit %d is %g): its "
+                                 "weights or config overflow in the computation, so no answer is made from them",
+                                 (long long)lh_state_pos(f->state) - 1, bad, (double)logits[bad]);
+      } else if (is_stop_id(p, t)) {
         f->finish = LH_FINISH_STOP;
       } else if (lh_i32vec_push(&f->tokens, t) != LH_OK) {
         f->status = lh_error_set(&f->err, LH_ENOMEM, "out of memory holding the answer");
