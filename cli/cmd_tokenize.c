@@ -121,7 +121,7 @@ static int run_jsonl(const lh_tokenizer *t, int decode, int add_special, int ski
   lh_i32vec ids = {0};
   lh_buf text = {0};
   FILE *out = stdout;
-  while ((n = getline(&line, &cap, stdin)) >= 0) {
+  while ((errno = 0, n = getline(&line, &cap, stdin)) >= 0) {
     lineno++;
     size_t len = (size_t)n;
     while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
@@ -193,6 +193,12 @@ static int run_jsonl(const lh_tokenizer *t, int decode, int add_special, int ski
     }
     free(id_json);
     cJSON_Delete(o);
+  }
+  if (!feof(stdin)) { /* getline failed (a line too long for memory, a read error): not the end */
+    const int e = errno;
+    fprintf(stderr, "longhaul tokenize: reading line %ld of the input: %s; it and the lines after it were not read\n",
+            lineno + 1, strerror(e ? e : EIO));
+    failed = 1;
   }
   free(line);
   lh_i32vec_free(&ids);

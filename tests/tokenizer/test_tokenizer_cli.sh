@@ -86,5 +86,11 @@ check "--model DIR" test "$a" = "$c"
 "$lh" tokenize --model "$tmp" < /dev/null 2> "$tmp/err"
 check "--model without tokenizer.json exits 2" test $? -eq 2
 
+# --jsonl input that cannot be read to its end (here a folder; also a line too long for memory)
+# exits 1 saying where it stopped (getline's failure read as the end of the input: exit 0)
+"$lh" tokenize --tokenizer "$fix/gpt2.tokenizer.json" --jsonl < "$tmp" > /dev/null 2> "$tmp/err"
+check "--jsonl: an unreadable input exits 1" test $? -eq 1
+check "--jsonl: it says where it stopped" grep -q "reading line 1 of the input: Is a directory" "$tmp/err"
+
 echo "test_tokenizer_cli: $fails failures"
 [ $fails -eq 0 ]
