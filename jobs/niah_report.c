@@ -338,6 +338,22 @@ lh_status lh_niah__write_reports(const char *out_dir, const char *title, lh_niah
   lh_json_add_text(o, "title", title);
   cJSON_AddStringToObject(o, "score_metric", LH_NIAH_SCORE_METRIC);
   cJSON_AddNumberToObject(o, "trials", n);
+  { /* how many the sweep's grid plans (sweep.json): an interrupted sweep's summary says it is partial */
+    char sp[4200];
+    snprintf(sp, sizeof sp, "%s/sweep.json", out_dir);
+    lh_buf sb = {0};
+    cJSON *sj = lh_file_read_regular(sp, 1 << 20, &sb, NULL) == LH_OK ? cJSON_ParseWithLength(sb.data, sb.len) : NULL;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(sj, "grid");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(g, "trials");
+    if (cJSON_IsNumber(tr)) {
+      const double planned = (double)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(g, "lengths")) *
+                             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(g, "depths")) * tr->valuedouble;
+      cJSON_AddNumberToObject(o, "trials_planned", planned);
+      cJSON_AddBoolToObject(o, "complete", n >= planned);
+    }
+    cJSON_Delete(sj);
+    lh_buf_free(&sb);
+  }
   cJSON_AddNumberToObject(o, "accuracy", t.score);
   cJSON_AddNumberToObject(o, "exact", t.exact);
   cJSON_AddNumberToObject(o, "all_values", t.all_values);

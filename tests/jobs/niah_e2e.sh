@@ -23,6 +23,7 @@ import json, os, sys
 d = sys.argv[1]
 s = json.load(open(os.path.join(d, "summary.json")))
 assert s["trials"] == 6, s["trials"]
+assert s["trials_planned"] == 6 and s["complete"] is True, s
 assert s["accuracy"] >= 0.9, s["accuracy"]
 assert s["tokens_computed"] < s["tokens_naive"], (s["tokens_computed"], s["tokens_naive"])
 rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))]
@@ -212,6 +213,18 @@ for point in haystack:1 niah-trial:2; do
     fi
   done
 done
+# a sweep interrupted once some trials are done leaves a summary.json that says it is partial (it
+# read like a finished sweep of fewer trials)
+out=$T/partial
+"$LH" niah --model models/haul-tiny --lengths 4k,8k,16k --depths 0:100:25 --trials 2 --progress none --out "$out" \
+  > "$out.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$out/results.jsonl" ] && break; sleep 0.1; done
+kill -INT $pid 2>/dev/null || true
+wait $pid || true
+[ -s "$out/results.jsonl" ] || { cat "$out.log"; fail "no trial of the sweep finished within a minute"; }
+python3 -c 'import json,sys; s = json.load(open(sys.argv[1])); assert s["complete"] is False and s["trials"] < s["trials_planned"] == 30, s' \
+  "$out/summary.json" || { cat "$out.log" "$out/summary.json"; fail "an interrupted sweep's summary.json does not say it is partial"; }
 # one sweep at a time in an OUT: a second, run while the first is held mid-trial, appended every
 # trial again to results.jsonl (4 rows for a sweep of 2, each cell counted twice). Now it exits 75
 # naming the holder, and with --wait it queues behind it and finds the trials done.
