@@ -4,6 +4,7 @@
  * LH_RANK and LH_RENDEZVOUS), every process joins the world of ranks first (engine/comm.h): rank 0
  * runs the command, and every model it opens spans all ranks; ranks 1..R-1 only serve rank 0's
  * engine calls and print nothing of their own. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,15 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (g_world) atexit(leave_world);
-  return dispatch(argc, argv);
+  int rc = dispatch(argc, argv);
+  /* what a command printed and could not write (a full disk, /dev/full, a closed pipe's EIO) is no
+   * success, and is said once here for every command (model info exited 0 into /dev/full) */
+  errno = 0;
+  if ((fflush(stdout) || ferror(stdout)) && errno != EBADF) { /* EBADF: started with stdout closed */
+    fprintf(stderr, "longhaul: writing to standard output failed%s%s\n", errno ? ": " : "", errno ? strerror(errno) : "");
+    if (rc == 0) rc = 1;
+  }
+  return rc;
 }
 
 static int dispatch(int argc, char **argv) {

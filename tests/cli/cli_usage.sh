@@ -274,6 +274,17 @@ grep -q "are not finite" "$T/overflow-out/errors.jsonl" || { cat "$T/overflow.ou
 echo "1 2 3" > "$T/overflow-ids.txt"
 run 1 overflow-gen "$LH" generate --model "$T/overflow" --ids "$T/overflow-ids.txt" --max-new 4
 says overflow-gen "the logits are not finite"
+# output that cannot be written is no success (model info exited 0 into /dev/full; generate exited
+# 1 without a word)
+if [ -w /dev/full ]; then
+  set +e
+  "$LH" model info --model "$MODEL" > /dev/full 2> "$T/full.err"
+  rc=$?
+  set -e
+  [ $rc = 1 ] || { cat "$T/full.err"; fail "model info into /dev/full exited $rc"; }
+  grep -q "longhaul: writing to standard output failed: No space left on device" "$T/full.err" \
+    || { cat "$T/full.err"; fail "model info into /dev/full said nothing"; }
+fi
 # an unknown device is named as --device, not --model
 run 2 devname "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/devname" --device tpu --progress none
 says devname "longhaul run: --device: unknown device 'tpu'"
