@@ -14,9 +14,9 @@
  *  3. The shared prefix of a group (its documents, which open every prompt: jobs/chat.h) is computed at
  *     most once per run and checkpointed every `checkpoint_every` chunks at chunk boundaries that
  *     are multiples of `chunk` from position 0, so an interrupted run resumes on the same chunk plan
- *     and gives bitwise the answers an uninterrupted run gives. A job's own suffix of a chunk or
- *     more is prefilled the same way, as a prefix of its own (own_prefill), with the cuts a
- *     fork's feed would make, so the answer does not depend on which way it went.
+ *     and gives bitwise the answers an uninterrupted run gives. A job without documents whose own
+ *     tokens are a chunk or more is prefilled the same way, as a prefix of its own (own_prefill),
+ *     with the cuts a fork's feed would make, so the answer does not depend on which way it went.
  *  4. Nothing here holds more than one group's tokens and states; prompts are token arrays
  *     (4 bytes a token), never activations.
  *  5. An outcome (answer or failure) is recorded under an identity only if it was computed from
@@ -1019,12 +1019,14 @@ static int on_token(void *user, int i, lh_fork *f) {
 
 static void on_decoded(void *user, int64_t generated) { lh_progress_update(((group *)user)->R->prog, generated); }
 
-/* A job's own prefill: the prompt P + suffix as a prefix of its own, for a suffix of at least one
- * chunk (a long prompt in body.prompt or the messages, with or without documents): it shows its
- * progress, checkpoints per the plan (a kill loses at most checkpoint_every chunks of it) and
- * resumes from the store, where a fork's feed does none of these. The cuts are the feed's (P's end,
- * then multiples of chunk from position 0: pipeline.h), so the answer is bitwise the same either
- * way. It starts from P's final checkpoint, which group_prefill has just committed. */
+/* A job's own prefill: its prompt as a prefix of its own, for a request without documents whose
+ * own tokens are a chunk or more (a long body.prompt or messages): it shows its progress,
+ * checkpoints per the plan (a kill loses at most checkpoint_every chunks of it) and resumes from
+ * the store, where a fork's feed does none of these. The cuts are the feed's (multiples of chunk
+ * from position 0: pipeline.h), so the answer is bitwise the same either way. With documents the
+ * suffix is still fed to a fork of P: starting a prefix of its own would restore P's K/V from the
+ * store for every job (40 GB per million tokens for MiniMax-Text-01) where a fork is free. The
+ * code below holds for a P of any length. */
 typedef struct own_prefill_ctx {
   group *g;
   const job *J;
@@ -1102,7 +1104,7 @@ static lh_status own_prefill(group *g, job *J, lh_error *err) {
   return st == LH_EINTR ? LH_OK : st;
 }
 
-/* Fork P per admitted job, feed each fork its suffix (a suffix of a chunk or more: own_prefill),
+/* Fork P per admitted job, feed each fork its suffix (no documents and a chunk or more: own_prefill),
  * decode them together. LH_OK (jobs that failed have failed alone), LH_EINTR, or LH_ENOMEM. */
 static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   run *R = g->R;
@@ -1114,7 +1116,7 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
     job *J = &g->J[i];
     if (J->failed) continue;
     lh_error e;
-    if (R->store && (int64_t)J->suffix.len >= R->plan.chunk) {
+    if (R->store && !g->P.len && (int64_t)J->suffix.len >= R->plan.chunk) {
       lh_status st = own_prefill(g, J, &e);
       if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
       if (R->fault) return LH_OK;
