@@ -1457,14 +1457,34 @@ static void run_paths(const lh_runner_params *p, lh_runner_summary *sum, char *l
   snprintf(lock, lock_n, "longhaul%s.lock", p->shard_count > 1 ? tag : "");
 }
 
-/* Whether the name rel, inside the output folder, is one a run or merge writes (and so replaces):
- * output[-I-of-N].jsonl, errors[-I-of-N].jsonl, shard-I-of-N.json, the stores, locks and their
- * journals (longhaul*), anything under jobs/. */
+/* Whether name (a file right inside the output folder) is one of base.ext or base-I-of-N.ext. */
+static int out_name(const char *name, const char *base, const char *ext) {
+  const size_t b = strlen(base), e = strlen(ext), n = strlen(name);
+  if (n < b + e || strncmp(name, base, b) || strcmp(name + n - e, ext)) return 0;
+  if (n == b + e) return 1;
+  char mid[64];
+  if (n - b - e >= sizeof mid) return 0;
+  memcpy(mid, name + b, n - b - e);
+  mid[n - b - e] = 0;
+  int i, k, used = 0;
+  return sscanf(mid, "-%d-of-%d%n", &i, &k, &used) == 2 && (size_t)used == n - b - e;
+}
+
+/* Whether rel, inside the output folder, is a file a run or merge writes (and so replaces):
+ * output[-I-of-N].jsonl, errors[-I-of-N].jsonl, shard-I-of-N.json, the stores and locks
+ * (longhaul.db, longhaul-shard-I-of-N.db, their -wal/-shm/-journal, longhaul[-I-of-N].lock),
+ * anything under jobs/. A batch of another name beside them (nightly.jsonl) is the user's. */
 static int out_owns(const char *rel) {
-  const size_t n = strlen(rel);
-  const int jsonl = n > 6 && !strcmp(rel + n - 6, ".jsonl");
-  return !strncmp(rel, "jobs/", 5) || !strncmp(rel, "longhaul", 8) || (!strncmp(rel, "shard-", 6) && !strchr(rel, '/')) ||
-         (jsonl && !strchr(rel, '/') && (!strncmp(rel, "output", 6) || !strncmp(rel, "errors", 6)));
+  if (!strncmp(rel, "jobs/", 5)) return 1;
+  if (strchr(rel, '/')) return 0;
+  static const char *const db_tails[] = {"", "-wal", "-shm", "-journal"};
+  for (size_t t = 0; t < sizeof db_tails / sizeof *db_tails; t++) {
+    char ext[16];
+    snprintf(ext, sizeof ext, ".db%s", db_tails[t]);
+    if (out_name(rel, "longhaul", ext) || out_name(rel, "longhaul-shard", ext)) return 1;
+  }
+  return out_name(rel, "output", ".jsonl") || out_name(rel, "errors", ".jsonl") || out_name(rel, "shard", ".json") ||
+         out_name(rel, "longhaul", ".lock");
 }
 
 /* A batch file that is one of the files the run writes (OUT/output.jsonl after a copy, say) would be

@@ -238,6 +238,11 @@ cmp -s "$T/batch.jsonl" "$T/selfout/output.jsonl" || fail "the batch kept as OUT
 printf '%s\n' '{"custom_id":"c","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":2}}' \
   > "$T/selfout/nightly.jsonl"
 run 0 selfin "$LH" run "$T/selfout/nightly.jsonl" --model "$MODEL" --out "$T/selfout" --chunk 256 --progress none
+cp "$T/selfout/nightly.jsonl" "$T/selfout/longhaul-nightly.jsonl"   # a name like the run's, not one of them
+run 0 selfin2 "$LH" run "$T/selfout/longhaul-nightly.jsonl" --model "$MODEL" --out "$T/selfout" --progress none
+cp "$T/selfout/nightly.jsonl" "$T/selfout/errors-0-of-2.jsonl"      # a shard's errors file is one
+run 2 selfshard "$LH" run "$T/selfout/errors-0-of-2.jsonl" --model "$MODEL" --out "$T/selfout" --progress none
+says selfshard "which the run writes over"
 # a --db in a folder that is not there is the command's mistake (2; it was 75, which a systemd unit
 # retries for ever), named
 run 2 dbdir "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbdir" --db "$T/no-such-dir/x.db" --progress none
