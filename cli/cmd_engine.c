@@ -11,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,7 +164,7 @@ static int read_ids(const char *cmd, const char *path, lh_i32vec *ids) {
       errno = 0;
       v = strtoll(tok, &e, 10);
     }
-    if (n >= sizeof tok || errno || *e || v < 0 || v > INT32_MAX) {
+    if (n >= sizeof tok || errno || e != tok + n || v < 0 || v > INT32_MAX) { /* a NUL inside ends no id */
       fprintf(stderr, "longhaul %s: %s: byte %zu: '%.*s' is not a token id (a non-negative integer)\n", cmd, path,
               (size_t)(t - b.data), (int)(n > 40 ? 40 : n), t);
       ok = 0;
@@ -210,6 +211,14 @@ static int setup(const char *cmd, const engine_args *a, lh_i32vec *ids, lh_model
     return 0;
   }
   return 1;
+}
+
+/* Ctrl-C or SIGTERM during logits: stop after the current call, remove the temporary file (it was
+ * left behind, hundreds of MB, without a word) and exit 130. */
+static volatile sig_atomic_t logits_stop;
+static void on_logits_signal(int sig) {
+  (void)sig;
+  logits_stop = 1;
 }
 
 int lh_cmd_logits(int argc, char **argv) {
@@ -266,7 +275,16 @@ int lh_cmd_logits(int argc, char **argv) {
     rc = LH_EXIT_FAILED;
   }
   double t0 = lh_now();
+  logits_stop = 0;
+  signal(SIGINT, on_logits_signal);
+  signal(SIGTERM, on_logits_signal);
   for (int64_t p = 0; rc == LH_EXIT_OK && p < T; p += step) {
+    if (logits_stop) {
+      fprintf(stderr, "longhaul logits: interrupted at position %lld of %lld; nothing was written to %s\n",
+              (long long)p, (long long)T, a.out);
+      rc = LH_EXIT_INTERRUPTED;
+      break;
+    }
     int64_t n = T - p < step ? T - p : step;
     if (lh_prefill(s, ids.data + p, n, NULL, buf, &err)) {
       fprintf(stderr, "longhaul logits: at position %lld: %s\n", (long long)p, err.msg);
@@ -291,6 +309,8 @@ int lh_cmd_logits(int argc, char **argv) {
     }
     if (rc != LH_EXIT_OK) unlink(tmp);
   }
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   if (a.verbose && rc == LH_EXIT_OK)
     fprintf(stderr, "logits: %lld tokens in %.3f s (%.0f tokens/s)\n", (long long)T, lh_now() - t0,
             T / (lh_now() - t0));

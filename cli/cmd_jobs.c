@@ -23,8 +23,6 @@
 #include "util/fs.h"
 #include "util/json.h"
 
-#define LH_EXIT_INTERRUPTED 130
-
 static void on_signal(int sig) {
   lh_runner_request_stop();
   /* a second signal ends the process at once */

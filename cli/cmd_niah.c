@@ -323,7 +323,7 @@ int lh_cmd_niah(int argc, char **argv) {
          lh_niah_can_plot() ? ", heatmap.png, heatmap.svg" : " (no heatmap: built without cairo)");
   if (st == LH_EINTR) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
-    return 130;
+    return LH_EXIT_INTERRUPTED;
   }
   return LH_EXIT_OK;
 }

@@ -28,5 +28,7 @@ int lh_cmd_niah(int argc, char **argv);
 /* stopped by the machine, not the work (a full disk, an I/O error, a damaged store, another run
  * holding OUT): fix that and rerun; sysexits' EX_TEMPFAIL */
 #define LH_EXIT_TEMPFAIL 75
+/* stopped by SIGINT or SIGTERM (128 + SIGINT, as a shell reports it) */
+#define LH_EXIT_INTERRUPTED 130
 
 #endif

@@ -101,6 +101,11 @@ static void check_errors(const char *dir) {
   fclose(f);
   CHECK_EQ(run(cmd, &err), 2);
   CHECK_STR_CONTAINS(err.data, "outside the model's vocabulary");
+  f = fopen(path, "w"); /* a NUL inside an id ended it there: "3\0abc" was read as 3 */
+  fwrite("1 2 3\0abc\n", 1, 10, f);
+  fclose(f);
+  CHECK_EQ(run(cmd, &err), 2);
+  CHECK_STR_CONTAINS(err.data, "byte 4");
   f = fopen(path, "w");
   fputs(" \n", f);
   fclose(f);
