@@ -1112,11 +1112,13 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   g->fork_job = calloc((size_t)g->n, sizeof *g->fork_job);
   if (!g->forks || !g->fork_job) return lh_error_set(err, LH_ENOMEM, "out of memory for %d forks", g->n);
   lh_pipeline_hooks quiet = {.stop = &stop_requested};
+  int own = 0; /* an own_prefill showed a job of its own on the progress display */
   for (int i = 0; i < g->n; i++) {
     job *J = &g->J[i];
     if (J->failed) continue;
     lh_error e;
     if (R->store && !g->P.len && (int64_t)J->suffix.len >= R->plan.chunk) {
+      own = 1;
       lh_status st = own_prefill(g, J, &e);
       if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
       if (R->fault) return LH_OK;
@@ -1143,7 +1145,7 @@ static lh_status group_decode(group *g, const lh_prefix *px, lh_error *err) {
   lh_decode_params dp = {.stop_ids = R->stop_ids, .n_stop_ids = R->n_stop_ids,
                          .context_limit = R->cfg->max_position_embeddings, .on_token = on_token,
                          .progress = on_decoded, .user = g, .stop = &stop_requested};
-  lh_progress_job(R->prog, g->J[g->lead].r->custom_id, g->n); /* the group's again, after any own prefill */
+  if (own) lh_progress_job(R->prog, g->J[g->lead].r->custom_id, g->n); /* the group's again for its decode */
   int64_t most = 0; /* the decode's bound: every fork to its max_tokens */
   for (int f = 0; f < g->nf; f++) most += g->forks[f].max_tokens;
   lh_progress_begin(R->prog, NULL, "decode", most, "tok");

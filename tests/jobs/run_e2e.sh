@@ -19,6 +19,9 @@ rc=$?
 set -e
 cat "$T/run1.log"
 [ $rc = 1 ] || fail "exit status $rc, expected 1 (some requests failed)"
+# a group of two is explained once (a second explanation came before every decode)
+[ "$(grep -c 'q1 +1: q1 and 1 more request over the same documents' "$T/run1.log")" = 1 ] \
+  || fail "the group of q1 and q2 was explained $(grep -c 'q1 +1: q1 and 1 more request' "$T/run1.log") times"
 json '
 import sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
