@@ -691,7 +691,7 @@ static lh_status put_job_files(run *R, const char *name, const char *result, siz
   snprintf(path, sizeof path, "%s/%s", lh_outdir_path(R->out), rel);
   if (st == LH_OK && (manifest || !lh_is_file(path))) st = lh_outdir_put(R->out, rel, manifest ? manifest : "", mlen, err);
   snprintf(rel, sizeof rel, "jobs/%s/result.json", name);
-  if (st == LH_OK) st = lh_outdir_put(R->out, rel, result, rlen, err);
+  if (st == LH_OK && !same) st = lh_outdir_put(R->out, rel, result, rlen, err); /* same: already read, equal */
   return st;
 }
 
