@@ -55,6 +55,7 @@ MULTI_QUERY_Q = template_regex(data.MULTI_QUERY_Q, k1=KEY, k2=KEY)
 REPO_VALUE_Q = template_regex(data.REPO_VALUE_Q, name=NAME)
 REPO_VALUE_QS_V9 = [template_regex(q, name=NAME) for q in data.REPO_VALUE_QS_V9]
 REPO_FILE_Q = template_regex(data.REPO_FILE_Q, name=NAME)
+REPO_VALUE_QS_V16 = [template_regex(q, name=NAME) for q in data.repo_value_qs_v16(grammar.Families.side("train", 14))]
 PASSKEY_Q = [q for _, q in data.TRAIN_PASSKEY]
 PLANTS = [template_regex(t, name=NAME, v=NUM) for t in (data.PLANT_C, data.PLANT_PY, data.PLANT_PROSE)]
 FRAME = re.compile(r'<document path="([^"]*)">\n(.*?)\n</document>\n', re.S)
@@ -102,7 +103,7 @@ def expected(question: str, prompt: str, magic, repo):
                 raise ValueError(f"multi-query key {k!r} has {len(magic.get(k, []))} values")
             out.append(magic[k][0])
         return ", ".join(out)
-    for rx, idx in [(REPO_VALUE_Q, 0), (REPO_FILE_Q, 1)] + [(q, 0) for q in REPO_VALUE_QS_V9]:
+    for rx, idx in [(REPO_VALUE_Q, 0), (REPO_FILE_Q, 1)] + [(q, 0) for q in REPO_VALUE_QS_V9 + REPO_VALUE_QS_V16]:
         m = rx.fullmatch(question)
         if m:
             found = repo.get(m["name"], [])

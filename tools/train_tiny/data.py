@@ -86,6 +86,12 @@ REPO_VALUE_Q = "What is the value of {name}?"
 REPO_VALUE_QS_V9 = ("Find the value of {name}.", "Which value does {name} have?", "Tell me what {name} is.",
                     "What does {name} equal?", "{name} = ?")
 REPO_FILE_Q = "Which file defines {name}?"
+
+
+def repo_value_qs_v16(fam) -> list:
+    """Version 16's third of the repository value questions: every train-side grammar question that
+    names the identifier ({id}, hand-written and version 11's generated ones), {id} -> {name}."""
+    return [q["text"].replace("{id}", "{name}") for q in fam.questions if q["needs_id"]]
 MULTI_QUERY_Q = "What are the special magic numbers for {k1} and {k2}?"
 
 TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value", "repo_file")
@@ -195,6 +201,15 @@ TASKS = ("magic", "multikey", "multivalue", "multiquery", "passkey", "repo_value
 #      softmax layer; its misses read one haystack string per length (32K/64K: 105 of 143 answer
 #      gmock's `0-based`; removing that string gives other junk, not the fact). Training had at
 #      most 4 other facts per sample, each once: few competitors that look like the answer.
+#  16: (session 23) version 15 with more repository value facts, asked in more words: repo_value
+#      0.11 -> 0.16 of the long steps and repo_dense 0.10 -> 0.16 of the dense steps, and a third of
+#      the repository value questions drawn from every train-side grammar question that names the
+#      identifier (repo_value_qs_v16; a third stay REPO_VALUE_Q, a third REPO_VALUE_QS_V9). Why:
+#      every EMA of version 15 (sessions 19, 20, 22) answers the demo's "What is
+#      DEFAULT_WORKER_TIMEOUT set to?" (a held-out question: it is not trained) with the value and
+#      then more (`4817-1.013.`): `NAME = digits` at the end of a line, the demo's shape, was asked
+#      in six phrasings only, while the grammar's digit-group kinds teach values that go on after
+#      four digits. The held-out side is unchanged.
 MIXES = {
     1: (0.28, 0.18, 0.10, 0.08, 0.10, 0.14, 0.12),
     2: (0.20, 0.32, 0.08, 0.14, 0.08, 0.11, 0.07),
@@ -213,6 +228,8 @@ MIXES[12] = MIXES[11]
 MIXES[13] = MIXES[12]
 MIXES[14] = MIXES[12]
 MIXES[15] = MIXES[14]
+# version 16: repo_value 0.11 -> 0.16 of the long steps (magic 0.14 -> 0.11, multikey 0.14 -> 0.12)
+MIXES[16] = (0.11, 0.12, 0.06, 0.06, 0.04, 0.16, 0.05, 0.0, 0.16, 0.10, 0.06, 0.08)
 TASKS_V3 = TASKS + ("multikey_dense",)
 TASKS_V6 = TASKS_V3 + ("fact", "fact_multikey", "fact_mv", "fact_file")
 GRAMMAR_TASKS = ("fact", "fact_multikey", "fact_mv", "fact_file", "fact_dense", "fact_mv_dense", "file_dense")
@@ -238,6 +255,9 @@ DENSE_MIXES[12] = DENSE_MIXES[11]
 DENSE_MIXES[13] = DENSE_MIXES[12]
 DENSE_MIXES[14] = DENSE_MIXES[12]
 DENSE_MIXES[15] = DENSE_MIXES[14]
+DENSE_MIXES[16] = {"multikey_dense": 0.10, "multiquery_dense": 0.06, "multivalue_dense": 0.08,
+                   "repo_dense": 0.16, "multikey": 0.03, "magic": 0.05,
+                   "fact_dense": 0.24, "fact_mv_dense": 0.12, "file_dense": 0.16}
 # values per key in a dense multi-value turn, as rng.integers(lo, hi): 1-4 up to version 4, 2-5 on
 MV_VALUES = {4: (1, 5), 5: (2, 6)}
 # values of the long steps' multi-value samples, as rng.integers(lo, hi) (version 5 on; before, 2-3)
@@ -370,6 +390,14 @@ class Generator:
 
     def _repo_value_q(self, rng) -> str:
         """A repository value question's template: version 9 draws half from REPO_VALUE_QS_V9."""
+        if self.version >= 16:
+            r = rng.random()
+            if r < 1 / 3:
+                return REPO_VALUE_Q
+            if r < 2 / 3:
+                return REPO_VALUE_QS_V9[int(rng.integers(len(REPO_VALUE_QS_V9)))]
+            qs = repo_value_qs_v16(self.fam)
+            return qs[int(rng.integers(len(qs)))]
         if self.version >= 9 and rng.random() < 0.5:
             return REPO_VALUE_QS_V9[int(rng.integers(len(REPO_VALUE_QS_V9)))]
         return REPO_VALUE_Q
@@ -955,6 +983,7 @@ CURRICULA[12] = CURRICULA[4]
 CURRICULA[13] = CURRICULA[4][:-1] + [(1.0, 65536), (1.01, 1 << 30)]
 CURRICULA[14] = CURRICULA[12]
 CURRICULA[15] = CURRICULA[14]
+CURRICULA[16] = CURRICULA[15]
 
 
 def curriculum_max_len(progress: float, max_len: int, version: int = 1) -> int:
