@@ -12,7 +12,9 @@
  * compressed member by its name without the suffix) moves neither the digest nor the stamp, while
  * what they keep does; and over a varied tree and several glob sets, ingest's own manifest gives
  * every entry the glob reason lh_globs_decide gives it, so the digest never misses a byte ingest
- * reads. */
+ * reads.
+ * An ordinary tree (odd names, links of every kind, a FIFO, globs, an excluded folder) keeps the
+ * identity it has always had, pinned by value: a user's stored results must stay valid. */
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -209,8 +211,82 @@ static void globs_agree_with_ingest(void) {
   CHECK_EQ(agree(dir, NULL, 0, e9, 2), 2);
 }
 
+/* A request over documents (a JSON array's members) written relative to base: the digest then
+ * names nothing of the test's own folder and is the same on every machine. */
+static lh_request req_in(const char *base, const char *documents) {
+  char line[4096];
+  snprintf(line, sizeof line, "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[%s]}}",
+           documents);
+  lh_request r;
+  lh_request_parse(line, strlen(line), 1, base, &r);
+  CHECK_MSG(r.error.code == LH_OK, "the request parses: %s: %s", line, r.error.msg);
+  return r;
+}
+
+/* The identity of an ordinary tree is the one every earlier longhaul gave it (the values below were
+ * taken with the walk that joined whole paths), so a user's stored results stay valid: names in
+ * byte order, odd bytes in names, links to a file, a folder, nowhere and themselves, a FIFO, an
+ * empty folder, a hard link, the document given through a link, a missing document, globs and an
+ * excluded folder. */
+static void identity_is_stable(void) {
+  char base[600], d[800];
+  snprintf(base, sizeof base, "%s/stable", lh_test_tmpdir());
+  const char *dirs[] = {"tree/sub/deeper", "tree/empty", "tree/build", "tree/a.c.d"};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    snprintf(d, sizeof d, "%s/%s", base, dirs[i]);
+    CHECK(lh_mkdir_p(d, NULL) == LH_OK);
+  }
+  const char *files[][2] = {{"tree/README", "hello\n"},      {"tree/a.c", "int a;\n"},
+                            {"tree/app.log", "log\n"},       {"tree/b.log.gz", "not gzip\n"},
+                            {"tree/sub/x.c", "int x;\n"},    {"tree/sub/deeper/y.md", "# y\n"},
+                            {"tree/build/x.o", "obj\n"},     {"tree/a.c.d/inner.c", "int i;\n"},
+                            {"tree/new\nline.txt", "nl\n"},  {"tree/bad\xff\xfe.txt", "bad\n"},
+                            {"tree/Zed", "upper\n"},         {"tree/sub/-dash", "dash\n"},
+                            {"outside.txt", "outside\n"}};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) put(base, files[i][0], files[i][1]);
+  const char *links[][2] = {{"a.c", "tree/link-file"},         {"sub", "tree/link-dir"},
+                            {"nowhere", "tree/dangling"},      {"loop", "tree/loop"},
+                            {"../outside.txt", "tree/up"},     {"tree", "link-tree"}};
+  for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+    snprintf(d, sizeof d, "%s/%s", base, links[i][1]);
+    CHECK(symlink(links[i][0], d) == 0);
+  }
+  char from[800];
+  snprintf(from, sizeof from, "%s/tree/a.c", base);
+  snprintf(d, sizeof d, "%s/tree/hard", base);
+  CHECK(link(from, d) == 0);
+  snprintf(d, sizeof d, "%s/tree/fifo", base);
+  CHECK(mkfifo(d, 0600) == 0);
+  const char *cases[][2] = {
+      {"\"tree\", \"tree/a.c\", \"link-tree\", \"tree/link-file\", \"no-such\", \"tree/fifo\", \"tree/loop\"",
+       "2ea42d5cf46478b4e8ce86d4822c005eabd5d1ca33651bbf550b787fabd1530b"},
+      {"{\"path\": \"tree\", \"exclude\": [\"*.log\", \"build\"]}",
+       "f4afcec21c29bebbf73fa4b1b486a6fad8d47be16c4657fa9af37eeaee965dc0"},
+      {"{\"path\": \"link-tree\", \"include\": [\"*.c\", \"*.md\"], \"exclude\": [\"deeper\"]}",
+       "89c8dacd8cf426bd916c38d9f5ab13515031d15e03f4ff75cd7b9a05836fe2df"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    lh_request r = req_in(base, cases[i][0]);
+    char got[65];
+    lh_error err;
+    CHECK_MSG(lh_inputs_digest(&r, NULL, got, &err) == LH_OK, "%s", err.msg);
+    CHECK_MSG(!strcmp(got, cases[i][1]), "documents [%s]: identity %s, was %s", cases[i][0], got, cases[i][1]);
+    lh_request_free(&r);
+  }
+  /* the runner's output folder inside the document, as --out puts it */
+  lh_request r = req_in(base, "\"tree\"");
+  snprintf(d, sizeof d, "%s/tree/build", base);
+  const char *ex[] = {d};
+  char got[65];
+  lh_error err;
+  CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, ex, 1, got, NULL, &err) == LH_OK, "%s", err.msg);
+  const char *was = "b06823372787f4672a87333042abaece043553dd9851358bf0738ffddc4762ef";
+  CHECK_MSG(!strcmp(got, was), "an excluded folder: identity %s, was %s", got, was);
+  lh_request_free(&r);
+}
+
 int main(void) {
   lh_test_begin("test_inputs");
+  identity_is_stable();
   char dir[600], sub[700], a[65], b[65], c[65];
   snprintf(dir, sizeof dir, "%s/docs", lh_test_tmpdir());
   snprintf(sub, sizeof sub, "%s/src", dir);
