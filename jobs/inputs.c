@@ -9,11 +9,22 @@
  *     each other), so no byte ingest reads escapes the digest.
  *  2. A cache entry is put only after a complete read during which the file's identity did not
  *     change.
- *  3. Nothing but a regular file is ever opened for reading.
+ *  3. Nothing but a regular file is ever opened for reading, and nothing but a folder
+ *     (O_DIRECTORY) for listing.
  *  4. A document's stamp is fed what its digest is fed, in the same order, except that a regular
  *     file is named by the identity (identity_of) its digest was taken under instead of its bytes:
  *     a stamp taken with the digest and one taken later (lh_inputs_stamp) are equal exactly when
  *     no file the digest covers was written, replaced, added or removed in between.
+ *  5. Inside a document folder every entry is named to the kernel relative to its folder's
+ *     descriptor (openat, fstatat, readlinkat, fdopendir), as ingest names it: the only whole
+ *     paths handed to the kernel are the document's own and realpath()'s, which is asked only
+ *     for paths that fit PATH_MAX (file_path). So a folder's paths may be of any length, and for
+ *     a tree whose paths all fit, the walk feeds exactly what a walk by whole paths fed:
+ *     test_inputs pins that identity by value, and an identity that moves recomputes every
+ *     stored result.
+ *  6. A message names a path by the document's path joined with the path inside it, escaped
+ *     and cut in its middle past PATH_SHOWN characters (where), so the reason after it is never
+ *     lost to the message's size.
  */
 #define _GNU_SOURCE
 #include "jobs/inputs.h"
@@ -50,14 +61,30 @@ static int skipped(const skip_set *sk, const struct stat *sb) {
   return 0;
 }
 
+/* How many characters of a path a message shows: a longer one keeps its start and its end
+ * (lh_ingest_display_name), so the reason after it always fits the message. */
+#define PATH_SHOWN 320
+
 /* One walk over a request's documents: the digest (content, when read), the current document's
- * stamp (stamp) and what both leave out. */
+ * stamp (stamp) and what both leave out. Inside a document, the walk holds one descriptor per
+ * folder on its way down and names entries relative to it: no syscall takes a whole path but
+ * the document's own, so a folder's paths may be of any length (PATH_MAX is a limit on one path
+ * handed to the kernel, not on how deep a tree is). */
 typedef struct walk {
   lh_sha256 content, stamp;
   int read;                    /* 1: files are read (or their digests taken from the cache) */
   const lh_digest_cache *cache;
   skip_set sk;
   const lh_globs *globs; /* the current document's include/exclude globs (NULL: none) */
+  const char *doc;       /* the current document's path to open (its resolved path) */
+  lh_buf rel;            /* the current entry's path inside the document: "." for the document, "./a/b" */
+  lh_buf dir;            /* the real path of the folder being walked (see file_path) */
+  int dir_real;          /* 1: dir is a real path; 0: it starts with the document's path as written
+                            (the document folder's real path is too long to take) */
+  int dir_errno;         /* realpath() of the document folder failed with this (dir is then empty) */
+  lh_buf file;           /* file_path's result */
+  lh_buf scratch, shown; /* where's working space and result */
+  char target[PATH_MAX]; /* the last link's target */
 } walk;
 
 static void feed(walk *w, const char *tag, const char *s) {
@@ -65,15 +92,18 @@ static void feed(walk *w, const char *tag, const char *s) {
   feed_str(&w->stamp, tag, s);
 }
 
-static void feed_identity(walk *w, const lh_file_identity *id) {
+/* path names the file (file_path); id->path holds it too when it fits there */
+static void feed_identity(walk *w, const char *path, const lh_file_identity *id) {
   const int64_t v[5] = {(int64_t)id->device, (int64_t)id->inode, (int64_t)id->size, id->mtime_ns, id->ctime_ns};
-  feed_str(&w->stamp, "at", id->path);
+  feed_str(&w->stamp, "at", path);
   lh_sha256_update(&w->stamp, v, sizeof v);
 }
 
-static void identity_of(const struct stat *sb, const char *real, lh_file_identity *id) {
+/* id from sb, named path (id->path left empty when path does not fit it: such an id is never a
+ * cache key) */
+static void identity_of(const struct stat *sb, const char *path, lh_file_identity *id) {
   memset(id, 0, sizeof *id);
-  snprintf(id->path, sizeof id->path, "%s", real);
+  if (strlen(path) < sizeof id->path) memcpy(id->path, path, strlen(path) + 1);
   id->size = (uint64_t)sb->st_size;
   id->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
   id->ctime_ns = (int64_t)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
@@ -86,22 +116,86 @@ static int same_identity(const lh_file_identity *a, const lh_file_identity *b) {
          a->device == b->device && !strcmp(a->path, b->path);
 }
 
-/* SHA-256 of the regular file at path, through the cache (invariant 2); *used is the identity the
+static void cut(lh_buf *b, size_t len) {
+  b->len = len;
+  if (b->data) b->data[len] = 0;
+}
+
+/* dir, then name, joined with one '/' (none after a trailing one, as after "/"), into out. */
+static lh_status join(lh_buf *out, const char *dir, size_t dir_len, const char *name) {
+  lh_buf_clear(out);
+  if (lh_buf_append(out, dir, dir_len)) return LH_ENOMEM;
+  if ((!dir_len || dir[dir_len - 1] != '/') && lh_buf_append(out, "/", 1)) return LH_ENOMEM;
+  return lh_buf_append_str(out, name);
+}
+
+/* The current entry's path for a message: the document's path and the path inside it joined (as
+ * the user would write it), with control bytes and invalid UTF-8 escaped and a path longer than
+ * PATH_SHOWN characters cut in its middle. Lives until the next call. */
+static const char *where(walk *w) {
+  lh_buf_clear(&w->scratch);
+  lh_buf_clear(&w->shown);
+  if (lh_buf_append_str(&w->scratch, w->doc) || lh_buf_append(&w->scratch, w->rel.data + 1, w->rel.len - 1) ||
+      lh_ingest_display_name(w->scratch.data, w->scratch.len, PATH_SHOWN, &w->shown))
+    return "(a path; out of memory)";
+  return w->shown.data;
+}
+
+/* The path that names the regular file `name` in its identity, into w->file; *real says whether it
+ * is the file's real path (the cache takes only those as keys: it forgets a key that no longer
+ * resolves). It is the path realpath() gives for the file's whole path, taken without that path:
+ * the walked folder's real path and the name, or, for a link, realpath() of the folder's real
+ * path and the link's target (which resolve as the whole path does: the folder's part has no link
+ * left to follow). Where the real path is too long to take (PATH_MAX), the path the file was
+ * reached by. depth 0: name is the document's path. */
+static lh_status file_path(walk *w, const char *name, int depth, int link, int *real, lh_error *err) {
+  char buf[PATH_MAX];
+  *real = 1;
+  lh_buf_clear(&w->file);
+  if (depth == 0) {
+    if (realpath(name, buf)) return lh_buf_append_str(&w->file, buf);
+    if (errno != ENAMETOOLONG) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(errno));
+    *real = 0;
+    return lh_buf_append_str(&w->file, name);
+  }
+  if (w->dir_errno) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(w->dir_errno));
+  *real = w->dir_real;
+  if (!link) return join(&w->file, w->dir.data, w->dir.len, name);
+  if (w->target[0] == '/') {
+    if (lh_buf_append_str(&w->file, w->target)) return LH_ENOMEM;
+  } else if (join(&w->file, w->dir.data, w->dir.len, w->target)) {
+    return LH_ENOMEM;
+  }
+  errno = ENAMETOOLONG;
+  if (w->file.len < sizeof buf && realpath(w->file.data, buf)) {
+    lh_buf_clear(&w->file);
+    *real = 1;
+    return lh_buf_append_str(&w->file, buf);
+  }
+  if (errno != ENAMETOOLONG) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(errno));
+  *real = 0;
+  return join(&w->file, w->dir.data, w->dir.len, name);
+}
+
+/* SHA-256 of the regular file `name` in the folder open at dfd (follow: through a link), named
+ * path in its identity, through the cache when cached (invariant 2); *used is the identity the
  * file had all along the read (or the cache hit). */
-static lh_status file_digest(const char *path, const lh_digest_cache *cache, uint8_t out[32], lh_file_identity *used,
-                             lh_error *err) {
-  char real[PATH_MAX];
-  if (!realpath(path, real)) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+static lh_status file_digest(walk *w, int dfd, const char *name, int follow, const char *path, int cached,
+                             uint8_t out[32], lh_file_identity *used, lh_error *err) {
+  const lh_digest_cache *cache = cached ? w->cache : NULL;
   for (int attempt = 0; attempt < 3; attempt++) {
-    const int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
+    /* O_NOFOLLOW: a file swapped for a link since fstatat is not read through it */
+    const int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW));
+    if (fd < 0 && errno == ELOOP && !follow)
+      return lh_error_set(err, LH_EIO, "%s: not a regular file any more", where(w));
+    if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(errno));
     struct stat before, after;
     lh_file_identity id, id2;
     if (fstat(fd, &before) != 0 || !S_ISREG(before.st_mode)) { /* invariant 3: swapped under us */
       close(fd);
-      return lh_error_set(err, LH_EIO, "%s: not a regular file any more", path);
+      return lh_error_set(err, LH_EIO, "%s: not a regular file any more", where(w));
     }
-    identity_of(&before, real, &id);
+    identity_of(&before, path, &id);
     lh_file_digest fd_cached;
     if (cache && cache->get && cache->get(cache->user, &id, &fd_cached)) {
       close(fd);
@@ -117,9 +211,9 @@ static lh_status file_digest(const char *path, const lh_digest_cache *cache, uin
     const int e = errno;
     const int ok = n == 0 && fstat(fd, &after) == 0;
     close(fd);
-    if (n < 0) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
+    if (n < 0) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(e));
     if (!ok) continue;
-    identity_of(&after, real, &id2);
+    identity_of(&after, path, &id2);
     if (!same_identity(&id, &id2)) continue; /* written while we read: read again */
     lh_sha256_final(&h, out);
     *used = id;
@@ -130,15 +224,79 @@ static lh_status file_digest(const char *path, const lh_digest_cache *cache, uin
     }
     return LH_OK;
   }
-  return lh_error_set(err, LH_EIO, "%s: the file kept changing while its digest was taken", path);
+  return lh_error_set(err, LH_EIO, "%s: the file kept changing while its digest was taken", where(w));
+}
+
+/* The regular file `name` in the folder open at dfd into the walk: its bytes' digest (content) and
+ * its identity (stamp). */
+static lh_status digest_file(walk *w, int dfd, const char *name, int depth, int link, lh_error *err) {
+  int real;
+  lh_status st = file_path(w, name, depth, link, &real, err);
+  if (st) return st == LH_ENOMEM ? lh_error_set(err, st, "out of memory") : st;
+  const char *rel = w->rel.data, *path = w->file.data;
+  lh_file_identity id;
+  if (w->read) {
+    uint8_t d[32];
+    if ((st = file_digest(w, dfd, name, link, path, real && w->file.len < sizeof id.path, d, &id, err))) return st;
+    feed_str(&w->content, "file", rel);
+    lh_sha256_update(&w->content, d, 32);
+  } else { /* the identity file_digest would take, as fstat of the file it opens gives it */
+    struct stat now;
+    if (fstatat(dfd, name, &now, link ? 0 : AT_SYMLINK_NOFOLLOW) != 0)
+      return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(errno));
+    identity_of(&now, path, &id);
+  }
+  feed_str(&w->stamp, "file", rel);
+  feed_identity(w, path, &id);
+  return LH_OK;
 }
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* One path (file, folder, link or other) into the walk; rel names it inside its document. */
-static lh_status digest_path(walk *w, const char *path, const char *rel, int depth, lh_error *err) {
+/* The names in the folder open at fd (without "." and ".."), sorted by bytes, into *names[0..*n)
+ * (the caller frees each and the array). errno-style result. */
+static int list_names(int fd, char ***names, size_t *n) {
+  *names = NULL;
+  *n = 0;
+  const int lfd = dup(fd); /* closedir closes the descriptor fdopendir took */
+  DIR *dir = lfd < 0 ? NULL : fdopendir(lfd);
+  if (!dir) {
+    const int e = errno;
+    if (lfd >= 0) close(lfd);
+    return e;
+  }
+  size_t cap = 0;
+  int e = 0;
+  errno = 0;
+  for (struct dirent *de; (de = readdir(dir)); errno = 0) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 64;
+      char **nn = realloc(*names, cap * sizeof *nn);
+      if (!nn) {
+        e = ENOMEM;
+        break;
+      }
+      *names = nn;
+    }
+    if (!((*names)[*n] = strdup(de->d_name))) {
+      e = ENOMEM;
+      break;
+    }
+    ++*n;
+  }
+  if (!e) e = errno; /* readdir's own failure */
+  closedir(dir);
+  if (!e && *n > 1) qsort(*names, *n, sizeof **names, cmp_name);
+  return e;
+}
+
+/* One entry (file, folder, link or other) into the walk: `name` in the folder open at dfd, w->rel
+ * naming it inside its document; depth 0: the document itself, name its path, dfd AT_FDCWD. */
+static lh_status digest_path(walk *w, int dfd, const char *name, int depth, lh_error *err) {
+  const char *rel = w->rel.data;
   struct stat sb;
-  if (lstat(path, &sb) != 0) {
+  if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
     feed(w, "missing", rel);
     return LH_OK;
   }
@@ -149,36 +307,20 @@ static lh_status digest_path(walk *w, const char *path, const char *rel, int dep
   /* what the document's globs leave out, ingest never reads: not named either, so adding,
    * changing or removing it is no change (depth 0 is the document itself, which ingest reads
    * whatever its globs say) */
-  if (depth > 0 && lh_globs_decide(w->globs, rel, strlen(rel), S_ISREG(sb.st_mode))) return LH_OK;
+  if (depth > 0 && lh_globs_decide(w->globs, rel, w->rel.len, S_ISREG(sb.st_mode))) return LH_OK;
+  int link = 0;
   if (S_ISLNK(sb.st_mode)) {
-    char target[PATH_MAX];
-    const ssize_t n = readlink(path, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = 0;
+    const ssize_t n = readlinkat(dfd, name, w->target, sizeof w->target - 1);
+    w->target[n > 0 ? n : 0] = 0;
     feed(w, "link", rel);
-    feed(w, "target", target);
+    feed(w, "target", w->target);
     /* A link inside a folder is never followed by ingest, so its folder is not walked; the
      * document itself, given as a link to a folder, is read through it, so it is walked. */
-    if (stat(path, &sb) != 0 || !(S_ISREG(sb.st_mode) || (S_ISDIR(sb.st_mode) && depth == 0))) return LH_OK;
+    if (fstatat(dfd, name, &sb, 0) != 0 || !(S_ISREG(sb.st_mode) || (S_ISDIR(sb.st_mode) && depth == 0)))
+      return LH_OK;
+    link = 1;
   }
-  if (S_ISREG(sb.st_mode)) {
-    lh_file_identity id;
-    if (w->read) {
-      uint8_t d[32];
-      lh_status st = file_digest(path, w->cache, d, &id, err);
-      if (st) return st;
-      feed_str(&w->content, "file", rel);
-      lh_sha256_update(&w->content, d, 32);
-    } else { /* the identity file_digest would take: the real path's, as fstat of it gives */
-      char real[PATH_MAX];
-      struct stat now;
-      if (!realpath(path, real) || stat(real, &now) != 0)
-        return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
-      identity_of(&now, real, &id);
-    }
-    feed_str(&w->stamp, "file", rel);
-    feed_identity(w, &id);
-    return LH_OK;
-  }
+  if (S_ISREG(sb.st_mode)) return digest_file(w, dfd, name, depth, link, err);
   if (!S_ISDIR(sb.st_mode)) {
     feed(w, S_ISFIFO(sb.st_mode) ? "fifo" : S_ISSOCK(sb.st_mode) ? "socket" : "device", rel);
     return LH_OK;
@@ -191,42 +333,52 @@ static lh_status digest_path(walk *w, const char *path, const char *rel, int dep
     return LH_OK;
   }
   feed(w, "dir", rel);
-  DIR *dir = opendir(path);
-  if (!dir) return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(errno));
-  char **names = NULL;
-  size_t n = 0, cap = 0;
+  /* O_DIRECTORY: nothing else is opened (invariant 3); O_NOFOLLOW: a folder swapped for a link
+   * since fstatat is not walked through it (only the document itself is read through a link) */
+  const int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC | (depth ? O_NOFOLLOW : 0));
+  if (fd < 0) return lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(errno));
+  const size_t rel_len = w->rel.len;
+  size_t dir_len = w->dir.len;
   lh_status st = LH_OK;
-  for (struct dirent *e; (e = readdir(dir));) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (n == cap) {
-      cap = cap ? 2 * cap : 64;
-      char **nn = realloc(names, cap * sizeof *nn);
-      if (!nn) {
-        st = lh_error_set(err, LH_ENOMEM, "out of memory");
-        break;
-      }
-      names = nn;
-    }
-    if (!(names[n] = strdup(e->d_name))) {
+  if (depth == 0) { /* the real path its files are named by: realpath() of the document folder */
+    char real[PATH_MAX];
+    w->dir_errno = 0;
+    w->dir_real = realpath(name, real) != NULL;
+    cut(&w->dir, dir_len = 0);
+    if (w->dir_real) st = lh_buf_append_str(&w->dir, real);
+    else if (errno == ENAMETOOLONG) st = lh_buf_append_str(&w->dir, name);
+    else w->dir_errno = errno;
+  } else if (!w->dir_errno) {
+    if (dir_len && w->dir.data[dir_len - 1] != '/') st = lh_buf_append(&w->dir, "/", 1);
+    if (!st) st = lh_buf_append_str(&w->dir, name);
+  }
+  char **names = NULL;
+  size_t n = 0;
+  int e = st ? ENOMEM : list_names(fd, &names, &n);
+  if (e == ENOMEM) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+  else if (e) st = lh_error_set(err, LH_EIO, "%s: %s", where(w), strerror(e));
+  for (size_t i = 0; i < n && st == LH_OK; i++) {
+    cut(&w->rel, rel_len);
+    if (lh_buf_append(&w->rel, "/", 1) || lh_buf_append_str(&w->rel, names[i])) {
       st = lh_error_set(err, LH_ENOMEM, "out of memory");
       break;
     }
-    n++;
+    st = digest_path(w, fd, names[i], depth + 1, err);
   }
-  closedir(dir);
-  if (st == LH_OK && n > 1) qsort(names, n, sizeof *names, cmp_name);  /* names is NULL in an empty folder */
-  for (size_t i = 0; i < n && st == LH_OK; i++) {
-    char child[PATH_MAX], crel[PATH_MAX];
-    if ((size_t)snprintf(child, sizeof child, "%s/%s", path, names[i]) >= sizeof child ||
-        (size_t)snprintf(crel, sizeof crel, "%s/%s", rel, names[i]) >= sizeof crel) {
-      st = lh_error_set(err, LH_ELIMIT, "%s/%s: path too long", path, names[i]);
-      break;
-    }
-    st = digest_path(w, child, crel, depth + 1, err);
-  }
+  cut(&w->rel, rel_len);
+  cut(&w->dir, dir_len);
+  close(fd);
   for (size_t i = 0; i < n; i++) free(names[i]);
   free(names);
   return st;
+}
+
+static void walk_free(walk *w) {
+  lh_buf_free(&w->rel);
+  lh_buf_free(&w->dir);
+  lh_buf_free(&w->file);
+  lh_buf_free(&w->scratch);
+  lh_buf_free(&w->shown);
 }
 
 /* The walk over every document of r: the digest into out when w->read, each document's stamp
@@ -266,10 +418,18 @@ static lh_status walk_request(walk *w, const lh_request *r, const char *const *e
                                                    (const char *const *)di->exclude, n_exc, err)
                                    : LH_OK;
       w->globs = g;
-      if (!st) st = digest_path(w, di->resolved, ".", 0, err);
+      w->doc = di->resolved;
+      lh_buf_clear(&w->rel);
+      if (!st && lh_buf_append(&w->rel, ".", 1)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      if (!st) st = digest_path(w, AT_FDCWD, di->resolved, 0, err);
       w->globs = NULL;
       lh_globs_free(g);
-      if (st) return lh_error_prefix(err, st, "document %s: ", di->path);
+      if (st) {
+        lh_buf_clear(&w->shown);
+        if (lh_ingest_display_name(di->path, strlen(di->path), PATH_SHOWN, &w->shown))
+          return lh_error_prefix(err, st, "a document: ");
+        return lh_error_prefix(err, st, "document %s: ", w->shown.data);
+      }
     }
     if (stamps) lh_sha256_final(&w->stamp, stamps[d].sha256);
   }
@@ -288,11 +448,15 @@ lh_status lh_inputs_digest(const lh_request *r, const lh_digest_cache *cache, ch
 lh_status lh_inputs_digest_excluding(const lh_request *r, const lh_digest_cache *cache, const char *const *exclude,
                                      size_t n_exclude, char out[65], lh_inputs_stamp *stamps, lh_error *err) {
   walk w = {.read = 1, .cache = cache};
-  return walk_request(&w, r, exclude, n_exclude, out, stamps, err);
+  const lh_status st = walk_request(&w, r, exclude, n_exclude, out, stamps, err);
+  walk_free(&w);
+  return st;
 }
 
 lh_status lh_inputs_stamp_now(const lh_request *r, const char *const *exclude, size_t n_exclude,
                               lh_inputs_stamp *stamps, lh_error *err) {
   walk w = {.read = 0};
-  return walk_request(&w, r, exclude, n_exclude, NULL, stamps, err);
+  const lh_status st = walk_request(&w, r, exclude, n_exclude, NULL, stamps, err);
+  walk_free(&w);
+  return st;
 }

@@ -24,10 +24,17 @@
  * inode, device), so an unchanged archive costs one stat on a rerun, and only changed files are
  * read again. A file that changes while it is read is read again (up to 3 times), else an error.
  *
+ * Paths inside a document folder may be of any length: the walk names each entry relative to its
+ * folder's descriptor, as ingest's walk does, so a tree nested past PATH_MAX (4096 bytes) is
+ * named like any other. A file there whose real path is longer than PATH_MAX is not in the cache
+ * (its key is a real path) and is read on every run. An error names its path with the middle cut
+ * out when it is long (the document's path first, the file's name last) and odd bytes escaped.
+ *
  * A digest names the documents as they were while it was taken; ingest reads them later (the
  * runner takes every job's digest before it runs the first one). Each document's stamp says
  * whether they are still those: a SHA-256 over the same walk with every regular file named by
- * its real path, device, inode, size, mtime and ctime instead of its bytes. Any write to a file
+ * its real path (or, where that cannot be taken for its length, the path it was reached by),
+ * device, inode, size, mtime and ctime instead of its bytes. Any write to a file
  * moves its ctime (which, unlike the mtime, no call sets back), and a replaced, added or removed file changes the
  * walk, so a stamp taken with the digest and one taken after ingest has read the documents
  * (lh_inputs_stamp_now, which reads no file) are equal only if ingest read the very bytes the

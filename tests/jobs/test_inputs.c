@@ -14,8 +14,14 @@
  * every entry the glob reason lh_globs_decide gives it, so the digest never misses a byte ingest
  * reads.
  * An ordinary tree (odd names, links of every kind, a FIFO, globs, an excluded folder) keeps the
- * identity it has always had, pinned by value: a user's stored results must stay valid. */
+ * identity it has always had, pinned by value: a user's stored results must stay valid.
+ * Folders nested past PATH_MAX are walked like any other (digest, stamps, globs against ingest, a
+ * link out of them), and a warning about a path deep down shows its start and its end, escaped;
+ * a folder changed while it is walked neither hangs the walk nor unsettles the next one. */
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/stat.h>
@@ -215,7 +221,8 @@ static void globs_agree_with_ingest(void) {
  * names nothing of the test's own folder and is the same on every machine. */
 static lh_request req_in(const char *base, const char *documents) {
   char line[4096];
-  snprintf(line, sizeof line, "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[%s]}}",
+  snprintf(line, sizeof line,
+           "{\"custom_id\":\"q\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\",\"documents\":[%s]}}",
            documents);
   lh_request r;
   lh_request_parse(line, strlen(line), 1, base, &r);
@@ -284,9 +291,219 @@ static void identity_is_stable(void) {
   lh_request_free(&r);
 }
 
+/* A chain of levels folders under dir, level i named by len copies of 'a' + i % 26, made relative to
+ * descriptors (the paths pass PATH_MAX); returns the deepest one's descriptor, and in *at the
+ * one of level at_level. */
+static int mkdir_chain(const char *dir, int levels, size_t len, int at_level, int *at) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  char name[256];
+  for (int i = 1; i <= levels && fd >= 0; i++) {
+    memset(name, 'a' + i % 26, len);
+    name[len] = 0;
+    CHECK(mkdirat(fd, name, 0755) == 0);
+    const int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (i == at_level) *at = fd;
+    else close(fd);
+    fd = next;
+  }
+  CHECK(fd >= 0);
+  return fd;
+}
+
+/* name in the folder open at dfd, written with text */
+static void put_at(int dfd, const char *name, const char *text) {
+  const int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+  close(fd);
+}
+
+/* Whether ingest, walking dir, reads a file called name (whatever folder it is in). */
+static int ingest_reads(const char *dir, const char *name) {
+  lh_ingest_params p = lh_ingest_default_params();
+  p.on_error = LH_INGEST_ON_ERROR_SKIP;
+  lh_ingest *ing = NULL;
+  lh_error err;
+  CHECK_MSG(lh_ingest_open(&p, &ing, &err) == LH_OK && lh_ingest_add_path(ing, dir, &err) == LH_OK, "%s", err.msg);
+  const size_t n = strlen(name);
+  int found = 0;
+  for (lh_ingest_batch bt = {0}; ing && !bt.done;) {
+    if (lh_ingest_next(ing, &bt, &err) != LH_OK) {
+      CHECK_MSG(0, "ingest: %s", err.msg);
+      break;
+    }
+    for (size_t i = 0; i < bt.n_entries; i++) {
+      const lh_ingest_entry *e = &bt.entries[i];
+      found |= e->status == LH_ENTRY_OK && e->path_len > n && e->path[e->path_len - n - 1] == '/' &&
+               !memcmp(e->path + e->path_len - n, name, n);
+    }
+  }
+  lh_ingest_close(ing);
+  return found;
+}
+
+/* A digest cache that keeps nothing and checks that every key names its file by a real path. */
+static int nget(void *u, const lh_file_identity *k, lh_file_digest *out) {
+  (void)u, (void)k, (void)out;
+  return 0;
+}
+static void nput(void *u, const lh_file_identity *k, const lh_file_digest *v) {
+  (void)v;
+  struct stat sb;
+  char real[PATH_MAX];
+  CHECK_MSG(stat(k->path, &sb) == 0 && sb.st_ino == k->inode && realpath(k->path, real) && !strcmp(real, k->path),
+            "a cache key names its file by its real path: %.200s", k->path);
+  ++*(int *)u;
+}
+
+/* The digest of dir taken with so few descriptors left that a folder some 10 levels down cannot
+ * be opened (an error root meets too); its message into *err. */
+static void out_of_descriptors(const char *dir, lh_error *err) {
+  struct rlimit was;
+  CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0);
+  const int next = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  close(next);
+  struct rlimit few = {.rlim_cur = (rlim_t)next + 10, .rlim_max = was.rlim_max};
+  CHECK(setrlimit(RLIMIT_NOFILE, &few) == 0);
+  lh_request r = req_of(dir);
+  char out[65];
+  const lh_status st = lh_inputs_digest(&r, NULL, out, err);
+  CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+  lh_request_free(&r);
+  CHECK_MSG(st != LH_OK, "the walk of %s runs out of descriptors", dir);
+}
+
+/* Folders whose paths pass PATH_MAX (40 levels of 200-character names, about 8,000 characters):
+ * ingest reads every file in them, so the digest names them all, the same on every run, moved
+ * by any byte of them; the stamps agree; globs and ingest decide alike on long names; and a
+ * warning about a folder deep down names the start and the end of its path in full sentences
+ * instead of a path cut at the message's size. */
+static void deep_paths(void) {
+  char dir[600], a[65], b[65], c[65];
+  snprintf(dir, sizeof dir, "%s/long", lh_test_tmpdir());
+  CHECK(lh_mkdir_p(dir, NULL) == LH_OK);
+  put(dir, "top.txt", "near the top\n");
+  int mid = -1;
+  const int bottom = mkdir_chain(dir, 40, 200, 25, &mid);
+  put_at(bottom, "far.txt", "at the bottom\n");
+  put_at(bottom, "app.log", "started\n");
+  put_at(mid, "past.txt", "past PATH_MAX\n");
+  CHECK(mkfifoat(bottom, "pipe", 0600) == 0);
+  CHECK(symlinkat("far.txt", bottom, "to-far") == 0);
+  char up[200] = "";
+  for (int i = 0; i < 40; i++) strcat(up, "../");
+  strcat(up, "top.txt"); /* back to the top: a short real path through a long one */
+  CHECK(symlinkat(up, bottom, "to-top") == 0);
+  lh_request r = req_of(dir);
+  lh_error err;
+  CHECK_MSG(lh_inputs_digest(&r, NULL, a, &err) == LH_OK, "a folder of paths past PATH_MAX has a digest: %s", err.msg);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, b, &err) == LH_OK && !strcmp(a, b), "the same on every run");
+  CHECK_MSG(ingest_reads(dir, "far.txt") && ingest_reads(dir, "past.txt"), "ingest reads the files deep down");
+  put_at(bottom, "far.txt", "changed at the bottom\n");
+  CHECK(lh_inputs_digest(&r, NULL, b, &err) == LH_OK);
+  CHECK_MSG(strcmp(a, b), "a changed byte at the bottom changes the digest");
+  put_at(bottom, "far.txt", "at the bottom\n");
+  CHECK(lh_inputs_digest(&r, NULL, b, &err) == LH_OK);
+  CHECK_MSG(!strcmp(a, b), "and the same bytes again give the same digest");
+  put_at(mid, "past.txt", "past PATH_MAX, changed\n");
+  CHECK(lh_inputs_digest(&r, NULL, b, &err) == LH_OK);
+  CHECK_MSG(strcmp(a, b), "a changed byte past PATH_MAX changes the digest");
+  put(dir, "top.txt", "near the top, changed\n");
+  CHECK(lh_inputs_digest(&r, NULL, c, &err) == LH_OK);
+  CHECK_MSG(strcmp(b, c), "a file reached through a link deep down is read");
+  /* stamps: taken with the digest and now agree; a file written back moves them */
+  int puts = 0;
+  lh_digest_cache nc = {.get = nget, .put = nput, .user = &puts};
+  lh_inputs_stamp s1, s2;
+  CHECK_MSG(lh_inputs_digest_excluding(&r, &nc, NULL, 0, b, &s1, &err) == LH_OK && !strcmp(b, c), "%s", err.msg);
+  CHECK_MSG(puts > 0, "files with real paths that fit are cached");
+  CHECK_MSG(lh_inputs_stamp_now(&r, NULL, 0, &s2, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(!memcmp(&s1, &s2, sizeof s1), "nothing changed: the stamp now is the stamp taken with the digest");
+  usleep(20000); /* past the file system clock's tick */
+  put_at(bottom, "far.txt", "at the bottom\n");
+  CHECK(lh_inputs_stamp_now(&r, NULL, 0, &s2, &err) == LH_OK);
+  CHECK_MSG(memcmp(&s1, &s2, sizeof s1), "a file deep down written again moves the stamp");
+  lh_request_free(&r);
+  /* globs over long relative paths: ingest and lh_globs_decide agree, and an excluded log deep
+   * down is no change */
+  const char *e1[] = {"*.log"}, *i2[] = {"*.txt"}, *e2[] = {"pipe"}, *e3[] = {"zzz*"};
+  CHECK_EQ(agree(dir, NULL, 0, e1, 1), 1);
+  CHECK_EQ(agree(dir, i2, 1, e2, 1), 2);  /* app.log not included, the FIFO excluded */
+  CHECK_EQ(agree(dir, NULL, 0, e3, 1), 1); /* the folder of level 25, 5,000 characters down */
+  digest_globs(dir, "\"exclude\": [\"*.log\"]", a, &s1);
+  put_at(bottom, "app.log", "started\nanother line\n");
+  digest_globs(dir, "\"exclude\": [\"*.log\"]", b, &s2);
+  CHECK_MSG(!strcmp(a, b) && !memcmp(&s1, &s2, sizeof s1), "an excluded log deep down is no change");
+  /* a folder deep down that cannot be opened: the warning names the start and the end of its
+   * path, and is whole */
+  out_of_descriptors(dir, &err);
+  char head[64];
+  snprintf(head, sizeof head, "document %.40s", dir);
+  CHECK_STR_CONTAINS(err.msg, head);
+  CHECK_STR_CONTAINS(err.msg, "...");
+  CHECK_STR_CONTAINS(err.msg, strerror(EMFILE));
+  CHECK_MSG(strlen(err.msg) < 600, "the warning is shortened, not cut: %zu characters", strlen(err.msg));
+  close(mid);
+  close(bottom);
+  /* a newline or invalid UTF-8 in a name: escaped in the warning, which stays one line */
+  char odd[700];
+  snprintf(odd, sizeof odd, "%s/odd", lh_test_tmpdir());
+  CHECK(lh_mkdir_p(odd, NULL) == LH_OK);
+  int fd = open(odd, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  CHECK(mkdirat(fd, "new\nline\xff", 0755) == 0);
+  close(fd);
+  snprintf(odd, sizeof odd, "%s/odd/new\nline\xff", lh_test_tmpdir());
+  close(mkdir_chain(odd, 20, 5, 0, NULL));
+  snprintf(odd, sizeof odd, "%s/odd", lh_test_tmpdir());
+  out_of_descriptors(odd, &err);
+  CHECK_STR_CONTAINS(err.msg, "/new\\x0aline\\xff/");
+  CHECK_MSG(!strchr(err.msg, '\n'), "one line: %s", err.msg);
+}
+
+/* A digest cache whose first get changes the folder the walk is in the middle of (its names are
+ * listed, its first file open): the next file becomes a FIFO, a folder goes, a file becomes a
+ * folder. */
+static int change_get(void *u, const lh_file_identity *k, lh_file_digest *out) {
+  (void)k, (void)out;
+  const char *dir = u;
+  char p[800], q[800];
+  static int done;
+  if (done++) return 0;
+  snprintf(p, sizeof p, "%s/c.txt", dir);
+  CHECK(unlink(p) == 0 && mkfifo(p, 0600) == 0);
+  snprintf(p, sizeof p, "%s/d", dir);
+  snprintf(q, sizeof q, "%s/../d-gone", dir);
+  CHECK(rename(p, q) == 0);
+  snprintf(p, sizeof p, "%s/e.txt", dir);
+  CHECK(unlink(p) == 0 && mkdir(p, 0755) == 0);
+  return 0;
+}
+
+/* A folder that changes while it is walked: the walk ends (a FIFO met is named, never opened or
+ * waited on), and the next walk gives the same digest twice. */
+static void changed_during_the_walk(void) {
+  char dir[600], sub[700], a[65], b[65];
+  snprintf(dir, sizeof dir, "%s/changing/tree", lh_test_tmpdir());
+  snprintf(sub, sizeof sub, "%s/d", dir);
+  CHECK(lh_mkdir_p(sub, NULL) == LH_OK);
+  put(dir, "a.txt", "first\n");
+  put(dir, "c.txt", "becomes a FIFO\n");
+  put(dir, "e.txt", "becomes a folder\n");
+  put(sub, "y.txt", "goes\n");
+  lh_digest_cache changer = {.get = change_get, .user = dir};
+  lh_request r = req_of(dir);
+  lh_error err;
+  CHECK_MSG(lh_inputs_digest(&r, &changer, a, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, a, &err) == LH_OK && lh_inputs_digest(&r, NULL, b, &err) == LH_OK &&
+                !strcmp(a, b),
+            "a tree that changed gives one digest again");
+  lh_request_free(&r);
+}
+
 int main(void) {
   lh_test_begin("test_inputs");
   identity_is_stable();
+  deep_paths();
+  changed_during_the_walk();
   char dir[600], sub[700], a[65], b[65], c[65];
   snprintf(dir, sizeof dir, "%s/docs", lh_test_tmpdir());
   snprintf(sub, sizeof sub, "%s/src", dir);
