@@ -17,7 +17,8 @@
  * identity it has always had, pinned by value: a user's stored results must stay valid.
  * Folders nested past PATH_MAX are walked like any other (digest, stamps, globs against ingest, a
  * link out of them), and a warning about a path deep down shows its start and its end, escaped;
- * a folder changed while it is walked neither hangs the walk nor unsettles the next one. */
+ * a folder changed while it is walked neither hangs the walk nor unsettles the next one. With
+ * --permissions (skipped as root): folders that cannot be listed or searched, deep down. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -499,8 +500,47 @@ static void changed_during_the_walk(void) {
   lh_request_free(&r);
 }
 
-int main(void) {
+/* test_inputs --permissions: folders the walk may not read, deep down. Not as root, who reads
+ * every folder: skipped, loudly. */
+static int permissions(void) {
+  if (geteuid() == 0) LH_TEST_SKIP("running as root, who may read every folder: the permission cases are not checked");
+  char dir[600], a[65], b[65];
+  lh_error err;
+  snprintf(dir, sizeof dir, "%s/perm", lh_test_tmpdir());
+  CHECK(lh_mkdir_p(dir, NULL) == LH_OK);
+  const int bottom = mkdir_chain(dir, 30, 200, 0, NULL);
+  CHECK(mkdirat(bottom, "locked", 0700) == 0 && mkdirat(bottom, "unsearchable", 0700) == 0);
+  const int locked = openat(bottom, "locked", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int unsearchable = openat(bottom, "unsearchable", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  put_at(locked, "secret.txt", "locked away\n");
+  put_at(unsearchable, "listed.txt", "named, not read\n");
+  CHECK(fchmod(locked, 0) == 0 && fchmod(unsearchable, 0600) == 0);
+  /* a folder that cannot be listed: the digest fails, naming it by the start and the end of its path */
+  lh_request r = req_of(dir);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, a, &err) != LH_OK, "a folder nobody may list has no digest");
+  CHECK_STR_CONTAINS(err.msg, "/locked: ");
+  CHECK_STR_CONTAINS(err.msg, strerror(EACCES));
+  CHECK_STR_CONTAINS(err.msg, "...");
+  CHECK_MSG(strlen(err.msg) < 600, "the warning is shortened, not cut: %zu characters", strlen(err.msg));
+  lh_inputs_stamp s;
+  CHECK_MSG(lh_inputs_stamp_now(&r, NULL, 0, &s, &err) != LH_OK, "nor a stamp");
+  /* a folder that can be listed but not searched: its files are named as missing, as they
+   * always were, the same on every run */
+  CHECK(fchmod(locked, 0700) == 0);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, a, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, b, &err) == LH_OK && !strcmp(a, b), "the same on every run");
+  CHECK(fchmod(unsearchable, 0700) == 0);
+  CHECK_MSG(lh_inputs_digest(&r, NULL, b, &err) == LH_OK && strcmp(a, b), "and another once it can be read");
+  lh_request_free(&r);
+  close(locked);
+  close(unsearchable);
+  close(bottom);
+  return lh_test_end();
+}
+
+int main(int argc, char **argv) {
   lh_test_begin("test_inputs");
+  if (argc > 1 && !strcmp(argv[1], "--permissions")) return permissions();
   identity_is_stable();
   deep_paths();
   changed_during_the_walk();
