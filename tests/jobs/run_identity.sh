@@ -22,6 +22,8 @@
 #     with an answer over content no longer there; documents changed each time they are read (at
 #     the ingest test point, before the ingest ends) fail the job after 3 tries, naming the
 #     document, and the next run tries it again.
+#   - a folder whose paths pass PATH_MAX: its job is done on the rerun, new work once a file deep
+#     down changes.
 . "$(dirname "$0")/lib.sh"
 HT=$SRC/models/haul-tiny
 [ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
@@ -294,4 +296,31 @@ grep -q "1 already done" "$T/glob2.log" || { cat "$T/glob2.log"; fail "an exclud
 printf 'DEFAULT_WORKER_TIMEOUT = 4817\n# kept\n' > "$T/c/notes/config.py"
 c_run glob3 "$T/c/glob.jsonl" 0
 grep -q "1 done, 0 failed" "$T/glob3.log" || { cat "$T/glob3.log"; fail "a changed file the globs keep did not make a new job"; }
+# 9. A folder whose paths pass PATH_MAX (40 levels of 200-character names, about 8,000 characters,
+# made a level at a time as no whole path could be): ingest reads its files, and its identity
+# names them like any other folder's, so the rerun finds the job done (before, the identity walk
+# failed on the long paths and the job ran again on every run) and a changed file deep down
+# makes it new work again.
+mkdir -p "$T/deep/docs"
+deep_write() { # text: into far.md at the bottom of the chain
+  ( cd "$T/deep/docs" && for i in $(seq 1 40); do d=$(printf '%0200d' "$i"); mkdir -p "$d" && cd "$d"; done
+    printf '%s\n' "$1" > far.md )
+}
+deep_write 'The vault code is 2718.'
+cat > "$T/deep/b.jsonl" <<'B'
+{"custom_id":"deep","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"documents":["docs"]}}
+B
+d_run() { # log name
+  "$LH" run "$T/deep/b.jsonl" --model "$MODEL" --out "$T/deep/out" --progress none > "$T/$1.log" 2>&1 \
+    || { cat "$T/$1.log"; fail "$1: run failed"; }
+}
+d_run deep1
+grep -q "1 done, 0 failed" "$T/deep1.log" || { cat "$T/deep1.log"; fail "the job over the deep folder did not run"; }
+grep -q '/far.md"' "$T/deep/out/jobs/deep/manifest.jsonl" || fail "ingest did not read the file at the bottom of the deep folder"
+d_run deep2
+grep -q "1 already done" "$T/deep2.log" || { cat "$T/deep2.log"; fail "the job over an unchanged deep folder ran again"; }
+grep -q "runs on every run" "$T/deep2.log" && { cat "$T/deep2.log"; fail "the deep folder was called unreadable"; }
+deep_write 'The vault code is 3141.'
+d_run deep3
+grep -q "1 done, 0 failed" "$T/deep3.log" || { cat "$T/deep3.log"; fail "a changed file deep down did not make the job new work"; }
 echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"
