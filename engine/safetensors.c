@@ -92,6 +92,58 @@ static int json_u64(const cJSON *v, uint64_t *out) {
   return 1;
 }
 
+/* What cJSON's values cannot tell, checked on the header's text (which cJSON has already parsed):
+ * the reference library reads "shape" and "data_offsets" as integers, so 214912.0 or 2e3 in them
+ * is refused there and here; and a "\u0000" in a string would end the string cJSON gives, so a
+ * tensor named "a\u0000b" would load as 'a'. Offsets in messages count from the JSON's first byte. */
+static lh_status header_text_check(const char *json, size_t n, const char *path, lh_error *err) {
+  int depth = 0;     /* containers open at i */
+  int int_array = 0; /* depth of the open "shape" / "data_offsets" array of a tensor (0: none) */
+  int named = 0;     /* the last string read was "shape" or "data_offsets" */
+  int key_int = 0;   /* ... and a ':' made it the key of the value that follows */
+  size_t ts = 0, tl = 0; /* the last string read in the top object: the tensor's name (escapes as written) */
+  for (size_t i = 0; i < n; i++) {
+    const char ch = json[i];
+    if (ch == '"') {
+      const size_t s = ++i;
+      for (; i < n && json[i] != '"'; i++) {
+        if (json[i] != '\\') continue;
+        if (i + 5 < n && json[i + 1] == 'u' && !memcmp(json + i + 2, "0000", 4))
+          return lh_error_set(err, LH_EFORMAT, "%s: the header holds a \\u0000 (NUL) in a string at byte %zu",
+                              path, i);
+        i++;
+      }
+      if (depth == 1) ts = s, tl = i - s;
+      named = (i - s == 5 && !memcmp(json + s, "shape", 5)) || (i - s == 12 && !memcmp(json + s, "data_offsets", 12));
+      key_int = 0;
+    } else if (ch == ':') {
+      key_int = named;
+    } else if (ch == '[' || ch == '{') {
+      depth++;
+      if (ch == '[' && key_int && depth == 3) int_array = depth;
+      key_int = 0;
+    } else if (ch == ']' || ch == '}') {
+      if (depth == int_array) int_array = 0;
+      depth--;
+    } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+      const size_t s = i;
+      int frac = 0;
+      for (; i < n && json[i] && strchr("0123456789+-.eE", json[i]); i++)
+        frac |= json[i] == '.' || json[i] == 'e' || json[i] == 'E';
+      if (frac && int_array)
+        return lh_error_set(err, LH_EFORMAT,
+                            "%s: tensor '%.*s': %.*s at byte %zu: \"shape\" and \"data_offsets\" hold integers "
+                            "(no fraction or exponent)", path, (int)(tl > 200 ? 200 : tl), json + ts,
+                            (int)(i - s > 24 ? 24 : i - s), json + s, s);
+      i--;
+      key_int = 0;
+    } else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r' && ch != ',') {
+      key_int = 0;
+    }
+  }
+  return LH_OK;
+}
+
 static lh_status push_tensor(lh_st_set *s, const lh_st_tensor *t, const char *name, lh_error *err, const char *path) {
   st_priv *p = priv(s);
   if ((size_t)s->n == p->cap_t) {
@@ -227,6 +279,7 @@ lh_status lh_st_parse(lh_st_set *s, const void *buf, size_t size, int file, cons
     st = lh_error_set(err, LH_EFORMAT, "%s: the header is not a JSON object", path);
     goto out;
   }
+  if ((st = header_text_check(json, (size_t)(end - json), path, err))) goto out;
   const uint8_t *data = p + 8 + hlen;
   uint64_t data_size = size - 8 - hlen;
   int cnt = cJSON_GetArraySize(root);

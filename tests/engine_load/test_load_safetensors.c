@@ -83,6 +83,23 @@ static void test_header_errors(void) {
          "unexpected bytes after the JSON header");
   EXPECT("meta", "{\"__metadata__\":{\"format\":1}}", 0, LH_EFORMAT, "__metadata__");
   EXPECT("meta2", "{\"__metadata__\":[1]}", 0, LH_EFORMAT, "__metadata__");
+  /* what cJSON's values hide: the reference library reads shape and data_offsets as integers, and a
+   * NUL escape would cut a tensor's name short (cJSON ends the string there) */
+  EXPECT("floatshape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, LH_EFORMAT,
+         "hold integers");
+  CHECK_STR_CONTAINS(err.msg, "2.0 at byte");
+  EXPECT("expoffs", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8e0]}}", 8, LH_EFORMAT,
+         "hold integers");
+  EXPECT("nulname", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, LH_EFORMAT,
+         "\\u0000");
+  /* ... but a fraction elsewhere (an extra key), a tensor named "shape", and an escaped backslash before
+   * "u0000" are fine */
+  static const uint8_t zeros[8];
+  CHECK_EQ(open_raw("fracextra",
+                    "{\"shape\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":[1.5]},"
+                    "\"__metadata__\":{\"k\":\"\\\\u0000 2.5\"}}",
+                    zeros, 8),
+           LH_OK);
 }
 
 static void test_entry_errors(void) {
