@@ -742,8 +742,6 @@ typedef struct group {
   lh_fork *forks;    /* [nf]: one per admitted job that forked */
   int *fork_job;     /* [nf]: its index in J */
   int nf;
-  volatile sig_atomic_t halt; /* stop the prefill: interrupted, or the claim was lost */
-  int lost;          /* another process took the group's jobs over (its claim expired) */
 } group;
 
 static void group_fail(group *g, int status, const char *code, const char *msg) {
@@ -936,69 +934,119 @@ static int group_admit(group *g) {
   return g->live;
 }
 
-/* After each chunk of the prefix: progress, and whether to go on. A runner that stalled for a
- * whole lease may find its jobs taken over by another process (store/store_jobs.c); it then stops
- * at once rather than compute a prefix whose result the store would refuse. */
-static void on_prefix_chunk(void *user, int64_t pos) {
-  group *g = user;
-  lh_progress_update(g->R->prog, pos);
-  if (lh_store_job_check_claim(g->R->store, g->J[g->lead].id, NULL) == LH_EBUSY) g->lost = 1;
-  g->halt = stop_requested || g->lost;
+/* ---- a prefill under a job's claim ----
+ *
+ * A group's prefix P (group_prefill) and a job's own long prompt (own_prefill) are prefilled the
+ * same way, by prefill_tokens: a prefix over the tokens (pipeline/pipeline.h) under one job's id,
+ * resumed from the store's longest checkpoint, shown as a prefill phase, checkpointed per the plan
+ * and flushed through the writer. After each chunk it checks the claim on that job: a runner that
+ * stalled for a whole lease may find its jobs taken over by another process
+ * (store/store_jobs.c), and then stops at once rather than compute a prefix whose result the store
+ * would refuse. Its callers decide only what the outcome means for their jobs.
+ */
+
+typedef struct prefill {
+  /* set by the caller */
+  const char *label;  /* what progress notes name: the group's label, or the job's custom_id */
+  int own;            /* a job's own prompt: shown on a progress line of its own, not the group's */
+  int64_t job_id;     /* whose claim is checked after each chunk; the checkpoints' job */
+  int64_t counted;    /* leading tokens this run has already counted (the group's P, for own_prefill) */
+  /* set by prefill_tokens */
+  int64_t restored;   /* tokens past `counted` restored from a checkpoint */
+  int64_t computed;   /* tokens computed */
+  double seconds;     /* from opening the prefix to the end of its computation */
+  run *R;
+  volatile sig_atomic_t halt; /* stop the prefill: interrupted, or the claim was lost */
+  int lost;           /* another process took the job over (its claim expired) */
+} prefill;
+
+/* After each chunk: progress, and whether to go on. */
+static void on_prefill_chunk(void *user, int64_t pos) {
+  prefill *pr = user;
+  lh_progress_update(pr->R->prog, pos);
+  if (lh_store_job_check_claim(pr->R->store, pr->job_id, NULL) == LH_EBUSY) pr->lost = 1;
+  pr->halt = stop_requested || pr->lost;
 }
 
-/* Prefill P (resuming from the store, checkpointing per the plan) into *px. LH_OK, LH_EINTR, or
- * LH_OK with the group failed (*px NULL). */
-static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
-  run *R = g->R;
+/* Prefill toks[0..n) (borrowed until *px is closed) as a prefix into *px, adding to the run's
+ * tokens_restored and tokens_prefilled. Returns
+ *   LH_OK      *px is at the end of toks, its checkpoints flushed;
+ *   LH_EBUSY   the claim was lost (noted): the caller leaves its jobs to the process that took them;
+ *   LH_EINTR   stopped, checkpointed where it stood; e says why;
+ *   otherwise  either the run's fault was taken (the store failed: R->fault), or the engine failed
+ *              (noted; e says why) and the caller fails its jobs.
+ * *px is NULL on every return but LH_OK. */
+static lh_status prefill_tokens(run *R, const int32_t *toks, int64_t n, prefill *pr, lh_prefix **px, lh_error *e) {
   const double t0 = lh_now();
+  pr->R = R;
   lh_prefix_params pp = lh_prefix_default_params();
   pp.plan = R->plan;
   pp.store = R->store;
   pp.writer = R->writer;
-  pp.job_id = g->J[g->lead].id;
-  pp.hooks = (lh_pipeline_hooks){.progress = on_prefix_chunk, .user = g, .stop = &g->halt};
-  lh_error e;
-  lh_status st = lh_prefix_open(R->model, g->P.data, (int64_t)g->P.len, &pp, px, &e);
+  pp.job_id = pr->job_id;
+  pp.hooks = (lh_pipeline_hooks){.progress = on_prefill_chunk, .user = pr, .stop = &pr->halt};
+  *px = NULL;
+  lh_status st = lh_prefix_open(R->model, toks, n, &pp, px, e);
   if (st != LH_OK) {
-    env_fault(R, st, &e); /* resuming reads the store (and makes the state) */
-    return LH_OK;
+    env_fault(R, st, e); /* resuming reads the store (and makes the state) */
+    return st;
   }
-  g->restored = lh_prefix_restored(*px);
-  R->sum->tokens_restored += g->restored;
-  if (g->restored)
-    lh_progress_note(R->prog, "%s: resumed from a checkpoint at token %lld of %lld", g->label,
-                     (long long)g->restored, (long long)g->P.len);
-  lh_progress_begin(R->prog, NULL, "prefill", (int64_t)g->P.len, "tok");
-  lh_progress_prefill(R->prog, g->restored);
-  st = lh_prefix_advance(*px, (int64_t)g->P.len, &e);
+  const int64_t restored = lh_prefix_restored(*px);
+  pr->restored = restored > pr->counted ? restored - pr->counted : 0;
+  R->sum->tokens_restored += pr->restored;
+  if (pr->restored)
+    lh_progress_note(R->prog, "%s: resumed%s from a checkpoint at token %lld of %lld", pr->label,
+                     pr->own ? " its own prompt" : "", (long long)restored, (long long)n);
+  if (pr->own) lh_progress_job(R->prog, pr->label, 1);
+  lh_progress_begin(R->prog, NULL, "prefill", n, "tok");
+  lh_progress_prefill(R->prog, restored);
+  st = lh_prefix_advance(*px, n, e);
   if (st == LH_OK) lh_progress_end(R->prog);
-  else lh_progress_stop(R->prog, g->lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
-  g->computed = lh_prefix_computed(*px);
-  R->sum->tokens_prefilled += g->computed;
-  g->t_prefill = lh_now() - t0;
-  if (st == LH_EINTR && g->lost) { /* the jobs are another process's now: leave them to it */
-    lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", g->label);
-    R->sum->taken_over += g->n;
-    for (int i = 0; i < g->n; i++) g->J[i].failed = g->J[i].failed ? g->J[i].failed : -1;
-    lh_prefix_close(*px);
-    *px = NULL;
-    return LH_OK;
-  }
-  if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  else lh_progress_stop(R->prog, pr->lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
+  pr->computed = lh_prefix_computed(*px);
+  R->sum->tokens_prefilled += pr->computed;
+  pr->seconds = lh_now() - t0;
   lh_fault fault = lh_prefix_fault(*px);
-  if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) fault = LH_FAULT_STORE;
-  if (st != LH_OK) {
-    if (fault == LH_FAULT_STORE) {
-      env_fault(R, st, &e);
-    } else {
-      group_fail(g, 500, "engine_error", e.msg);
-      lh_progress_note(R->prog, "%s: %s", g->label, e.msg);
-    }
-    lh_prefix_close(*px);
-    *px = NULL;
-    return LH_OK;
+  if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, e)) != LH_OK) fault = LH_FAULT_STORE;
+  if (st == LH_OK) return LH_OK;
+  if (st == LH_EINTR && pr->lost) {
+    lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", pr->label);
+    st = LH_EBUSY;
+  } else if (st != LH_EINTR && fault == LH_FAULT_STORE) {
+    env_fault(R, st, e);
+  } else if (st != LH_EINTR) {
+    lh_progress_note(R->prog, "%s: %s", pr->label, e->msg);
   }
-  if (g->live > 1) R->sum->tokens_shared += (int64_t)g->P.len;
+  lh_prefix_close(*px);
+  *px = NULL;
+  return st;
+}
+
+/* J, whose claim another process took over: left to it, neither failed nor answered here. */
+static void leave_job(run *R, job *J) {
+  if (J->failed) return;
+  J->failed = -1;
+  R->sum->taken_over++;
+}
+
+/* Prefill P (resuming from the store, checkpointing per the plan) into *px. LH_OK, LH_EINTR, or
+ * LH_OK with *px NULL: the group failed, was taken over, or the run's fault was taken. */
+static lh_status group_prefill(group *g, lh_prefix **px, lh_error *err) {
+  run *R = g->R;
+  prefill pr = {.label = g->label, .job_id = g->J[g->lead].id};
+  lh_error e;
+  const lh_status st = prefill_tokens(R, g->P.data, (int64_t)g->P.len, &pr, px, &e);
+  g->restored = pr.restored;
+  g->computed = pr.computed;
+  g->t_prefill = pr.seconds;
+  if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  if (st == LH_EBUSY) {
+    for (int i = 0; i < g->n; i++) leave_job(R, &g->J[i]);
+  } else if (st != LH_OK && !R->fault) {
+    group_fail(g, 500, "engine_error", e.msg);
+  } else if (st == LH_OK && g->live > 1) {
+    R->sum->tokens_shared += (int64_t)g->P.len;
+  }
   return LH_OK;
 }
 
@@ -1026,22 +1074,9 @@ static void on_decoded(void *user, int64_t generated) { lh_progress_update(((gro
  * from position 0: pipeline.h), so the answer is bitwise the same either way. With documents the
  * suffix is still fed to a fork of P: starting a prefix of its own would restore P's K/V from the
  * store for every job (40 GB per million tokens for MiniMax-Text-01) where a fork is free. The
- * code below holds for a P of any length. */
-typedef struct own_prefill_ctx {
-  group *g;
-  const job *J;
-  volatile sig_atomic_t halt;
-  int lost;
-} own_prefill_ctx;
-
-static void on_own_chunk(void *user, int64_t pos) {
-  own_prefill_ctx *c = user;
-  lh_progress_update(c->g->R->prog, pos);
-  if (lh_store_job_check_claim(c->g->R->store, c->J->id, NULL) == LH_EBUSY) c->lost = 1;
-  c->halt = stop_requested || c->lost;
-}
-
-/* J->st at the end of its prompt. LH_OK, also when J's claim was lost on the way (J is then left to
+ * code below holds for a P of any length.
+ *
+ * J->st at the end of its prompt. LH_OK, also when J's claim was lost on the way (J is then left to
  * the process that took it: failed = -1, no state); LH_EINTR when stopped (checkpointed where it
  * stood); any other status with J failed or the run's fault taken. */
 static lh_status own_prefill(group *g, job *J, lh_error *err) {
@@ -1056,52 +1091,24 @@ static lh_status own_prefill(group *g, job *J, lh_error *err) {
   }
   if (g->P.len) memcpy(all, g->P.data, g->P.len * sizeof *all);
   memcpy(all + g->P.len, J->suffix.data, J->suffix.len * sizeof *all);
-  own_prefill_ctx c = {.g = g, .J = J};
-  lh_prefix_params pp = lh_prefix_default_params();
-  pp.plan = R->plan;
-  pp.store = R->store;
-  pp.writer = R->writer;
-  pp.job_id = J->id;
-  pp.hooks = (lh_pipeline_hooks){.progress = on_own_chunk, .user = &c, .stop = &c.halt};
+  prefill pr = {.label = J->r->custom_id, .own = 1, .job_id = J->id, .counted = (int64_t)g->P.len};
   lh_prefix *px = NULL;
   lh_error e;
-  lh_status st = lh_prefix_open(R->model, all, (int64_t)n, &pp, &px, &e);
-  if (st == LH_OK) {
-    const int64_t restored = lh_prefix_restored(px);
-    J->own_restored = restored > (int64_t)g->P.len ? restored - (int64_t)g->P.len : 0;
-    R->sum->tokens_restored += J->own_restored;
-    if (J->own_restored)
-      lh_progress_note(R->prog, "%s: resumed its own prompt from a checkpoint at token %lld of %zu", J->r->custom_id,
-                       (long long)restored, n);
-    lh_progress_job(R->prog, J->r->custom_id, 1); /* its own line, not the group's */
-    lh_progress_begin(R->prog, NULL, "prefill", (int64_t)n, "tok");
-    lh_progress_prefill(R->prog, restored);
-    st = lh_prefix_advance(px, (int64_t)n, &e);
-    if (st == LH_OK) lh_progress_end(R->prog);
-    else lh_progress_stop(R->prog, c.lost ? "taken over" : st == LH_EINTR ? "interrupted" : "failed");
-    R->sum->tokens_prefilled += lh_prefix_computed(px);
-    if (st == LH_OK && R->writer && (st = lh_store_writer_flush(R->writer, &e)) != LH_OK) {
-      env_fault(R, st, &e);
-    } else if (st == LH_OK) {
-      st = lh_prefix_fork(px, &J->st, &e);
-    } else if (st == LH_EINTR && c.lost) {
-      lh_progress_note(R->prog, "%s: taken over by another process after a stall; left to it", J->r->custom_id);
-      R->sum->taken_over++;
-      J->failed = -1;
-    } else if (st != LH_EINTR && lh_prefix_fault(px) == LH_FAULT_STORE) {
-      env_fault(R, st, &e);
-    }
-  } else {
-    env_fault(R, st, &e); /* resuming reads the store */
-  }
+  const lh_status ps = prefill_tokens(R, all, (int64_t)n, &pr, &px, &e);
+  J->own_restored = pr.restored;
+  const lh_status st = ps == LH_OK ? lh_prefix_fork(px, &J->st, &e) : ps;
   lh_prefix_close(px);
   free(all);
-  if (st == LH_EINTR && !c.lost) return lh_error_set(err, LH_EINTR, "%s", e.msg);
-  if (st != LH_OK && !R->fault && !J->failed) {
+  if (st == LH_EINTR) return lh_error_set(err, LH_EINTR, "%s", e.msg);
+  if (ps == LH_EBUSY) {
+    leave_job(R, J);
+    return LH_OK;
+  }
+  if (st != LH_OK && !R->fault) {
     fail_job(R, J->id, 500, "engine_error", e.msg);
     J->failed = 1;
   }
-  return st == LH_EINTR ? LH_OK : st;
+  return st;
 }
 
 /* Fork P per admitted job, feed each fork its suffix (no documents and a chunk or more: own_prefill),
