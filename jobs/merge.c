@@ -37,6 +37,7 @@
 
 #include "jobs/batch.h"
 #include "jobs/outdir.h"
+#include "jobs/outnames.h"
 #include "jobs/runner.h"
 #include "jobs/shard.h"
 #include "util/buf.h"
@@ -94,21 +95,10 @@ static void problem(merge *M, const char *fmt, ...) {
 
 /* ---- finding the shards ---- */
 
-/* I and N when name is exactly "<prefix>-I-of-N.jsonl" as the runner writes it (no leading zeros). */
-static int shard_name(const char *name, const char *prefix, int *i, int *n) {
-  char tail[8], again[128];
-  if (sscanf(name, "%*[a-z]-%d-of-%d%7s", i, n, tail) != 3 || strcmp(tail, ".jsonl")) return 0;
-  snprintf(again, sizeof again, "%s-%d-of-%d.jsonl", prefix, *i, *n);
-  return !strcmp(again, name);
-}
-
-/* The lock a run of shard s of n holds in the output folder (runner.c's run_paths names it). */
-static void shard_lock(char *buf, size_t size, int s, int n) { snprintf(buf, size, "longhaul-%d-of-%d.lock", s, n); }
-
 /* Whether shard s of n holds its lock in dir (a run of it is going), without creating the lock. */
 static int shard_running(const char *dir, int s, int n) {
   char lock[64], path[4200];
-  shard_lock(lock, sizeof lock, s, n);
+  lh_outname_build(LH_OUTNAME_LOCK, s, n, lock, sizeof lock);
   snprintf(path, sizeof path, "%s/%s", dir, lock);
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -128,7 +118,7 @@ static lh_status find_shards(merge *M, lh_error *err) {
   struct dirent *e;
   while ((e = readdir(d))) {
     int i, n;
-    if (!shard_name(e->d_name, "output", &i, &n)) continue;
+    if (!lh_outname_shard(LH_OUTNAME_OUTPUT, e->d_name, &i, &n)) continue;
     if (M->p->shards && n != M->p->shards) continue;
     if (n < 2 || n > MAX_SHARDS || i < 0 || i >= n) {
       problem(M, "%s/%s is not a shard of a split (need 0 <= I < N, N >= 2)", dir, e->d_name);
@@ -173,8 +163,8 @@ static lh_status find_shards(merge *M, lh_error *err) {
   lh_buf missing = {0};
   int nmissing = 0;
   for (int s = 0; s < M->nshards; s++) {
-    snprintf(M->out[s].name, sizeof M->out[s].name, "output-%d-of-%d.jsonl", s, M->nshards);
-    snprintf(M->errs[s].name, sizeof M->errs[s].name, "errors-%d-of-%d.jsonl", s, M->nshards);
+    lh_outname_build(LH_OUTNAME_OUTPUT, s, M->nshards, M->out[s].name, sizeof M->out[s].name);
+    lh_outname_build(LH_OUTNAME_ERRORS, s, M->nshards, M->errs[s].name, sizeof M->errs[s].name);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, M->out[s].name);
     if (!lh_is_file(path)) {
@@ -203,7 +193,7 @@ static lh_status find_shards(merge *M, lh_error *err) {
 static lh_status check_idle(merge *M, lh_error *err) {
   for (int s = 0; s < M->nshards; s++) {
     char lock[64];
-    shard_lock(lock, sizeof lock, s, M->nshards);
+    lh_outname_build(LH_OUTNAME_LOCK, s, M->nshards, lock, sizeof lock);
     lh_outdir *o = NULL;
     lh_status st = lh_outdir_open(M->p->out_dir, lock, 0, &o, err);
     lh_outdir_close(o);
@@ -236,7 +226,7 @@ static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
   int first_s = -1;
   for (int s = 0; s < M->nshards; s++) {
     char name[64], path[4200];
-    lh_shard_record_name(s, M->nshards, name, sizeof name);
+    lh_outname_build(LH_OUTNAME_RECORD, s, M->nshards, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", M->p->out_dir, name);
     lh_shard_record r;
     lh_error e;
@@ -481,11 +471,15 @@ lh_status lh_merge_shards(const lh_merge_params *p, lh_merge_report *rep, lh_err
   lh_status st;
   if (!p->out_dir) return lh_error_set(err, LH_EINVAL, "no output folder given");
   if (!lh_is_dir(p->out_dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: no such folder", p->out_dir);
-  snprintf(rep->output_path, sizeof rep->output_path, "%s/output.jsonl", p->out_dir);
-  snprintf(rep->errors_path, sizeof rep->errors_path, "%s/errors.jsonl", p->out_dir);
+  char outname[64], errname[64], lock[64]; /* the whole batch's, as a run without --shard names them */
+  lh_outname_build(LH_OUTNAME_OUTPUT, 0, 1, outname, sizeof outname);
+  lh_outname_build(LH_OUTNAME_ERRORS, 0, 1, errname, sizeof errname);
+  lh_outname_build(LH_OUTNAME_LOCK, 0, 1, lock, sizeof lock);
+  snprintf(rep->output_path, sizeof rep->output_path, "%s/%s", p->out_dir, outname);
+  snprintf(rep->errors_path, sizeof rep->errors_path, "%s/%s", p->out_dir, errname);
   if ((st = find_shards(&M, err)) != LH_OK) goto done;
   rep->shards = M.nshards;
-  if ((st = lh_outdir_open(p->out_dir, "longhaul.lock", p->wait, &o, err)) != LH_OK) goto done;
+  if ((st = lh_outdir_open(p->out_dir, lock, p->wait, &o, err)) != LH_OK) goto done;
   if ((st = check_idle(&M, err)) != LH_OK) goto done;
   if ((st = find_batch(&M, rep, err)) != LH_OK) goto done;
   M.later = malloc((size_t)(M.batch.n ? M.batch.n : 1) * sizeof *M.later);
@@ -515,10 +509,10 @@ lh_status lh_merge_shards(const lh_merge_params *p, lh_merge_report *rep, lh_err
     st = LH_ECORRUPT;
     goto done;
   }
-  st = lh_outdir_put(o, "output.jsonl", out.data ? out.data : "", out.len, err);
-  if (st == LH_OK) st = lh_outdir_put(o, "errors.jsonl", errs.data ? errs.data : "", errs.len, err);
-  if (st == LH_OK) st = lh_outdir_sweep(o, "", "output.jsonl", NULL, err);
-  if (st == LH_OK) st = lh_outdir_sweep(o, "", "errors.jsonl", NULL, err);
+  st = lh_outdir_put(o, outname, out.data ? out.data : "", out.len, err);
+  if (st == LH_OK) st = lh_outdir_put(o, errname, errs.data ? errs.data : "", errs.len, err);
+  if (st == LH_OK) st = lh_outdir_sweep(o, "", outname, NULL, err);
+  if (st == LH_OK) st = lh_outdir_sweep(o, "", errname, NULL, err);
 
 done:
   if (M.nproblems) {

@@ -60,6 +60,7 @@
 #include "jobs/chat.h"
 #include "jobs/inputs.h"
 #include "jobs/outdir.h"
+#include "jobs/outnames.h"
 #include "jobs/shard.h"
 #include "pipeline/pipeline.h"
 #include "store/store.h"
@@ -228,19 +229,17 @@ static lh_status fail_job(run *R, int64_t id, int status, const char *code, cons
  * each). ingest leaves them out of its folder walks (ingest_documents), and so do the digest and
  * the stamps (job_identity, group_check_inputs). */
 typedef struct run_skips {
-  char wal[4200], shm[4200], journal[4200];
-  const char *path[5];
+  char side[LH_OUTNAME_STORE_SIDES][4200];
+  const char *path[2 + LH_OUTNAME_STORE_SIDES];
 } run_skips;
 
 static size_t run_skips_of(const run *R, run_skips *k) {
-  snprintf(k->wal, sizeof k->wal, "%s-wal", R->sum->db_path);
-  snprintf(k->shm, sizeof k->shm, "%s-shm", R->sum->db_path);
-  snprintf(k->journal, sizeof k->journal, "%s-journal", R->sum->db_path);
   k->path[0] = R->p->out_dir;
   k->path[1] = R->sum->db_path;
-  k->path[2] = k->wal;
-  k->path[3] = k->shm;
-  k->path[4] = k->journal;
+  for (int t = 0; t < LH_OUTNAME_STORE_SIDES; t++) {
+    snprintf(k->side[t], sizeof k->side[t], "%s%s", R->sum->db_path, lh_outname_store_sides[t]);
+    k->path[2 + t] = k->side[t];
+  }
   return sizeof k->path / sizeof *k->path;
 }
 
@@ -1442,7 +1441,7 @@ static lh_status write_output(run *R, lh_error *err) {
     /* the record that lets `longhaul merge OUT` find and check the batch (a batch read from
      * standard input has no path: merge needs --batch then) */
     char rec[64];
-    lh_shard_record_name(R->p->shard_index, R->p->shard_count, rec, sizeof rec);
+    lh_outname_build(LH_OUTNAME_RECORD, R->p->shard_index, R->p->shard_count, rec, sizeof rec);
     lh_buf_clear(&out);
     st = lh_shard_record_render(R->p->batch_path, R->batch_digest, R->p->shard_index, R->p->shard_count, &out, err);
     if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
@@ -1454,46 +1453,19 @@ static lh_status write_output(run *R, lh_error *err) {
 
 /* ---- the run ---- */
 
-/* Where a run writes: OUT/output.jsonl, errors.jsonl, longhaul.db and its lock, or the shard's own. */
+/* Where a run writes: OUT/output.jsonl, errors.jsonl, longhaul.db and its lock, or the shard's own
+ * (jobs/outnames.h). */
 static void run_paths(const lh_runner_params *p, lh_runner_summary *sum, char *lock, size_t lock_n) {
-  char tag[64] = "";
-  if (p->shard_count > 1) snprintf(tag, sizeof tag, "-%d-of-%d", p->shard_index, p->shard_count);
-  snprintf(sum->output_path, sizeof sum->output_path, "%s/output%s.jsonl", p->out_dir, tag);
-  snprintf(sum->errors_path, sizeof sum->errors_path, "%s/errors%s.jsonl", p->out_dir, tag);
+  const int i = p->shard_index, n = p->shard_count;
+  char name[64];
+  lh_outname_build(LH_OUTNAME_OUTPUT, i, n, name, sizeof name);
+  snprintf(sum->output_path, sizeof sum->output_path, "%s/%s", p->out_dir, name);
+  lh_outname_build(LH_OUTNAME_ERRORS, i, n, name, sizeof name);
+  snprintf(sum->errors_path, sizeof sum->errors_path, "%s/%s", p->out_dir, name);
+  lh_outname_build(LH_OUTNAME_STORE, i, n, name, sizeof name);
   if (p->db_path) snprintf(sum->db_path, sizeof sum->db_path, "%s", p->db_path);
-  else if (p->shard_count > 1) snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul-shard%s.db", p->out_dir, tag);
-  else snprintf(sum->db_path, sizeof sum->db_path, "%s/longhaul.db", p->out_dir);
-  snprintf(lock, lock_n, "longhaul%s.lock", p->shard_count > 1 ? tag : "");
-}
-
-/* Whether name (a file right inside the output folder) is one of base.ext or base-I-of-N.ext. */
-static int out_name(const char *name, const char *base, const char *ext) {
-  const size_t b = strlen(base), e = strlen(ext), n = strlen(name);
-  if (n < b + e || strncmp(name, base, b) || strcmp(name + n - e, ext)) return 0;
-  if (n == b + e) return 1;
-  char mid[64];
-  if (n - b - e >= sizeof mid) return 0;
-  memcpy(mid, name + b, n - b - e);
-  mid[n - b - e] = 0;
-  int i, k, used = 0;
-  return sscanf(mid, "-%d-of-%d%n", &i, &k, &used) == 2 && (size_t)used == n - b - e;
-}
-
-/* Whether rel, inside the output folder, is a file a run or merge writes (and so replaces):
- * output[-I-of-N].jsonl, errors[-I-of-N].jsonl, shard-I-of-N.json, the stores and locks
- * (longhaul.db, longhaul-shard-I-of-N.db, their -wal/-shm/-journal, longhaul[-I-of-N].lock),
- * anything under jobs/. A batch of another name beside them (nightly.jsonl) is the user's. */
-static int out_owns(const char *rel) {
-  if (!strncmp(rel, "jobs/", 5)) return 1;
-  if (strchr(rel, '/')) return 0;
-  static const char *const db_tails[] = {"", "-wal", "-shm", "-journal"};
-  for (size_t t = 0; t < sizeof db_tails / sizeof *db_tails; t++) {
-    char ext[16];
-    snprintf(ext, sizeof ext, ".db%s", db_tails[t]);
-    if (out_name(rel, "longhaul", ext) || out_name(rel, "longhaul-shard", ext)) return 1;
-  }
-  return out_name(rel, "output", ".jsonl") || out_name(rel, "errors", ".jsonl") || out_name(rel, "shard", ".json") ||
-         out_name(rel, "longhaul", ".lock");
+  else snprintf(sum->db_path, sizeof sum->db_path, "%s/%s", p->out_dir, name);
+  lh_outname_build(LH_OUTNAME_LOCK, i, n, lock, lock_n);
 }
 
 /* A batch file that is one of the files the run writes (OUT/output.jsonl after a copy, say) would be
@@ -1507,7 +1479,7 @@ static lh_status check_batch_not_output(const lh_runner_params *p, const lh_runn
                         sum->db_path);
   if (!realpath(p->out_dir, out)) return LH_OK; /* no output folder yet: the batch is not in it */
   const size_t n = strlen(out);
-  if (strncmp(batch, out, n) || batch[n] != '/' || !out_owns(batch + n + 1)) return LH_OK;
+  if (strncmp(batch, out, n) || batch[n] != '/' || !lh_outname_owned(batch + n + 1)) return LH_OK;
   return lh_error_set(err, LH_EINVAL, "the batch file %s is %s/%s, which the run writes over; move the batch out of "
                       "the output folder or give it another name", p->batch_path, p->out_dir, batch + n + 1);
 }

@@ -95,10 +95,6 @@ int lh_shard_from_env(int *index, int *count, char *why, size_t n) {
 
 /* ---- the record ---- */
 
-void lh_shard_record_name(int index, int count, char *out, size_t n) {
-  snprintf(out, n, "shard-%d-of-%d.json", index, count);
-}
-
 lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, int index, int count, lh_buf *out,
                                  lh_error *err) {
   char abs[4096];

@@ -32,15 +32,14 @@ int lh_shard_from_env(int *index, int *count, char *why, size_t n);
  *   {"shard": 2, "of": 4, "batch": "/abs/path/batch.jsonl", "batch_sha256": "<64 hex>"}
  *
  * `run --shard I/N` writes it beside its output-I-of-N.jsonl so that `longhaul merge OUT` finds the
- * batch without --batch; merge also refuses shards whose records name different batches. */
+ * batch without --batch; merge also refuses shards whose records name different batches. Its name
+ * is LH_OUTNAME_RECORD's (jobs/outnames.h). */
 typedef struct lh_shard_record {
   int index, count;
   char batch[4096];        /* absolute path when written by lh_shard_record_render */
   char batch_sha256[65];   /* lower-case hex of the batch file's content */
 } lh_shard_record;
 
-/* The record's file name in OUT: "shard-I-of-N.json". */
-void lh_shard_record_name(int index, int count, char *out, size_t n);
 /* Render a record (one JSON line) into out (appended). batch_path is made absolute (realpath);
  * LH_ENOTFOUND when it does not exist. */
 lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, int index, int count, lh_buf *out,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jobs/outnames.h"
 #include "util/fs.h"
 
 #include "tests/test.h"
@@ -111,7 +112,7 @@ int main(void) {
   char batch[600], rec_path[600], name[64];
   snprintf(batch, sizeof batch, "%s/b.jsonl", dir);
   CHECK(lh_file_write_atomic(batch, "{}\n", 3, NULL) == LH_OK);
-  lh_shard_record_name(2, 4, name, sizeof name);
+  lh_outname_build(LH_OUTNAME_RECORD, 2, 4, name, sizeof name);
   CHECK(!strcmp(name, "shard-2-of-4.json"));
   snprintf(rec_path, sizeof rec_path, "%s/%s", dir, name);
   const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
