@@ -142,8 +142,8 @@ static int parse_args(int argc, char **argv, engine_args *a) {
 static int read_ids(const char *cmd, const char *path, lh_i32vec *ids) {
   lh_buf b = {0};
   lh_error err;
-  if (lh_file_read(path, (size_t)1 << 32, &b, &err)) {
-    fprintf(stderr, "longhaul %s: %s\n", cmd, err.msg);
+  if (lh_file_read_regular(path, (size_t)1 << 32, &b, &err)) {
+    fprintf(stderr, "longhaul %s: --ids: %s\n", cmd, err.msg);
     lh_buf_free(&b);
     return 0;
   }

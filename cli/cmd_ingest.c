@@ -286,7 +286,7 @@ int lh_cmd_ingest(int argc, char **argv) {
   }
   lh_error err = {0};
   if (template_file) {
-    if (lh_file_read(template_file, 1 << 20, &tbuf, &err)) {
+    if (lh_file_read_regular(template_file, 1 << 20, &tbuf, &err)) {
       fprintf(stderr, "longhaul ingest: --template-file: %s\n", err.msg);
       goto done;
     }

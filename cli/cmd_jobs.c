@@ -125,7 +125,7 @@ static long nul_at(const char *s, size_t n) {
 static int apply_defaults(const char *path, lh_runner_params *p) {
   lh_buf b = {0};
   lh_error e;
-  if (lh_file_read(path, 1 << 20, &b, &e) != LH_OK) {
+  if (lh_file_read_regular(path, 1 << 20, &b, &e) != LH_OK) {
     fprintf(stderr, "longhaul run: --defaults: %s\n", e.msg);
     return -1;
   }

@@ -209,7 +209,7 @@ static lh_status check_idle(merge *M, lh_error *err) {
 
 static lh_status file_digest(const char *path, char out[65], lh_error *err) {
   lh_buf b = {0};
-  lh_status st = lh_file_read(path, (size_t)1 << 34, &b, err);
+  lh_status st = lh_file_read_regular(path, (size_t)1 << 34, &b, err);
   if (st == LH_OK) {
     uint8_t d[32];
     lh_sha256_buf(b.data, b.len, d);
@@ -307,7 +307,7 @@ static lh_status count_after(const char *const *ids, int n, int *after) {
 static lh_status read_file(merge *M, sfile *f, int s, lh_error *err) {
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", M->p->out_dir, f->name);
-  lh_status st = lh_file_read(path, (size_t)1 << 40, &f->data, err);
+  lh_status st = lh_file_read_regular(path, (size_t)1 << 40, &f->data, err);
   if (st != LH_OK) return st;
   int cap = 0;
   size_t pos = 0;

@@ -415,7 +415,7 @@ static const char *const Q_SECTIONS[LH_NIAH__Q_COUNT] = {"questions", "multi_val
 lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_error *err) {
   *out = NULL;
   lh_buf b = {0};
-  lh_status st = lh_file_read(path, 16u << 20, &b, err);
+  lh_status st = lh_file_read_regular(path, 16u << 20, &b, err);
   if (st) {
     lh_buf_free(&b);
     return lh_error_prefix(err, st, "--families: ");

@@ -436,7 +436,7 @@ static lh_status read_title(const char *out_dir, char *title, size_t n, lh_error
   char path[4200];
   snprintf(path, sizeof path, "%s/sweep.json", out_dir);
   lh_buf b = {0};
-  lh_status st = lh_file_read(path, 1 << 20, &b, err);
+  lh_status st = lh_file_read_regular(path, 1 << 20, &b, err);
   if (st == LH_OK) {
     cJSON *o = cJSON_ParseWithLength(b.data, b.len);
     const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "title"));
@@ -813,7 +813,7 @@ lh_status lh_niah__claim_out(const lh_niah_params *p, const char *sweep_json, ch
     st = read_rows(results, 0, &rows, &nr, err);
     if (st == LH_OK && lh_is_file(path)) {
       lh_buf old = {0};
-      if ((st = lh_file_read(path, 1 << 20, &old, err)) == LH_OK)
+      if ((st = lh_file_read_regular(path, 1 << 20, &old, err)) == LH_OK)
         st = check_earlier(p, old.data, now, &g, rows, nr, title, title_n, err);
       lh_buf_free(&old);
     } else if (st == LH_OK && nr) {

@@ -150,7 +150,7 @@ static int same_content(const char *path, const void *data, size_t n) {
   struct stat sb;
   if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != n) return 0;
   lh_buf b = {0};
-  const int same = lh_file_read(path, n + 1, &b, NULL) == LH_OK && b.len == n && (!n || !memcmp(b.data, data, n));
+  const int same = lh_file_read_regular(path, n + 1, &b, NULL) == LH_OK && b.len == n && (!n || !memcmp(b.data, data, n));
   lh_buf_free(&b);
   return same;
 }

@@ -116,7 +116,7 @@ lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha25
 lh_status lh_shard_record_read(const char *path, lh_shard_record *rec, lh_error *err) {
   memset(rec, 0, sizeof *rec);
   lh_buf b = {0};
-  lh_status st = lh_file_read(path, 1 << 20, &b, err);
+  lh_status st = lh_file_read_regular(path, 1 << 20, &b, err);
   if (st != LH_OK) {
     lh_buf_free(&b);
     return st;

@@ -13,9 +13,11 @@
 #include "util/buf.h"
 #include "util/err.h"
 
-/* Read a whole (small) file into b (appending). Fails with LH_ELIMIT if it is over max bytes. */
+/* Read a whole (small) file into b (appending). Fails with LH_ELIMIT if it is over max bytes. It
+ * opens whatever is at path (a FIFO blocks it): for tests' own files; a path a user names, or one
+ * in an output folder, goes through lh_file_read_regular. */
 lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err);
-/* The same for a file that must be a regular file (a model folder's config and tokenizer files): a
+/* The same for a file that must be a regular file (a model folder's files, --defaults, --ids, ...): a
  * FIFO, device or directory is refused with LH_EINVAL naming what it is, and is never read, so a
  * FIFO cannot hang the caller and /dev/zero cannot be read to max. A missing file is LH_ENOTFOUND. */
 lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err);

@@ -11,7 +11,9 @@
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
 #     that nothing is downloaded and how to fetch the folder;
 #   - a batch that is a folder or is missing exits 2 and creates no --out; so does an --out that is
-#     a file, lies under one, or is a symbolic link to nothing, naming it.
+#     a file, lies under one, or is a symbolic link to nothing, naming it;
+#   - a FIFO, a folder or a device named as the batch, --defaults, --ids, --families or
+#     --template-file is refused at once, naming the flag, the path and what it is.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -222,6 +224,29 @@ for d in dup:"key 'out' is given more than once" tail:"text after the JSON objec
   says "d-${d%%:*}" "${d#*:}"
 done
 [ ! -e "$T/d-out" ] && [ ! -e "$T/d-nul" ] || fail "a refused defaults file left an output folder"
+# ---- a file named by path that is a FIFO, a folder or a device is refused by name, never read ----
+# (a FIFO as --defaults or as the batch blocked for ever; /dev/zero as the batch read 4 GiB first)
+mkfifo "$T/fifo"
+for k in fifo:"is a FIFO (named pipe), not a regular file" dir:"is a folder, not a regular file" \
+         dev:"is a character device, not a regular file"; do
+  case ${k%%:*} in fifo) f="$T/fifo" ;; dir) f="$T/repo" ;; dev) f=/dev/zero ;; esac
+  run 2 "nr-defaults-${k%%:*}" timeout 20 "$LH" run "$T/batch.jsonl" --model "$MODEL" --defaults "$f" \
+    --out "$T/nr-out" --progress none
+  says "nr-defaults-${k%%:*}" "longhaul run: --defaults: $f: ${k#*:}"
+  run 2 "nr-ids-${k%%:*}" timeout 20 "$LH" logits --model "$MODEL" --ids "$f" --out "$T/nr-logits"
+  says "nr-ids-${k%%:*}" "longhaul logits: --ids: $f: ${k#*:}"
+  run 2 "nr-families-${k%%:*}" timeout 20 "$LH" niah --model "$MODEL" --out "$T/nr-out" --families "$f" \
+    --lengths 1k --depths 50 --progress none
+  says "nr-families-${k%%:*}" "--families: $f: ${k#*:}"
+  run 2 "nr-template-${k%%:*}" timeout 20 "$LH" ingest --no-tokens --template-file "$f" --out "$T/nr-out" "$T/repo"
+  says "nr-template-${k%%:*}" "--template-file: $f: ${k#*:}"
+done
+for f in "$T/fifo" /dev/zero /dev/null; do
+  run 2 nr-batch timeout 20 "$LH" run "$f" --model "$MODEL" --out "$T/nr-out" --progress none
+  says nr-batch "$f: is a"
+  says nr-batch "not a regular file; a batch is a JSONL file (to stream one, pipe it to \`longhaul run -\`)"
+done
+[ ! -e "$T/nr-out" ] && [ ! -e "$T/nr-logits" ] || fail "a refused FIFO, folder or device left an output"
 # --shard is two integers and nothing else (sscanf took 1/2x as 1/2 and wrapped 0/4294967298 to 0/2)
 for s in 1/2x 0/4294967298 +1/2 " 1/2" 0/1048577; do
   run 2 shardparse "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/shard-out" --shard "$s" --progress none
