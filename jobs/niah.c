@@ -583,6 +583,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_store_params sp = lh_store_default_params();
   lh_store_writer_params wp = lh_store_writer_default_params();
   const char *dbp = p->db_path ? p->db_path : db;
+  sp.no_follow = wp.store.no_follow = !p->db_path; /* OUT's own store; a --db the user names may be a link */
   if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = sweep_open(&S, store, corpus, dbp, prog, err)) ||
       (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) || (st = sweep_trials(&S, results, sum, err)))
     goto done;

@@ -1569,6 +1569,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   snprintf(R.batch_digest, sizeof R.batch_digest, "%s", R.batch.sha256);
   sum->bad_lines = R.batch.n_bad;
   lh_store_params sp = lh_store_default_params();
+  sp.no_follow = !p->db_path; /* OUT's own store; a --db the user names may be a link */
   if ((st = lh_store_open(sum->db_path, &sp, &R.store, err)) != LH_OK) goto done;
   R.prog = lh_progress_open(p->progress, stderr, 10);
   if (p->shard_note && *p->shard_note) lh_progress_note(R.prog, "%s", p->shard_note);
@@ -1586,6 +1587,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   lh_progress_batch(R.prog, "request", 0, 0, R.todo);
   if (p->checkpoint_every > 0) {
     lh_store_writer_params wp = lh_store_writer_default_params();
+    wp.store.no_follow = sp.no_follow;
     if ((st = lh_store_writer_open(sum->db_path, &wp, &R.writer, err)) != LH_OK) goto done;
   }
   st = run_jobs(&R, err);

@@ -614,6 +614,18 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
   owner_init(&s->me);
 
   struct stat sb;
+  static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
+  for (size_t t = 0; s->p.no_follow && t < sizeof tails / sizeof *tails; t++) {
+    char at[sizeof s->path + 16], to[4096];
+    snprintf(at, sizeof at, "%s%s", path, tails[t]);
+    if (lstat(at, &sb) != 0 || !S_ISLNK(sb.st_mode)) continue;
+    const ssize_t n = readlink(at, to, sizeof to - 1);
+    to[n > 0 ? n : 0] = 0;
+    lh_store_close(s);
+    return lh_error_set(err, LH_EIO, "%s is a symbolic link (to %s); the store in an output folder is a file of "
+                        "its own, never written through a link: remove the link and rerun (or name the store you "
+                        "mean with --db)", at, to);
+  }
   int exists = stat(path, &sb) == 0;
   if (!exists && (s->p.read_only || !s->p.create)) {
     lh_store_close(s);
@@ -639,6 +651,7 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
     }
   }
   int flags = s->p.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  if (s->p.no_follow) flags |= SQLITE_OPEN_NOFOLLOW; /* a link made since the check above */
   int rc = sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {
     lh_status st = lh_store__sql_error(s, rc, err, "opening");

@@ -88,6 +88,10 @@ typedef struct lh_store_params {
   int64_t max_db_bytes;   /* 0 = none; else the database may not grow past this (PRAGMA
                              max_page_count); hitting it is LH_EFULL */
   size_t page_bytes;      /* largest checkpoint page (blob) written (default 8 MiB; 64 KiB..256 MiB) */
+  int no_follow;          /* refuse a symbolic link at path or at path-wal, -shm or -journal with
+                             LH_EIO, as a link planted in OUT is (default 0): for the store a command
+                             keeps in its output folder, where a planted link would send its writes
+                             into another file; a path the user names (--db) may be a link */
   /* Durability knobs; the defaults are the measured choice in docs/store.md. Only the benchmark
    * and tests should change them. NULL = default. Applied when the handle opens. */
   const char *journal_mode; /* default "truncate" */

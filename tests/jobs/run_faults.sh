@@ -7,8 +7,8 @@
 #   - a read-only output folder is refused at once (exit 75), before the model is loaded;
 #   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
 #     --wait it queues behind the first and then finds every job done;
-#   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs or OUT/longhaul.lock: exit 75 naming it,
-#     nothing written through it;
+#   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs, OUT/longhaul.lock, OUT/longhaul.db or its
+#     -journal/-wal: exit 75 naming it, nothing written through it (a --db link is followed);
 #   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
 #   - the output folder, store included, removed under a running run: exit 75 saying so, and that
 #     what the store held is lost; the folder is not made again.
@@ -94,6 +94,27 @@ grep -q "$T/l/longhaul.lock is a symbolic link" "$T/l.log" || { cat "$T/l.log"; 
 [ "$(cat "$T/victim.txt")" = precious ] || fail "the run wrote through the symbolic link at longhaul.lock: $(cat "$T/victim.txt")"
 [ -e "$T/l/output.jsonl" ] && fail "a run refused at its lock wrote output.jsonl"
 echo "run_faults: a symbolic link at the lock: ok"
+
+# -- a symbolic link planted at OUT/longhaul.db or at its journal (to a file elsewhere): SQLite
+# followed the first and wrote the run's store into the other file; both are refused (75, named)
+# and nothing is written through them. A --db the user names may be a link, and is followed.
+for planted in longhaul.db longhaul.db-journal longhaul.db-wal; do
+  rm -rf "$T/y" && mkdir -p "$T/y" && rm -f "$T/victim.db"*
+  : > "$T/victim.db"
+  ln -s "$T/victim.db" "$T/y/$planted"
+  run_rc --out "$T/y" > "$T/y.log" 2>&1
+  [ $rc = 75 ] || { cat "$T/y.log"; fail "a symbolic link at $planted: exit $rc, expected 75"; }
+  grep -q "$T/y/$planted is a symbolic link (to $T/victim.db)" "$T/y.log" || { cat "$T/y.log"; fail "the message does not name the link at $planted"; }
+  [ ! -s "$T/victim.db" ] && [ "$(ls "$T"/victim.db*)" = "$T/victim.db" ] || fail "the run wrote through the symbolic link at $planted"
+  [ -e "$T/y/output.jsonl" ] && fail "a run refused at its store's link wrote output.jsonl"
+done
+rm -rf "$T/y" && rm -f "$T/victim.db"*
+cp "$T/ref/longhaul.db" "$T/victim.db"
+ln -s "$T/victim.db" "$T/linked.db"
+run_rc --out "$T/y" --db "$T/linked.db" > "$T/y.log" 2>&1
+grep -q " [1-9][0-9]* already done" "$T/y.log" || { cat "$T/y.log"; fail "a --db that is a symbolic link was not followed to its store"; }
+[ -L "$T/linked.db" ] || fail "a --db link was replaced"
+echo "run_faults: a symbolic link at the store: ok"
 
 # -- a store SQLite cannot read (cut short): exit 75 naming the store and saying what to do, and no
 # summary table: output.jsonl is the earlier run's, and showing it would pass it off as this run's
