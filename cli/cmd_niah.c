@@ -30,7 +30,9 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: longhaul niah --model DIR --out DIR [options]\n"
-          "       longhaul niah plot OUT      redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
+          "       longhaul niah plot OUT [--wait]\n"
+          "                                   redraw OUT/heatmap.{png,svg}, results.csv, summary.json\n"
+          "                                   (a sweep running in OUT is waited for with --wait)\n"
           "       longhaul niah compare A B [--out DIR]\n"
           "                                   two sweeps side by side and B - A per cell, into DIR\n"
           "                                   (default A/compare-with-<B's name>): compare.png, .svg,\n"
@@ -166,8 +168,9 @@ static int cmd_compare(int argc, char **argv) {
 int lh_cmd_niah(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "compare")) return cmd_compare(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "plot")) {
-    if (argc != 3) {
-      fprintf(stderr, "usage: longhaul niah plot OUT\n");
+    const int wait = argc == 4 && !strcmp(argv[3], "--wait");
+    if (argc != 3 && !wait) {
+      fprintf(stderr, "usage: longhaul niah plot OUT [--wait]\n");
       return LH_EXIT_USAGE;
     }
     lh_error e;
@@ -176,7 +179,7 @@ int lh_cmd_niah(int argc, char **argv) {
       fprintf(stderr, "longhaul niah plot: %s\n", e.msg);
       return LH_EXIT_FAILED;
     }
-    if (lh_niah_plot_dir(argv[2], &e) != LH_OK) {
+    if (lh_niah_plot_dir(argv[2], wait, &e) != LH_OK) {
       fprintf(stderr, "longhaul niah plot: %s\n", e.msg);
       return LH_EXIT_FAILED;
     }

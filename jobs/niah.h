@@ -137,8 +137,10 @@ typedef struct lh_niah_summary {
  * LH_EINTR when interrupted (resumable). */
 lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *err);
 
-/* Redraw OUT/heatmap.{png,svg} and rewrite results.csv and summary.json from OUT/results.jsonl. */
-lh_status lh_niah_plot_dir(const char *out_dir, lh_error *err);
+/* Redraw OUT/heatmap.{png,svg} and rewrite results.csv and summary.json from OUT/results.jsonl,
+ * holding OUT's sweep lock (OUT/niah.lock) as a sweep does: while a sweep runs there it is LH_EBUSY
+ * naming the holder, or with wait it waits for the sweep to end. */
+lh_status lh_niah_plot_dir(const char *out_dir, int wait, lh_error *err);
 
 /* Two sweeps side by side: the cells of OUT folders a_dir and b_dir, the difference b - a per cell
  * both have, each sweep's overall score and accuracy per length. */

@@ -536,6 +536,11 @@ typedef void (*draw_fn)(canvas *c, const void *fig);
 static void heatmap_draw_any(canvas *c, const void *f) { heatmap_draw(c, f); }
 static void compare_draw_any(canvas *c, const void *f) { compare_draw(c, f); }
 
+/* cairo's PNG writer into an lh_buf */
+static cairo_status_t png_append(void *closure, const unsigned char *data, unsigned int n) {
+  return lh_buf_append(closure, data, n) == LH_OK ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_NO_MEMORY;
+}
+
 static lh_status render(draw_fn draw, const void *fig, cairo_t *m, double w, double h, const char *title,
                         const char *png_path, const char *svg_path, lh_error *err) {
   if (png_path) {
@@ -546,10 +551,16 @@ static lh_status render(draw_fn draw, const void *fig, cairo_t *m, double w, dou
     canvas c = {.cr = cr, .m = m};
     draw(&c, fig);
     cairo_destroy(cr);
-    cairo_status_t cs = cairo_surface_write_to_png(s, png_path);
+    /* encoded in memory and replaced whole, as every report is: a reader or a kill never meets
+     * half a PNG */
+    lh_buf pb = {0};
+    cairo_status_t cs = cairo_surface_write_to_png_stream(s, png_append, &pb);
     cairo_surface_destroy(s);
-    if (cs != CAIRO_STATUS_SUCCESS)
-      return lh_error_set(err, LH_EIO, "%s: cannot write PNG: %s", png_path, cairo_status_to_string(cs));
+    lh_status ws = cs == CAIRO_STATUS_SUCCESS
+                       ? lh_file_write_atomic(png_path, pb.data, pb.len, err)
+                       : lh_error_set(err, LH_EIO, "%s: cannot encode PNG: %s", png_path, cairo_status_to_string(cs));
+    lh_buf_free(&pb);
+    if (ws != LH_OK) return cs == CAIRO_STATUS_SUCCESS ? lh_error_prefix(err, ws, "cannot write PNG: ") : ws;
   }
   if (svg_path) {
     lh_buf b = {0};

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "jobs/niah_internal.h"
+#include "jobs/outdir.h"
 #include "jobs/niah_plot.h"
 #include "util/fs.h"
 #include "util/json.h"
@@ -447,11 +448,20 @@ static lh_status read_title(const char *out_dir, char *title, size_t n, lh_error
   return st;
 }
 
-lh_status lh_niah_plot_dir(const char *out_dir, lh_error *err) {
-  char title[512];
-  lh_status st = read_title(out_dir, title, sizeof title, err);
-  if (st) return st;
-  return lh_niah__write_reports(out_dir, title, NULL, err);
+lh_status lh_niah_plot_dir(const char *out_dir, int wait, lh_error *err) {
+  char path[4200], title[512];
+  snprintf(path, sizeof path, "%s/sweep.json", out_dir);
+  lh_status st = lh_file_check_regular(path, err);
+  if (st) return lh_error_prefix(err, st, "%s is not a niah sweep's folder: ", out_dir);
+  /* The sweep's own lock, held exclusively: a plot writes the files a sweep writes (summary.json,
+   * results.csv, the heatmap) from what it reads, so a plot meanwhile would put a summary of fewer
+   * trials over the sweep's newer one, or the sweep's over the plot's. */
+  lh_outdir *od = NULL;
+  if ((st = lh_outdir_open(out_dir, "niah.lock", wait, &od, err))) return st;
+  if ((st = read_title(out_dir, title, sizeof title, err)) == LH_OK)
+    st = lh_niah__write_reports(out_dir, title, NULL, err);
+  lh_outdir_close(od);
+  return st;
 }
 
 

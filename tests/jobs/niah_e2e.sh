@@ -5,7 +5,8 @@
 # the figures and tables exist, a rerun takes the weights' digest from the sweep's store, and a
 # sweep killed with -9 and rerun gives the same results.csv as an uninterrupted one, apart from the "seconds" and "tokens_computed" columns (named and dropped).
 # A multi-value sweep's scores are RULER's share of the expected values, recomputed from the text.
-# Names that are not UTF-8 reach every JSON file it writes as valid UTF-8; one sweep at a time in an OUT.
+# Names that are not UTF-8 reach every JSON file it writes as valid UTF-8; one sweep at a time in an OUT,
+# and `niah plot` holds the same lock (refused, or with --wait waiting, while a sweep holds it).
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
 cd "${LH_SOURCE_DIR:-.}"
@@ -73,6 +74,26 @@ PY
 if [ "$cairo" = 1 ]; then
   "$LH" niah plot "$T/ref" > "$T/plot.log" 2>&1 || { cat "$T/plot.log"; fail "niah plot failed"; }
   python3 -c 'import sys; h = open(sys.argv[1], "rb").read(8); assert h == b"\x89PNG\r\n\x1a\n", h' "$T/ref/heatmap.png"
+  # plot holds the sweep's lock: while a sweep holds OUT/niah.lock a plot is refused, naming the
+  # holder, and writes nothing (it wrote summary.json and the heatmap under a running sweep); with
+  # --wait it waits for the lock. A lock holder stands in for the sweep.
+  cp "$T/ref/summary.json" "$T/summary-before.json"
+  python3 -c '
+import fcntl, sys, time
+f = open(sys.argv[1], "r+"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], "w").close(); time.sleep(float(sys.argv[3]))
+' "$T/ref/niah.lock" "$T/locked" 4 &
+  holder=$!
+  while [ ! -e "$T/locked" ]; do sleep 0.1; done
+  set +e
+  "$LH" niah plot "$T/ref" > "$T/plot-busy.log" 2>&1; rc=$?
+  set -e
+  [ "$rc" = 1 ] || { cat "$T/plot-busy.log"; fail "niah plot under a sweep's lock: exit $rc, expected 1"; }
+  grep -qF "$T/ref is in use by another longhaul run" "$T/plot-busy.log" || { cat "$T/plot-busy.log"; fail "the busy plot did not say so"; }
+  cmp -s "$T/summary-before.json" "$T/ref/summary.json" || fail "a refused plot rewrote summary.json"
+  ls "$T/ref" | grep -q '\.tmp\.' && fail "a refused plot left a temporary file"
+  "$LH" niah plot "$T/ref" --wait > "$T/plot-wait.log" 2>&1 || { cat "$T/plot-wait.log"; fail "niah plot --wait failed"; }
+  kill -0 "$holder" 2>/dev/null && fail "niah plot --wait did not wait for the lock"
+  wait "$holder"
 else
   echo "NOTE: built without cairo; niah plot and the heatmap not checked (test_niah_plot covers drawing)"
 fi
