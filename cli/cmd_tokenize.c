@@ -30,7 +30,8 @@ static void usage(FILE *f) {
           "  --jsonl            read JSONL: each line {\"text\": ...} (or {\"ids\": [...]} with --decode);\n"
           "                     write one line per input line, in order: {\"ids\": [...]} or {\"text\": ...}.\n"
           "                     An \"id\" field of the input is copied to the output. Blank lines are skipped.\n"
-          "  --decode           decode instead of encode (plain mode reads ids separated by spaces)\n"
+          "  --decode           decode instead of encode (plain mode reads ids separated by spaces);\n"
+          "                     an id the vocabulary lacks is skipped, as HF does; a negative id is refused\n"
           "  --add-special      apply the post-processor (e.g. BOS/EOS of TemplateProcessing), as HF's\n"
           "                     encode(add_special_tokens=True); off by default\n"
           "  --skip-special     when decoding, drop special tokens (HF skip_special_tokens=True)\n"
@@ -166,16 +167,21 @@ static int run_jsonl(const lh_tokenizer *t, int decode, int add_special, int ski
     } else {
       const cJSON *af = cJSON_GetObjectItemCaseSensitive(o, "ids");
       int ok = cJSON_IsArray(af);
+      char why[128] = "no array \"ids\" of integers";
       ids.len = 0;
-      for (const cJSON *e = ok ? af->child : NULL; e && ok; e = e->next) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int32_t)e->valuedouble)
-          ok = 0;
-        else if (lh_i32vec_push(&ids, (int32_t)e->valuedouble))
-          ok = 0;
+      int k = 0;
+      for (const cJSON *e = ok ? af->child : NULL; e && ok; e = e->next, k++) {
+        const double d = cJSON_IsNumber(e) ? e->valuedouble : 0.5;
+        if (!(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int32_t)d)
+          ok = 0, snprintf(why, sizeof why, "\"ids\"[%d] is not a 32-bit integer", k);
+        else if (d < 0) /* HF skips an id it does not know; a negative one is no id at all */
+          ok = 0, snprintf(why, sizeof why, "\"ids\"[%d] is %d: a token id is never negative", k, (int32_t)d);
+        else if (lh_i32vec_push(&ids, (int32_t)d))
+          ok = 0, snprintf(why, sizeof why, "out of memory");
       }
       lh_error err = {0};
       if (!ok) {
-        line_error(out, lineno, id_json, "%s", "no array \"ids\" of integers");
+        line_error(out, lineno, id_json, "%s", why);
         failed = 1;
       } else {
         lh_buf_clear(&text);
@@ -240,6 +246,13 @@ static int run_plain(const lh_tokenizer *t, int decode, int add_special, int ski
       if (end == p || errno || v < INT32_MIN || v > INT32_MAX) {
         fprintf(stderr, "longhaul tokenize: input id %ld (byte %zu) is not an integer: \"%.16s\"\n", count,
                 (size_t)(p - in.data), p);
+        lh_buf_free(&in);
+        lh_i32vec_free(&ids);
+        return LH_EXIT_FAILED;
+      }
+      if (v < 0) { /* HF skips an id it does not know; a negative one is no id at all */
+        fprintf(stderr, "longhaul tokenize: input id %ld (byte %zu) is %ld: a token id is never negative\n", count,
+                (size_t)(p - in.data), v);
         lh_buf_free(&in);
         lh_i32vec_free(&ids);
         return LH_EXIT_FAILED;

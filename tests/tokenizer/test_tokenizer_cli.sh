@@ -74,6 +74,17 @@ printf '{"ids":[5000,1022,1,5001]}\nnope\n' | "$lh" tokenize --tokenizer "$fix/l
   --skip-special > "$tmp/dec.jsonl" 2> /dev/null
 check "jsonl decode with a bad line exits 1" test $? -eq 1
 check "jsonl decode output" test "$(wc -l < "$tmp/dec.jsonl")" -eq 2
+# a negative id is refused, naming where it is and what it is (it was dropped, as HF drops an id it
+# does not know, which stays so); JSONL refuses that line only
+echo "5000 -5 5001" | "$lh" tokenize --tokenizer "$fix/llama3.tokenizer.json" --decode > "$tmp/neg.out" 2> "$tmp/neg.err"
+check "plain decode of a negative id exits 1" test $? -eq 1
+check "plain decode names the negative id" grep -qF "input id 2 (byte 5) is -5: a token id is never negative" "$tmp/neg.err"
+check "plain decode of a negative id prints nothing" test ! -s "$tmp/neg.out"
+printf '{"id":"a","ids":[5000,-7]}\n{"ids":[5000,99999999]}\n' \
+  | "$lh" tokenize --tokenizer "$fix/llama3.tokenizer.json" --jsonl --decode > "$tmp/neg.jsonl" 2> "$tmp/neg.err"
+check "jsonl decode of a negative id exits 1" test $? -eq 1
+check "jsonl decode names the negative id" grep -qF '{"id":"a","error":"\"ids\"[1] is -7: a token id is never negative"}' "$tmp/neg.jsonl"
+check "jsonl decode skips an unknown id as HF" test "$(sed -n 2p "$tmp/neg.jsonl" | head -c 8)" = '{"text":'
 
 # threads and --model DIR give the same ids as one thread
 for i in $(seq 1 6000); do cat "$fix/README"; done > "$tmp/big.txt"
