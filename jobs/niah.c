@@ -206,6 +206,7 @@ static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int
   if (st == LH_OK) st = lh_ingest_add_path(ing, corpus, err);
   lh_ingest_batch b;
   lh_ingest_stats is;
+  lh_buf why = {0}; /* the first entry that gave no text, for a haystack too small to use */
   if (st == LH_OK) lh_ingest_stats_get(ing, &is);
   lh_progress_begin(prog, "haystack", "ingest", st == LH_OK && is.source_total > 0 ? is.source_total : 0, "B");
   while (st == LH_OK && (st = lh_ingest_next(ing, &b, err)) == LH_OK) {
@@ -215,9 +216,13 @@ static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int
       break;
     }
     lh_i32vec_append(&S->H, b.tokens, b.n_tokens);
-    for (size_t i = 0; i < b.n_entries && st == LH_OK; i++)
-      if (b.entries[i].token_start >= 0 && b.entries[i].token_end > b.entries[i].token_start)
-        st = doc_add(S, b.entries[i].token_start, err);
+    for (size_t i = 0; i < b.n_entries && st == LH_OK; i++) {
+      const lh_ingest_entry *e = &b.entries[i];
+      if (e->token_start >= 0 && e->token_end > e->token_start) st = doc_add(S, e->token_start, err);
+      else if (!why.len && e->status == LH_ENTRY_SKIPPED && e->reason != LH_REASON_DIRECTORY)
+        lh_buf_printf(&why, "; %.*s was skipped as %s%s%s%s", (int)(e->path_len < 300 ? e->path_len : 300), e->path,
+                      lh_entry_reason_name(e->reason), *e->detail ? " (" : "", e->detail, *e->detail ? ")" : "");
+    }
     lh_ingest_stats_get(ing, &is);
     lh_progress_update(prog, is.source_bytes);
     if (b.done) break;
@@ -228,12 +233,25 @@ static lh_status load_haystack(sweep *S, const char *corpus, const char *db, int
   }
   if (st == LH_OK) lh_progress_end(prog);
   else lh_progress_stop(prog, st == LH_EINTR ? "interrupted" : "failed");
+  /* too little text: say why, from what ingest found (binary or not-UTF-8 files, no files) */
+  lh_buf notes = {0};
+  if (st == LH_OK && S->H.len < 64) {
+    lh_ingest_notes(ing, &notes);
+    while (notes.len && notes.data[notes.len - 1] == '\n') notes.data[--notes.len] = 0;
+    for (size_t i = 0; i < notes.len; i++)
+      if (notes.data[i] == '\n') notes.data[i] = ';';
+  }
   lh_ingest_close(ing);
-  if (st == LH_EINTR) return st;
-  if (st != LH_OK) return lh_error_prefix(err, st, "haystack %s: ", corpus);
   S->corpus_tokens = (int64_t)S->H.len;
-  if (S->corpus_tokens < 64) return lh_error_set(err, LH_EINVAL, "haystack %s has only %lld tokens", corpus,
-                                                 (long long)S->corpus_tokens);
+  if (st == LH_OK && S->corpus_tokens < 64)
+    st = lh_error_set(err, LH_EINVAL, "haystack %s has only %lld tokens, too few for a haystack (64 at least)%s%s%s: "
+                      "give %s", corpus, (long long)S->corpus_tokens, notes.len ? ": " : "", notes.len ? notes.data : "",
+                      why.len ? why.data : "", notes.len || why.len ? "a corpus of UTF-8 text" : "a longer corpus");
+  lh_buf_free(&notes);
+  lh_buf_free(&why);
+  if (st == LH_EINTR) return st;
+  if (st == LH_EINVAL && S->corpus_tokens < 64) return st;
+  if (st != LH_OK) return lh_error_prefix(err, st, "haystack %s: ", corpus);
   /* repeat whole copies of the corpus (document boundaries stay boundaries); the room is made
    * first, since appending H to itself would read the block a reallocation just freed */
   const int64_t copies = (need + S->corpus_tokens - 1) / S->corpus_tokens;

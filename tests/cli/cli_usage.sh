@@ -367,6 +367,20 @@ run 2 niah-oneline "$LH" niah --model "$MODEL" --out "$T/niah-oneline" --progres
   --lengths 1k --depths 50
 says niah-oneline "the haystack has no line break within"
 [ ! -e "$T/niah-oneline/results.jsonl" ] || fail "niah oneline: results were written for trials refused"
+# a haystack with no text says why (it said only "has only 0 tokens"): a binary file, text that is
+# not UTF-8, a folder with no files
+head -c 4096 /dev/urandom | tr -d '\n' | { printf 'x\0'; cat; } > "$T/corpus.bin"
+for i in $(seq 200); do printf 'caf\xe9 cr\xe8me br\xfbl\xe9e\n'; done > "$T/corpus-latin1.txt"
+mkdir -p "$T/corpus-empty"
+for c in bin:"corpus.bin was skipped as binary (NUL byte at offset 1)" \
+         latin1:"corpus-latin1.txt was skipped as binary (over 10% of the first" empty:"corpus-empty: no text: the folder is empty"; do
+  case ${c%%:*} in bin) f="$T/corpus.bin" ;; latin1) f="$T/corpus-latin1.txt" ;; empty) f="$T/corpus-empty" ;; esac
+  run 2 "niah-corpus-${c%%:*}" "$LH" niah --model "$MODEL" --out "$T/niah-corpus" --progress none --corpus "$f" \
+    --lengths 1k --depths 50
+  says "niah-corpus-${c%%:*}" "haystack $f has only 0 tokens, too few for a haystack (64 at least): "
+  says "niah-corpus-${c%%:*}" "${c#*:}"
+  says "niah-corpus-${c%%:*}" "give a corpus of UTF-8 text"
+done
 # a question or an expected answer longer than a trial holds was cut (a cut answer matched more)
 run 2 niah-question-long "$LH" niah --model "$MODEL" --out "$T/niah-long" --progress none --lengths 1k --depths 50 \
   --question "$(printf 'x%.0s' $(seq 600)) {key}?"
