@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "ingest/ingest.h"
 #include "cli/commands.h"
 #include "util/buf.h"
@@ -184,6 +185,7 @@ static void summary(lh_ingest *ing, FILE *f, int tokens) {
 int lh_cmd_ingest(int argc, char **argv) {
   lh_ingest_params p = lh_ingest_default_params();
   const char *out_dir = NULL, *tok_path = NULL, *template_file = NULL;
+  int tok_is_model = 0; /* tok_path came as --model DIR */
   char *template_text = NULL;
   int no_tokens = 0, want_text = 0, quiet = 0, rc = LH_EXIT_USAGE;
   const char **inc = calloc((size_t)argc, sizeof *inc), **exc = calloc((size_t)argc, sizeof *exc);
@@ -218,7 +220,7 @@ int lh_cmd_ingest(int argc, char **argv) {
       rc = LH_EXIT_OK;
       goto done;
     } else if (!strcmp(a, "--out")) { NEED_VALUE; out_dir = v; }
-    else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--model")) { NEED_VALUE; tok_path = v; }
+    else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--model")) { NEED_VALUE; tok_path = v; tok_is_model = a[2] == 'm'; }
     else if (!strcmp(a, "--no-tokens")) no_tokens = 1;
     else if (!strcmp(a, "--text")) want_text = 1;
     else if (!strcmp(a, "--quiet")) quiet = 1;
@@ -294,6 +296,10 @@ int lh_cmd_ingest(int argc, char **argv) {
   } else if (template_text)
     p.template_text = template_text;
   if (tok_path) {
+    if (tok_is_model && lh_model_check(tok_path, "none", &err)) {
+      fprintf(stderr, "longhaul ingest: --model: %s\n", err.msg);
+      goto done;
+    }
     if (lh_tokenizer_open(tok_path, &tokenizer, &err)) {
       fprintf(stderr, "longhaul ingest: %s\n", err.msg);
       goto done;

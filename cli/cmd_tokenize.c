@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "cli/commands.h"
 
@@ -362,6 +363,10 @@ int lh_cmd_tokenize(int argc, char **argv) {
   }
   lh_tokenizer *t = NULL;
   lh_error err = {0};
+  if (model && lh_model_check(model, "none", &err)) { /* a file or a device is named as such */
+    fprintf(stderr, "longhaul tokenize: --model: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
   if (lh_tokenizer_open(tok ? tok : model, &t, &err)) {
     fprintf(stderr, "longhaul tokenize: %s\n", err.msg);
     return LH_EXIT_USAGE;

@@ -34,10 +34,12 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/internal.h"
@@ -202,13 +204,20 @@ static int looks_like_repo_id(const char *s) {
 
 lh_status lh_model_check(const char *dir, const char *backend, lh_error *err) {
   if (!dir || !*dir) return lh_error_set(err, LH_EINVAL, "no model folder given");
-  if (!lh_is_dir(dir) && looks_like_repo_id(dir))
+  struct stat sb;
+  const int found = stat(dir, &sb) == 0, e = errno;
+  if (!found && e == ENOENT && looks_like_repo_id(dir))
     return lh_error_set(err, LH_ENOTFOUND,
                         "%s: not a model folder (no such directory). It looks like a Hugging Face repo id, and "
                         "longhaul downloads nothing: fetch the folder first (huggingface-cli download %s --local-dir "
                         "DIR) and pass that DIR",
                         dir, dir);
-  if (!lh_is_dir(dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (no such directory)", dir);
+  if (!found)
+    return lh_error_set(err, LH_ENOTFOUND, "%s: not a model folder (%s)", dir,
+                        e == ENOENT ? "no such directory" : strerror(e));
+  if (!S_ISDIR(sb.st_mode))
+    return lh_error_set(err, LH_EINVAL, "%s: not a model folder: it is %s, not a directory", dir,
+                        lh_file_kind(sb.st_mode));
   return backend && !strcmp(backend, "none") ? LH_OK : lh_backend_check(backend ? backend : "cpu", err);
 }
 

@@ -179,6 +179,17 @@ says hf2 "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
 run 2 nomodel "$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$T/nomodel" --progress none
 says nomodel "--model: $T/no-such-model: not a model folder"
 [ ! -e "$T/nomodel" ] || fail "run with a missing --model created --out"
+# a --model that is there but is not a folder says what it is (it said "no such directory")
+mkfifo "$T/model-fifo"
+for m in /dev/null:"a character device" "$T/model-fifo":"a FIFO (named pipe)" "$T/batch.jsonl":"a regular file"; do
+  run 2 modelkind timeout 20 "$LH" run "$T/batch.jsonl" --model "${m%%:*}" --out "$T/modelkind" --progress none
+  says modelkind "--model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
+  run 2 modelkind-tok timeout 20 "$LH" tokenize --model "${m%%:*}" < /dev/null
+  says modelkind-tok "longhaul tokenize: --model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
+  run 2 modelkind-ingest timeout 20 "$LH" ingest --model "${m%%:*}" --out "$T/modelkind" "$T/repo"
+  says modelkind-ingest "longhaul ingest: --model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
+done
+[ ! -e "$T/modelkind" ] || fail "a --model that is not a folder left an output folder"
 # a batch that is a folder is the command's mistake (2), not the machine's (75), and leaves no --out
 run 2 batchdir "$LH" run "$T/repo" --model "$MODEL" --out "$T/batchdir" --progress none
 says batchdir "$T/repo is a folder; a batch is a JSONL file"
