@@ -137,9 +137,12 @@ static int apply_defaults(const char *path, lh_runner_params *p) {
   const char *dup = NULL;
   if (o && lh_json_duplicate_key(o, 1, &dup)) dup = "?";
   int bad = 1;
+  char deep[128];
   if (nul >= 0)
     fprintf(stderr, "longhaul run: --defaults %s: byte %ld holds a NUL (or \\u0000), which no option can carry\n", path,
             nul + 1);
+  else if (!o && lh_json_too_deep(b.data, b.len, deep, sizeof deep))
+    fprintf(stderr, "longhaul run: --defaults %s: %s\n", path, deep);
   else if (!cJSON_IsObject(o))
     fprintf(stderr, "longhaul run: --defaults %s: not a JSON object\n", path);
   else if (tail < b.len)

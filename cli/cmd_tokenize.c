@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 #include "cli/commands.h"
+#include "util/json.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -136,7 +137,11 @@ static int run_jsonl(const lh_tokenizer *t, int decode, int add_special, int ski
       const cJSON *idf = cJSON_GetObjectItemCaseSensitive(o, "id");
       if (idf) id_json = cJSON_PrintUnformatted(idf);
     }
-    if (!cJSON_IsObject(o)) {
+    char deep[128];
+    if (!o && lh_json_too_deep(line, len, deep, sizeof deep)) {
+      line_error(out, lineno, NULL, "%s", deep);
+      failed = 1;
+    } else if (!cJSON_IsObject(o)) {
       line_error(out, lineno, NULL, "%s", o ? "not a JSON object" : "invalid JSON");
       failed = 1;
     } else if (!decode) {

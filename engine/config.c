@@ -695,6 +695,8 @@ lh_status lh_config_parse(const char *json, size_t len, const char *path, lh_con
   cfg->rope_attention_factor = 1.0f;
   const char *at = NULL; /* the parse end, not cJSON_GetErrorPtr(): that one is a global */
   cJSON *root = json ? cJSON_ParseWithLengthOpts(json, len, &at, 0) : NULL;
+  char deep[128];
+  if (!root && lh_json_too_deep(json, len, deep, sizeof deep)) return lh_error_set(err, LH_EFORMAT, "%s: %s", path, deep);
   if (!root) {
     long off = at && json && at >= json && at <= json + len ? (long)(at - json) : -1;
     return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON (error near byte %ld)", path, off);
@@ -746,6 +748,8 @@ lh_status lh_generation_config_check(const char *json, size_t len, const char *p
                                      lh_error *err) {
   if (!path) path = "generation_config.json";
   cJSON *root = json ? cJSON_ParseWithLength(json, len) : NULL;
+  char deep[128];
+  if (!root && lh_json_too_deep(json, len, deep, sizeof deep)) return lh_error_set(err, LH_EFORMAT, "%s: %s", path, deep);
   if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
   pctx c = {root, path, err};
   lh_status st = LH_OK;

@@ -34,6 +34,7 @@
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/log.h"
 
 #define JSON_INT_MAX 9007199254740992.0 /* 2^53: larger integers are not exact in a double */
@@ -263,6 +264,9 @@ lh_status lh_st_parse(lh_st_set *s, const void *buf, size_t size, int file, cons
   const char *json = (const char *)p + 8;
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
+  char deep[128];
+  if (!root && lh_json_too_deep(json, (size_t)hlen, deep, sizeof deep))
+    return lh_error_set(err, LH_EFORMAT, "%s: the JSON header is %s", path, deep);
   if (!root)
     return lh_error_set(err, LH_EFORMAT, "%s: the header is not valid JSON (error near byte %ld of %llu)", path,
                         end && end >= json ? (long)(end - json) : -1L, (unsigned long long)hlen);
@@ -440,7 +444,10 @@ static lh_status open_index(lh_st_set *s, const char *dir, const char *ipath, lh
   lh_status st = lh_file_read_regular(ipath, 256u << 20, &b, err);
   if (st) return st;
   cJSON *root = cJSON_ParseWithLength(b.data, b.len);
+  char deep[128];
+  const int too_deep = !root && lh_json_too_deep(b.data, b.len, deep, sizeof deep);
   lh_buf_free(&b);
+  if (too_deep) return lh_error_set(err, LH_EFORMAT, "%s: %s", ipath, deep);
   if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", ipath);
   const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
   const char **shards = NULL;

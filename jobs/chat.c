@@ -163,7 +163,10 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
     return lh_error_set(err, e.code, "%s", e.msg);
   }
   cJSON *root = cJSON_ParseWithLength(b.data, b.len);
+  char deep[128];
+  const int too_deep = !root && lh_json_too_deep(b.data, b.len, deep, sizeof deep);
   lh_buf_free(&b);
+  if (too_deep) return lh_error_set(err, LH_EFORMAT, "%s: %s", path, deep);
   if (!root) return lh_error_set(err, LH_EFORMAT, "%s: not valid JSON", path);
   const char *text = NULL;
   st = chat_template_text(root, path, &text, err);

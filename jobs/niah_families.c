@@ -431,7 +431,10 @@ lh_status lh_niah__families_load(const char *path, lh_niah__families **out, lh_e
   const char *end = NULL;
   F->root = cJSON_ParseWithLengthOpts(b.data ? b.data : "", b.len, &end, 0);
   loader L = {.path = path, .err = err};
-  if (!F->root) {
+  char deep[128];
+  if (!F->root && lh_json_too_deep(b.data, b.len, deep, sizeof deep)) {
+    st = lh_error_set(err, LH_EFORMAT, "%s: %s", path, deep);
+  } else if (!F->root) {
     int line = 1;
     for (const char *c = b.data; c && end && c < end; c++) line += *c == '\n';
     st = lh_error_set(err, LH_EFORMAT, "%s:%d: not JSON (a families file is one JSON object; see "

@@ -639,6 +639,8 @@ static lh_status load_json(lh_tokenizer *t, const cJSON *root, lh_error *err) {
 lh_status tk_open_json(const char *json, size_t len, const char *name, lh_tokenizer **out, lh_error *err) {
   *out = NULL;
   cJSON *root = cJSON_ParseWithLength(json, len);
+  char deep[128];
+  if (!root && lh_json_too_deep(json, len, deep, sizeof deep)) return lh_error_set(err, LH_EFORMAT, "%s: %s", name, deep);
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
     size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;

@@ -2,6 +2,7 @@
  * per object. */
 #include "util/json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,4 +63,26 @@ cJSON *lh_json_text(const char *text) {
 void lh_json_add_text(cJSON *o, const char *key, const char *text) {
   cJSON *s = lh_json_text(text);
   if (s) cJSON_AddItemToObject(o, key, s);
+}
+
+int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n) {
+  int depth = 0, in_str = 0;
+  for (size_t i = 0; text && i < len; i++) {
+    const char c = text[i];
+    if (in_str) {
+      if (c == '\\') i++;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > CJSON_NESTING_LIMIT) {
+        if (n) snprintf(msg, n, "arrays and objects nest more than %d deep (at byte %zu): longhaul reads no deeper",
+                        CJSON_NESTING_LIMIT, i);
+        return 1;
+      }
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return 0;
 }

@@ -18,6 +18,12 @@
  * keys is checked in well under a second. LH_ENOMEM when the sort array cannot be allocated. */
 lh_status lh_json_duplicate_key(const cJSON *node, int nested, const char **key);
 
+/* Whether text nests arrays and objects deeper than cJSON reads (CJSON_NESTING_LIMIT, where its
+ * parse fails): then 1, with "arrays and objects nest more than 1000 deep (at byte N): longhaul
+ * reads no deeper" in msg (N the 0-based offset of the bracket past the limit); else 0. Brackets
+ * in strings do not count. One pass, no allocation: for a reader to say why cJSON refused a text. */
+int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n);
+
 /* A JSON string node of text (NULL: ""), with U+FFFD for each invalid UTF-8 subpart (as
  * lh_utf8_replace), so that files quoting paths, names, templates from the command line or model
  * output stay valid UTF-8 whatever the bytes were; NULL when out of memory. */

@@ -235,6 +235,22 @@ for d in dup:"key 'out' is given more than once" tail:"text after the JSON objec
   says "d-${d%%:*}" "${d#*:}"
 done
 [ ! -e "$T/d-out" ] && [ ! -e "$T/d-nul" ] || fail "a refused defaults file left an output folder"
+# JSON nested past cJSON's 1000 levels says so (it said "not a JSON object" or "not valid JSON"):
+# in --defaults, a model folder's config.json, tokenizer.json and generation_config.json, and
+# niah --families
+python3 -c 'import sys; sys.stdout.write("{\"chunk\": " + "[" * 5000 + "]" * 5000 + "}\n")' > "$T/deep.json"
+deep="arrays and objects nest more than 1000 deep (at byte 1009): longhaul reads no deeper"
+run 2 deep-defaults "$LH" run "$T/batch.jsonl" --model "$MODEL" --defaults "$T/deep.json" --out "$T/deep-out" --progress none
+says deep-defaults "--defaults $T/deep.json: $deep"
+for f in config.json tokenizer.json generation_config.json; do
+  rm -rf "$T/deepmodel" && mkdir -p "$T/deepmodel"
+  for g in "$MODEL"/*; do ln -s "$(cd "$(dirname "$g")" && pwd)/$(basename "$g")" "$T/deepmodel/"; done
+  rm "$T/deepmodel/$f" && cp "$T/deep.json" "$T/deepmodel/$f"
+  run 2 "deep-$f" "$LH" run "$T/batch.jsonl" --model "$T/deepmodel" --out "$T/deep-out" --progress none
+  says "deep-$f" "$T/deepmodel/$f: $deep"
+done
+run 2 deep-families "$LH" niah --model "$MODEL" --out "$T/deep-out" --families "$T/deep.json" --progress none
+says deep-families "$T/deep.json: $deep"
 # ---- a file named by path that is a FIFO, a folder or a device is refused by name, never read ----
 # (a FIFO as --defaults or as the batch blocked for ever; /dev/zero as the batch read 4 GiB first)
 mkfifo "$T/fifo"

@@ -85,6 +85,10 @@ printf '{"id":"a","ids":[5000,-7]}\n{"ids":[5000,99999999]}\n' \
 check "jsonl decode of a negative id exits 1" test $? -eq 1
 check "jsonl decode names the negative id" grep -qF '{"id":"a","error":"\"ids\"[1] is -7: a token id is never negative"}' "$tmp/neg.jsonl"
 check "jsonl decode skips an unknown id as HF" test "$(sed -n 2p "$tmp/neg.jsonl" | head -c 8)" = '{"text":'
+# a line nested past cJSON's 1000 levels says so (it said "invalid JSON")
+python3 -c 'print("{\"ids\": " + "[" * 1001)' | "$lh" tokenize --tokenizer "$fix/llama3.tokenizer.json" --jsonl --decode \
+  > "$tmp/deep.jsonl" 2> /dev/null
+check "jsonl: too deep a line names the nesting" grep -qF '{"error":"arrays and objects nest more than 1000 deep (at byte 1007): longhaul reads no deeper"}' "$tmp/deep.jsonl"
 
 # threads and --model DIR give the same ids as one thread
 for i in $(seq 1 6000); do cat "$fix/README"; done > "$tmp/big.txt"
