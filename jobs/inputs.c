@@ -7,6 +7,17 @@
  *  1a. What the globs leave out is a subset of what ingest leaves out: lh_globs_decide and ingest's
  *     folder walk match through one function, in the same order (test_inputs checks them against
  *     each other), so no byte ingest reads escapes the digest.
+ *  1b. Names of one file. Inside a document folder, ingest reads a file of several names under
+ *     the first of them in its walk's order (byte order of the paths) that its globs keep and,
+ *     once that name has made a document, frames the later ones as links to it without reading
+ *     them (ingest/archive_walk.c, lh_source_folder: one link table per folder document). So after
+ *     a document folder's entries, the digest and the stamp name each set of two or more of the
+ *     names the walk digests (those the globs keep, reached without a symlink) that share a
+ *     device and inode: the first in byte order, then the others (feed_shared). A file whose
+ *     other names lie outside the document, or in another document, has one name here as in
+ *     ingest's walk; a tree with no shared inode is fed exactly what it was fed before. (A file
+ *     that makes no document, binary or too large, is read under every name by ingest and still
+ *     named as a set here: a recomputation, never a stale answer.)
  *  2. A cache entry is put only after a complete read during which the file's identity did not
  *     change.
  *  3. Nothing but a regular file is ever opened for reading, and nothing but a folder
@@ -65,6 +76,13 @@ static int skipped(const skip_set *sk, const struct stat *sb) {
  * (lh_ingest_display_name), so the reason after it always fits the message. */
 #define PATH_SHOWN 320
 
+/* A name, inside the current document, of a regular file that has several links. */
+typedef struct shared_name {
+  dev_t dev;
+  ino_t ino;
+  char *rel; /* as w->rel names it ("./a/b") */
+} shared_name;
+
 /* One walk over a request's documents: the digest (content, when read), the current document's
  * stamp (stamp) and what both leave out. Inside a document, the walk holds one descriptor per
  * folder on its way down and names entries relative to it: no syscall takes a whole path but
@@ -85,6 +103,8 @@ typedef struct walk {
   lh_buf file;           /* file_path's result */
   lh_buf scratch, shown; /* where's working space and result */
   char target[PATH_MAX]; /* the last link's target */
+  shared_name *shared;   /* the current document's names of files with several links (invariant 1b) */
+  size_t n_shared, cap_shared;
 } walk;
 
 static void feed(walk *w, const char *tag, const char *s) {
@@ -253,6 +273,68 @@ static lh_status digest_file(walk *w, int dfd, const char *name, int depth, int 
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* w->rel, a name of the file sb describes, into the current document's shared names. */
+static lh_status note_shared(walk *w, const struct stat *sb) {
+  if (w->n_shared == w->cap_shared) {
+    const size_t cap = w->cap_shared ? 2 * w->cap_shared : 16;
+    shared_name *ns = realloc(w->shared, cap * sizeof *ns);
+    if (!ns) return LH_ENOMEM;
+    w->shared = ns;
+    w->cap_shared = cap;
+  }
+  char *rel = strdup(w->rel.data);
+  if (!rel) return LH_ENOMEM;
+  w->shared[w->n_shared++] = (shared_name){.dev = sb->st_dev, .ino = sb->st_ino, .rel = rel};
+  return LH_OK;
+}
+
+static void shared_clear(walk *w) {
+  for (size_t i = 0; i < w->n_shared; i++) free(w->shared[i].rel);
+  w->n_shared = 0;
+}
+
+/* by file, then by name */
+static int cmp_shared(const void *pa, const void *pb) {
+  const shared_name *a = pa, *b = pb;
+  if (a->dev != b->dev) return a->dev < b->dev ? -1 : 1;
+  if (a->ino != b->ino) return a->ino < b->ino ? -1 : 1;
+  return strcmp(a->rel, b->rel);
+}
+
+/* by the first name of each file (device and inode differ from copy to copy: only names order) */
+static int cmp_first(const void *a, const void *b) {
+  return strcmp((*(shared_name *const *)a)->rel, (*(shared_name *const *)b)->rel);
+}
+
+/* The current document's files of two or more names into the walk (invariant 1b): for each, in
+ * the byte order of its first name, that name (the one ingest reads) and then the others (those
+ * it frames as links to it). Clears the names. */
+static lh_status feed_shared(walk *w) {
+  lh_status st = LH_OK;
+  if (w->n_shared > 1) qsort(w->shared, w->n_shared, sizeof *w->shared, cmp_shared);
+  shared_name **first = NULL;
+  size_t n_first = 0;
+  for (size_t i = 0; i + 1 < w->n_shared; i++) {
+    const shared_name *a = &w->shared[i], *b = &w->shared[i + 1];
+    if (a->dev != b->dev || a->ino != b->ino || (i && a->dev == a[-1].dev && a->ino == a[-1].ino)) continue;
+    if (!first && !(first = malloc(w->n_shared / 2 * sizeof *first))) {
+      st = LH_ENOMEM;
+      break;
+    }
+    first[n_first++] = &w->shared[i];
+  }
+  if (n_first > 1) qsort(first, n_first, sizeof *first, cmp_first);
+  for (size_t g = 0; g < n_first; g++) {
+    const shared_name *f = first[g], *end = w->shared + w->n_shared;
+    feed(w, "hardlinks", f->rel);
+    for (const shared_name *o = f + 1; o < end && o->dev == f->dev && o->ino == f->ino; o++)
+      feed(w, "hardlink", o->rel);
+  }
+  free(first);
+  shared_clear(w);
+  return st;
+}
+
 /* The names in the folder open at fd (without "." and ".."), sorted by bytes, into *names[0..*n)
  * (the caller frees each and the array). errno-style result. */
 static int list_names(int fd, char ***names, size_t *n) {
@@ -320,7 +402,12 @@ static lh_status digest_path(walk *w, int dfd, const char *name, int depth, lh_e
       return LH_OK;
     link = 1;
   }
-  if (S_ISREG(sb.st_mode)) return digest_file(w, dfd, name, depth, link, err);
+  if (S_ISREG(sb.st_mode)) {
+    /* a name ingest meets in its walk, of a file it may meet under another (invariant 1b) */
+    if (depth > 0 && !link && sb.st_nlink > 1 && note_shared(w, &sb))
+      return lh_error_set(err, LH_ENOMEM, "out of memory");
+    return digest_file(w, dfd, name, depth, link, err);
+  }
   if (!S_ISDIR(sb.st_mode)) {
     feed(w, S_ISFIFO(sb.st_mode) ? "fifo" : S_ISSOCK(sb.st_mode) ? "socket" : "device", rel);
     return LH_OK;
@@ -379,6 +466,8 @@ static void walk_free(walk *w) {
   lh_buf_free(&w->file);
   lh_buf_free(&w->scratch);
   lh_buf_free(&w->shown);
+  shared_clear(w);
+  free(w->shared);
 }
 
 /* The walk over every document of r: the digest into out when w->read, each document's stamp
@@ -421,7 +510,9 @@ static lh_status walk_request(walk *w, const lh_request *r, const char *const *e
       w->doc = di->resolved;
       lh_buf_clear(&w->rel);
       if (!st && lh_buf_append(&w->rel, ".", 1)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
+      shared_clear(w);
       if (!st) st = digest_path(w, AT_FDCWD, di->resolved, 0, err);
+      if (!st && feed_shared(w)) st = lh_error_set(err, LH_ENOMEM, "out of memory");
       w->globs = NULL;
       lh_globs_free(g);
       if (st) {

@@ -14,7 +14,11 @@
  * fails it for changing. Otherwise the walk is broader than what ingest reads (it ignores ingest's
  * skip rules that look at content or size): a change anywhere else under a document folder makes a
  * new job, which costs a recomputation, never a stale answer. (The globs themselves are part of the
- * request, which names the job too.) Paths given
+ * request, which names the job too.) A file with several names (hard links) in one document
+ * folder is read by ingest once, under its first name, the others framed as links to it: the
+ * digest names each such set of names too (those the globs keep), so a link made or broken there
+ * is a new job even with the same bytes; a second name outside the document, or in another
+ * document of the request, changes nothing, as it changes nothing ingest reads. Paths given
  * to lh_inputs_digest_excluding (the runner's output folder and store, as ingest leaves them out
  * of its walks) are named where they are met but never read, so a rerun into an output folder
  * inside a document folder finds its jobs done.

@@ -24,6 +24,8 @@
 #     document, and the next run tries it again.
 #   - a folder whose paths pass PATH_MAX: its job is done on the rerun, new work once a file deep
 #     down changes.
+#   - a hard link in a document folder broken (the same bytes), then made again: each changes the
+#     prompt, and the rerun computes the job again over the prompt a fresh run gives.
 . "$(dirname "$0")/lib.sh"
 HT=$SRC/models/haul-tiny
 [ -f "$HT/model.safetensors" ] || { echo "SKIPPED: models/haul-tiny is not there" >&2; exit 77; }
@@ -323,4 +325,34 @@ grep -q "runs on every run" "$T/deep2.log" && { cat "$T/deep2.log"; fail "the de
 deep_write 'The vault code is 3141.'
 d_run deep3
 grep -q "1 done, 0 failed" "$T/deep3.log" || { cat "$T/deep3.log"; fail "a changed file deep down did not make the job new work"; }
+# 10. Hard links in a document folder: ingest reads a file of several names once and frames its
+# other names as links to it, so a link broken (the same bytes, now a file of its own) or made
+# changes the prompt: the rerun computes the job again, over the prompt a fresh run gives (before,
+# it said "already done" and kept the answer over the old prompt).
+mkdir -p "$T/h/d"
+printf 'DEFAULT_WORKER_TIMEOUT = 4817\n' > "$T/h/d/a.py"
+ln "$T/h/d/a.py" "$T/h/d/b.py"
+cat > "$T/h/b.jsonl" <<'B'
+{"custom_id":"h","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"What is DEFAULT_WORKER_TIMEOUT set to?"}],"max_tokens":4,"temperature":0,"documents":["d"]}}
+B
+h_run() { # log name, out folder
+  "$LH" run "$T/h/b.jsonl" --model "$MODEL" --out "$T/h/$2" --progress none > "$T/$1.log" 2>&1 \
+    || { cat "$T/$1.log"; fail "$1: run failed"; }
+}
+prompt_of() { json 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["prompt"])' "$T/h/$1/jobs/h/result.json"; }
+h_run hard1 out
+linked=$(prompt_of out)
+grep -q '"link":"a.py"' "$T/h/out/jobs/h/manifest.jsonl" || fail "ingest did not frame b.py as a link to a.py"
+cp "$T/h/d/b.py" "$T/h/t" && mv "$T/h/t" "$T/h/d/b.py"
+h_run hard2 out
+grep -q "1 done, 0 failed" "$T/hard2.log" || { cat "$T/hard2.log"; fail "a hard link broken: the rerun kept the answer over the old prompt"; }
+h_run hard3 fresh
+[ "$(prompt_of out)" = "$(prompt_of fresh)" ] && [ "$(prompt_of out)" != "$linked" ] \
+  || fail "a hard link broken: the rerun's prompt has $(prompt_of out) tokens, a fresh run's $(prompt_of fresh), the linked one's $linked"
+ln -f "$T/h/d/a.py" "$T/h/d/b.py"
+h_run hard4 out
+grep -q "1 done, 0 failed" "$T/hard4.log" || { cat "$T/hard4.log"; fail "two copies made one file: the rerun kept the answer over the old prompt"; }
+[ "$(prompt_of out)" = "$linked" ] || fail "two copies made one file: the prompt has $(prompt_of out) tokens, not $linked"
+h_run hard5 out
+grep -q "1 already done" "$T/hard5.log" || { cat "$T/hard5.log"; fail "the job over an unchanged hard link ran again"; }
 echo "run_identity: '$a1' -> '$a2' after the archive changed ($r of $docs document tokens reused); chunk, weights, a damaged answer and the default max_tokens recomputed: ok"

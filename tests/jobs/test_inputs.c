@@ -13,6 +13,9 @@
  * what they keep does; and over a varied tree and several glob sets, ingest's own manifest gives
  * every entry the glob reason lh_globs_decide gives it, so the digest never misses a byte ingest
  * reads.
+ * Hard links: a link made or broken in a document folder (the same bytes) changes both ingest's
+ * prompt and the digest; a second name outside the document, in another document, or left out by
+ * the globs before the name ingest reads changes neither.
  * An ordinary tree (odd names, links of every kind, a FIFO, globs, an excluded folder) keeps the
  * identity it has always had, pinned by value: a user's stored results must stay valid.
  * Folders nested past PATH_MAX are walked like any other (digest, stamps, globs against ingest, a
@@ -234,8 +237,10 @@ static lh_request req_in(const char *base, const char *documents) {
 /* The identity of an ordinary tree is the one every earlier longhaul gave it (the values below were
  * taken with the walk that joined whole paths), so a user's stored results stay valid: names in
  * byte order, odd bytes in names, links to a file, a folder, nowhere and themselves, a FIFO, an
- * empty folder, a hard link, the document given through a link, a missing document, globs and an
- * excluded folder. */
+ * empty folder, a copy of a file, the document given through a link, a missing document, globs
+ * and an excluded folder. The copy made a hard link is the one change: its identity moved once,
+ * when the names of one file came to count (the second set of values), and is pinned from then
+ * on; where the globs keep only one of the two names it did not move. */
 static void identity_is_stable(void) {
   char base[600], d[800];
   snprintf(base, sizeof base, "%s/stable", lh_test_tmpdir());
@@ -259,37 +264,199 @@ static void identity_is_stable(void) {
     snprintf(d, sizeof d, "%s/%s", base, links[i][1]);
     CHECK(symlink(links[i][0], d) == 0);
   }
-  char from[800];
-  snprintf(from, sizeof from, "%s/tree/a.c", base);
-  snprintf(d, sizeof d, "%s/tree/hard", base);
-  CHECK(link(from, d) == 0);
+  put(base, "tree/hard", "int a;\n"); /* the walk by whole paths named a copy and a hard link alike */
   snprintf(d, sizeof d, "%s/tree/fifo", base);
   CHECK(mkfifo(d, 0600) == 0);
-  const char *cases[][2] = {
+  const char *cases[][3] = {
       {"\"tree\", \"tree/a.c\", \"link-tree\", \"tree/link-file\", \"no-such\", \"tree/fifo\", \"tree/loop\"",
-       "2ea42d5cf46478b4e8ce86d4822c005eabd5d1ca33651bbf550b787fabd1530b"},
+       "2ea42d5cf46478b4e8ce86d4822c005eabd5d1ca33651bbf550b787fabd1530b",
+       "44a9ab45e39d85059c164f43f959b1edbbf16f713986a3d35195815578e18ead"},
       {"{\"path\": \"tree\", \"exclude\": [\"*.log\", \"build\"]}",
-       "f4afcec21c29bebbf73fa4b1b486a6fad8d47be16c4657fa9af37eeaee965dc0"},
+       "f4afcec21c29bebbf73fa4b1b486a6fad8d47be16c4657fa9af37eeaee965dc0",
+       "9872a1471251d01f31b0b7714502be053f11d859800dcd215e0503267a205ebd"},
       {"{\"path\": \"link-tree\", \"include\": [\"*.c\", \"*.md\"], \"exclude\": [\"deeper\"]}",
+       "89c8dacd8cf426bd916c38d9f5ab13515031d15e03f4ff75cd7b9a05836fe2df",
        "89c8dacd8cf426bd916c38d9f5ab13515031d15e03f4ff75cd7b9a05836fe2df"}};
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    lh_request r = req_in(base, cases[i][0]);
+  /* the runner's output folder inside the document, as --out puts it */
+  const char *out_was[] = {"b06823372787f4672a87333042abaece043553dd9851358bf0738ffddc4762ef",
+                           "2a8b5909d5c3669e96c5c747ef40f334796c9db3adf33ba8befba6253d4e5e3d"};
+  for (int hard = 0; hard < 2; hard++) {
+    if (hard) { /* tree/hard becomes a second name of tree/a.c: the same bytes */
+      char from[800];
+      snprintf(from, sizeof from, "%s/tree/a.c", base);
+      snprintf(d, sizeof d, "%s/tree/hard", base);
+      CHECK(unlink(d) == 0 && link(from, d) == 0);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+      lh_request r = req_in(base, cases[i][0]);
+      char got[65];
+      lh_error err;
+      CHECK_MSG(lh_inputs_digest(&r, NULL, got, &err) == LH_OK, "%s", err.msg);
+      CHECK_MSG(!strcmp(got, cases[i][1 + hard]), "documents [%s]%s: identity %s, was %s", cases[i][0],
+                hard ? " with a hard link" : "", got, cases[i][1 + hard]);
+      lh_request_free(&r);
+    }
+    lh_request r = req_in(base, "\"tree\"");
+    snprintf(d, sizeof d, "%s/tree/build", base);
+    const char *ex[] = {d};
     char got[65];
     lh_error err;
-    CHECK_MSG(lh_inputs_digest(&r, NULL, got, &err) == LH_OK, "%s", err.msg);
-    CHECK_MSG(!strcmp(got, cases[i][1]), "documents [%s]: identity %s, was %s", cases[i][0], got, cases[i][1]);
+    CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, ex, 1, got, NULL, &err) == LH_OK, "%s", err.msg);
+    CHECK_MSG(!strcmp(got, out_was[hard]), "an excluded folder%s: identity %s, was %s", hard ? " with a hard link" : "",
+              got, out_was[hard]);
     lh_request_free(&r);
   }
-  /* the runner's output folder inside the document, as --out puts it */
-  lh_request r = req_in(base, "\"tree\"");
-  snprintf(d, sizeof d, "%s/tree/build", base);
-  const char *ex[] = {d};
-  char got[65];
+}
+
+/* What ingest makes of r's documents as the runner reads them (one ingest per document, with its
+ * globs and frame): the framed text and each entry's path, status and reason, into out. */
+static void ingest_view(const lh_request *r, char *out, size_t cap) {
+  size_t at = 0;
+  out[0] = 0;
+  for (int d = 0; d < r->n_documents; d++) {
+    const lh_document_input *di = &r->documents[d];
+    lh_ingest_params p = lh_ingest_default_params();
+    p.on_error = LH_INGEST_ON_ERROR_SKIP;
+    p.template_text = di->frame;
+    for (char **g = di->include; g && *g; g++) p.n_include++;
+    for (char **g = di->exclude; g && *g; g++) p.n_exclude++;
+    p.include = (const char *const *)di->include;
+    p.exclude = (const char *const *)di->exclude;
+    lh_ingest *ing = NULL;
+    lh_error err;
+    CHECK_MSG(lh_ingest_open(&p, &ing, &err) == LH_OK &&
+                  lh_ingest_add_path_as(ing, di->resolved, di->path, &err) == LH_OK,
+              "%s", err.msg);
+    for (lh_ingest_batch bt = {0}; ing && !bt.done;) {
+      if (lh_ingest_next(ing, &bt, &err) != LH_OK) {
+        CHECK_MSG(0, "ingest: %s", err.msg);
+        break;
+      }
+      at += (size_t)snprintf(out + at, cap - at, "%.*s", (int)bt.text_len, bt.text);
+      for (size_t i = 0; i < bt.n_entries && at < cap; i++) {
+        const lh_ingest_entry *e = &bt.entries[i];
+        at += (size_t)snprintf(out + at, cap - at, "\n[%.*s %s %s]", (int)e->path_len, e->path,
+                               lh_entry_status_name(e->status), lh_entry_reason_name(e->reason));
+      }
+    }
+    CHECK_MSG(at < cap, "the view fits");
+    lh_ingest_close(ing);
+  }
+}
+
+/* The digest of r and what ingest makes of it (ingest_view). */
+typedef struct seen {
+  char digest[65];
+  char view[8192];
+} seen;
+
+static void see(const char *base, const char *documents, seen *out) {
+  lh_request r = req_in(base, documents);
   lh_error err;
-  CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, ex, 1, got, NULL, &err) == LH_OK, "%s", err.msg);
-  const char *was = "b06823372787f4672a87333042abaece043553dd9851358bf0738ffddc4762ef";
-  CHECK_MSG(!strcmp(got, was), "an excluded folder: identity %s, was %s", got, was);
+  lh_inputs_stamp with[4], now[4];
+  CHECK(r.n_documents <= 4);
+  CHECK_MSG(lh_inputs_digest_excluding(&r, NULL, NULL, 0, out->digest, with, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(lh_inputs_stamp_now(&r, NULL, 0, now, &err) == LH_OK, "%s", err.msg);
+  CHECK_MSG(!memcmp(with, now, (size_t)r.n_documents * sizeof *with),
+            "[%s]: the stamp now is the one taken with the digest", documents);
+  ingest_view(&r, out->view, sizeof out->view);
   lh_request_free(&r);
+}
+
+/* A change of base/name: a copy of its own (the same bytes) or, link_to set, a second name of
+ * base/link_to. */
+static void relink(const char *base, const char *name, const char *link_to) {
+  char p[900], q[900];
+  snprintf(p, sizeof p, "%s/%s", base, name);
+  if (link_to) {
+    snprintf(q, sizeof q, "%s/%s", base, link_to);
+    CHECK((unlink(p) == 0 || errno == ENOENT) && link(q, p) == 0);
+    return;
+  }
+  snprintf(q, sizeof q, "%s/%s.copy", base, name);
+  FILE *in = fopen(p, "rb"), *o = fopen(q, "wb");
+  CHECK(in && o);
+  char buf[4096];
+  size_t n;
+  while (in && o && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, o);
+  if (in) fclose(in);
+  if (o) fclose(o);
+  CHECK(rename(q, p) == 0);
+}
+
+/* Whether a change moved ingest's view and the digest alike: both (moved) or neither. */
+static void both_or_neither(const seen *a, const seen *b, int moved, const char *what) {
+  const int view = strcmp(a->view, b->view) != 0, dg = strcmp(a->digest, b->digest) != 0;
+  CHECK_MSG(view == moved, "%s: ingest's prompt %s (it should%s)\n--- before\n%s\n--- after\n%s", what,
+            view ? "changed" : "did not change", moved ? "" : " not", a->view, b->view);
+  CHECK_MSG(dg == moved, "%s: the digest %s (it should%s)", what, dg ? "changed" : "did not change",
+            moved ? "" : " not");
+}
+
+/* Hard links against ingest: ingest reads a file of several names in one document folder once and
+ * frames its other names as links to it, so a link made or broken there (the same bytes) changes
+ * both the prompt and the digest, whichever name comes first and whichever folder the names are
+ * in; and a change the prompt does not see changes neither: a second name outside the document or
+ * in another document of the request, or one the globs leave out. */
+static void links_agree_with_ingest(void) {
+  char base[600], d[800];
+  snprintf(base, sizeof base, "%s/links", lh_test_tmpdir());
+  const char *dirs[] = {"d/a", "e", "g"};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+    snprintf(d, sizeof d, "%s/%s", base, dirs[i]);
+    CHECK(lh_mkdir_p(d, NULL) == LH_OK);
+  }
+  put(base, "d/a.c", "int shared = 4817;\n");
+  put(base, "d/a/x.c", "int shared = 4817;\n"); /* after d/a.c in ingest's order, before it by name */
+  put(base, "d/b.c", "int shared = 4817;\n");
+  put(base, "d/own.c", "int own;\n");
+  seen copies, s;
+  see(base, "\"d\"", &copies);
+  relink(base, "d/b.c", "d/a.c");
+  see(base, "\"d\"", &s);
+  both_or_neither(&copies, &s, 1, "two copies made one file");
+  seen linked = s;
+  relink(base, "d/b.c", NULL);
+  see(base, "\"d\"", &s);
+  both_or_neither(&linked, &s, 1, "a hard link broken");
+  both_or_neither(&copies, &s, 0, "back to two copies");
+  relink(base, "d/a/x.c", "d/a.c"); /* in a subfolder, and first by the walk's own listing */
+  see(base, "\"d\"", &s);
+  both_or_neither(&copies, &s, 1, "a name in a subfolder made a link");
+  relink(base, "d/b.c", "d/a.c");
+  seen three;
+  see(base, "\"d\"", &three);
+  both_or_neither(&s, &three, 1, "a third name");
+  relink(base, "d/a/x.c", NULL);
+  see(base, "\"d\"", &s);
+  both_or_neither(&linked, &s, 0, "the third name a copy again: the pair as before");
+  /* the other name of d/own.c outside the document: ingest meets one name, and so does the digest */
+  see(base, "\"d\"", &linked);
+  relink(base, "outside.c", "d/own.c");
+  see(base, "\"d\"", &s);
+  both_or_neither(&linked, &s, 0, "a second name outside the document");
+  /* in another document of the request: each document is its own walk */
+  put(base, "e/own.c", "int own;\n");
+  see(base, "\"d\", \"e\"", &linked);
+  relink(base, "e/own.c", "d/own.c");
+  see(base, "\"d\", \"e\"", &s);
+  both_or_neither(&linked, &s, 0, "a second name in another document");
+  /* globs: a name they leave out, first in ingest's order, is not met: the kept name is read
+   * whether it is a link to it or not; two kept names are a pair whichever is left out */
+  put(base, "g/a.log", "4817 seen\n");
+  put(base, "g/b.txt", "4817 seen\n");
+  put(base, "g/c.txt", "4817 seen\n");
+  const char *globs = "{\"path\": \"g\", \"exclude\": [\"*.log\"]}";
+  see(base, globs, &copies);
+  relink(base, "g/b.txt", "g/a.log");
+  see(base, globs, &s);
+  both_or_neither(&copies, &s, 0, "a kept name made a link to an excluded one");
+  relink(base, "g/c.txt", "g/a.log");
+  see(base, globs, &linked);
+  both_or_neither(&s, &linked, 1, "two kept names of one file, the first name excluded");
+  relink(base, "g/a.log", NULL);
+  see(base, globs, &s);
+  both_or_neither(&linked, &s, 0, "the excluded name made a copy");
 }
 
 /* A chain of levels folders under dir, level i named by len copies of 'a' + i % 26, made relative to
@@ -694,5 +861,6 @@ int main(int argc, char **argv) {
   lh_request_free(&rs);
   globs_tests();
   globs_agree_with_ingest();
+  links_agree_with_ingest();
   return lh_test_end();
 }
