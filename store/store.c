@@ -12,6 +12,9 @@
  *   3. page_size and auto_vacuum=INCREMENTAL are fixed when the file is created (they cannot change
  *      later without a full VACUUM); journal mode, synchronous, cache size, foreign keys and the
  *      busy timeout are set on every connection. docs/store.md has the measurements behind them.
+ *      secure_delete is FAST on every writer, whatever SQLite was built with (Debian builds it ON):
+ *      ON zeroes every freed page, so the journal of a DELETE holds all the data it deletes, and on
+ *      a full disk nothing can be deleted; FAST leaves freed overflow pages as they are.
  *   4. Every write transaction is BEGIN IMMEDIATE: it takes the write lock first or fails with
  *      LH_EBUSY after busy_timeout_ms, so no transaction dies half way on a lock upgrade.
  *   5. Every connection has the row checksum functions (lh_result_crc, lh_error_crc) before any
@@ -251,9 +254,10 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
                             "written: free space (longhaul store gc) or raise the limit, then rerun to resume",
                             path, what, (long long)s->p.max_db_bytes);
       return lh_error_set(err, LH_EFULL,
-                          "%s: %s: the disk is full; nothing was half written: free space (longhaul store gc), "
-                          "then rerun to resume",
-                          path, what);
+                          "%s: %s: the disk is full; nothing was half written: free space (delete other files on "
+                          "that disk, or `longhaul store gc --db %s` with --keep-last, --older-than or --max-size, "
+                          "which itself needs about 1 MiB free), then rerun to resume",
+                          path, what, path);
     case SQLITE_READONLY:
       if (rc == SQLITE_READONLY_DBMOVED) /* not a permission: the name no longer leads to this file */
         return lh_error_set(err, LH_EIO,
@@ -286,8 +290,11 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
                           "writable?", path, what, msg, sys ? ": " : "", sys ? strerror(sys) : "");
     case SQLITE_IOERR:
       if (sys == ENOSPC)
-        return lh_error_set(err, LH_EFULL, "%s: %s: the disk is full; nothing was half written: free space, then "
-                            "rerun to resume", path, what);
+        return lh_error_set(err, LH_EFULL,
+                            "%s: %s: the disk is full; nothing was half written: free space (delete other files on "
+                            "that disk, or `longhaul store gc --db %s` with --keep-last, --older-than or --max-size, "
+                            "which itself needs about 1 MiB free), then rerun to resume",
+                            path, what, path);
       return lh_error_set(err, LH_EIO, "%s: %s: I/O error (%s%s%s)", path, what, msg, sys ? ": " : "",
                           sys ? strerror(sys) : "");
     default:
@@ -577,7 +584,7 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
                         "%s: could not switch the journal mode to %s (it stays %s): another process has the "
                         "database open in another mode; close it and retry",
                         s->path, jm, got);
-  snprintf(sql, sizeof sql, "PRAGMA synchronous = %s", sy);
+  snprintf(sql, sizeof sql, "PRAGMA synchronous = %s; PRAGMA secure_delete = FAST", sy);
   if ((st = lh_store__exec(s, sql, err))) return st;
   if (s->p.max_db_bytes > 0) {
     int64_t page = 0;

@@ -453,6 +453,99 @@ static lh_status plan(lh_store *s, const lh_store_gc_params *p, gnode **out, int
   return LH_OK;
 }
 
+/* One pass of gc in one write transaction: plan on a fresh snapshot, then carry out at most max_ops
+ * of the plan's deletions and thinnings (all of them when max_ops is 0), deletions first in the
+ * plan's order (children before parents, so any prefix of them is a valid step), then thinnings.
+ * What it carried out is added to r (a dry run adds the whole plan); *left is what it left for the
+ * next pass. Each pass plans anew, so nothing that changed between passes is acted on stale. */
+static lh_status gc_pass(lh_store *s, const lh_store_gc_params *p, int max_ops, int first, lh_store_gc_report *r,
+                         int *left, lh_error *err) {
+  *left = 0;
+  lh_status st = lh_store__begin(s, "collecting garbage", err);
+  if (st) return st;
+  lh_store_gc_report planned;
+  memset(&planned, 0, sizeof planned);
+  gnode *v = NULL;
+  int n = 0;
+  if ((st = plan(s, p, &v, &n, &planned, err))) goto fail;
+  if (first) r->protected_ckpts = planned.protected_ckpts;
+  if (p->dry_run) {
+    r->deleted += planned.deleted, r->thinned += planned.thinned, r->bytes_freed += planned.bytes_freed;
+    free(v);
+    lh_store__rollback(s);
+    return LH_OK;
+  }
+  int done = 0;
+  sqlite3_stmt *q;
+  if ((st = lh_store__prepare(s, "DELETE FROM checkpoints WHERE id = ?1", &q, err))) goto fail;
+  for (int i = 0; i < n && !st; i++) { /* pos-descending: children before parents */
+    if (!v[i].del) continue;
+    if (max_ops && done == max_ops) {
+      (*left)++;
+      continue;
+    }
+    sqlite3_reset(q);
+    lh_store__bind(q, SQL_ARGS(SQL_INT(v[i].id)));
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "deleting checkpoint %lld", (long long)v[i].id);
+    done++;
+    r->deleted++;
+    r->bytes_freed += (v[i].has_state ? v[i].state_bytes : 0) + v[i].kv_bytes;
+  }
+  sqlite3_finalize(q);
+  for (int i = 0; i < n && !st; i++) {
+    if (!v[i].thin || v[i].del) continue;
+    if (max_ops && done == max_ops) {
+      (*left)++;
+      continue;
+    }
+    st = lh_store__thin(s, v[i].id, err);
+    done++;
+    r->thinned++;
+    r->bytes_freed += v[i].state_bytes;
+  }
+  if (st) goto fail;
+  free(v);
+  return lh_store__commit(s, "collecting garbage", err);
+fail:
+  free(v);
+  lh_store__rollback(s);
+  return st;
+}
+
+/* PRAGMA incremental_vacuum(pages), 0 for every free page: moves pages from the end of the file
+ * into the freed ones and truncates, in its own transaction, with I/O proportional to what it
+ * moves. */
+static lh_status vacuum_step(lh_store *s, int64_t pages, lh_error *err) {
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA incremental_vacuum(%lld)", (long long)pages);
+  sqlite3_stmt *q;
+  lh_status st = lh_store__prepare(s, sql, &q, err);
+  if (st) return st;
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+  }
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "returning free space (incremental vacuum)");
+  return LH_OK;
+}
+
+/* The message for a disk too full for even gc's smallest step: gc's own advice would be circular. */
+static lh_status gc_disk_full(lh_store *s, const lh_store_gc_report *r, lh_error *err) {
+  int64_t page = 0;
+  if (lh_store__int(s, "PRAGMA page_size", &page, NULL)) page = 65536;
+  char done[160] = "";
+  if (r->deleted || r->thinned)
+    snprintf(done, sizeof done, " (it deleted %lld and thinned %lld checkpoint(s) before that; what it did is kept)",
+             (long long)r->deleted, (long long)r->thinned);
+  return lh_error_set(err, LH_EFULL,
+                      "%s: the disk is full, and gc itself needs a little free space for its rollback journal (about "
+                      "%lld KiB: a few of the store's %lld KiB pages) to delete anything safely%s: delete other files "
+                      "on that disk and rerun gc, or move the store (with its -journal file, if any) to a disk with "
+                      "room and run gc and then `longhaul run` there with --db FILE",
+                      s->path, (long long)(16 * page / 1024), (long long)(page / 1024), done);
+}
+
 lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_report *r, lh_error *err) {
   memset(r, 0, sizeof *r);
   lh_store_gc_params p = pp ? *pp : lh_store_gc_default_params();
@@ -462,50 +555,52 @@ lh_status lh_store_gc(lh_store *s, const lh_store_gc_params *pp, lh_store_gc_rep
                         (long long)p.older_than_s, (long long)LH_STORE_GC_MAX_AGE_S);
   r->file_before = file_size(s->path);
   lh_status st;
-  if (p.drop_gone_digests && (st = lh_store__drop_gone_digests(s, p.dry_run, &r->digests_dropped, err))) return st;
-  st = lh_store__begin(s, "collecting garbage", err);
-  if (st) return st;
-  gnode *v = NULL;
-  int n = 0;
-  if ((st = plan(s, &p, &v, &n, r, err))) goto fail;
-  if (!p.dry_run) {
-    sqlite3_stmt *q;
-    if ((st = lh_store__prepare(s, "DELETE FROM checkpoints WHERE id = ?1", &q, err))) goto fail;
-    for (int i = 0; i < n && !st; i++) { /* pos-descending: children before parents */
-      if (!v[i].del) continue;
-      sqlite3_reset(q);
-      lh_store__bind(q, SQL_ARGS(SQL_INT(v[i].id)));
-      int rc = sqlite3_step(q);
-      if (rc != SQLITE_DONE) st = lh_store__sql_error(s, rc, err, "deleting checkpoint %lld", (long long)v[i].id);
-    }
-    sqlite3_finalize(q);
-    for (int i = 0; i < n && !st; i++)
-      if (v[i].thin && !v[i].del) st = lh_store__thin(s, v[i].id, err);
-    if (st) goto fail;
+  /* Statement journals (a DELETE's cascade inside the transaction) in memory: they guard only the
+   * statement, not the file, and a temporary file needs the space a full disk lacks. */
+  if ((st = lh_store__exec(s, "PRAGMA temp_store = MEMORY", err))) return st;
+  if (p.drop_gone_digests && (st = lh_store__drop_gone_digests(s, p.dry_run, &r->digests_dropped, err))) {
+    if (st != LH_EFULL) return st;
+    r->digests_dropped = 0; /* a full disk: the checkpoints free more, in smaller steps */
   }
-  free(v);
-  v = NULL;
+  /* The whole plan in one transaction; if its journal does not fit on the disk, the plan again in
+   * passes of fewer operations each (each pass's journal is a few pages per checkpoint; the
+   * journal's space is reused by the next pass), down to one checkpoint per pass. */
+  int max_ops = 0, left = 0, first = 1;
+  for (;;) {
+    lh_store_gc_report before = *r;
+    st = gc_pass(s, &p, max_ops, first, r, &left, err);
+    if (st == LH_EFULL && max_ops != 1) {
+      *r = before;
+      max_ops = max_ops ? max_ops / 2 : 16;
+      continue;
+    }
+    if (st) {
+      if (st != LH_EFULL) return st;
+      *r = before;
+      return gc_disk_full(s, r, err);
+    }
+    first = 0;
+    if (!left) break;
+  }
   if (p.dry_run) {
-    lh_store__rollback(s);
     r->file_after = r->file_before;
     return LH_OK;
   }
-  if ((st = lh_store__commit(s, "collecting garbage", err))) return st;
-  if (p.vacuum) {
-    /* Moves pages from the end of the file into the freed ones and truncates: I/O proportional to
-     * what it moves, in its own transaction. */
-    sqlite3_stmt *q;
-    if ((st = lh_store__prepare(s, "PRAGMA incremental_vacuum", &q, err))) return st;
-    int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+  if (p.vacuum) { /* all at once; on a full disk in steps of fewer pages, down to one */
+    int64_t step = 0, free_pages = 0;
+    for (;;) {
+      st = vacuum_step(s, step, err);
+      if (st == LH_EFULL && step != 1) {
+        step = step ? step / 2 : 16;
+        continue;
+      }
+      if (st == LH_EFULL) return gc_disk_full(s, r, err);
+      if (st) return st;
+      if (!step || (st = lh_store__int(s, "PRAGMA freelist_count", &free_pages, err))) break;
+      if (!free_pages) break;
     }
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE) return lh_store__sql_error(s, rc, err, "returning free space (incremental vacuum)");
+    if (st) return st;
   }
   r->file_after = file_size(s->path);
   return LH_OK;
-fail:
-  free(v);
-  lh_store__rollback(s);
-  return st;
 }
