@@ -414,17 +414,24 @@ int lh_cmd_store(int argc, char **argv) {
              lh_store_path(s), (long long)r.checkpoints, (long long)r.pages, human(r.bytes, a, sizeof a),
              (long long)r.results, (long long)r.errors, dt,
              bad ? (r.db_ok ? "DAMAGED" : "DAMAGED (SQLite structure)") : "ok");
-      if (r.damaged && repair)
-        printf("repair: dropped %lld checkpoint(s) (the damaged ones and their descendants); rerunning their jobs "
-               "recomputes them\n", (long long)r.dropped);
-      else if (r.damaged)
-        printf("run with --repair to drop the damaged checkpoints; their jobs then recompute them\n");
-      if (r.damaged_jobs && repair)
-        printf("repair: requeued %lld of %lld damaged job(s) (their result or error dropped); the next run "
-               "recomputes them\n", (long long)r.requeued, (long long)r.damaged_jobs);
-      else if (r.damaged_jobs)
-        printf("%lld job(s) have a damaged result or error: run with --repair to requeue them; the next run then "
-               "recomputes them\n", (long long)r.damaged_jobs);
+      if (!r.db_ok) {
+        printf("SQLite's own structure is damaged, which --repair cannot fix (it changes nothing in such a store): "
+               "move the store aside with its -journal file (the next run starts a new store and computes every "
+               "job again), salvage what it holds with `sqlite3 %s .recover`, or restore it from a backup\n",
+               lh_store_path(s));
+      } else {
+        if (r.damaged && repair)
+          printf("repair: dropped %lld checkpoint(s) (the damaged ones and their descendants); rerunning their jobs "
+                 "recomputes them\n", (long long)r.dropped);
+        else if (r.damaged)
+          printf("run with --repair to drop the damaged checkpoints; their jobs then recompute them\n");
+        if (r.damaged_jobs && repair)
+          printf("repair: requeued %lld of %lld damaged job(s) (their result or error dropped); the next run "
+                 "recomputes them\n", (long long)r.requeued, (long long)r.damaged_jobs);
+        else if (r.damaged_jobs)
+          printf("%lld job(s) have a damaged result or error: run with --repair to requeue them; the next run then "
+                 "recomputes them\n", (long long)r.damaged_jobs);
+      }
     }
     lh_buf_free(&r.problems);
     if (bad) rc = LH_EXIT_FAILED;

@@ -277,9 +277,10 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       return lh_error_set(err, LH_ECORRUPT,
-                          "%s: %s: %s (not a longhaul store, or damaged): `longhaul store verify --db %s --repair` "
-                          "drops what is damaged; a file it cannot open either can only be moved aside (the next "
-                          "run starts a new store and computes every job again) or restored from a backup",
+                          "%s: %s: %s (not a longhaul store, or its SQLite structure is damaged, which `longhaul "
+                          "store verify --repair` cannot fix): move it aside with its -journal file (the next run "
+                          "starts a new store and computes every job again), salvage what it holds with `sqlite3 "
+                          "%s .recover`, or restore it from a backup",
                           path, what, msg, path);
     case SQLITE_NOMEM:
       return lh_error_set(err, LH_ENOMEM, "%s: %s: out of memory", path, what);

@@ -446,7 +446,8 @@ typedef struct lh_store_verify_report {
  * equal, page sets complete), every result row's and error text's CRC-32C, and SQLite's own
  * structure. With repair (needs a writable store), damaged checkpoints and their descendants are
  * dropped, and damaged jobs go back to queued with their result and error dropped (the next run
- * recomputes them; a result row of a job that is not done is only dropped). Returns LH_OK when
+ * recomputes them; a result row of a job that is not done is only dropped); when SQLite's own
+ * structure is damaged (db_ok 0) nothing is repaired or written. Returns LH_OK when
  * the check ran (damage is in the report), an error when it could not run. */
 lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh_error *err);
 

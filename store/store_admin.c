@@ -3,7 +3,10 @@
  * verify reads everything once: SQLite's structure, every job's result row and error text against
  * its CRC-32C (and a done job without a result, a failed one without an error), every checkpoint
  * page and chain. Repair requeues damaged jobs (their next run recomputes them) and drops damaged
- * checkpoints with their descendants.
+ * checkpoints with their descendants. It repairs only what longhaul's checksums find: a store whose
+ * SQLite structure is damaged (quick_check or foreign_key_check fails) is never written, since
+ * writing through a broken b-tree can spread the damage; that store can only be moved aside,
+ * salvaged (sqlite3 .recover) or restored.
  *
  * gc plans on a snapshot of the checkpoint forest taken inside its write transaction (so nothing
  * changes between planning and deleting) and applies three policies:
@@ -195,6 +198,7 @@ lh_status lh_store_verify(lh_store *s, int repair, lh_store_verify_report *r, lh
                   (const char *)sqlite3_column_text(q, 2));
   }
   sqlite3_finalize(q);
+  if (!r->db_ok) repair = 0; /* see the top of this file: no writes through a damaged structure */
 
   id_list bad_jobs = {0};
   if ((st = verify_jobs(s, r, &bad_jobs, err)) ||

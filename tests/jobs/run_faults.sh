@@ -122,7 +122,7 @@ rm -rf "$T/d" && cp -r "$T/ref" "$T/d"
 truncate -s $(( $(stat -c %s "$T/d/longhaul.db") / 2 )) "$T/d/longhaul.db"
 run_rc --out "$T/d" > "$T/d.out" 2> "$T/d.err"
 [ $rc = 75 ] || { cat "$T/d.out" "$T/d.err"; fail "a damaged store: exit $rc, expected 75"; }
-grep -q "$T/d/longhaul.db: .*damaged.*moved aside" "$T/d.err" || { cat "$T/d.err"; fail "the message does not name the store and what to do"; }
+grep -q "$T/d/longhaul.db: .*damaged.*cannot fix.*move it aside" "$T/d.err" || { cat "$T/d.err"; fail "the message does not name the store and what to do"; }
 [ -s "$T/d.out" ] && { cat "$T/d.out"; fail "a run stopped by its store printed a summary of an earlier run's output"; }
 cmp -s "$T/ref/output.jsonl" "$T/d/output.jsonl" || fail "a run stopped by its store changed output.jsonl"
 echo "run_faults: a damaged store: ok"

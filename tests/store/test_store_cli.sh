@@ -2,8 +2,10 @@
 # test_store_cli.sh — `longhaul store ls|verify|gc` on a real store made by the store driver:
 # tables and JSON that agree with the store, verify finding planted damage (exit 1) in a checkpoint
 # page and in a stored answer, and --repair removing it (dropping the checkpoints, requeueing the
-# job), gc policies shrinking the file, usage errors (exit 2) that say what was wrong, and gc on a
-# store that filled its disk (a small tmpfs; skipped, saying so, where mount is not allowed).
+# job), damage to SQLite's own structure (a b-tree page, the header) that --repair cannot remove
+# and is not recommended for, gc policies shrinking the file, usage errors (exit 2) that say what
+# was wrong, and gc on a store that filled its disk (a small tmpfs; skipped, saying so, where mount
+# is not allowed).
 set -euo pipefail
 lh=${LH_LONGHAUL:?}
 driver=${LH_BINARY_DIR:?}/tests/store/store_driver
@@ -83,6 +85,31 @@ has "1 result(s), 0 error text(s) checked"
 has ": ok"
 expect_rc 0 "$lh" store ls --db "$db"
 has "jobs: 1 queued, 0 running, 1 done, 0 failed"
+
+# Damage to SQLite's own structure is not what --repair repairs: verify and the store's errors say
+# to move the store aside or salvage it, never to run --repair, and --repair writes nothing.
+"$driver" synth --db "$dir/sq.db" --n 1024 --chunk 64 --seed 7 --out "$dir/dsq" 2>/dev/null
+cp "$dir/sq.db" "$dir/hd.db"
+printf '\xff\xfe\xfd\xfc' | dd of="$dir/sq.db" bs=1 seek=131072 conv=notrunc 2>/dev/null # page 3: a b-tree page
+printf '\xff\xfe\xfd\xfc' | dd of="$dir/hd.db" bs=1 seek=100 conv=notrunc 2>/dev/null    # the header's end
+expect_rc 1 "$lh" store verify --db "$dir/sq.db"
+has "DAMAGED (SQLite structure)"
+has "which --repair cannot fix"
+has "sqlite3 $dir/sq.db .recover"
+grep -q "run with --repair" "$dir/out" && fail "verify recommends --repair for damage it cannot repair"
+cp "$dir/sq.db" "$dir/sq.before"
+expect_rc 1 "$lh" store verify --db "$dir/sq.db" --repair
+has "DAMAGED (SQLite structure)"
+has "move the store aside"
+grep -q "^repair:" "$dir/out" && fail "--repair claims to have repaired a damaged SQLite structure"
+cmp -s "$dir/sq.db" "$dir/sq.before" || fail "--repair wrote into a store whose SQLite structure is damaged"
+for args in "" "--repair"; do
+  # shellcheck disable=SC2086
+  expect_rc 2 "$lh" store verify --db "$dir/hd.db" $args
+  has "which \`longhaul store verify --repair\` cannot fix"
+  has "move it aside"
+  has "sqlite3 $dir/hd.db .recover"
+done
 
 # Usage errors.
 expect_rc 2 "$lh" store

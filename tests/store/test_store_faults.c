@@ -278,7 +278,7 @@ static void refusals(const char *dir, const char *driver) {
   for (int i = 0; i < 200; i++) fputs("this is not a database\n", f);
   fclose(f);
   CHECK(lh_store_open(path, &sp, &s, &e) == LH_ECORRUPT);
-  CHECK_STR_CONTAINS(e.msg, "not a longhaul store, or damaged");
+  CHECK_STR_CONTAINS(e.msg, "not a longhaul store, or its SQLite structure is damaged");
 
   /* Missing files: created only when asked to. */
   snprintf(path, sizeof path, "%s/absent.db", dir);
