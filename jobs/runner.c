@@ -330,7 +330,10 @@ static void unnamed_inputs(const char *why, char out[65]) {
   lh_hex(d, 32, out);
 }
 
-/* The identity itself: the run's parameters, the inputs' digest and the effective max_tokens. */
+/* The identity itself: the run's parameters, the inputs' digest, the effective max_tokens and,
+ * for a request with documents under --require-documents, that flag (it turns a document that
+ * gives no text from a warning on a 200 into a 400). The flag enters only when it is set, so the
+ * identities of runs without it are what they were before it counted. */
 static void identity_of_inputs(const run *R, const lh_request *r, const char inputs[65], char out[65]) {
   lh_sha256 s;
   lh_sha256_init(&s);
@@ -338,13 +341,15 @@ static void identity_of_inputs(const run *R, const lh_request *r, const char inp
   lh_sha256_update(&s, inputs, 64);
   char mt[32];
   lh_sha256_update(&s, mt, (size_t)snprintf(mt, sizeof mt, "\nmax_tokens %d\n", request_max_tokens(R, r)));
+  static const char require[] = "require_documents\n";
+  if (R->p->require_documents && r->n_documents > 0) lh_sha256_update(&s, require, sizeof require - 1);
   uint8_t d[32];
   lh_sha256_final(&s, d);
   lh_hex(d, 32, out);
 }
 
 /* A job's identity: the run's parameters, the request's effective max_tokens (its own or the
- * run's default) and its documents by content (jobs/inputs.h), into out; the documents' stamps
+ * run's default), --require-documents where it applies, and its documents by content (jobs/inputs.h), into out; the documents' stamps
  * taken with their digest into *lc, for group_check_inputs. The rest of the request is pinned
  * by request_json (its line of a batch named by its digest). A missing document is named as
  * missing (jobs/inputs.h): the job fails on it, stays failed while it is missing, and runs once it

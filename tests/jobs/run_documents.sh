@@ -71,6 +71,27 @@ for cid, what in (("zeros", "document zeros.tar.gz: no text"), ("bin", "document
     assert l["error"]["message"].startswith("--require-documents: " + what), l["error"]
 ' "$T/o3/output.jsonl"
 
+# --require-documents is part of a job's identity (it decides between a 200 and a 400): a rerun
+# that adds it over OUT answered without it gives the 400s a fresh OUT gives, not "already done",
+# and a rerun without it over the 400s answers them; the lines with text answer alike both ways
+status_of() { json 'import sys
+for l in map(json.loads, open(sys.argv[1])):
+    print(l["custom_id"], l["response"]["status_code"])' "$1"; }
+status_of "$T/o1/output.jsonl" > "$T/plain.status"
+status_of "$T/o3/output.jsonl" > "$T/required.status"
+grep -q '^zeros 200$' "$T/plain.status" && grep -q '^zeros 400$' "$T/required.status" || fail "no 200/400 to flip"
+for flip in "o1 required --require-documents" "o3 plain"; do
+  set -- $flip
+  out=$1 want=$2 && shift 2
+  set +e
+  "$LH" run "$T/b/batch.jsonl" --model "$MODEL" --out "$T/$out" --progress none "$@" > "$T/$out.flip.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc = 1 ] || { cat "$T/$out.flip.log"; fail "rerun of $out as $want: exit $rc, expected 1"; }
+  status_of "$T/$out/output.jsonl" | cmp -s - "$T/$want.status" ||
+    { status_of "$T/$out/output.jsonl"; fail "rerun of $out as $want: kept the outcomes of the run before"; }
+done
+
 # --documents-root: the folder is inside the root, its symlink to secret.txt is not
 "$LH" run "$T/b/batch.jsonl" --model "$MODEL" --out "$T/o2" --progress none --documents-root "$T/b/docs" \
   > "$T/o2.log" 2>&1 || true
