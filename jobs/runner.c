@@ -1489,6 +1489,58 @@ static lh_status check_batch_not_output(const lh_runner_params *p, const lh_runn
                       "the output folder or give it another name", p->batch_path, p->out_dir, batch + n + 1);
 }
 
+/* path resolved (symbolic links, ".", "..") into out, PATH_MAX bytes: realpath when it is there;
+ * otherwise, its final component not existing yet, realpath of its folder and that name (a
+ * symbolic link to nothing taken as where it points, up to a few hops: a store opened through it
+ * is created there). 0 when the folder does not resolve either. */
+static int resolve_may_not_exist(const char *path, char *out) {
+  char cur[PATH_MAX], link[PATH_MAX];
+  snprintf(cur, sizeof cur, "%s", path);
+  for (int hop = 0; hop < 8; hop++) {
+    if (realpath(cur, out)) return 1;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", cur);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : cur;
+    if (slash == dir) dir[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (!*base || !realpath(dir, out)) return 0;
+    const ssize_t n = readlink(cur, link, sizeof link - 1);
+    if (n <= 0) {
+      const size_t k = strlen(out);
+      return snprintf(out + k, PATH_MAX - k, "%s%s", k > 1 ? "/" : "", base) < (int)(PATH_MAX - k);
+    }
+    link[n] = 0;
+    if (link[0] == '/') snprintf(cur, sizeof cur, "%s", link);
+    else if (snprintf(cur, sizeof cur, "%s/%s", out, link) >= (int)sizeof cur) return 0;
+  }
+  return 0;
+}
+
+/* A --db that is, or lies under, a path the run writes in OUT (its output or errors file, a
+ * shard's, the lock, a job's folder: jobs/outnames.h) would be written over or renamed over at the
+ * end of the run, destroying the store: LH_EINVAL naming it, before the store is opened. Both
+ * paths are resolved, so OUT/./errors.jsonl, a symbolically linked OUT or a link to such a file
+ * are caught. The stores' own names there (OUT/longhaul.db, the default, and the shards') are
+ * fine. OUT must exist (lh_outdir_open made it). */
+static lh_status check_db_not_output(const lh_runner_params *p, lh_error *err) {
+  char db[PATH_MAX], out[PATH_MAX];
+  if (!p->db_path || !resolve_may_not_exist(p->db_path, db) || !realpath(p->out_dir, out)) return LH_OK;
+  const size_t n = strlen(out);
+  const char *rel = db + n + (n > 1);
+  if (strncmp(db, out, n) || (n > 1 && db[n] != '/') || !*rel) return LH_OK;
+  char store[64];
+  int i, k;
+  lh_outname_build(LH_OUTNAME_STORE, 0, 1, store, sizeof store);
+  if (!strcmp(rel, store) || (lh_outname_shard(LH_OUTNAME_STORE, rel, &i, &k) && k >= 2 && i >= 0 && i < k))
+    return LH_OK;
+  if (strcmp(rel, "jobs") && !lh_outname_owned(rel)) return LH_OK;
+  return lh_error_set(err, LH_EINVAL, "--db %s is %s in the output folder %s, which the run writes over: the "
+                      "store would be destroyed. Put the store elsewhere, or leave --db out to keep it in %s/%s",
+                      p->db_path, rel, p->out_dir, p->out_dir, store);
+}
+
 /* The model, its tokenizer, chat format and stop ids. */
 static lh_status open_model(run *R, lh_error *err) {
   const lh_runner_params *p = R->p;
@@ -1571,6 +1623,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   bp.documents_root = p->documents_root;
   if ((st = lh_batch_load_params(p->batch_path, &bp, &R.batch, err)) != LH_OK) goto done;
   if ((st = lh_outdir_open(p->out_dir, lock, p->wait, &R.out, err)) != LH_OK) goto done;
+  if ((st = check_db_not_output(p, err)) != LH_OK) goto done;
   snprintf(R.batch_digest, sizeof R.batch_digest, "%s", R.batch.sha256);
   sum->bad_lines = R.batch.n_bad;
   lh_store_params sp = lh_store_default_params();

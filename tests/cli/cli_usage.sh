@@ -14,6 +14,7 @@
 #     a file, lies under one, or is a symbolic link to nothing, naming it;
 #   - a FIFO, a folder or a device named as the batch, --defaults, --ids, --families or
 #     --template-file is refused at once, naming the flag, the path and what it is.
+#   - a --db that is one of the files the run writes in OUT exits 2 before anything runs.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -299,6 +300,28 @@ says selfshard "which the run writes over"
 # retries for ever), named
 run 2 dbdir "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbdir" --db "$T/no-such-dir/x.db" --progress none
 says dbdir "$T/no-such-dir/x.db: the folder $T/no-such-dir does not exist; make it first"
+# a --db that is a file the run writes in OUT (output.jsonl, errors.jsonl, a shard's, the lock, a
+# job's folder) would be renamed over at the end of the run, destroying the store: refused (2)
+# before anything runs, however it is spelt or linked; OUT/longhaul.db itself and a --db
+# elsewhere are fine
+mkdir -p "$T/dbout" && ln -s "$T/selfout" "$T/dbout/linked" && ln -s "$T/selfout/output.jsonl" "$T/dbout/link.db"
+ln -s "$T/selfout/errors-1-of-2.jsonl" "$T/dbout/dangling.db"
+cp "$T/selfout/output.jsonl" "$T/dbout/output.before"
+n=0
+for db in "$T/selfout/errors.jsonl" "$T/selfout/output.jsonl" "$T/selfout/./errors.jsonl" "$T/dbout/linked/output.jsonl" \
+    "$T/dbout/link.db" "$T/dbout/dangling.db" "$T/selfout/output-1-of-2.jsonl" "$T/selfout/longhaul.lock" \
+    "$T/selfout/jobs" "$T/selfout/jobs/c/x.db" "$T/selfout/longhaul.db-journal"; do
+  n=$((n + 1))
+  run 2 dbout$n "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/selfout" --db "$db" --progress none
+  says dbout$n "which the run writes over"
+  grep -q "requests:" "$T/dbout$n.out" && fail "dbout$n: --db $db ran"
+done
+run 2 dboutl "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbout/linked" --db "$T/selfout/errors.jsonl" --progress none
+says dboutl "which the run writes over"
+cmp -s "$T/selfout/output.jsonl" "$T/dbout/output.before" || fail "a refused --db changed OUT/output.jsonl"
+[ ! -e "$T/selfout/errors-1-of-2.jsonl" ] || fail "a refused --db made a store through a link"
+run 0 dbok1 "$LH" run "$T/selfout/nightly.jsonl" --model "$MODEL" --out "$T/selfout" --db "$T/selfout/longhaul.db" --progress none
+run 0 dbok2 "$LH" run "$T/selfout/nightly.jsonl" --model "$MODEL" --out "$T/selfout" --db "$T/dbout/elsewhere.db" --progress none
 # a custom_id with terminal controls (ESC sequences, BEL, C1's NEL) shows in run's and status's
 # tables as '?', never as bytes the terminal obeys (they could repaint or hide rows)
 printf '%s\n' '{"custom_id":"esc\u001b[31mRED\u001b[0m\u0007b\u0085ell","url":"/v1/completions","body":{"prompt":"x","max_tokens":2}}' \
