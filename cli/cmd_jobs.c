@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "jobs/outnames.h"
 #include "jobs/runner.h"
 #include "jobs/shard.h"
 #include "cli/args.h"
@@ -461,7 +463,9 @@ static void results_usage(FILE *f) {
   fprintf(f, "usage: longhaul results JOB [--out DIR | --db FILE]\n"
              "  print the result.json of a finished job (JOB: its custom_id or job number), from the\n"
              "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db);\n"
-             "  a custom_id in several batches or stores gives the job a run changed last\n");
+             "  a custom_id in several batches or stores gives the job a run changed last; with --out, an\n"
+             "  answer the last run over DIR did not write out (its line refused now, or gone from the\n"
+             "  batch) is not printed but said so (exit 1): --db FILE prints it\n");
 }
 
 /* Open db read-only and list its jobs (lh_store_job_list's order) into *list, *n: 0, or -1 with
@@ -666,6 +670,52 @@ int lh_cmd_status(int argc, char **argv) {
   return rc;
 }
 
+/* Whether the answer a done job holds in the store at `where` (a store of an output folder) is not
+ * what the last run over that folder wrote out: the store's output file (output.jsonl beside
+ * longhaul.db, a shard's beside its store) was written after the job last changed and has no line
+ * with the job's request id, because the last run refused that line or its batch no longer had
+ * it. Then 1, with what that file says of want in why. 0 when it is current, or when there is
+ * nothing to tell by (no output file, a run that changed the job since, a batch not named by
+ * its digest). */
+static int answer_not_current(const char *where, const char *want, const lh_store_job_info *info, char *why,
+                              size_t whysz) {
+  const char *slash = strrchr(where, '/'), *base = slash ? slash + 1 : where;
+  char name[64], path[4200], rid[64];
+  int i, k;
+  lh_outname_build(LH_OUTNAME_STORE, 0, 1, name, sizeof name);
+  if (!strcmp(base, name)) lh_outname_build(LH_OUTNAME_OUTPUT, 0, 1, name, sizeof name);
+  else if (lh_outname_shard(LH_OUTNAME_STORE, base, &i, &k) && k >= 2 && i >= 0 && i < k)
+    lh_outname_build(LH_OUTNAME_OUTPUT, i, k, name, sizeof name);
+  else return 0;
+  snprintf(path, sizeof path, "%.*s%s", (int)(base - where), where, name);
+  struct stat sb;
+  if (!info->batch || strncmp(info->batch, "sha256:", 7) || stat(path, &sb)) return 0;
+  if (info->updated_ms > (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000) return 0;
+  lh_runner_request_id(info->batch + 7, info->custom_id, 0, rid, sizeof rid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char *line = NULL;
+  size_t cap = 0;
+  int current = 0;
+  snprintf(why, whysz, "%s has no line for it: the last run's batch does not have it", path);
+  while (!current && getline(&line, &cap, f) > 0) {
+    cJSON *o = cJSON_Parse(line);
+    const char *cid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "custom_id"));
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "id"));
+    if (cid && !strcmp(cid, want)) {
+      current = id && !strcmp(id, rid);
+      const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+      const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
+      snprintf(why, whysz, "its line in %s is %s%s", path, msg ? "an error: " : "another batch's answer",
+               msg ? msg : "");
+    }
+    cJSON_Delete(o);
+  }
+  free(line);
+  fclose(f);
+  return !current;
+}
+
 int lh_cmd_results(int argc, char **argv) {
   const char *db = NULL, *out = NULL;
   int rc = store_args("results", argc, argv, &db, &out, NULL);
@@ -734,6 +784,7 @@ int lh_cmd_results(int argc, char **argv) {
     lh_buf js = {0};
     lh_store_job_info info;
     lh_error e;
+    char why[LH_ERROR_MSG_MAX + 4400];
     memset(&info, 0, sizeof info);
     if (lh_store_job_get(found, id, &info, &e) == LH_OK && info.state == LH_JOB_FAILED && info.damaged > 0) {
       fprintf(stderr, "longhaul results: job '%s' is failed, and its stored error fails its checksum (the store was "
@@ -741,6 +792,9 @@ int lh_cmd_results(int argc, char **argv) {
     } else if (info.state != LH_JOB_DONE && info.batch) {
       fprintf(stderr, "longhaul results: job '%s' is %s%s%s\n", want, lh_job_state_name(info.state),
               info.error ? ": " : "", info.error ? info.error : "");
+    } else if (out && w == 0 && answer_not_current(where, want, &info, why, sizeof why)) {
+      fprintf(stderr, "longhaul results: '%s' has no answer from the last run over %s (%s); the one in the store "
+              "was written for an earlier batch (%s): --db %s prints it\n", want, out, why, info.batch, where);
     } else if (lh_store_job_result(found, id, &js, NULL, &e) == LH_OK) {
       cJSON *o = cJSON_ParseWithLength(js.data, js.len);
       char *pretty = o ? cJSON_Print(o) : NULL;

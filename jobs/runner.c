@@ -1389,16 +1389,30 @@ static lh_status clear_job_files(run *R, const lh_request *r, lh_error *err) {
   return st;
 }
 
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static lh_status write_output(run *R, lh_error *err) {
   lh_buf out = {0}, errs = {0};
   lh_status st = LH_OK;
+  /* the custom_ids of the valid lines (this shard's or another's): their folders are theirs, so a
+   * refused line that repeats one leaves it alone */
+  const char **valid = malloc((size_t)(R->batch.n ? R->batch.n : 1) * sizeof *valid);
+  size_t n_valid = 0;
+  if (!valid) return lh_error_set(err, LH_ENOMEM, "out of memory");
+  for (int i = 0; i < R->batch.n; i++)
+    if (R->batch.req[i].error.code == LH_OK) valid[n_valid++] = R->batch.req[i].custom_id;
+  qsort(valid, n_valid, sizeof *valid, cmp_str_ptr);
   for (int i = 0; i < R->batch.n && st == LH_OK; i++) {
     const lh_request *r = &R->batch.req[i];
     char rid[64];
     lh_runner_request_id(R->batch_digest, r->custom_id, r->error.code != LH_OK ? r->line : 0, rid, sizeof rid);
-    if (r->error.code != LH_OK) {
+    if (r->error.code != LH_OK) { /* refused: not answered now, so no files (as a failed job) */
       st = lh_output_error(&out, r->custom_id, rid, 400, "invalid_request", r->error.msg);
       if (st == LH_OK) st = error_line(&errs, r->custom_id, rid, "invalid_request", r->error.msg);
+      if (st == LH_OK && !r->custom_id_made && !bsearch(&r->custom_id, valid, n_valid, sizeof *valid, cmp_str_ptr))
+        st = clear_job_files(R, r, err);
       continue;
     }
     if (!R->job_ids[i]) continue; /* another shard's */
@@ -1453,6 +1467,7 @@ static lh_status write_output(run *R, lh_error *err) {
   }
   lh_buf_free(&out);
   lh_buf_free(&errs);
+  free(valid);
   return st;
 }
 

@@ -4,7 +4,8 @@
 # batch give the same prompt and answer (a plain-file document is named in its frame as the batch
 # writes it, not through the batch file's folder); --documents-root refuses a document outside the
 # tree on its line; a duplicate custom_id is refused on the later line with a response id of its
-# own; names that are not UTF-8 reach the JSON it writes as valid UTF-8.
+# own; names that are not UTF-8 reach the JSON it writes as valid UTF-8. A line answered, then
+# refused, has no result files and `results --out` says so; so it does for a dropped line.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/root"
@@ -99,4 +100,36 @@ grep -q "pipe.jsonl: is a FIFO (named pipe), not a regular file" "$T/pipe.log" |
 [ "$rc2" = 130 ] || { cat "$T/stall.log"; fail "Ctrl-C while reading a stalled batch on stdin: exit $rc2, expected 130"; }
 grep -q "interrupted while reading the batch (8 bytes read)" "$T/stall.log" || { cat "$T/stall.log"; fail "the stdin interruption was not said"; }
 [ ! -e "$T/pipe" ] && [ ! -e "$T/stall" ] || fail "a refused or interrupted batch read left an output folder"
+
+# A request not answered now has no result files, and `results` does not print an earlier answer
+# as the current one: a line answered, then edited so that it is refused, loses its jobs/<id>
+# files (a refused duplicate leaves the valid line's alone); a line dropped from the batch keeps
+# its folder, but `results --out` says the last run has no answer for either (exit 1), naming the
+# store that holds the old one; the batch as it was answers both again from the store
+[ -s "$T/abs/jobs/a/result.json" ] || fail "a refused duplicate custom_id removed the valid line's result.json"
+q='{"custom_id":"t","url":"/v1/completions","body":{"prompt":"Q:","max_tokens":4,"temperature":0,"documents":["notes.txt"]}}'
+printf '%s\n%s\n' "$q" "${q/\"t\"/\"u\"}" > "$T/b/edit.jsonl"
+cp "$T/b/edit.jsonl" "$T/b/edit.orig"
+"$LH" run "$T/b/edit.jsonl" --model "$MODEL" --out "$T/edit" --progress none > "$T/edit1.log" 2>&1 || { cat "$T/edit1.log"; fail "edit: first run"; }
+"$LH" results t --out "$T/edit" > "$T/t1.json" || fail "results t after the first run"
+printf '%s\n' "${q/\"temperature\":0/\"temperature\":0,\"n\":2}" > "$T/b/edit.jsonl"
+set +e
+"$LH" run "$T/b/edit.jsonl" --model "$MODEL" --out "$T/edit" --progress none > "$T/edit2.log" 2>&1; rc=$?
+"$LH" results t --out "$T/edit" > "$T/t2.json" 2> "$T/t2.err"; rt=$?
+"$LH" results u --out "$T/edit" > "$T/u2.json" 2> "$T/u2.err"; ru=$?
+set -e
+[ $rc = 1 ] || { cat "$T/edit2.log"; fail "edit: the refused line's run exit $rc, expected 1"; }
+[ ! -e "$T/edit/jobs/t/result.json" ] && [ ! -e "$T/edit/jobs/t/manifest.jsonl" ] ||
+  fail "a line refused now kept the result files of its earlier answer"
+[ $rt = 1 ] && [ ! -s "$T/t2.json" ] || { cat "$T/t2.json" "$T/t2.err"; fail "results printed the answer of a line refused now"; }
+grep -q "no answer from the last run over $T/edit (its line in $T/edit/output.jsonl is an error: line 1: " "$T/t2.err" ||
+  { cat "$T/t2.err"; fail "results did not say the line was refused"; }
+[ $ru = 1 ] && [ ! -s "$T/u2.json" ] || { cat "$T/u2.json" "$T/u2.err"; fail "results printed the answer of a dropped line"; }
+grep -q "has no line for it: the last run's batch does not have it" "$T/u2.err" || { cat "$T/u2.err"; fail "results: dropped line not said"; }
+"$LH" results u --db "$T/edit/longhaul.db" > /dev/null || fail "results --db does not print the stored answer"
+cp "$T/b/edit.orig" "$T/b/edit.jsonl"
+"$LH" run "$T/b/edit.jsonl" --model "$MODEL" --out "$T/edit" --progress none > "$T/edit3.log" 2>&1 || { cat "$T/edit3.log"; fail "edit: the batch as it was"; }
+grep -q "2 already done" "$T/edit3.log" || { cat "$T/edit3.log"; fail "the batch as it was did not find its answers"; }
+"$LH" results t --out "$T/edit" > "$T/t3.json" && cmp -s "$T/t1.json" "$T/t3.json" || fail "results t once answered again"
+[ -s "$T/edit/jobs/t/result.json" ] || fail "the batch as it was did not write jobs/t/result.json again"
 echo "run_batch_input: ok"
