@@ -384,8 +384,8 @@ int lh_cmd_run(int argc, char **argv) {
   print_table(sum.output_path);
   printf("longhaul run: %d requests: %d done, %d failed, %d malformed line%s, %d already done%s", sum.requests,
          sum.done, sum.failed, sum.bad_lines, sum.bad_lines == 1 ? "" : "s", sum.skipped_done,
-         sum.interrupted_left ? "" : "\n");
-  if (sum.interrupted_left) printf(", %d interrupted\n", sum.interrupted_left);
+         sum.left > 0 ? "" : "\n");
+  if (sum.left > 0) printf(", %d left queued\n", sum.left);
   if (sum.skipped_failed)
     printf("  %d of the already done failed in an earlier run (errors.jsonl says why): --force runs %s again\n",
            sum.skipped_failed, sum.skipped_failed == 1 ? "it" : "them");

@@ -1235,36 +1235,55 @@ static char *result_json(const group *g, const job *J, const lh_fork *F) {
   return render_json_string(o);
 }
 
-/* Record each finished job: documents, result and the job's files. */
+/* Record each finished job of the group: every answer in the store first (an answer exists once
+ * committed), then the jobs' files. The group's forks were decoded together, so all its answers
+ * are computed before the first is recorded: a failure of the output folder (a full disk; the
+ * store, through --db, may be on another with room) stops the run only once they are all in the
+ * store, and the rerun, which rebuilds every job folder from the store (write_output), computes
+ * none of them again. A kill between a commit and the files is mended the same way. */
 static void group_record(group *g) {
   run *R = g->R;
-  for (int f = 0; f < g->nf; f++) {
+  char **rj = calloc((size_t)(g->nf ? g->nf : 1), sizeof *rj); /* [nf]: the recorded jobs' result.json */
+  if (!rj) {
+    lh_error e;
+    lh_error_set(&e, LH_ENOMEM, "out of memory recording the answers of %s", g->label);
+    env_fault(R, LH_ENOMEM, &e);
+    return;
+  }
+  for (int f = 0; f < g->nf && !R->fault; f++) {
     const lh_fork *F = &g->forks[f];
     job *J = &g->J[g->fork_job[f]];
     if (J->failed || F->finish == LH_FINISH_NONE) continue;
-    if (R->fault) return;
     lh_error e;
     lh_error_set(&e, LH_ENOMEM, "out of memory");
-    char *rj = result_json(g, J, F);
-    /* the store first (the result exists once committed), then the job's folder; a kill between
-     * the two is mended by the next run, which rebuilds every job folder from the store */
-    lh_status s = rj ? lh_store_job_set_documents(R->store, J->id, g->man.docs, g->man.n, &e) : LH_ENOMEM;
+    char *js = result_json(g, J, F);
+    lh_status s = js ? lh_store_job_set_documents(R->store, J->id, g->man.docs, g->man.n, &e) : LH_ENOMEM;
     if (s == LH_OK)
-      s = lh_store_job_done(R->store, J->id, rj, g->man.jsonl.data ? g->man.jsonl.data : "", g->man.jsonl.len, &e);
+      s = lh_store_job_done(R->store, J->id, js, g->man.jsonl.data ? g->man.jsonl.data : "", g->man.jsonl.len, &e);
     if (s == LH_OK) {
       lh_testpoint("commit");
       J->recorded = 1;
       R->sum->done++;
-      s = write_job_files(R, J, rj, g->man.jsonl.data, g->man.jsonl.len, &e);
+      rj[f] = js;
+      continue;
     }
-    free(rj);
-    if (s == LH_EBUSY && !J->recorded) {
+    free(js);
+    if (s == LH_EBUSY) {
       lh_progress_note(R->prog, "%s: taken over by another process; its result is theirs: %s", J->r->custom_id, e.msg);
       R->sum->taken_over++;
-    } else if (s != LH_OK) {
+    } else {
       env_fault(R, s, &e);
     }
   }
+  for (int f = 0; f < g->nf; f++) {
+    if (rj[f] && !R->fault) {
+      lh_error e;
+      const lh_status s = write_job_files(R, &g->J[g->fork_job[f]], rj[f], g->man.jsonl.data, g->man.jsonl.len, &e);
+      if (s != LH_OK) env_fault(R, s, &e);
+    }
+    free(rj[f]);
+  }
+  free(rj);
 }
 
 static void group_free(group *g) {
@@ -1296,10 +1315,7 @@ out:
   if (st == LH_OK && R->fault) st = R->fault;
   if (st == LH_EINTR || R->fault) { /* claims go back; the checkpoints are committed; a rerun resumes */
     for (int i = 0; i < n; i++)
-      if (!g.J[i].failed && !g.J[i].recorded) {
-        lh_store_job_release(R->store, g.J[i].id, NULL);
-        R->sum->interrupted_left++;
-      }
+      if (!g.J[i].failed && !g.J[i].recorded) lh_store_job_release(R->store, g.J[i].id, NULL);
     if (R->writer) lh_store_writer_flush(R->writer, NULL);
     if (st == LH_EINTR)
       lh_error_set(err, LH_EINTR, "interrupted; rerun the same command to resume from the last checkpoint");
@@ -1594,6 +1610,24 @@ static lh_status open_model(run *R, lh_error *err) {
   return LH_OK;
 }
 
+/* This run's jobs neither done nor failed in the store: what a stopped run (interrupted, or a
+ * fault) leaves to a rerun, the groups it never claimed as well as the one the stop cut short.
+ * Read from the store, so the summary says what the store holds. -1 when the store cannot say. */
+static int count_left(run *R) {
+  lh_store_job_info *list;
+  size_t n;
+  lh_error e;
+  if (lh_store_job_list(R->store, R->batch_id, &list, &n, &e) != LH_OK) {
+    lh_log_warn("cannot count the jobs left: %s", e.msg);
+    return -1;
+  }
+  int left = 0;
+  for (size_t k = 0; k < n; k++)
+    if ((list[k].state == LH_JOB_QUEUED || list[k].state == LH_JOB_RUNNING) && find_request(R, list[k].id) >= 0) left++;
+  lh_store_job_list_free(list, n);
+  return left;
+}
+
 /* Claim groups of jobs and run them until none is left, an interrupt, or a fault. */
 static lh_status run_jobs(run *R, lh_error *err) {
   int64_t *ids = calloc((size_t)R->p->max_group, sizeof *ids);
@@ -1697,6 +1731,7 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
   /* a run that went to its end and still has unfinished jobs: another process holds them (two runs
    * on one store through --db, or a takeover); their lines come with a rerun once it is done */
   if (st == LH_OK && !R.fault) sum->elsewhere = R.unfinished;
+  if ((st == LH_EINTR || R.fault) && !store_gone) sum->left = count_left(&R);
   if (R.fault && store_gone) {
     st = R.fault;
     lh_error_set(err, st, "stopped: %s. %s is gone (deleted or moved away while this run had it open), so this run "
@@ -1705,9 +1740,18 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
                  "(or pass --db with its new path) and rerun, which resumes", R.fault_err.msg, sum->db_path);
   } else if (R.fault) {
     st = R.fault;
-    lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "
-                 "disk space, make the folder writable) and rerun the same command, which resumes from the last "
-                 "good checkpoint", R.fault_err.msg, sum->interrupted_left, sum->interrupted_left == 1 ? " is" : "s are");
+    if (sum->left == 0)
+      lh_error_set(err, st, "stopped: %s. Every answer and error is recorded in the store %s and nothing is lost: "
+                   "fix the cause (free disk space, make the folder writable) and rerun the same command, which "
+                   "writes the output files from the store", R.fault_err.msg, sum->db_path);
+    else if (sum->left > 0)
+      lh_error_set(err, st, "stopped: %s. %d job%s left queued and nothing already done is lost: fix the cause (free "
+                   "disk space, make the folder writable) and rerun the same command, which resumes from the last "
+                   "good checkpoint", R.fault_err.msg, sum->left, sum->left == 1 ? " is" : "s are");
+    else
+      lh_error_set(err, st, "stopped: %s. The jobs not done are left queued and nothing already done is lost: fix "
+                   "the cause (free disk space, make the folder writable) and rerun the same command, which resumes "
+                   "from the last good checkpoint", R.fault_err.msg);
   }
 
 done:

@@ -68,7 +68,9 @@ typedef struct lh_runner_params {
 lh_runner_params lh_runner_default_params(void);
 
 typedef struct lh_runner_summary {
-  int requests, bad_lines, done, failed, skipped_done, not_in_shard, interrupted_left;
+  int requests, bad_lines, done, failed, skipped_done, not_in_shard;
+  int left;           /* of a stopped run (interrupted, or a fault): its jobs neither done nor failed in the
+                         store at its end, queued for a rerun; -1 when the store could not be read */
   int skipped_failed; /* of skipped_done: jobs that failed in an earlier run (kept until --force or new inputs) */
   int taken_over;     /* requests whose job another process took over after this one stalled: theirs to answer */
   int elsewhere;      /* of a run that ran to its end: requests left without a line in output.jsonl because
