@@ -464,8 +464,9 @@ static void results_usage(FILE *f) {
              "  print the result.json of a finished job (JOB: its custom_id or job number), from the\n"
              "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db);\n"
              "  a custom_id in several batches or stores gives the job a run changed last; with --out, an\n"
-             "  answer the last run over DIR did not write out (its line refused now, or gone from the\n"
-             "  batch) is not printed but said so (exit 1): --db FILE prints it\n");
+             "  answer the last run over DIR did not write out (its line refused now, gone from the batch,\n"
+             "  or a run that kept its store elsewhere with --db) is not printed but said so (exit 1):\n"
+             "  --db FILE prints it\n");
 }
 
 /* Open db read-only and list its jobs (lh_store_job_list's order) into *list, *n: 0, or -1 with
@@ -716,6 +717,26 @@ static int answer_not_current(const char *where, const char *want, const lh_stor
   return !current;
 }
 
+/* Whether OUT/jobs/<name>/result.json, written after the job last changed in the store being read,
+ * holds another answer than js: the last run over OUT kept its store elsewhere (--db), so what
+ * OUT shows is not this store's. Then 1, naming the file in why. 0 when the file is absent, older
+ * than the job (a run in progress writes the store first), or the same. */
+static int answer_elsewhere(const char *out, const lh_store_job_info *info, const lh_buf *js, char *why, size_t whysz) {
+  char name[1024], path[4200];
+  lh_runner_job_dirname(info->custom_id, name, sizeof name);
+  snprintf(path, sizeof path, "%s/jobs/%s/result.json", out, name);
+  struct stat sb;
+  if (stat(path, &sb) || info->updated_ms > (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000) return 0;
+  lh_buf f = {0};
+  lh_error e;
+  int differs = 0;
+  if (lh_file_read_regular(path, (size_t)64 << 20, &f, &e) == LH_OK)
+    differs = f.len != js->len || (f.len && memcmp(f.data, js->data, f.len));
+  lh_buf_free(&f);
+  if (differs) snprintf(why, whysz, "%s, written after it, holds another answer", path);
+  return differs;
+}
+
 int lh_cmd_results(int argc, char **argv) {
   const char *db = NULL, *out = NULL;
   int rc = store_args("results", argc, argv, &db, &out, NULL);
@@ -785,6 +806,7 @@ int lh_cmd_results(int argc, char **argv) {
     lh_store_job_info info;
     lh_error e;
     char why[LH_ERROR_MSG_MAX + 4400];
+    lh_status st_res = LH_EIO;
     memset(&info, 0, sizeof info);
     if (lh_store_job_get(found, id, &info, &e) == LH_OK && info.state == LH_JOB_FAILED && info.damaged > 0) {
       fprintf(stderr, "longhaul results: job '%s' is failed, and its stored error fails its checksum (the store was "
@@ -795,7 +817,11 @@ int lh_cmd_results(int argc, char **argv) {
     } else if (out && w == 0 && answer_not_current(where, want, &info, why, sizeof why)) {
       fprintf(stderr, "longhaul results: '%s' has no answer from the last run over %s (%s); the one in the store "
               "was written for an earlier batch (%s): --db %s prints it\n", want, out, why, info.batch, where);
-    } else if (lh_store_job_result(found, id, &js, NULL, &e) == LH_OK) {
+    } else if ((st_res = lh_store_job_result(found, id, &js, NULL, &e)) == LH_OK && out && w == 0 &&
+               answer_elsewhere(out, &info, &js, why, sizeof why)) {
+      fprintf(stderr, "longhaul results: '%s': the answer in %s is not the one the last run over %s wrote out (%s); "
+              "that run kept its store elsewhere: pass its --db\n", want, where, out, why);
+    } else if (st_res == LH_OK) {
       cJSON *o = cJSON_ParseWithLength(js.data, js.len);
       char *pretty = o ? cJSON_Print(o) : NULL;
       printf("%s\n", pretty ? pretty : js.data);

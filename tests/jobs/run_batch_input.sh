@@ -132,4 +132,19 @@ cp "$T/b/edit.orig" "$T/b/edit.jsonl"
 grep -q "2 already done" "$T/edit3.log" || { cat "$T/edit3.log"; fail "the batch as it was did not find its answers"; }
 "$LH" results t --out "$T/edit" > "$T/t3.json" && cmp -s "$T/t1.json" "$T/t3.json" || fail "results t once answered again"
 [ -s "$T/edit/jobs/t/result.json" ] || fail "the batch as it was did not write jobs/t/result.json again"
+# A run over OUT that kept its store elsewhere (--db) wrote OUT's files from that store: `results
+# --out` must not print OUT/longhaul.db's older answer as the current one (exit 1, naming --db).
+mkdir -p "$T/e2"
+printf 'The deploy key rotation interval is 417 days.\n' > "$T/e2/notes.txt"
+printf '%s\n' "${q/notes.txt/$T/e2/notes.txt}" > "$T/b/e2.jsonl"
+"$LH" run "$T/b/e2.jsonl" --model "$MODEL" --out "$T/e2o" --progress none > "$T/e2a.log" 2>&1 || { cat "$T/e2a.log"; fail "e2: first run"; }
+printf 'The deploy key rotation interval is 90 days.\n' > "$T/e2/notes.txt"
+"$LH" run "$T/b/e2.jsonl" --model "$MODEL" --out "$T/e2o" --db "$T/e2-elsewhere.db" --progress none > "$T/e2b.log" 2>&1 ||
+  { cat "$T/e2b.log"; fail "e2: the run with --db elsewhere"; }
+set +e
+"$LH" results t --out "$T/e2o" > "$T/e2.json" 2> "$T/e2.err"; re=$?
+set -e
+[ $re = 1 ] && [ ! -s "$T/e2.json" ] || { cat "$T/e2.json" "$T/e2.err"; fail "results --out printed the answer of a store the last run did not use"; }
+grep -q "that run kept its store elsewhere: pass its --db" "$T/e2.err" || { cat "$T/e2.err"; fail "results: --db elsewhere not said"; }
+"$LH" results t --db "$T/e2-elsewhere.db" > /dev/null || fail "results --db of the store the last run used"
 echo "run_batch_input: ok"
