@@ -18,7 +18,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -733,31 +732,20 @@ lh_status lh_batch_load_stream(FILE *f, const char *name, const lh_batch_params 
 lh_status lh_batch_load_params(const char *path, const lh_batch_params *p, lh_batch *out, lh_error *err) {
   memset(out, 0, sizeof *out);
   if (!strcmp(path, "-")) return lh_batch_load_stream(stdin, "-", p, out, err);
-  /* O_NONBLOCK so that a FIFO's open returns at once; what the path is is then judged on the open
-   * file, so a FIFO, a device or a socket is refused, never read (it could hang or never end). A
-   * stream comes through "-". */
-  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) { /* a name the caller may not open is theirs to fix (LH_EINVAL); a failing disk is LH_EIO */
+  /* a FIFO, a device or a socket is refused, never read (it could hang or never end); a stream
+   * comes through "-" */
+  struct stat sb;
+  const int fd = lh_file_open_regular(path, &sb);
+  if (fd < 0 && errno) { /* a name the caller may not open is theirs to fix (LH_EINVAL); a failing disk is LH_EIO */
     const int e = errno;
     const int named = e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG;
     return lh_error_set(err, e == ENOENT ? LH_ENOTFOUND : named ? LH_EINVAL : LH_EIO, "%s: %s", path, strerror(e));
   }
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    const int e = errno;
-    close(fd);
-    return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
-  }
-  if (S_ISDIR(sb.st_mode)) {
-    close(fd);
+  if (fd < 0 && S_ISDIR(sb.st_mode))
     return lh_error_set(err, LH_EINVAL, "%s is a folder; a batch is a JSONL file, one request per line", path);
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    close(fd);
+  if (fd < 0)
     return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file; a batch is a JSONL file (to stream one, "
                         "pipe it to `longhaul run -`)", path, lh_file_kind(sb.st_mode));
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   FILE *f = fdopen(fd, "rb");
   if (!f) {
     const int e = errno;

@@ -66,25 +66,35 @@ lh_status lh_file_check_regular(const char *path, lh_error *err) {
   return LH_OK;
 }
 
-lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err) {
+int lh_file_open_regular(const char *path, struct stat *sb) {
   /* O_NONBLOCK so that opening a FIFO returns at once; the type is then judged on the open file. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (fstat(fd, sb) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (!S_ISREG(sb->st_mode)) {
+    close(fd);
+    errno = 0;
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err) {
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return lh_error_set(err, LH_EIO, "%s: %s", path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, lh_file_kind(st.st_mode));
-  }
+  const int fd = lh_file_open_regular(path, &st);
+  if (fd < 0 && errno)
+    return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", path, strerror(errno));
+  if (fd < 0) return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, lh_file_kind(st.st_mode));
   if ((uint64_t)st.st_size > max) {
     close(fd);
     return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
   }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return read_fd(fd, path, max, b, err);
 }
 

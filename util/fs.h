@@ -21,6 +21,12 @@ lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err);
  * FIFO, device or directory is refused with LH_EINVAL naming what it is, and is never read, so a
  * FIFO cannot hang the caller and /dev/zero cannot be read to max. A missing file is LH_ENOTFOUND. */
 lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err);
+/* Open path for reading if it is a regular file, never blocking on a FIFO: its descriptor
+ * (O_CLOEXEC, blocking reads; the caller closes it) with *sb filled. -1 otherwise: errno says why
+ * the open or fstat failed, or is 0 when something else is there, *sb then saying what
+ * (lh_file_kind). For readers that stream the file rather than take it whole. */
+struct stat;
+int lh_file_open_regular(const char *path, struct stat *sb);
 /* LH_OK for a regular file (symbolic links followed), LH_ENOTFOUND when nothing is there, LH_EINVAL
  * naming what it is otherwise. */
 lh_status lh_file_check_regular(const char *path, lh_error *err);
