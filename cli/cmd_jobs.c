@@ -671,6 +671,13 @@ int lh_cmd_status(int argc, char **argv) {
   return rc;
 }
 
+/* Whether the file at path was written after the job last changed in its store (a run writes the
+ * store first, then OUT's files: a file older than the job is a run in progress, or its absence). */
+static int written_after_job(const char *path, const lh_store_job_info *info) {
+  struct stat sb;
+  return !stat(path, &sb) && info->updated_ms <= (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000;
+}
+
 /* Whether the answer a done job holds in the store at `where` (a store of an output folder) is not
  * what the last run over that folder wrote out: the store's output file (output.jsonl beside
  * longhaul.db, a shard's beside its store) was written after the job last changed and has no line
@@ -689,9 +696,7 @@ static int answer_not_current(const char *where, const char *want, const lh_stor
     lh_outname_build(LH_OUTNAME_OUTPUT, i, k, name, sizeof name);
   else return 0;
   snprintf(path, sizeof path, "%.*s%s", (int)(base - where), where, name);
-  struct stat sb;
-  if (!info->batch || strncmp(info->batch, "sha256:", 7) || stat(path, &sb)) return 0;
-  if (info->updated_ms > (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000) return 0;
+  if (!info->batch || strncmp(info->batch, "sha256:", 7) || !written_after_job(path, info)) return 0;
   lh_runner_request_id(info->batch + 7, info->custom_id, 0, rid, sizeof rid);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
@@ -725,8 +730,7 @@ static int answer_elsewhere(const char *out, const lh_store_job_info *info, cons
   char name[1024], path[4200];
   lh_runner_job_dirname(info->custom_id, name, sizeof name);
   snprintf(path, sizeof path, "%s/jobs/%s/result.json", out, name);
-  struct stat sb;
-  if (stat(path, &sb) || info->updated_ms > (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000) return 0;
+  if (!written_after_job(path, info)) return 0;
   lh_buf f = {0};
   lh_error e;
   int differs = 0;
