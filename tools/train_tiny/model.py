@@ -248,6 +248,77 @@ def enable_length_scale(model, base: int):
     return model
 
 
+def _lightning_forward_blocks(self, hidden_states, position_embeddings=None, attention_mask=None,
+                              past_key_values=None, **kwargs):
+    """MiniMaxLightningAttention.forward without a cache, every block at once (see
+    enable_fast_training). Positions are cut into blocks of block_size (the last padded with zeros,
+    whose outputs are dropped and whose k, v add nothing); per block n, with the module's own decay
+    buffers (query_decay, key_decay, diagonal_decay, slope_rate s):
+        out_n = ((Q_n K_n^T) * diagonal_decay) V_n + (Q_n * query_decay) S_n
+        S_n   = sum_{m < n} exp(-s block_size (n - 1 - m)) (K_m * key_decay)^T V_m
+    which is the recurrence S_{n+1} = S_n exp(-s block_size) + (K_n * key_decay)^T V_n that
+    transformers' loop runs one block at a time, summed in closed form (a [blocks, blocks] matrix
+    of decays times the blocks' K^T V, in fp32 as the loop's fp32 state is). The second return
+    value, the loop's final state, is None: only a cache reads it, and with a cache the module's
+    own forward runs."""
+    if past_key_values is not None:
+        return type(self).forward(self, hidden_states, position_embeddings, attention_mask,
+                                  past_key_values=past_key_values, **kwargs)
+    B, T, _ = hidden_states.shape
+    H, d, bs = self.num_attention_heads, self.head_dim, self.block_size
+    nb = (T + bs - 1) // bs
+    qkv = self.act_fn(self.qkv_proj(hidden_states))
+    qkv = modeling_minimax.apply_mask_to_padding_states(qkv, attention_mask)
+    if nb * bs != T:
+        qkv = torch.nn.functional.pad(qkv, (0, 0, 0, nb * bs - T))
+    qkv = qkv.reshape(B, nb, bs, H, 3 * d).permute(0, 3, 1, 2, 4)  # [B, H, blocks, bs, 3d]
+    q, k, v = torch.split(qkv, d, dim=-1)
+    diag = self.diagonal_decay[0][:, None]  # [H, 1, bs, bs]
+    intra = torch.matmul(torch.matmul(q, k.transpose(-1, -2)) * diag, v)
+    kv = torch.matmul((k * self.key_decay[:, None]).transpose(-1, -2), v)  # [B, H, blocks, d, d]
+    n = torch.arange(nb, device=qkv.device)
+    gap = (n[:, None] - 1 - n[None, :]).to(torch.float32)  # [blocks, blocks]
+    slope = self.slope_rate.reshape(H, 1, 1).to(torch.float32)
+    decay = torch.where(gap >= 0, torch.exp(-slope * bs * gap.clamp(min=0)), torch.zeros((), device=qkv.device))
+    with torch.autocast(device_type=qkv.device.type, enabled=False):
+        state = torch.matmul(decay, kv.float().reshape(B, H, nb, d * d)).reshape(B, H, nb, d, d)
+    inter = torch.matmul(q * self.query_decay[:, None], state)
+    out = (intra + inter).permute(0, 2, 3, 1, 4).reshape(B, nb * bs, H * d)[:, :T]
+    out = self.norm(out)
+    out = torch.sigmoid(self.output_gate(hidden_states)) * out
+    return self.out_proj(out), None
+
+
+def _experts_forward_dense(self, hidden_states, top_k_index, top_k_weights):
+    """MiniMaxExperts.forward with every expert applied to every token and weighted by the routing
+    weights scattered into [tokens, experts] (zero where a token did not pick the expert): the same
+    sum and the same gradients as transformers' per-expert loop (an unpicked expert's weight 0
+    passes no gradient), with none of its data-dependent shapes, which stall the GPU for the host
+    once per expert and layer. The extra FLOPs (all 4 experts, not the top 2) cost little at this
+    width."""
+    w = torch.zeros(hidden_states.shape[0], self.num_experts, device=hidden_states.device,
+                    dtype=top_k_weights.dtype).scatter(1, top_k_index, top_k_weights)
+    gate, up = torch.matmul(hidden_states[None], self.gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)
+    out = torch.matmul(self.act_fn(gate) * up, self.down_proj.transpose(1, 2))  # [E, tokens, hidden]
+    return (out * w.t()[:, :, None]).sum(0).to(hidden_states.dtype)
+
+
+def enable_fast_training(model):
+    """Replace, on this model's modules only, transformers' lightning attention loop (one Python
+    iteration per 256-token block: about 30 kernel launches per block and layer with the backward,
+    which bound a 32K-token training step) and its per-expert MoE loop by the forms above: the same
+    functions of the same parameters, up to the order of fp32 sums (check_fast.py compares the loss
+    and every gradient). Training only: eval.py, the fixtures and every measurement load the model
+    with load_hf, which leaves transformers' code as it is."""
+    import types
+    for layer in model.model.layers:
+        att = layer.self_attn
+        if isinstance(att, modeling_minimax.MiniMaxLightningAttention):
+            att.forward = types.MethodType(_lightning_forward_blocks, att)
+        layer.mlp.experts.forward = types.MethodType(_experts_forward_dense, layer.mlp.experts)
+    return model
+
+
 def build(arch, bos_id, eos_id, seed: int):
     torch.manual_seed(seed)
     cfg = hf_config(arch, bos_id, eos_id)

@@ -490,6 +490,9 @@ def main():
                     help="softmax: train only the softmax attention layers, the final norm and lm_head; "
                          "the embedding and the lightning layers before them are frozen and run without "
                          "autograd (a long stage at 128K+ tokens; data version 13). For this call only")
+    ap.add_argument("--impl", default="fast", choices=["fast", "hf"],
+                    help="fast: model.enable_fast_training's lightning and MoE forms (the same functions, "
+                         "checked by check_fast.py); hf: transformers' own loops")
     ap.add_argument("--ema-decay", type=float, default=0.0,
                     help="also keep an exponential moving average of the trained weights (e.g. 0.998), "
                          "starting from this call's first weights, and export it to OUT_MODEL-ema "
@@ -527,6 +530,8 @@ def main():
     rs = prior_rs if args.rope_scaling is None else parse_rope_scaling(args.rope_scaling)
     arch = dict(M.ARCH, vocab_size=tok.get_vocab_size(), length_scale_base=lsb, rope_scaling=rs)
     model = M.build(arch, bos_id, eos_id, args.seed).to(device)
+    if args.impl == "fast":
+        M.enable_fast_training(model)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -613,7 +618,7 @@ def main():
     call = {"start_step": run["step"], "budget_s": args.budget_s, "device": str(device),
             "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
             "argv": sys.argv[1:], "replanned": replanned, "changes": changes or None,
-            "train_only": args.train_only, "ema_decay": args.ema_decay or None}
+            "train_only": args.train_only, "ema_decay": args.ema_decay or None, "impl": args.impl}
     model.train()
     t_loop = time.time()   # this call's training clock (the budget)
     t_train = t_loop       # start of the segment not yet added to run["train_seconds"]
