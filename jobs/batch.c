@@ -372,7 +372,6 @@ static void parse_body(const cJSON *body, const parse_ctx *c, lh_request *r) {
 typedef struct raw_check {
   char msg[512];
   int id_tainted;
-  size_t too_deep; /* the column where arrays and objects nest past cJSON's limit, or 0 */
 } raw_check;
 
 /* Check a line's bytes before cJSON reads them: JSON text is UTF-8, and cJSON would copy a raw
@@ -382,10 +381,9 @@ static int check_raw(const char *line, size_t len, raw_check *rc) {
   const unsigned char *s = (const unsigned char *)line;
   const char *key = NULL; /* the last object key seen, and its length */
   size_t key_len = 0, str_start = 0;
-  int in_str = 0, clean = 1, depth = 0;
+  int in_str = 0, clean = 1;
   rc->msg[0] = 0;
   rc->id_tainted = 0;
-  rc->too_deep = 0;
   for (size_t i = 0; i < len;) {
     const char *what = NULL;
     size_t step = 1;
@@ -405,10 +403,6 @@ static int check_raw(const char *line, size_t len, raw_check *rc) {
         if (j < len && s[j] == ':') key = line + str_start, key_len = i - str_start;
       }
       in_str = !in_str;
-    } else if (!in_str && (s[i] == '[' || s[i] == '{')) {
-      if (++depth > CJSON_NESTING_LIMIT && !rc->too_deep) rc->too_deep = i + 1;
-    } else if (!in_str && (s[i] == ']' || s[i] == '}')) {
-      depth--;
     }
     if (what) {
       int is_id = key && key_len == 9 && !memcmp(key, "custom_id", 9);
@@ -445,9 +439,10 @@ static void parse_line(const char *line, size_t len, int lineno, const parse_ctx
   if (!check_raw(line, len, &rc)) bad(r, "%s", rc.msg);
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, 0);
-  if (!root && rc.too_deep) {
-    bad(r, "arrays and objects nest more than %d deep (column %zu): longhaul reads no deeper", CJSON_NESTING_LIMIT,
-        rc.too_deep);
+  const long deep = root ? -1 : lh_json_too_deep_at(line, len); /* why cJSON refused it, if that is why */
+  if (deep >= 0) {
+    bad(r, "arrays and objects nest more than %d deep (column %ld): longhaul reads no deeper", CJSON_NESTING_LIMIT,
+        deep + 1);
   } else if (!root) {
     long col = end && end >= line && end <= line + len ? (long)(end - line) + 1 : 0;
     bad(r, "not valid JSON (near column %ld)", col);

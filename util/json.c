@@ -65,7 +65,7 @@ void lh_json_add_text(cJSON *o, const char *key, const char *text) {
   if (s) cJSON_AddItemToObject(o, key, s);
 }
 
-int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n) {
+long lh_json_too_deep_at(const char *text, size_t len) {
   int depth = 0, in_str = 0;
   for (size_t i = 0; text && i < len; i++) {
     const char c = text[i];
@@ -75,14 +75,18 @@ int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n) {
     } else if (c == '"') {
       in_str = 1;
     } else if (c == '[' || c == '{') {
-      if (++depth > CJSON_NESTING_LIMIT) {
-        if (n) snprintf(msg, n, "arrays and objects nest more than %d deep (at byte %zu): longhaul reads no deeper",
-                        CJSON_NESTING_LIMIT, i);
-        return 1;
-      }
+      if (++depth > CJSON_NESTING_LIMIT) return (long)i;
     } else if (c == ']' || c == '}') {
       depth--;
     }
   }
-  return 0;
+  return -1;
+}
+
+int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n) {
+  const long at = lh_json_too_deep_at(text, len);
+  if (at < 0) return 0;
+  if (n) snprintf(msg, n, "arrays and objects nest more than %d deep (at byte %ld): longhaul reads no deeper",
+                  CJSON_NESTING_LIMIT, at);
+  return 1;
 }

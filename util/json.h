@@ -23,6 +23,9 @@ lh_status lh_json_duplicate_key(const cJSON *node, int nested, const char **key)
  * reads no deeper" in msg (N the 0-based offset of the bracket past the limit); else 0. Brackets
  * in strings do not count. One pass, no allocation: for a reader to say why cJSON refused a text. */
 int lh_json_too_deep(const char *text, size_t len, char *msg, size_t n);
+/* The same check for a reader that words its own message: the 0-based offset in text of the first
+ * bracket that nests past CJSON_NESTING_LIMIT, or -1 when none does. */
+long lh_json_too_deep_at(const char *text, size_t len);
 
 /* A JSON string node of text (NULL: ""), with U+FFFD for each invalid UTF-8 subpart (as
  * lh_utf8_replace), so that files quoting paths, names, templates from the command line or model

@@ -163,6 +163,19 @@ static void test_raw_bytes_of_a_line(void) {
     lh_request_free(&r);
     lh_buf_free(&deep);
   }
+  /* brackets in a string, behind an escaped quote, do not count, and the column counts bytes (é is
+   * two): the same line with 8 more bytes in its prompt is placed 8 columns on */
+  lh_buf deep = {0};
+  lh_buf_printf(&deep, "{\"custom_id\":\"d\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\\\"[[{{\xc3\xa9\","
+                       "\"metadata\":");
+  for (int i = 2; i < 1001; i++) lh_buf_append(&deep, "[", 1);
+  for (int i = 2; i < 1001; i++) lh_buf_append(&deep, "]", 1);
+  lh_buf_append_str(&deep, "}}");
+  lh_request_parse(deep.data, deep.len, 12, ".", &r);
+  CHECK_STR_CONTAINS(r.error.msg, "line 12: arrays and objects nest more than 1000 deep (column 1080): longhaul reads "
+                                  "no deeper");
+  lh_request_free(&r);
+  lh_buf_free(&deep);
 }
 
 /* A key given twice in one object refuses the line, naming the key: cJSON reads the first value

@@ -3,12 +3,13 @@
  * exercise the 8-byte and tail loops are covered), splitmix64 against the outputs of Vigna's
  * reference splitmix64.c (computed by a separate Python transcription of it, not by our code),
  * UTF-8 repair against Python's bytes.decode("utf-8", errors="replace") whole and split at every
- * byte, half-precision conversions, buffers. */
+ * byte, half-precision conversions, buffers, JSON nesting past cJSON's limit. */
 #include "tests/test.h"
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/hash.h"
+#include "util/json.h"
 #include "util/rand.h"
 #include "util/utf8.h"
 
@@ -109,6 +110,26 @@ int main(void) {
   for (int i = 0; i < 100000; i++) lh_i32vec_push(&v, i);
   CHECK_EQ(v.data[99999], 99999);
   lh_i32vec_free(&v);
+
+  /* nesting: 1000 levels are read, the 1001st bracket is placed; brackets in strings (behind an
+   * escaped quote too) do not count, and the message names the same offset */
+  lh_buf j = {0};
+  for (int i = 0; i < 1000; i++) lh_buf_append(&j, "[", 1);
+  CHECK_EQ(lh_json_too_deep_at(j.data, j.len), -1);
+  lh_buf_append(&j, "{", 1);
+  CHECK_EQ(lh_json_too_deep_at(j.data, j.len), 1000);
+  lh_buf_clear(&j);
+  lh_buf_append_str(&j, "[\"\\\"\xc3\xa9");
+  for (int i = 0; i < 2000; i++) lh_buf_append(&j, "{", 1);
+  lh_buf_append_str(&j, "\",");
+  CHECK_EQ(lh_json_too_deep_at(j.data, j.len), -1);
+  for (int i = 0; i < 1000; i++) lh_buf_append(&j, "[", 1);
+  CHECK_EQ(lh_json_too_deep_at(j.data, j.len), (long)j.len - 1);
+  char deep[160];
+  CHECK(lh_json_too_deep(j.data, j.len, deep, sizeof deep));
+  CHECK_STR_CONTAINS(deep, "nest more than 1000 deep (at byte 3007)");
+  CHECK(!lh_json_too_deep(j.data, j.len - 1, deep, sizeof deep));
+  lh_buf_free(&j);
 
   char p[512], q[512];
   lh_path_join(p, sizeof p, lh_test_tmpdir(), "a/b/c");
