@@ -21,7 +21,9 @@ static void usage(FILE *f) {
           "Describe a MiniMax model folder (config.json + safetensors): the parsed configuration, the layer\n"
           "plan, parameter counts, memory needed and FLOPs per token. Every tensor is validated.\n"
           "  --model DIR   the model folder\n"
-          "  --json        print one JSON object instead of text\n");
+          "  --json        print one JSON object instead of text\n\n"
+          "exit status: 0 described, 1 the machine failed it (a read error, out of memory), 2 usage or a\n"
+          "--model that is not a model folder (missing, not a folder, no or a bad config.json or weights)\n");
 }
 
 static void human_bytes(double b, char *out, size_t n) {
@@ -60,9 +62,17 @@ static int info(const char *dir, int json) {
   mp.backend = "none";
   lh_model *m;
   lh_error err = {0};
-  if (lh_model_open(dir, &mp, &m, &err)) {
-    fprintf(stderr, "longhaul: %s\n", err.msg);
-    return LH_EXIT_FAILED;
+  if (lh_model_check(dir, "none", &err)) { /* missing, or a file or a device: named as such */
+    fprintf(stderr, "longhaul model info: --model: %s\n", err.msg);
+    return LH_EXIT_USAGE;
+  }
+  const lh_status st_open = lh_model_open(dir, &mp, &m, &err);
+  if (st_open) {
+    fprintf(stderr, "longhaul model info: %s\n", err.msg);
+    /* the machine, not the folder: a read the system refused, memory, an interrupt */
+    const int machine = st_open == LH_EIO || st_open == LH_ENOMEM || st_open == LH_EFULL || st_open == LH_EBUSY ||
+                        st_open == LH_EBACKEND || st_open == LH_EINTR;
+    return machine ? LH_EXIT_FAILED : LH_EXIT_USAGE;
   }
   const lh_config *c = lh_model_config(m);
   lh_model_stats st;

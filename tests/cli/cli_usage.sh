@@ -9,7 +9,8 @@
 #     shard runs: status and results read every shard's store, store asks which one; results of a
 #     custom_id in several stores is the job a run changed last;
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
-#     that nothing is downloaded and how to fetch the folder;
+#     that nothing is downloaded and how to fetch the folder; model info exits 2 for a --model that
+#     is missing, not a folder or has no config.json, as run does;
 #   - a batch that is a folder or is missing exits 2 and creates no --out; so does an --out that is
 #     a file, lies under one, or is a symbolic link to nothing, naming it;
 #   - a FIFO, a folder or a device named as the batch, --defaults, --ids, --families or
@@ -169,7 +170,7 @@ if grep -q "built without CUDA" "$T/dev.out"; then
 else
   grep -q "unknown device" "$T/dev.out" && fail "--device gpu is not taken for cuda"
 fi
-run 1 hf "$LH" model info --model MiniMaxAI/MiniMax-Text-01
+run 2 hf "$LH" model info --model MiniMaxAI/MiniMax-Text-01
 says hf "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
 says hf "downloads nothing"
 run 2 hf2 "$LH" run "$T/batch.jsonl" --model MiniMaxAI/MiniMax-Text-01 --out "$T/hf" --progress none
@@ -180,6 +181,12 @@ says hf2 "huggingface-cli download MiniMaxAI/MiniMax-Text-01 --local-dir DIR"
 run 2 nomodel "$LH" run "$T/batch.jsonl" --model "$T/no-such-model" --out "$T/nomodel" --progress none
 says nomodel "--model: $T/no-such-model: not a model folder"
 [ ! -e "$T/nomodel" ] || fail "run with a missing --model created --out"
+# model info takes a bad --model as run does: the command's mistake (2; it was 1), named
+run 2 nomodel-info "$LH" model info --model "$T/no-such-model"
+says nomodel-info "longhaul model info: --model: $T/no-such-model: not a model folder (no such directory)"
+mkdir -p "$T/empty-model"
+run 2 emptymodel-info "$LH" model info --model "$T/empty-model" --json
+says emptymodel-info "longhaul model info: $T/empty-model/config.json: No such file or directory"
 # a --model that is there but is not a folder says what it is (it said "no such directory")
 mkfifo "$T/model-fifo"
 for m in /dev/null:"a character device" "$T/model-fifo":"a FIFO (named pipe)" "$T/batch.jsonl":"a regular file"; do
@@ -189,6 +196,8 @@ for m in /dev/null:"a character device" "$T/model-fifo":"a FIFO (named pipe)" "$
   says modelkind-tok "longhaul tokenize: --model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
   run 2 modelkind-ingest timeout 20 "$LH" ingest --model "${m%%:*}" --out "$T/modelkind" "$T/repo"
   says modelkind-ingest "longhaul ingest: --model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
+  run 2 modelkind-info timeout 20 "$LH" model info --model "${m%%:*}"
+  says modelkind-info "longhaul model info: --model: ${m%%:*}: not a model folder: it is ${m#*:}, not a directory"
 done
 [ ! -e "$T/modelkind" ] || fail "a --model that is not a folder left an output folder"
 # a batch that is a folder is the command's mistake (2), not the machine's (75), and leaves no --out

@@ -23,8 +23,9 @@ for d in "$root"/*/; do
 done
 [ "$n" -ge 5 ] || { echo "FAIL: expected five fixtures, found $n"; exit 1; }
 # errors: a folder that is not a model, and usage
-if "$bin" model info --model "$root/README.md" 2>/dev/null; then echo "FAIL: README.md opened as a model"; exit 1; fi
 set +e
+"$bin" model info --model "$root/README.md" >/dev/null 2>&1; rc=$?
+[ $rc = 2 ] || { echo "FAIL: README.md as the model folder should be a usage error (2), got $rc"; exit 1; }
 "$bin" model info >/dev/null 2>&1; rc=$?
 set -e
 [ $rc = 2 ] || { echo "FAIL: missing --model should be a usage error (2), got $rc"; exit 1; }
