@@ -9,9 +9,13 @@
  *  4. Nothing is written or removed through a symbolic link below the folder: a link planted at
  *     OUT/jobs or OUT/jobs/<id> (to a folder elsewhere), or at the lock file (to a file elsewhere,
  *     which taking the lock would truncate), is refused, naming it, before any write.
+ *  5. The lock is held on the file the lock's name names: lh_outdir_abandon unlinks it while
+ *     holding it, so a run that was waiting for it checks, once it has the lock, that the name
+ *     still leads to that file, and opens the folder again when not.
  *
- * It must never: truncate a file in place, or remove a file that is neither a NAME.tmp.PID
- * temporary nor one its caller names (lh_outdir_remove: outputs the store no longer stands behind).
+ * It must never: truncate a file in place, remove a file that is neither a NAME.tmp.PID
+ * temporary nor one its caller names (lh_outdir_remove: outputs the store no longer stands behind),
+ * or remove a folder it did not create (lh_outdir_abandon).
  */
 #define _GNU_SOURCE
 #include "jobs/outdir.h"
@@ -33,7 +37,9 @@
 
 struct lh_outdir {
   char dir[4096];
+  char lock_path[4200];
   int lock_fd;
+  size_t made; /* the length of dir's prefix naming the first folder open created, or 0 */
 };
 
 const char *lh_outdir_path(const lh_outdir *o) { return o->dir; }
@@ -82,13 +88,17 @@ lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_ou
     return lh_error_set(err, LH_EINVAL, "the output folder %s is a symbolic link to %s, which does not exist: create "
                         "that folder, or name another --out", dir, to);
   }
-  lh_status st = lh_mkdir_p(dir, err);
+again:;
+  size_t made;
+  lh_status st = lh_mkdir_p_made(dir, &made, err);
   if (st) return lh_error_prefix(err, st, "the output folder: ");
   lh_outdir *o = calloc(1, sizeof *o);
   if (!o) return lh_error_set(err, LH_ENOMEM, "out of memory");
   snprintf(o->dir, sizeof o->dir, "%s", dir);
+  o->made = made;
   char lock_path[4200];
   snprintf(lock_path, sizeof lock_path, "%s/%s", dir, lock_name);
+  snprintf(o->lock_path, sizeof o->lock_path, "%s", lock_path);
   /* never through a link (invariant 4): taking the lock truncates the file to write the holder */
   o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   const int e = o->lock_fd < 0 ? errno : 0;
@@ -120,6 +130,13 @@ lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_ou
                           "--wait to queue behind it", dir, who);
     return lh_error_set(err, LH_EIO, "%s: cannot lock %s: %s", dir, lock_path, strerror(e));
   }
+  /* invariant 5: the holder let go by unlinking the file (and maybe the folder) */
+  struct stat now;
+  if (lstat(lock_path, &now) != 0 || now.st_dev != lb.st_dev || now.st_ino != lb.st_ino) {
+    close(o->lock_fd);
+    free(o);
+    goto again;
+  }
   /* name the holder (invariant 1) */
   char host[256] = "?", when[64];
   gethostname(host, sizeof host - 1);
@@ -128,12 +145,12 @@ lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_ou
   const int len = snprintf(text, sizeof text, "pid %ld on %s since %s\n", (long)getpid(), host, when);
   if (ftruncate(o->lock_fd, 0) != 0 || pwrite(o->lock_fd, text, (size_t)len, 0) != len) {
     const int e = errno;
-    lh_outdir_close(o);
+    lh_outdir_abandon(o);
     return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "the output folder %s is not writable: %s: %s", dir,
                         lock_path, strerror(e));
   }
   if ((st = probe(dir, err)) != LH_OK) {
-    lh_outdir_close(o);
+    lh_outdir_abandon(o);
     return st;
   }
   *out = o;
@@ -144,6 +161,38 @@ void lh_outdir_close(lh_outdir *o) {
   if (!o) return;
   if (o->lock_fd >= 0) close(o->lock_fd); /* closing drops the fcntl lock */
   free(o);
+}
+
+/* Whether dir holds nothing but the file lock_name. */
+static int only_lock(const char *dir, const char *lock_name) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int only = 1;
+  for (struct dirent *e; only && (e = readdir(d));)
+    only = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, lock_name);
+  closedir(d);
+  return only;
+}
+
+void lh_outdir_abandon(lh_outdir *o) {
+  if (!o) return;
+  const char *slash = strrchr(o->lock_path, '/');
+  const int unused = o->made && slash && only_lock(o->dir, slash + 1);
+  if (unused) lh_testpoint("abandon"); /* a run may be waiting for the lock (invariant 5) */
+  if (unused && unlink(o->lock_path) == 0) {
+    /* the folders open made, deepest first; rmdir takes only an empty one, and a prefix ending in
+     * "." or ".." is refused, so no folder that was there before is removed */
+    char path[sizeof o->dir];
+    snprintf(path, sizeof path, "%s", o->dir);
+    for (size_t n = strlen(path); n >= o->made;) {
+      path[n] = 0;
+      if (rmdir(path) != 0) break;
+      while (n > 0 && path[n - 1] == '/') n--;
+      while (n > 0 && path[n - 1] != '/') n--;
+      while (n > 0 && path[n - 1] == '/') n--;
+    }
+  }
+  lh_outdir_close(o);
 }
 
 static int same_content(const char *path, const void *data, size_t n) {

@@ -7,6 +7,7 @@
  *     lh_outdir_sweep(o, "jobs/q1", &err);                      // stale *.tmp.* files go
  *     lh_outdir_remove(o, "jobs/q1/result.json", &err);         // an output no longer true
  *     lh_outdir_close(o);                                       // releases the lock
+ *     (or lh_outdir_abandon(o): releases it, and removes the folder open made if still empty)
  *
  * The lock is an fcntl write lock on OUT/<lock name> (held by the process until close or exit;
  * the kernel drops it when the process dies, kill -9 included, so a lock is never stale). The
@@ -34,6 +35,11 @@ typedef struct lh_outdir lh_outdir;
  * done. LH_EINVAL when dir is a file, or a symbolic link to nothing. */
 lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err);
 void lh_outdir_close(lh_outdir *o); /* accepts NULL */
+/* Close o for a caller that wrote nothing there (a run refused after open: a --db it cannot use,
+ * say): when open created the folder, and the folders above it that were not there, and it holds
+ * nothing but the lock, the lock and those folders go, so the refused command leaves nothing
+ * behind; a folder that was there before open is left as it is, lock file and all. Accepts NULL. */
+void lh_outdir_abandon(lh_outdir *o);
 const char *lh_outdir_path(const lh_outdir *o);
 
 /* Write dir/rel (folders created as needed) atomically, unless it already holds exactly these

@@ -1554,7 +1554,8 @@ static int resolve_may_not_exist(const char *path, char *out) {
  * end of the run, destroying the store: LH_EINVAL naming it, before the store is opened. Both
  * paths are resolved, so OUT/./errors.jsonl, a symbolically linked OUT or a link to such a file
  * are caught. The stores' own names there (OUT/longhaul.db, the default, and the shards') are
- * fine. OUT must exist (lh_outdir_open made it). */
+ * fine. OUT must exist (lh_outdir_open made it): only then do both resolve, however deep the
+ * folders OUT names that were not there (a refused run removes those it made: lh_outdir_abandon). */
 static lh_status check_db_not_output(const lh_runner_params *p, lh_error *err) {
   char db[PATH_MAX], out[PATH_MAX];
   if (!p->db_path || !resolve_may_not_exist(p->db_path, db) || !realpath(p->out_dir, out)) return LH_OK;
@@ -1761,7 +1762,10 @@ done:
   lh_tokenizer_close(R.tok);
   lh_model_close(R.model);
   lh_progress_close(R.prog);
-  lh_outdir_close(R.out);
+  /* a run refused or stopped before it wrote anything in OUT (a --db it cannot open, a --db among
+   * OUT's files) leaves no OUT it created */
+  if (st != LH_OK && !sum->output_written) lh_outdir_abandon(R.out);
+  else lh_outdir_close(R.out);
   free(R.job_ids);
   for (int i = 0; R.checks && i < R.batch.n; i++) free(R.checks[i].stamps);
   free(R.checks);

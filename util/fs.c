@@ -195,23 +195,29 @@ lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_
   return lh_fsync_parent(path, err);
 }
 
-lh_status lh_mkdir_p(const char *path, lh_error *err) {
+lh_status lh_mkdir_p_made(const char *path, size_t *made, lh_error *err) {
   char buf[4096];
   size_t n = strlen(path);
+  if (made) *made = 0;
   if (n == 0 || n >= sizeof buf) return lh_error_set(err, LH_EINVAL, "bad directory path '%s'", path);
   memcpy(buf, path, n + 1);
   for (size_t i = 1; i <= n; i++) {
     if (buf[i] == '/' || buf[i] == 0) {
       char c = buf[i];
       buf[i] = 0;
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+      if (mkdir(buf, 0755) == 0) {
+        if (made && !*made) *made = i;
+      } else if (errno != EEXIST) {
         return lh_error_set(err, LH_EIO, "mkdir %s: %s", buf, strerror(errno));
+      }
       buf[i] = c;
     }
   }
   if (!lh_is_dir(path)) return lh_error_set(err, LH_EIO, "%s exists and is not a directory", path);
   return LH_OK;
 }
+
+lh_status lh_mkdir_p(const char *path, lh_error *err) { return lh_mkdir_p_made(path, NULL, err); }
 
 int lh_is_dir(const char *path) {
   struct stat st;

@@ -54,6 +54,10 @@ lh_status lh_file_open_plain(const char *path, int flags, int *fd, lh_error *err
 lh_status lh_fsync_parent(const char *path, lh_error *err);
 /* mkdir -p; succeeds if the directory exists. */
 lh_status lh_mkdir_p(const char *path, lh_error *err);
+/* lh_mkdir_p, and in *made the length of the prefix of path that names the first folder this call
+ * created (the folders it names below it were created after it), or 0 when it created none: for a
+ * caller that undoes what it made. */
+lh_status lh_mkdir_p_made(const char *path, size_t *made, lh_error *err);
 int lh_is_dir(const char *path);
 int lh_is_file(const char *path);
 /* Join dir and name with one '/', into out (size outsz). Returns LH_ELIMIT if it does not fit. */

@@ -15,7 +15,8 @@
 #     a file, lies under one, or is a symbolic link to nothing, naming it;
 #   - a FIFO, a folder or a device named as the batch, --defaults, --ids, --families or
 #     --template-file is refused at once, naming the flag, the path and what it is.
-#   - a --db that is one of the files the run writes in OUT exits 2 before anything runs.
+#   - a --db that is one of the files the run writes in OUT exits 2 before anything runs; a run
+#     refused for its --db leaves no output folder it made, and one waiting for its lock runs.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -309,6 +310,30 @@ says selfshard "which the run writes over"
 # retries for ever), named
 run 2 dbdir "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbdir" --db "$T/no-such-dir/x.db" --progress none
 says dbdir "$T/no-such-dir/x.db: the folder $T/no-such-dir does not exist; make it first"
+# a run refused for its --db leaves no output folder it made (nor the folders above it that were
+# not there, nor its lock); a folder that was there stays
+[ ! -e "$T/dbdir" ] || fail "a run refused for its --db left the output folder it made"
+run 2 dbnew "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbnew/a//b/" --db "$T/dbnew/a/b/output.jsonl" --progress none
+says dbnew "which the run writes over"
+[ ! -e "$T/dbnew" ] || fail "a run refused for a --db in OUT left the output folders it made"
+mkdir "$T/dbhad"
+run 2 dbhad "$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/dbhad" --db "$T/no-such-dir/x.db" --progress none
+[ -d "$T/dbhad" ] || fail "a run refused for its --db removed an output folder that was there"
+# a run waiting (--wait) on the lock of one that is refused and removes the folder it made takes
+# the folder afresh: it neither fails in the removed folder nor runs beside a third
+printf '%s\n' '{"custom_id":"w","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":2}}' > "$T/one.jsonl"
+LH_TEST_STOP_AT=abandon:1 "$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/dbrace" --db "$T/no-such-dir/x.db" \
+  --progress none > "$T/dbrace1.out" 2>&1 &
+p1=$!
+for _ in $(seq 1 400); do [ "$(ps -o stat= -p $p1 | cut -c1)" = T ] && break; sleep 0.05; done
+[ "$(ps -o stat= -p $p1 | cut -c1)" = T ] || { kill $p1; fail "the refused run did not stop at its test point"; }
+"$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/dbrace" --wait --progress none > "$T/dbrace2.out" 2>&1 &
+p2=$!
+sleep 1
+kill -CONT $p1
+set +e; wait $p1; r1=$?; wait $p2; r2=$?; set -e
+[ $r1 = 2 ] || { cat "$T/dbrace1.out"; fail "dbrace: the refused run exited $r1"; }
+[ $r2 = 0 ] && [ -s "$T/dbrace/output.jsonl" ] || { cat "$T/dbrace2.out"; fail "dbrace: the waiting run exited $r2"; }
 # a --db that is a file the run writes in OUT (output.jsonl, errors.jsonl, a shard's, the lock, a
 # job's folder) would be renamed over at the end of the run, destroying the store: refused (2)
 # before anything runs, however it is spelt or linked; OUT/longhaul.db itself and a --db

@@ -135,6 +135,13 @@ int main(void) {
   lh_path_join(p, sizeof p, lh_test_tmpdir(), "a/b/c");
   CHECK_EQ(lh_mkdir_p(p, NULL), LH_OK);
   CHECK(lh_is_dir(p));
+  /* what it made: from the first folder that was not there, or nothing */
+  size_t made = 99;
+  CHECK_EQ(lh_mkdir_p_made(p, &made, NULL), LH_OK);
+  CHECK_EQ(made, 0);
+  lh_path_join(q, sizeof q, p, "d/e");
+  CHECK_EQ(lh_mkdir_p_made(q, &made, NULL), LH_OK);
+  CHECK(lh_is_dir(q) && made == strlen(p) + 2 && !strncmp(q + made - 2, "/d", 2));
   lh_path_join(q, sizeof q, p, "f.txt");
   CHECK_EQ(lh_file_write_atomic(q, "hello", 5, NULL), LH_OK);
   lh_buf rb = {0};
