@@ -445,7 +445,9 @@ static void status_usage(FILE *f) {
           "\n"
           "The jobs of a store, one row per request: its state, tokens, attempts and error. --out DIR\n"
           "reads DIR/longhaul.db and, after runs with --shard I/N, every DIR/longhaul-shard-I-of-N.db;\n"
-          "--db FILE reads that store (default ./longhaul.db).\n"
+          "--db FILE reads that store (default ./longhaul.db). When DIR's files were written by a run that\n"
+          "kept its store elsewhere (--db), a warning on standard error says so and names the job that\n"
+          "shows it; the jobs printed are still those of the stores read, and the exit status is kept.\n"
           "\n"
           "  tokens_done    prompt tokens computed for the job: all of them once it is done; before,\n"
           "                 the position of the last checkpoint of its prefix (which the requests\n"
@@ -593,6 +595,98 @@ static cJSON *job_json(lh_store *s, const char *path, const lh_store_job_info *j
   return o;
 }
 
+/* OUT/jobs/<name>/result.json, the file a run over OUT writes for a done job, into path. */
+static void job_result_path(const char *out, const lh_store_job_info *info, char *path, size_t n) {
+  char name[1024];
+  lh_runner_job_dirname(info->custom_id, name, sizeof name);
+  snprintf(path, n, "%s/jobs/%s/result.json", out, name);
+}
+
+/* Whether the file at path was written after the job last changed in its store (a run writes the
+ * store first, then OUT's files: a file older than the job is a run in progress, or its absence). */
+static int written_after_job(const char *path, const lh_store_job_info *info) {
+  struct stat sb;
+  return !stat(path, &sb) && info->updated_ms <= (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000;
+}
+
+/* Whether OUT/jobs/<name>/result.json, written after the job last changed in the store being read,
+ * holds another answer than js: the last run over OUT kept its store elsewhere (--db), so what
+ * OUT shows is not this store's. Then 1, naming the file in why. 0 when the file is absent, older
+ * than the job (a run in progress writes the store first), or the same. */
+static int answer_elsewhere(const char *out, const lh_store_job_info *info, const lh_buf *js, char *why, size_t whysz) {
+  char path[4200];
+  job_result_path(out, info, path, sizeof path);
+  if (!written_after_job(path, info)) return 0;
+  lh_buf f = {0};
+  lh_error e;
+  int differs = 0;
+  if (lh_file_read_regular(path, (size_t)64 << 20, &f, &e) == LH_OK)
+    differs = f.len != js->len || (f.len && memcmp(f.data, js->data, f.len));
+  lh_buf_free(&f);
+  if (differs) snprintf(why, whysz, "%s, written after it, holds another answer", path);
+  return differs;
+}
+
+/* A job of one of the stores read. Sorted by by_id_newest_last, the jobs of one custom_id come
+ * together, the one a run changed last at the end (ties: the later store, the later job in its
+ * list, as results picks it). */
+typedef struct job_ref {
+  const lh_store_job_info *job;
+  size_t store, seq;
+} job_ref;
+
+static int by_id(const lh_store_job_info *x, const lh_store_job_info *y) {
+  return strcmp(x->custom_id ? x->custom_id : "", y->custom_id ? y->custom_id : "");
+}
+
+static int by_id_newest_last(const void *a, const void *b) {
+  const job_ref *x = a, *y = b;
+  const int c = by_id(x->job, y->job);
+  if (c) return c;
+  if (x->job->updated_ms != y->job->updated_ms) return x->job->updated_ms < y->job->updated_ms ? -1 : 1;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Whether OUT's files were written from another store than those status read (the last run over
+ * OUT kept its store elsewhere: --db). Of each custom_id, the job a run changed last (the one a run
+ * over OUT wrote out, as results picks it) is held to OUT/jobs/<name>/result.json when that file
+ * was written after the job last changed (answer_elsewhere): a done job whose file holds another
+ * answer, or a job not done whose file is there at all (a run removes the files of a job that is
+ * not done), says so. Then 1, naming the job and the file in why. Reads the stored answer and the
+ * file of each such job up to the first finding; 0 also when out of memory (nothing is said). */
+static int out_written_elsewhere(const char *out, char *const *paths, lh_store *const *stores,
+                                 lh_store_job_info *const *lists, const size_t *counts, size_t np, char *why,
+                                 size_t whysz) {
+  size_t total = 0, m = 0;
+  for (size_t k = 0; k < np; k++) total += counts[k];
+  job_ref *v = malloc((total ? total : 1) * sizeof *v);
+  if (!v) return 0;
+  for (size_t k = 0; k < np; k++)
+    for (size_t i = 0; i < counts[k]; i++, m++) v[m] = (job_ref){&lists[k][i], k, m};
+  qsort(v, m, sizeof *v, by_id_newest_last);
+  int found = 0;
+  for (size_t i = 0; i < m && !found; i++) {
+    if (i + 1 < m && !by_id(v[i].job, v[i + 1].job)) continue; /* a newer job of this custom_id follows */
+    const lh_store_job_info *j = v[i].job;
+    char path[4200], what[4400];
+    job_result_path(out, j, path, sizeof path);
+    if (j->state != LH_JOB_DONE) {
+      if ((found = written_after_job(path, j)))
+        snprintf(what, sizeof what, "%s was written after it last changed", path);
+    } else {
+      lh_buf js = {0};
+      found = lh_store_job_result(stores[v[i].store], j->id, &js, NULL, NULL) == LH_OK &&
+              answer_elsewhere(out, j, &js, what, sizeof what);
+      lh_buf_free(&js);
+    }
+    if (found)
+      snprintf(why, whysz, "job '%s' is %s in %s, and %s", j->custom_id, lh_job_state_name(j->state),
+               paths[v[i].store], what);
+  }
+  free(v);
+  return found;
+}
+
 int lh_cmd_status(int argc, char **argv) {
   const char *db = NULL, *out = NULL;
   int json = 0;
@@ -610,6 +704,14 @@ int lh_cmd_status(int argc, char **argv) {
   size_t total = 0;
   cJSON *root = json ? cJSON_CreateObject() : NULL, *jobs = NULL, *stores = NULL;
   if (root) stores = cJSON_AddArrayToObject(root, "stores"), jobs = cJSON_CreateArray();
+  /* every store and its jobs stay open to the end, for out_written_elsewhere */
+  lh_store **held = calloc(np, sizeof *held);
+  lh_store_job_info **lists = calloc(np, sizeof *lists);
+  size_t *ns = calloc(np, sizeof *ns);
+  if (!held || !lists || !ns) {
+    fprintf(stderr, "longhaul status: out of memory\n");
+    rc = LH_EXIT_USAGE;
+  }
   for (size_t k = 0; k < np && rc == LH_EXIT_OK; k++) {
     lh_store *s;
     lh_store_job_info *list;
@@ -650,8 +752,7 @@ int lh_cmd_status(int argc, char **argv) {
              lh_job_state_name(j->state), (long long)done[i], tot, j->attempts, table_cell(err1, errc, sizeof errc));
     }
     free(done);
-    lh_store_job_list_free(list, n);
-    lh_store_close(s);
+    held[k] = s, lists[k] = list, ns[k] = n;
   }
   if (rc == LH_EXIT_OK && root) {
     cJSON *c = cJSON_AddObjectToObject(root, "counts");
@@ -665,17 +766,21 @@ int lh_cmd_status(int argc, char **argv) {
     printf("\n%zu jobs: %d queued, %d running, %d done, %d failed\n", total, counts[LH_JOB_QUEUED],
            counts[LH_JOB_RUNNING], counts[LH_JOB_DONE], counts[LH_JOB_FAILED]);
   }
+  char why[9200];
+  if (rc == LH_EXIT_OK && out && out_written_elsewhere(out, paths, held, lists, ns, np, why, sizeof why))
+    fprintf(stderr, "longhaul status: warning: %s: the last run over %s kept its store elsewhere (--db), so these "
+            "are not the jobs it wrote out there; pass that run's --db to see them\n", why, out);
+  for (size_t k = 0; held && lists && ns && k < np; k++) {
+    lh_store_job_list_free(lists[k], ns[k]);
+    lh_store_close(held[k]);
+  }
+  free(held);
+  free(lists);
+  free(ns);
   cJSON_Delete(jobs);
   cJSON_Delete(root);
   lh_args_stores_free(paths, np);
   return rc;
-}
-
-/* Whether the file at path was written after the job last changed in its store (a run writes the
- * store first, then OUT's files: a file older than the job is a run in progress, or its absence). */
-static int written_after_job(const char *path, const lh_store_job_info *info) {
-  struct stat sb;
-  return !stat(path, &sb) && info->updated_ms <= (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000;
 }
 
 /* Whether the answer a done job holds in the store at `where` (a store of an output folder) is not
@@ -720,25 +825,6 @@ static int answer_not_current(const char *where, const char *want, const lh_stor
   free(line);
   fclose(f);
   return !current;
-}
-
-/* Whether OUT/jobs/<name>/result.json, written after the job last changed in the store being read,
- * holds another answer than js: the last run over OUT kept its store elsewhere (--db), so what
- * OUT shows is not this store's. Then 1, naming the file in why. 0 when the file is absent, older
- * than the job (a run in progress writes the store first), or the same. */
-static int answer_elsewhere(const char *out, const lh_store_job_info *info, const lh_buf *js, char *why, size_t whysz) {
-  char name[1024], path[4200];
-  lh_runner_job_dirname(info->custom_id, name, sizeof name);
-  snprintf(path, sizeof path, "%s/jobs/%s/result.json", out, name);
-  if (!written_after_job(path, info)) return 0;
-  lh_buf f = {0};
-  lh_error e;
-  int differs = 0;
-  if (lh_file_read_regular(path, (size_t)64 << 20, &f, &e) == LH_OK)
-    differs = f.len != js->len || (f.len && memcmp(f.data, js->data, f.len));
-  lh_buf_free(&f);
-  if (differs) snprintf(why, whysz, "%s, written after it, holds another answer", path);
-  return differs;
 }
 
 int lh_cmd_results(int argc, char **argv) {

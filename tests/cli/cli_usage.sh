@@ -7,7 +7,8 @@
 #     group shows the shared prefix's progress for each of its requests;
 #   - status, results and store ls|verify|gc take --out DIR as well as --db FILE; a folder of
 #     shard runs: status and results read every shard's store, store asks which one; results of a
-#     custom_id in several stores is the job a run changed last;
+#     custom_id in several stores is the job a run changed last (and status --out does not take an
+#     older one for a run that kept its store elsewhere);
 #   - --device gpu is cuda (or says how this build lacks CUDA); an HF repo id as --model is told
 #     that nothing is downloaded and how to fetch the folder; model info exits 2 for a --model that
 #     is missing, not a folder or has no config.json, as run does;
@@ -140,6 +141,10 @@ for id in q1 c1; do
     || { cat "$T/rw.err"; fail "results $id: not the whole run's job"; }
   json 'import sys; assert json.load(open(sys.argv[1]))["custom_id"] == sys.argv[2]' "$T/rw.json" $id
 done
+# the whole run's jobs are the ones it wrote out: status does not take the shards' older ones
+# for a run that kept its store elsewhere
+run 0 sw "$LH" status --out "$T/sh"
+grep -q "warning" "$T/sw.out" && { cat "$T/sw.out"; fail "status after a whole run over shards warned"; }
 
 # ---- an interrupted group: each request shows the shared prefix's progress ----
 python3 -c 'import json

@@ -5,7 +5,9 @@
 # writes it, not through the batch file's folder); --documents-root refuses a document outside the
 # tree on its line; a duplicate custom_id is refused on the later line with a response id of its
 # own; names that are not UTF-8 reach the JSON it writes as valid UTF-8. A line answered, then
-# refused, has no result files and `results --out` says so; so it does for a dropped line.
+# refused, has no result files and `results --out` says so; so it does for a dropped line. A run
+# over OUT with --db elsewhere: `results --out` refuses OUT/longhaul.db's answer, `status --out`
+# warns.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/root"
@@ -147,4 +149,35 @@ set -e
 [ $re = 1 ] && [ ! -s "$T/e2.json" ] || { cat "$T/e2.json" "$T/e2.err"; fail "results --out printed the answer of a store the last run did not use"; }
 grep -q "that run kept its store elsewhere: pass its --db" "$T/e2.err" || { cat "$T/e2.err"; fail "results: --db elsewhere not said"; }
 "$LH" results t --db "$T/e2-elsewhere.db" > /dev/null || fail "results --db of the store the last run used"
+# status --out says so too, naming --db: a warning on stderr, exit 0 (its table is OUT/longhaul.db's)
+set +e
+"$LH" status --out "$T/e2o" > "$T/e2s.out" 2> "$T/e2s.err"; rs=$?
+set -e
+[ $rs = 0 ] && grep -q "1 jobs: 0 queued, 0 running, 1 done, 0 failed" "$T/e2s.out" || { cat "$T/e2s.out" "$T/e2s.err"; fail "e2: status --out"; }
+grep -qF "longhaul status: warning: job 't' is done in $T/e2o/longhaul.db, and $T/e2o/jobs/t/result.json, written after it, holds another answer: the last run over $T/e2o kept its store elsewhere (--db)" "$T/e2s.err" ||
+  { cat "$T/e2s.err"; fail "status --out: --db elsewhere not said"; }
+"$LH" status --db "$T/e2-elsewhere.db" > /dev/null 2> "$T/e2s2.err" && [ ! -s "$T/e2s2.err" ] || { cat "$T/e2s2.err"; fail "status --db warned"; }
+# ... and of a job that failed in OUT/longhaul.db (its document missing) and that a run with --db
+# elsewhere answered: OUT has a result.json for a job that is not done in the store read
+printf '%s\n' "${q/notes.txt/$T/e4/notes.txt}" > "$T/b/e4.jsonl"
+set +e
+"$LH" run "$T/b/e4.jsonl" --model "$MODEL" --out "$T/e4o" --progress none > "$T/e4a.log" 2>&1; ra=$?
+set -e
+[ $ra = 1 ] || { cat "$T/e4a.log"; fail "e4: the run without its document exited $ra"; }
+mkdir -p "$T/e4" && printf 'The deploy key rotation interval is 417 days.\n' > "$T/e4/notes.txt"
+"$LH" run "$T/b/e4.jsonl" --model "$MODEL" --out "$T/e4o" --db "$T/e4-elsewhere.db" --progress none > "$T/e4b.log" 2>&1 ||
+  { cat "$T/e4b.log"; fail "e4: the run with --db elsewhere"; }
+"$LH" status --out "$T/e4o" > /dev/null 2> "$T/e4s.err" || { cat "$T/e4s.err"; fail "e4: status --out"; }
+grep -qF "longhaul status: warning: job 't' is failed in $T/e4o/longhaul.db, and $T/e4o/jobs/t/result.json was written after it last changed" "$T/e4s.err" ||
+  { cat "$T/e4s.err"; fail "status --out: a failed job answered from another store not said"; }
+# one custom_id in two batches run over one OUT (one store): the later batch's job is the one OUT
+# shows, and the earlier one's other answer is not taken for another store's
+printf '%s\n' "$q" > "$T/b/two1.jsonl"
+printf '%s\n' "${q/\"Q:\"/\"A:\"}" > "$T/b/two2.jsonl"
+for b in two1 two2; do
+  "$LH" run "$T/b/$b.jsonl" --model "$MODEL" --out "$T/two" --progress none > "$T/$b.log" 2>&1 || { cat "$T/$b.log"; fail "two: $b"; }
+done
+"$LH" status --out "$T/two" > "$T/two.out" 2> "$T/two.err" || { cat "$T/two.err"; fail "two: status --out"; }
+grep -q "2 jobs: 0 queued, 0 running, 2 done, 0 failed" "$T/two.out" || { cat "$T/two.out"; fail "two: not two jobs"; }
+[ ! -s "$T/two.err" ] || { cat "$T/two.err"; fail "status --out warned of another store after two batches over one OUT"; }
 echo "run_batch_input: ok"
