@@ -8,6 +8,7 @@ forward and backward of each form on a training step's shape (--time-batch x --t
 autocast as train.py runs), the median of --time-reps after one warm-up.
 
     /tmp/v/bin/python tools/train_tiny/check_fast.py [--time]                 # CPU, about 15 s
+    /tmp/v/bin/python tools/train_tiny/check_fast.py --init models/haul-tiny  # the shipped weights
     python3 tools/train_tiny/check_fast.py --device cuda --time --time-batch 2 --time-len 32768
 """
 import argparse
@@ -52,17 +53,23 @@ def main():
     ap.add_argument("--time-len", type=int, default=16384)
     ap.add_argument("--time-reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--init", help="a model folder (e.g. models/haul-tiny) to load into both copies instead of "
+                                   "the random initialisation")
     args = ap.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     dev = torch.device(args.device)
     arch = dict(M.ARCH, length_scale_base=4096)
     ref = M.build(arch, 1, 2, 7).to(dev).train()
     fast = M.enable_fast_training(M.build(arch, 1, 2, 7).to(dev).train())
-    with torch.no_grad():  # scales off zero, so that the softmax layer's scaling is in the check
+    if args.init:
         for m in (ref, fast):
-            for n, p in m.named_parameters():
-                if n.endswith("length_scale"):
-                    p.copy_(torch.linspace(0.0, 0.3, p.numel()))
+            train.init_from_model(m, args.init)
+    else:
+        with torch.no_grad():  # scales off zero, so that the softmax layer's scaling is in the check
+            for m in (ref, fast):
+                for n, p in m.named_parameters():
+                    if n.endswith("length_scale"):
+                        p.copy_(torch.linspace(0.0, 0.3, p.numel()))
     worst = 0.0
     for B, T in ((2, 1300), (1, 256), (3, 77), (1, 5000)):
         b = batch(B, T, arch["vocab_size"], B * 1000 + T)
