@@ -5,6 +5,7 @@
  * runs the command, and every model it opens spans all ranks; ranks 1..R-1 only serve rank 0's
  * engine calls and print nothing of their own. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,20 @@ static void on_sigbus(int sig) {
   raise(sig);
 }
 
+/* Started with standard input, output or error closed (`longhaul run ... 2>&-`), the next file
+ * opened would take that number, and the progress log would go into longhaul.lock, a table into
+ * whatever file held 1. Each closed one is opened on /dev/null, the wrong way round, so that its
+ * number is taken and using it still fails with EBADF ("read error", nothing printed). */
+static void hold_closed_std_fds(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int got = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+    if (got >= 0 && got != fd) close(got); /* only the lowest free number is wanted */
+  }
+}
+
 int main(int argc, char **argv) {
+  hold_closed_std_fds();
   signal(SIGBUS, on_sigbus);
   lh_error err;
   if (lh_comm_init(&argc, &argv, &g_world, &err)) {

@@ -17,7 +17,10 @@
 #   - a FIFO, a folder or a device named as the batch, --defaults, --ids, --families or
 #     --template-file is refused at once, naming the flag, the path and what it is.
 #   - a --db that is one of the files the run writes in OUT exits 2 before anything runs; a run
-#     refused for its --db leaves no output folder it made, and one waiting for its lock runs.
+#     refused for its --db leaves no output folder it made, and one waiting for its lock runs;
+#   - started with standard error (or output) closed, a run writes its log into none of its files
+#     (the lock took number 2 and held the progress lines); with standard input closed, `run -`
+#     says it cannot read it.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 mkdir -p "$T/repo2" && printf 'The build cache lives in /var/cache/longhaul.\n' > "$T/repo2/notes.md"
@@ -494,4 +497,22 @@ PY
 printf '%s\n' '{"custom_id": "x", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "a <extra_tok> b"}], "max_tokens": 2}}' > "$T/wrongtok.jsonl"
 run 2 wrongtok "$LH" run "$T/wrongtok.jsonl" --model "$T/wrongtok" --out "$T/wrongtok-out" --progress none
 says wrongtok "tokenizer.json: token \"<extra_tok>\" has id 512, but the model's vocabulary (config.json's vocab_size) has 512 ids"
+# ---- closed standard streams: no file of the run takes their numbers ----
+set +e
+"$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/closed" --chunk 256 --progress plain > "$T/closed.out" 2>&-
+rc=$?
+"$LH" run "$T/batch.jsonl" --model "$MODEL" --out "$T/closed2" --chunk 256 --progress plain >&- 2>&-
+rc2=$?
+set -e
+[ "$rc" = 0 ] && [ "$rc2" = 0 ] || fail "runs with stderr, or stdout and stderr, closed exited $rc and $rc2"
+says closed "5 requests: 5 done"
+grep -q '^pid [0-9]* on ' "$T/closed/longhaul.lock" || { cat "$T/closed/longhaul.lock"; fail "the lock holds no pid line"; }
+grep -q "longhaul:" "$T/closed/longhaul.lock" && { cat "$T/closed/longhaul.lock"; fail "the progress log went into the lock"; }
+[ "$(wc -l < "$T/closed2/output.jsonl")" = 5 ] || fail "output.jsonl of the run with closed streams is not 5 lines"
+set +e
+"$LH" run - --model "$MODEL" --out "$T/closed-in" --progress none <&- > "$T/closed-in.out" 2>&1
+rc=$?
+set -e
+[ "$rc" = 75 ] || { cat "$T/closed-in.out"; fail "run - with stdin closed exited $rc"; }
+says closed-in "-: read error after 0 bytes: Bad file descriptor"
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"
