@@ -82,6 +82,10 @@ static void hold_closed_std_fds(void) {
 int main(int argc, char **argv) {
   hold_closed_std_fds();
   signal(SIGBUS, on_sigbus);
+  /* Reaching a file size limit (ulimit -f) would kill the process by SIGXFSZ in the middle of a
+   * store write, without a word; ignored, the write fails with EFBIG and the run stops as on a full
+   * disk (exit 75, nothing lost, the limit named). */
+  signal(SIGXFSZ, SIG_IGN);
   lh_error err;
   if (lh_comm_init(&argc, &argv, &g_world, &err)) {
     fprintf(stderr, "longhaul: %s\n", err.msg);

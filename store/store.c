@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,6 +241,15 @@ static lh_status sql_verror(lh_store *s, int rc, lh_error *err, const char *fmt,
   const char *path = s ? s->path : "store";
   const char *msg = s && s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
   int sys = s && s->db ? sqlite3_system_errno(s->db) : 0;
+  /* SQLite reports a write stopped by the file size limit (ulimit -f) as a full disk or a bare I/O
+   * error, its errno often lost: where the limit is set, it is named as the likely cause. */
+  struct rlimit fsize;
+  if (((rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR) && sys != ENOSPC &&
+      getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY)
+    return lh_error_set(err, LH_EFULL,
+                        "%s: %s: %s: this process may write no file past %llu bytes (ulimit -f), which the "
+                        "store likely reached; nothing was half written: raise the limit, then rerun to resume",
+                        path, what, msg, (unsigned long long)fsize.rlim_cur);
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:

@@ -98,8 +98,9 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
   return read_fd(fd, path, max, b, err);
 }
 
-/* What a failed write, create or sync means: a full disk (or quota) is LH_EFULL, the rest LH_EIO. */
-static lh_status write_status(int e) { return e == ENOSPC || e == EDQUOT ? LH_EFULL : LH_EIO; }
+/* What a failed write, create or sync means: a full disk, a quota or the file size limit (EFBIG,
+ * ulimit -f) is LH_EFULL, the rest LH_EIO. */
+static lh_status write_status(int e) { return e == ENOSPC || e == EDQUOT || e == EFBIG ? LH_EFULL : LH_EIO; }
 
 lh_status lh_file_create_new(const char *path, int *fd, lh_error *err) {
   /* O_EXCL|O_NOFOLLOW: the file is made here, never opened through a symbolic link, a FIFO or a

@@ -11,7 +11,9 @@
 #     -journal/-wal: exit 75 naming it, nothing written through it (a --db link is followed);
 #   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
 #   - the output folder, store included, removed under a running run: exit 75 saying so, and that
-#     what the store held is lost; the folder is not made again.
+#     what the store held is lost; the folder is not made again;
+#   - a file size limit (ulimit -f) that the store reaches: exit 75 naming the limit, not a death
+#     by SIGXFSZ; the rerun without it answers as an uninterrupted run.
 # The tmpfs cases skip, saying so, where mount is not allowed.
 . "$(dirname "$0")/lib.sh"
 make_repo
@@ -153,6 +155,14 @@ grep -q "longhaul.db is gone .*wrote no output.*computes every request again" "$
   || { cat "$T/v.log"; fail "the message does not say the store and what it held are gone"; }
 [ -e "$T/v" ] && { ls -lR "$T/v"; fail "the run made the removed output folder again"; }
 echo "run_faults: the output folder removed under a run: ok"
+
+# -- the file size limit reached while the store grows: a full disk, not SIGXFSZ (exit 153)
+(ulimit -f 1600 && exec "${RUN[@]}" --out "$T/fsize") > "$T/fsize.log" 2>&1 && rc=0 || rc=$?
+[ $rc = 75 ] || { cat "$T/fsize.log"; fail "a run past the file size limit exited $rc, not 75"; }
+grep -q "no file past 1638400 bytes (ulimit -f)" "$T/fsize.log" || { cat "$T/fsize.log"; fail "the limit is not named"; }
+"${RUN[@]}" --out "$T/fsize" > "$T/fsize2.log" 2>&1 || true
+diff "$T/ref.norm" <(norm "$T/fsize") || { cat "$T/fsize2.log"; fail "the rerun after the file size limit differs"; }
+echo "run_faults: the file size limit reached: ok"
 
 # -- the tmpfs cases
 M="$T/mnt"
