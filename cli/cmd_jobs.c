@@ -370,7 +370,7 @@ int lh_cmd_run(int argc, char **argv) {
   lh_status st = lh_run_batch(&p, &sum, &err);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
-  const int tempfail = st == LH_EFULL || st == LH_EIO || st == LH_ECORRUPT || st == LH_EBUSY;
+  const int tempfail = LH_EXIT_IS_TEMPFAIL(st);
   if (st == LH_EINTR && !sum.output_written) { /* stopped before the run began (reading a batch from a pipe) */
     fprintf(stderr, "longhaul run: %s\n", err.msg);
     return LH_EXIT_INTERRUPTED;

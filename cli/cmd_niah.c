@@ -294,7 +294,7 @@ int lh_cmd_niah(int argc, char **argv) {
   signal(SIGTERM, SIG_DFL);
   if (st != LH_OK && st != LH_EINTR) {
     fprintf(stderr, "longhaul niah: %s\n", e.msg);
-    const int tempfail = st == LH_EFULL || st == LH_EIO || st == LH_ECORRUPT || st == LH_EBUSY;
+    const int tempfail = LH_EXIT_IS_TEMPFAIL(st);
     return tempfail ? LH_EXIT_TEMPFAIL : LH_EXIT_USAGE;
   }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,

@@ -28,6 +28,9 @@ int lh_cmd_niah(int argc, char **argv);
 /* stopped by the machine, not the work (a full disk, an I/O error, a damaged store, another run
  * holding OUT): fix that and rerun; sysexits' EX_TEMPFAIL */
 #define LH_EXIT_TEMPFAIL 75
+/* Whether a failed run or niah sweep ends with LH_EXIT_TEMPFAIL (the statuses above: a full disk,
+ * an I/O error, a damaged store, another run holding OUT) rather than LH_EXIT_USAGE. */
+#define LH_EXIT_IS_TEMPFAIL(st) ((st) == LH_EFULL || (st) == LH_EIO || (st) == LH_ECORRUPT || (st) == LH_EBUSY)
 /* stopped by SIGINT or SIGTERM (128 + SIGINT, as a shell reports it) */
 #define LH_EXIT_INTERRUPTED 130
 
