@@ -620,7 +620,7 @@ static lh_status load_json(lh_tokenizer *t, const cJSON *root, lh_error *err) {
   t->max_id = t->bpe.max_id;
   for (size_t k = 0; k < t->nadded; k++)
     if (t->added[k].id > t->max_id) t->max_id = t->added[k].id;
-  if (t->max_id >= (1 << 26))
+  if (t->max_id > TK_MAX_ID)
     return lh_error_set(err, LH_EUNSUPPORTED, "token id %d is too large (ids up to 2^26 are supported)", t->max_id);
   size_t nids = (size_t)t->max_id + 1;
   t->added_index = malloc((nids ? nids : 1) * sizeof *t->added_index);

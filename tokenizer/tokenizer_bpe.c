@@ -200,8 +200,13 @@ lh_status tk_bpe_load(tk_bpe *b, const void *json_model, lh_error *err) {
   }
   /* a token given twice keeps its last id, as in HF's vocabulary map: the id it had first is no
    * id of the model unless another token has it */
-  for (size_t i = 0; i < b->vocab.nents; i++)
-    if (b->vocab.ents[i].val > b->max_id) b->max_id = b->vocab.ents[i].val;
+  for (size_t i = 0; i < b->vocab.nents; i++) {
+    const struct tk_strent *x = &b->vocab.ents[i];
+    if (x->val > TK_MAX_ID) /* before the id tables below are sized by it */
+      return lh_error_set(err, LH_EUNSUPPORTED, "tokenizer.json: vocab entry \"%.80s\" has id %d (ids up to 2^26 are "
+                          "supported)", b->vocab.arena.data + x->off, x->val);
+    if (x->val > b->max_id) b->max_id = x->val;
+  }
   size_t nids = (size_t)b->max_id + 1;
   b->id_off = malloc((nids ? nids : 1) * sizeof *b->id_off);
   b->id_len = malloc((nids ? nids : 1) * sizeof *b->id_len);

@@ -197,9 +197,13 @@ typedef struct tk_merge {
   int32_t id;
 } tk_merge;
 
+/* The largest token id supported: the id tables are sized by the largest id, so a vocabulary is
+ * refused by its entry past this, before anything is allocated for it. */
+#define TK_MAX_ID ((1 << 26) - 1)
+
 typedef struct tk_bpe {
   tk_strmap vocab;
-  int32_t max_id; /* largest id in vocab */
+  int32_t max_id; /* largest id in vocab, at most TK_MAX_ID */
   uint32_t *id_off, *id_len; /* id -> token text in vocab.arena (len UINT32_MAX if no token) */
   tk_merge *merges;
   size_t merge_mask;

@@ -86,6 +86,9 @@ static void test_refusals(void) {
   expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a\"]}}", LH_EFORMAT,
                  "merge 1");
   expect_refused("{\"version\":\"2.0\",\"model\":{}}", LH_EUNSUPPORTED, "version");
+  /* a vocabulary id past 2^26 is refused by its entry, before any table is sized by it */
+  expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2147483646},\"merges\":[]}}",
+                 LH_EUNSUPPORTED, "vocab entry \"b\" has id 2147483646");
   lh_tokenizer *t = NULL;
   lh_error err = {0};
   CHECK(lh_tokenizer_open("/nonexistent/tokenizer.json", &t, &err) == LH_ENOTFOUND);
