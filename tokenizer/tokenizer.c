@@ -383,11 +383,19 @@ static lh_status parse_added(lh_tokenizer *t, const cJSON *list, lh_error *err) 
   tk_strmap by_id = {0}; /* id -> index into t->added */
   tk_ctx *c = NULL;
   lh_status st = LH_OK;
-  size_t cap = 0;
-  for (const cJSON *e = list->child; e && !st; e = e->next) {
+  size_t cap = 0, i = 0;
+  for (const cJSON *e = list->child; e && !st; e = e->next, i++) {
     const char *content = jstr(e, "content");
     if (!content) {
-      st = lh_error_set(err, LH_EFORMAT, "tokenizer.json: an added token has no \"content\"");
+      st = lh_error_set(err, LH_EFORMAT, "tokenizer.json: added_tokens[%zu] has no \"content\" string", i);
+      break;
+    }
+    /* the id is not used (see the top of this file), but HF refuses a file without a valid one */
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(e, "id");
+    if (!cJSON_IsNumber(given) || given->valuedouble < 0 || given->valuedouble > UINT32_MAX ||
+        given->valuedouble != (double)(uint32_t)given->valuedouble) {
+      st = lh_error_set(err, LH_EFORMAT, "tokenizer.json: added_tokens[%zu] (\"%.80s\") has no valid \"id\" (an "
+                        "integer from 0 to 2^32 - 1)", i, content);
       break;
     }
     size_t len = strlen(content);

@@ -304,7 +304,8 @@ lh_status tk_bpe_load(tk_bpe *b, const void *json_model, lh_error *err) {
   return LH_OK;
 mixed:
   free(buf);
-  return lh_error_set(err, LH_EFORMAT, "tokenizer.json: merges mix the \"a b\" and [\"a\", \"b\"] forms");
+  return lh_error_set(err, LH_EFORMAT, "tokenizer.json: merge %u is %s but merge 1 is %s; the merges must all have one "
+                      "form", rank + 1, form ? "\"a b\"" : "[\"a\", \"b\"]", form ? "[\"a\", \"b\"]" : "\"a b\"");
 }
 
 void tk_bpe_free(tk_bpe *b) {

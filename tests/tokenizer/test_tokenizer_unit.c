@@ -86,9 +86,22 @@ static void test_refusals(void) {
   expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a\"]}}", LH_EFORMAT,
                  "merge 1");
   expect_refused("{\"version\":\"2.0\",\"model\":{}}", LH_EUNSUPPORTED, "version");
+  expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[[\"a\",\"b\"],"
+                 "\"a b\"]}}", LH_EFORMAT, "merge 2 is \"a b\" but merge 1 is [\"a\", \"b\"]");
   /* a vocabulary id past 2^26 is refused by its entry, before any table is sized by it */
   expect_refused("{\"version\":\"1.0\",\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2147483646},\"merges\":[]}}",
                  LH_EUNSUPPORTED, "vocab entry \"b\" has id 2147483646");
+  /* added tokens as HF reads them, named by their index: content a string, id an unsigned integer */
+  const char *added[][2] = {{"{\"id\":5,\"content\":7}", "added_tokens[1] has no \"content\" string"},
+                            {"\"x\"", "added_tokens[1] has no \"content\" string"},
+                            {"{\"content\":\"<x>\"}", "added_tokens[1] (\"<x>\") has no valid \"id\""},
+                            {"{\"id\":-5,\"content\":\"<x>\"}", "added_tokens[1] (\"<x>\") has no valid \"id\""},
+                            {"{\"id\":\"7\",\"content\":\"<x>\"}", "added_tokens[1] (\"<x>\") has no valid \"id\""}};
+  for (size_t i = 0; i < sizeof added / sizeof *added; i++) {
+    snprintf(j, sizeof j, "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":3,\"content\":\"<y>\"},%s],\"model\":"
+             "{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", added[i][0]);
+    expect_refused(j, LH_EFORMAT, added[i][1]);
+  }
   lh_tokenizer *t = NULL;
   lh_error err = {0};
   CHECK(lh_tokenizer_open("/nonexistent/tokenizer.json", &t, &err) == LH_ENOTFOUND);
