@@ -220,10 +220,11 @@ static lh_status file_digest(const char *path, char out[65], lh_error *err) {
 }
 
 /* The batch: --batch, or the one the shards' records name (they must agree); its digest must be
- * the one every record gives. */
+ * the one every record gives. The records that name a model must name the same one. */
 static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
   lh_shard_record first = {0};
-  int first_s = -1;
+  int first_s = -1, model_s = -1;
+  char model_id[65] = "";
   for (int s = 0; s < M->nshards; s++) {
     char name[64], path[4200];
     lh_outname_build(LH_OUTNAME_RECORD, s, M->nshards, name, sizeof name);
@@ -247,6 +248,16 @@ static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
       problem(M,
               "shards of different batches: shard %d ran %s (sha256 %.12s...), shard %d ran %s (sha256 %.12s...)",
               first_s, first.batch, first.batch_sha256, s, r.batch, r.batch_sha256);
+    }
+    if (r.model_id[0] && model_s < 0) {
+      model_s = s;
+      memcpy(model_id, r.model_id, sizeof model_id);
+    } else if (r.model_id[0] && strcmp(r.model_id, model_id)) {
+      /* their answers would be merged as one run's; the split itself depends on the model too */
+      problem(M,
+              "shards of different models: shard %d ran model %.12s..., shard %d ran model %.12s... (`longhaul model "
+              "info` prints a folder's id): rerun the shards of the wrong model with the right one",
+              model_s, model_id, s, r.model_id);
     }
   }
   if (M->nproblems) return LH_ECORRUPT;

@@ -1478,7 +1478,8 @@ static lh_status write_output(run *R, lh_error *err) {
     char rec[64];
     lh_outname_build(LH_OUTNAME_RECORD, R->p->shard_index, R->p->shard_count, rec, sizeof rec);
     lh_buf_clear(&out);
-    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, R->p->shard_index, R->p->shard_count, &out, err);
+    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, lh_model_id(R->model), R->p->shard_index,
+                                R->p->shard_count, &out, err);
     if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
   }
   lh_buf_free(&out);

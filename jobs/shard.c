@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,8 +96,8 @@ int lh_shard_from_env(int *index, int *count, char *why, size_t n) {
 
 /* ---- the record ---- */
 
-lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, int index, int count, lh_buf *out,
-                                 lh_error *err) {
+lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, const char *model_id, int index,
+                                 int count, lh_buf *out, lh_error *err) {
   char abs[4096];
   if (!realpath(batch_path, abs))
     return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", batch_path, strerror(errno));
@@ -105,12 +106,20 @@ lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha25
   cJSON_AddNumberToObject(o, "of", count);
   lh_json_add_text(o, "batch", abs);
   cJSON_AddStringToObject(o, "batch_sha256", batch_sha256);
+  cJSON_AddStringToObject(o, "model_id", model_id);
   char *js = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   lh_status st = js ? lh_buf_append_str(out, js) : LH_ENOMEM;
   if (st == LH_OK) st = lh_buf_append(out, "\n", 1);
   free(js);
   return st == LH_OK ? LH_OK : lh_error_set(err, st, "out of memory");
+}
+
+static int is_sha256_hex(const char *s) { return s && strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64; }
+
+/* n is an integer JSON number from 0 to INT_MAX */
+static int is_count(const cJSON *n) {
+  return cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble <= INT_MAX && n->valuedouble == floor(n->valuedouble);
 }
 
 lh_status lh_shard_record_read(const char *path, lh_shard_record *rec, lh_error *err) {
@@ -126,19 +135,22 @@ lh_status lh_shard_record_read(const char *path, lh_shard_record *rec, lh_error 
   const cJSON *shard = cJSON_GetObjectItemCaseSensitive(o, "shard"), *of = cJSON_GetObjectItemCaseSensitive(o, "of");
   const char *batch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "batch"));
   const char *sha = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "batch_sha256"));
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model_id");
   const char *bad = !cJSON_IsObject(o)              ? "the file is not a JSON object"
-                    : !cJSON_IsNumber(shard)         ? "\"shard\" is not a number"
-                    : !cJSON_IsNumber(of)            ? "\"of\" is not a number"
+                    : !is_count(shard)              ? "\"shard\" is not a whole number"
+                    : !is_count(of)                 ? "\"of\" is not a whole number"
                     : !batch || !*batch              ? "\"batch\" is not a path"
                     : strlen(batch) >= sizeof rec->batch ? "\"batch\" is too long"
-                    : !sha || strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64
-                        ? "\"batch_sha256\" is not 64 lower-case hex digits"
+                    : !is_sha256_hex(sha)           ? "\"batch_sha256\" is not 64 lower-case hex digits"
+                    : model && !is_sha256_hex(cJSON_GetStringValue(model))
+                        ? "\"model_id\" is not 64 lower-case hex digits"
                         : NULL;
   if (!bad) {
     rec->index = (int)shard->valuedouble;
     rec->count = (int)of->valuedouble;
     snprintf(rec->batch, sizeof rec->batch, "%s", batch);
     memcpy(rec->batch_sha256, sha, 65);
+    if (model) memcpy(rec->model_id, model->valuestring, 65);
   }
   cJSON_Delete(o);
   return bad ? lh_error_set(err, LH_EFORMAT, "%s: not a shard record: %s", path, bad) : LH_OK;

@@ -4,9 +4,9 @@
 # lines, a duplicate custom_id, a missing document and shared documents included); it finds the
 # batch through OUT/shard-I-of-N.json records; and it refuses, exit 1 with nothing written and the
 # culprit named, a missing shard, an unfinished shard, a request answered by two shards, shards of
-# two splits, a shard of an edited batch, records of different batches and a cut line; a shard
-# that still holds its lock gives 75 (its output file written or not yet), as does a symbolic link
-# planted at a shard's lock (never followed); a missing batch 2.
+# two splits, a shard of an edited batch, records of different batches or models and a cut line; a
+# shard that still holds its lock gives 75 (its output file written or not yet), as does a symbolic
+# link planted at a shard's lock (never followed); a missing batch 2.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 # Requests over the same documents form one group and stay in one shard: twelve small notes give
@@ -78,8 +78,10 @@ rm -f "$D"/shard-*-of-4.json
 refuses 2 "--batch" "$D"
 D=$(case_dir rec)
 sha=$(sha256sum "$T/batch.jsonl" | cut -c1-64)
+mid=$("$LH" model info --model "$MODEL" --json | json 'print(json.load(sys.stdin)["id"])')
 for s in 0 1 2 3; do
-  want=$(printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s"}' $s "$(realpath "$T/batch.jsonl")" "$sha")
+  want=$(printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s","model_id":"%s"}' $s "$(realpath "$T/batch.jsonl")" \
+    "$sha" "$mid")
   [ "$(cat "$D/shard-$s-of-4.json")" = "$want" ] || { cat "$D/shard-$s-of-4.json"; fail "shard $s's record is not $want"; }
 done
 "$LH" merge "$D" > "$T/rec.log" || { cat "$T/rec.log"; fail "merge through the records failed"; }
@@ -92,6 +94,13 @@ done
 printf '{"shard":2,"of":4,"batch":"/elsewhere/b.jsonl","batch_sha256":"%s"}\n' "$(printf x | sha256sum | cut -c1-64)" \
   > "$D/shard-2-of-4.json"
 refuses 1 "shards of different batches: shard 0 ran .* shard 2 ran /elsewhere/b.jsonl" "$D"
+# records of different models: a shard rerun with another model may split the batch the same way
+# (the split depends on the model), and its answers would be merged as if one model gave them
+D=$(case_dir models)
+other=$(printf other | sha256sum | cut -c1-64)
+sed -i "s/\"model_id\":\"$mid\"/\"model_id\":\"$other\"/" "$D/shard-3-of-4.json"
+grep -q "$other" "$D/shard-3-of-4.json" || fail "shard 3's record names no model_id to replace"
+refuses 1 "shards of different models: shard 0 ran model ${mid:0:12}..., shard 3 ran model ${other:0:12}..." "$D"
 # the batch changed since the records were written
 D=$(case_dir rec3)
 cp "$T/batch.jsonl" "$T/edited.jsonl"

@@ -118,7 +118,8 @@ int main(void) {
   const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
   if (chdir(dir) == 0) {
     lh_buf b = {0};
-    CHECK(lh_shard_record_render("b.jsonl", sha, 2, 4, &b, NULL) == LH_OK); /* relative: made absolute */
+    const char *model = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    CHECK(lh_shard_record_render("b.jsonl", sha, model, 2, 4, &b, NULL) == LH_OK); /* relative: made absolute */
     CHECK(lh_file_write_atomic(rec_path, b.data, b.len, NULL) == LH_OK);
     lh_buf_free(&b);
     lh_shard_record r;
@@ -127,13 +128,31 @@ int main(void) {
     CHECK_EQ(r.count, 4);
     CHECK(r.batch[0] == '/' && strstr(r.batch, "/b.jsonl"));
     CHECK(!strcmp(r.batch_sha256, sha));
+    CHECK(!strcmp(r.model_id, model));
     lh_error e;
-    CHECK(lh_shard_record_render("nope.jsonl", sha, 0, 2, &b, &e) == LH_ENOTFOUND);
+    CHECK(lh_shard_record_render("nope.jsonl", sha, model, 0, 2, &b, &e) == LH_ENOTFOUND);
     CHECK_STR_CONTAINS(e.msg, "nope.jsonl");
     const char *bad = "{\"shard\":2,\"of\":4,\"batch\":\"/x\",\"batch_sha256\":\"XYZ\"}\n";
     CHECK(lh_file_write_atomic(rec_path, bad, strlen(bad), NULL) == LH_OK);
     CHECK(lh_shard_record_read(rec_path, &r, &e) == LH_EFORMAT);
     CHECK_STR_CONTAINS(e.msg, "batch_sha256");
+    /* a record without model_id reads with an empty one; numbers that are no index or count are refused */
+    char rec[256];
+    snprintf(rec, sizeof rec, "{\"shard\":1,\"of\":2,\"batch\":\"/x\",\"batch_sha256\":\"%s\"}\n", sha);
+    CHECK(lh_file_write_atomic(rec_path, rec, strlen(rec), NULL) == LH_OK);
+    CHECK(lh_shard_record_read(rec_path, &r, &e) == LH_OK);
+    CHECK(r.index == 1 && r.count == 2 && !r.model_id[0]);
+    static const char *const cases[][4] = {{"1", "2", ",\"model_id\":\"XYZ\"", "model_id"},
+                                           {"1", "2", ",\"model_id\":7", "model_id"},
+                                           {"1e300", "2", "", "\"shard\""}, {"0.5", "2", "", "\"shard\""},
+                                           {"1", "-2", "", "\"of\""}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+      snprintf(rec, sizeof rec, "{\"shard\":%s,\"of\":%s,\"batch\":\"/x\",\"batch_sha256\":\"%s\"%s}\n", cases[k][0],
+               cases[k][1], sha, cases[k][2]);
+      CHECK(lh_file_write_atomic(rec_path, rec, strlen(rec), NULL) == LH_OK);
+      CHECK_MSG(lh_shard_record_read(rec_path, &r, &e) == LH_EFORMAT, "%s", rec);
+      CHECK_STR_CONTAINS(e.msg, cases[k][3]);
+    }
     CHECK(lh_file_write_atomic(rec_path, "[1]", 3, NULL) == LH_OK);
     CHECK(lh_shard_record_read(rec_path, &r, &e) == LH_EFORMAT);
     CHECK_STR_CONTAINS(e.msg, rec_path);
