@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jobs/batch.h"
@@ -108,6 +109,12 @@ static int shard_running(const char *dir, int s, int n) {
   return held;
 }
 
+/* Whether the files at paths a and b are one file (a link to the other, or both links to one). */
+static int same_file(const char *a, const char *b) {
+  struct stat x, y;
+  return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 /* Pick N among the OUT/output-I-of-N.jsonl files and check that all N shards and their errors
  * files are there. A shard without its output file that is running is LH_EBUSY, not missing. */
 static lh_status find_shards(merge *M, lh_error *err) {
@@ -180,6 +187,17 @@ static lh_status find_shards(merge *M, lh_error *err) {
     if (!lh_is_file(path))
       problem(M, "%s/%s is missing although %s is there: rerun shard %d/%d", dir, M->errs[s].name, M->out[s].name, s,
               M->nshards);
+    /* merge replaces output.jsonl and errors.jsonl: a shard file that is one of them would end as
+     * the whole batch's lines (invariant: no shard file is ever written) */
+    for (int a = 0; a < 4; a++) {
+      char sp[4200], mp[4200], mname[64];
+      lh_outname_build(a & 1 ? LH_OUTNAME_ERRORS : LH_OUTNAME_OUTPUT, 0, 1, mname, sizeof mname);
+      snprintf(sp, sizeof sp, "%s/%s", dir, a & 2 ? M->errs[s].name : M->out[s].name);
+      snprintf(mp, sizeof mp, "%s/%s", dir, mname);
+      if (same_file(sp, mp))
+        problem(M, "%s is %s (a link to it): merging would write over shard %d/%d's lines; put the shard's own file "
+                "there", sp, mp, s, M->nshards);
+    }
   }
   if (nmissing)
     problem(M, "shard%s %s%s of %d %s missing (no %s/output-I-of-%d.jsonl): run %s with --shard I/%d first",

@@ -15,9 +15,9 @@
  * Refused, with nothing written (LH_ECORRUPT, the message naming the shard, file and line): no
  * shard files, shards of several N in OUT (unless params.shards picks one), a missing shard (or
  * its errors file), a shard or record of another batch, records of different models, a malformed
- * shard line, a request that no shard answered (its shard has not finished: rerun it) or that two
- * shards answered, and shard lines that match no request of the batch. A shard still running
- * (holding its lock) is LH_EBUSY.
+ * shard line, a shard file that is OUT/output.jsonl or errors.jsonl (a link to it), a request that
+ * no shard answered (its shard has not finished: rerun it) or that two shards answered, and shard
+ * lines that match no request of the batch. A shard still running (holding its lock) is LH_EBUSY.
  *
  * The shards' files are read whole: memory is about twice their total size.
  */

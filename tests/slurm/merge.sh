@@ -4,9 +4,10 @@
 # lines, a duplicate custom_id, a missing document and shared documents included); it finds the
 # batch through OUT/shard-I-of-N.json records; and it refuses, exit 1 with nothing written and the
 # culprit named, a missing shard, an unfinished shard, a request answered by two shards, shards of
-# two splits, a shard of an edited batch, records of different batches or models and a cut line; a
-# shard that still holds its lock gives 75 (its output file written or not yet), as does a symbolic
-# link planted at a shard's lock (never followed); a missing batch 2.
+# two splits, a shard of an edited batch, records of different batches or models, a cut line and a
+# shard file linked to OUT/output.jsonl or errors.jsonl; a shard that still holds its lock gives 75
+# (its output file written or not yet), as does a symbolic link planted at a shard's lock (never
+# followed); a missing batch 2.
 . "$(dirname "$0")/../jobs/lib.sh"
 make_repo
 # Requests over the same documents form one group and stay in one shard: twelve small notes give
@@ -155,6 +156,21 @@ same_as_one "$D"
 D=$(case_dir cut)
 head -c -1 "$T/sh/output-0-of-4.jsonl" > "$D/output-0-of-4.jsonl"
 refuses 1 "output-0-of-4.jsonl line [0-9]* is cut short" "$D" --batch "$T/batch.jsonl"
+
+# -- a shard file that is a link to what merge writes: merging would replace the shard's lines
+# with the whole batch's (so the next merge finds every request answered twice)
+for f in output errors; do
+  D=$(case_dir "link_$f")
+  mv "$D/$f-1-of-4.jsonl" "$D/$f.jsonl"
+  ln -s "$f.jsonl" "$D/$f-1-of-4.jsonl"
+  set +e
+  "$LH" merge "$D" --batch "$T/batch.jsonl" > "$T/m.out" 2> "$T/m.err"
+  rc=$?
+  set -e
+  [ $rc = 1 ] || { cat "$T/m.out" "$T/m.err"; fail "merge over a shard linked to $f.jsonl: exit $rc, expected 1"; }
+  grep -q "$f-1-of-4.jsonl is $D/$f.jsonl" "$T/m.err" || { cat "$T/m.err"; fail "the link to $f.jsonl is not named"; }
+  cmp "$T/sh/$f-1-of-4.jsonl" "$D/$f.jsonl" || fail "merge wrote $f.jsonl although a shard's lines are in it"
+done
 
 # -- no shards at all, a missing folder, a missing batch
 mkdir -p "$T/empty"
