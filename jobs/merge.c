@@ -44,6 +44,7 @@
 #include "util/buf.h"
 #include "util/fs.h"
 #include "util/hash.h"
+#include "util/utf8.h"
 
 #define MAX_SHARDS 100000
 #define MAX_PROBLEMS 6
@@ -349,6 +350,12 @@ static lh_status read_file(merge *M, sfile *f, int s, lh_error *err) {
     }
     const size_t n = (size_t)(nl - p) + 1;
     pos += n;
+    const size_t valid = lh_utf8_valid_prefix((const uint8_t *)p, n);
+    if (valid < n) { /* run writes valid UTF-8 only, and output.jsonl must stay so */
+      problem(M, "%s line %d is not UTF-8 (at byte %zu of the line): the file was edited or damaged", path, lineno,
+              valid + 1);
+      return LH_ECORRUPT;
+    }
     if (f->n == cap) {
       cap = cap ? cap * 2 : 256;
       line *nlines = realloc(f->lines, (size_t)cap * sizeof *nlines);

@@ -157,6 +157,17 @@ D=$(case_dir cut)
 head -c -1 "$T/sh/output-0-of-4.jsonl" > "$D/output-0-of-4.jsonl"
 refuses 1 "output-0-of-4.jsonl line [0-9]* is cut short" "$D" --batch "$T/batch.jsonl"
 
+# -- a line that is not UTF-8 (every line run writes is): output.jsonl would not be either
+D=$(case_dir utf8)
+json '
+import sys
+b = open(sys.argv[1], "rb").read().split(b"\n")
+k = next(i for i, l in enumerate(b) if b"\"error\":null" in l)
+b[k] = b[k].replace(b"\"model\":\"", b"\"model\":\"\xc3(", 1)
+open(sys.argv[1], "wb").write(b"\n".join(b))
+print(k + 1)' "$D/output-2-of-4.jsonl" > "$T/utf8.line"
+refuses 1 "output-2-of-4.jsonl line $(cat "$T/utf8.line") is not UTF-8" "$D" --batch "$T/batch.jsonl"
+
 # -- a shard file that is a link to what merge writes: merging would replace the shard's lines
 # with the whole batch's (so the next merge finds every request answered twice)
 for f in output errors; do
