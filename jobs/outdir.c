@@ -128,6 +128,8 @@ again:;
     if (e == EACCES || e == EAGAIN)
       return lh_error_set(err, LH_EBUSY, "%s is in use by another longhaul run (%s); wait for it to finish, or pass "
                           "--wait to queue behind it", dir, who);
+    if (e == EINTR) /* a signal (Ctrl-C) while waiting: the caller's stop, not a fault of the folder */
+      return lh_error_set(err, LH_EINTR, "interrupted while waiting for %s (%s); nothing ran", lock_path, who);
     return lh_error_set(err, LH_EIO, "%s: cannot lock %s: %s", dir, lock_path, strerror(e));
   }
   /* invariant 5: the holder let go by unlinking the file (and maybe the folder) */

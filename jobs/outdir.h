@@ -29,10 +29,11 @@ typedef struct lh_outdir lh_outdir;
 
 /* Create dir (and parents) if needed, take the exclusive lock lock_name in it and check that files
  * can be created, written, synced and removed there. With wait, block until another holder lets
- * go; without, LH_EBUSY naming the holder (pid, host, since when). LH_EIO (or LH_EFULL) with the
- * path when the folder is not writable, or when the lock's name is taken by something that is not
- * a plain file (a symbolic link, a folder, a FIFO: never opened through): found before any work is
- * done. LH_EINVAL when dir is a file, or a symbolic link to nothing. */
+ * go (LH_EINTR when a signal handler runs meanwhile: the wait is given up); without, LH_EBUSY
+ * naming the holder (pid, host, since when). LH_EIO (or LH_EFULL) with the path when the folder
+ * is not writable, or when the lock's name is taken by something that is not a plain file (a
+ * symbolic link, a folder, a FIFO: never opened through): found before any work is done.
+ * LH_EINVAL when dir is a file, or a symbolic link to nothing. */
 lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err);
 void lh_outdir_close(lh_outdir *o); /* accepts NULL */
 /* Close o for a caller that wrote nothing there (a run refused after open: a --db it cannot use,

@@ -6,7 +6,8 @@
 #     after the disk grows, the rerun resumes and answers as an uninterrupted run;
 #   - a read-only output folder is refused at once (exit 75), before the model is loaded;
 #   - two runs on one --out: the second exits 75 naming the first's pid and writes nothing; with
-#     --wait it queues behind the first and then finds every job done;
+#     --wait it queues behind the first and then finds every job done; Ctrl-C or SIGTERM while it
+#     waits is an interrupt (130) that names the lock, not a fault (75);
 #   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs, OUT/longhaul.lock, OUT/longhaul.db or its
 #     -journal/-wal: exit 75 naming it, nothing written through it (a --db link is followed);
 #   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
@@ -66,6 +67,28 @@ fi
 wait $pid || true
 diff "$T/ref.norm" <(norm "$T/c") || fail "two runs on one --out changed the outputs"
 echo "run_faults: two runs on one --out: ok"
+
+# -- Ctrl-C (or SIGTERM) while --wait queues behind another run: interrupted (130), not a fault of
+# the machine (75), and nothing ran
+for sig in INT TERM; do
+  rm -rf "$T/q" && mkdir -p "$T/q"
+  python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
+    "$T/q/longhaul.lock" > "$T/q.lock" &
+  holder=$!
+  for _ in $(seq 100); do grep -q locked "$T/q.lock" && break; sleep 0.05; done
+  "${RUN[@]}" --out "$T/q" --wait > "$T/q.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do grep -q fcntl_setlk "/proc/$pid/wchan" 2>/dev/null && break; sleep 0.05; done
+  kill -$sig $pid
+  rc=0
+  wait $pid || rc=$?
+  kill $holder; wait $holder 2>/dev/null || true
+  [ $rc = 130 ] || { cat "$T/q.log"; fail "SIG$sig while waiting for --out's lock: exit $rc, expected 130"; }
+  grep -q "interrupted while waiting for $T/q/longhaul.lock" "$T/q.log" || { cat "$T/q.log"; fail "SIG$sig while waiting: message"; }
+  [ ! -e "$T/q/longhaul.db" ] || fail "SIG$sig while waiting for the lock, yet a store was made"
+done
+echo "run_faults: interrupted while waiting for the lock: ok"
 
 # -- a symbolic link planted under --out (at jobs/<id>, or jobs itself) to a folder elsewhere: the
 # run stops (75) naming the link and writes nothing through it; once it is removed, the rerun
