@@ -23,6 +23,13 @@
 #include "util/hash.h"
 #include "util/json.h"
 
+/* The largest tokenizer.json read. Parsing one takes 20-40 times its size in memory (cJSON's tree:
+ * about 23x for a real file's shape, 40x for one made of nothing but small numbers), so the limit is
+ * what bounds the memory a hostile file can make a load take: 128 MiB is about 3 GiB, 5 at worst.
+ * Real files are 10-35 MB (MiniMax-Text-01 10, Gemma 3's 262K vocabulary 33), so it leaves room
+ * for a vocabulary four times Gemma's, pretty-printed. */
+#define TOKENIZER_MAX_BYTES ((size_t)128 << 20)
+
 #define GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 /* ---------------------------------------------------------------------------- contexts */
@@ -687,10 +694,16 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err)
     snprintf(file, sizeof file, "%s", path);
   }
   lh_buf b = {0};
-  lh_status st = lh_file_read_regular(file, (size_t)2 << 30, &b, err);
+  lh_error e;
+  lh_status st = lh_file_read_regular(file, TOKENIZER_MAX_BYTES, &b, &e);
   if (st == LH_ENOTFOUND)
     return lh_error_set(err, LH_ENOTFOUND, "%s: no such tokenizer file%s", file,
                         lh_is_dir(path) ? " (the model folder has no tokenizer.json)" : "");
+  if (st == LH_ELIMIT)
+    lh_error_set(err, st, "%s (%zu MiB): real tokenizer files are 10-35 MB, and reading one takes 20-40 times its "
+                 "size in memory; is this the model's tokenizer?", e.msg, TOKENIZER_MAX_BYTES >> 20);
+  else if (st)
+    lh_error_set(err, st, "%s", e.msg);
   if (st) {
     lh_buf_free(&b);
     return st;

@@ -42,7 +42,9 @@ typedef struct lh_tokenizer lh_tokenizer;
  * bounded but a stream holds a run that has no boundary of the first step. Tokenizers with no
  * splitting step at all give each piece to the BPE whole. */
 
-/* path: a tokenizer.json file, or a model folder holding one. */
+/* path: a tokenizer.json file, or a model folder holding one. A file over 128 MiB is refused,
+ * unread, with LH_ELIMIT naming it, its size and the limit (real ones are 10-35 MB; the limit
+ * bounds the memory its parse takes). */
 lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_error *err);
 void lh_tokenizer_close(lh_tokenizer *t); /* accepts NULL */
 /* The SHA-256 (64 hex digits) of the tokenizer.json bytes t was built from: two tokenizers with

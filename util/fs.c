@@ -93,7 +93,8 @@ lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error
   if (fd < 0) return lh_error_set(err, LH_EINVAL, "%s: is %s, not a regular file", path, lh_file_kind(st.st_mode));
   if ((uint64_t)st.st_size > max) {
     close(fd);
-    return lh_error_set(err, LH_ELIMIT, "%s: larger than %zu bytes", path, max);
+    return lh_error_set(err, LH_ELIMIT, "%s: %lld bytes, over the limit of %zu bytes", path, (long long)st.st_size,
+                        max);
   }
   return read_fd(fd, path, max, b, err);
 }

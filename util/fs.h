@@ -19,7 +19,8 @@
 lh_status lh_file_read(const char *path, size_t max, lh_buf *b, lh_error *err);
 /* The same for a file that must be a regular file (a model folder's files, --defaults, --ids, ...): a
  * FIFO, device or directory is refused with LH_EINVAL naming what it is, and is never read, so a
- * FIFO cannot hang the caller and /dev/zero cannot be read to max. A missing file is LH_ENOTFOUND. */
+ * FIFO cannot hang the caller and /dev/zero cannot be read to max. A missing file is LH_ENOTFOUND;
+ * one over max bytes is LH_ELIMIT with its size and max in the message, and is not read. */
 lh_status lh_file_read_regular(const char *path, size_t max, lh_buf *b, lh_error *err);
 /* Open path for reading if it is a regular file, never blocking on a FIFO: its descriptor
  * (O_CLOEXEC, blocking reads; the caller closes it) with *sb filled. -1 otherwise: errno says why

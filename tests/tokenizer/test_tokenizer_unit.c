@@ -108,6 +108,17 @@ static void test_refusals(void) {
   CHECK_STR_CONTAINS(err.msg, "/nonexistent/tokenizer.json");
   CHECK(lh_tokenizer_open(lh_test_tmpdir(), &t, &err) == LH_ENOTFOUND);
   CHECK_STR_CONTAINS(err.msg, "no tokenizer.json");
+  /* one byte over the limit (a sparse file: nothing is written) is refused unread, by its size */
+  char big[4200];
+  snprintf(big, sizeof big, "%s/big-tokenizer.json", lh_test_tmpdir());
+  FILE *f = fopen(big, "w");
+  CHECK(f && ftruncate(fileno(f), ((off_t)128 << 20) + 1) == 0);
+  if (f) fclose(f);
+  CHECK(lh_tokenizer_open(big, &t, &err) == LH_ELIMIT);
+  CHECK_STR_CONTAINS(err.msg, big);
+  CHECK_STR_CONTAINS(err.msg, "134217729 bytes, over the limit of 134217728 bytes (128 MiB)");
+  CHECK(t == NULL);
+  unlink(big);
   lh_tokenizer_close(NULL);
   lh_tok_stream_close(NULL);
 }
