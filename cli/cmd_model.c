@@ -1,9 +1,12 @@
 /* cmd_model.c — `longhaul model info --model DIR [--json]`: describe a model folder.
  *
  * Opens the folder with backend "none" (config and weights are parsed and validated in full, no
- * compute backend is bound) and prints the parsed configuration, the layer plan, parameter counts,
- * memory and FLOPs. Sizes of the state and the KV cache are printed for both KV dtypes the backends
- * use (fp32 on the CPU, bf16 on CUDA). --json prints one JSON object for machines instead.
+ * compute backend is bound) and its tokenizer and chat format as run takes them
+ * (lh_chat_tokenizer_open), and prints the parsed configuration, the tokenizer, the layer plan,
+ * parameter counts, memory and FLOPs. A folder without tokenizer.json is described (the weights
+ * alone serve logits and generate); a tokenizer that run would refuse fails it. Sizes of the state
+ * and the KV cache are printed for both KV dtypes the backends use (fp32 on the CPU, bf16 on
+ * CUDA). --json prints one JSON object for machines instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,17 +16,23 @@
 
 #include "engine/engine.h"
 #include "cli/commands.h"
+#include "jobs/chat.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: longhaul model info --model DIR [--json]\n\n"
-          "Describe a MiniMax model folder (config.json + safetensors): the parsed configuration, the layer\n"
-          "plan, parameter counts, memory needed and FLOPs per token. Every tensor is validated.\n"
-          "  --model DIR   the model folder\n"
-          "  --json        print one JSON object instead of text\n\n"
+          "usage: longhaul model info --model DIR [--chat-template minimax|raw] [--json]\n\n"
+          "Describe a MiniMax model folder (config.json + safetensors): the parsed configuration, the\n"
+          "tokenizer (its vocabulary and chat format), the layer plan, parameter counts, memory needed and\n"
+          "FLOPs per token. Every tensor is validated, and tokenizer.json and the chat template are loaded\n"
+          "and checked as run loads them (a folder without tokenizer.json is described without one).\n"
+          "  --model DIR             the model folder\n"
+          "  --chat-template FORMAT  check the tokenizer for this format, as run --chat-template does\n"
+          "  --json                  print one JSON object instead of text\n\n"
           "exit status: 0 described, 1 the machine failed it (a read error, out of memory), 2 usage or a\n"
-          "--model that is not a model folder (missing, not a folder, no or a bad config.json or weights)\n");
+          "--model that is not a model folder (missing, not a folder, no or a bad config.json or weights,\n"
+          "a bad tokenizer.json or chat template)\n");
 }
 
 static void human_bytes(double b, char *out, size_t n) {
@@ -57,7 +66,20 @@ static void layer_plan(const lh_config *c, char *plan, size_t n, char *pattern, 
   }
 }
 
-static int info(const char *dir, int json) {
+/* A failure to open the folder's model or tokenizer as an exit status: the machine's (a read the
+ * system refused, memory, an interrupt) is 1, the folder's 2. */
+static int open_failed(lh_status st, const lh_error *err) {
+  fprintf(stderr, "longhaul model info: %s\n", err->msg);
+  const int machine = st == LH_EIO || st == LH_ENOMEM || st == LH_EFULL || st == LH_EBUSY || st == LH_EBACKEND ||
+                      st == LH_EINTR;
+  return machine ? LH_EXIT_FAILED : LH_EXIT_USAGE;
+}
+
+static const char *chat_name(const lh_chat_format *f) {
+  return f->kind == LH_CHAT_MINIMAX ? "minimax" : f->kind == LH_CHAT_RAW ? "raw" : NULL;
+}
+
+static int info(const char *dir, const char *chat_template, int json) {
   lh_model_params mp = lh_model_default_params();
   mp.backend = "none";
   lh_model *m;
@@ -66,15 +88,18 @@ static int info(const char *dir, int json) {
     fprintf(stderr, "longhaul model info: --model: %s\n", err.msg);
     return LH_EXIT_USAGE;
   }
-  const lh_status st_open = lh_model_open(dir, &mp, &m, &err);
-  if (st_open) {
-    fprintf(stderr, "longhaul model info: %s\n", err.msg);
-    /* the machine, not the folder: a read the system refused, memory, an interrupt */
-    const int machine = st_open == LH_EIO || st_open == LH_ENOMEM || st_open == LH_EFULL || st_open == LH_EBUSY ||
-                        st_open == LH_EBACKEND || st_open == LH_EINTR;
-    return machine ? LH_EXIT_FAILED : LH_EXIT_USAGE;
-  }
+  lh_status st_open = lh_model_open(dir, &mp, &m, &err);
+  if (st_open) return open_failed(st_open, &err);
   const lh_config *c = lh_model_config(m);
+  char tpath[4096];
+  lh_path_join(tpath, sizeof tpath, dir, "tokenizer.json");
+  lh_tokenizer *tok = NULL;
+  lh_chat_format chat = {0};
+  if (lh_file_check_regular(tpath, NULL) != LH_ENOTFOUND &&
+      (st_open = lh_chat_tokenizer_open(dir, chat_template, c->vocab_size, &tok, &chat, &err))) {
+    lh_model_close(m);
+    return open_failed(st_open, &err);
+  }
   lh_model_stats st;
   lh_model_get_stats(m, &st);
   char plan[LH_MAX_LAYERS + 1], pattern[LH_MAX_LAYERS + 32];
@@ -91,6 +116,15 @@ static int info(const char *dir, int json) {
     cJSON_AddStringToObject(o, "model", dir);
     cJSON_AddStringToObject(o, "id", lh_model_id(m));
     cJSON_AddStringToObject(o, "form", original ? "minimax_text_01" : "minimax");
+    if (tok) {
+      cJSON *t = cJSON_AddObjectToObject(o, "tokenizer");
+      cJSON_AddStringToObject(t, "id", lh_tokenizer_id(tok));
+      cJSON_AddNumberToObject(t, "vocab_size", lh_tokenizer_vocab_size(tok));
+      if (chat_name(&chat)) cJSON_AddStringToObject(t, "chat_template", chat_name(&chat));
+      else cJSON_AddNullToObject(t, "chat_template");
+    } else {
+      cJSON_AddNullToObject(o, "tokenizer");
+    }
     cJSON_AddItemToObject(o, "config", cfg);
     cJSON_AddStringToObject(cfg, "model_type", c->model_type);
     cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
@@ -139,6 +173,7 @@ static int info(const char *dir, int json) {
     if (s) puts(s);
     free(s);
     cJSON_Delete(o);
+    lh_tokenizer_close(tok);
     lh_model_close(m);
     return s ? LH_EXIT_OK : LH_EXIT_FAILED;
   }
@@ -147,6 +182,15 @@ static int info(const char *dir, int json) {
   printf("model        %s\n", dir);
   printf("id           %s\n", lh_model_id(m));
   printf("form         %s\n", original ? "minimax_text_01 (original MiniMax release)" : "minimax (HF transformers)");
+  if (tok) {
+    printf("tokenizer    %d tokens, id %s\n", lh_tokenizer_vocab_size(tok), lh_tokenizer_id(tok));
+    printf("chat format  %s\n", chat.kind == LH_CHAT_MINIMAX ? "minimax (MiniMax-Text-01's turns)"
+                                : chat.kind == LH_CHAT_RAW   ? "raw (the message texts unformatted)"
+                                                             : "none: no chat template (completions only; chat "
+                                                               "requests need --chat-template)");
+  } else {
+    printf("tokenizer    none (no tokenizer.json: run, niah and tokenize need one)\n");
+  }
   printf("\nconfiguration\n");
   printf("  vocab %d, hidden %d, %d layers, %d heads x head_dim %d, %d kv heads (%d query heads per kv head)\n",
          c->vocab_size, c->hidden_size, c->n_layers, c->n_heads, c->head_dim, c->n_kv_heads,
@@ -190,6 +234,7 @@ static int info(const char *dir, int json) {
   printf("\nFLOPs/token  %s linear (projections, router, %d active experts, lm_head) + %s lightning\n", a, c->top_k,
          b);
   printf("             + %s softmax attention per context token (%s per token at 128K context)\n", d, e);
+  lh_tokenizer_close(tok);
   lh_model_close(m);
   return LH_EXIT_OK;
 }
@@ -204,11 +249,13 @@ int lh_cmd_model(int argc, char **argv) {
     usage(stderr);
     return LH_EXIT_USAGE;
   }
-  const char *dir = NULL;
+  const char *dir = NULL, *chat_template = NULL;
   int json = 0;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--model") && i + 1 < argc) {
       dir = argv[++i];
+    } else if (!strcmp(argv[i], "--chat-template") && i + 1 < argc) {
+      chat_template = argv[++i];
     } else if (!strcmp(argv[i], "--json")) {
       json = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -224,5 +271,5 @@ int lh_cmd_model(int argc, char **argv) {
     fprintf(stderr, "longhaul model info: --model DIR is required\n");
     return LH_EXIT_USAGE;
   }
-  return info(dir, json);
+  return info(dir, chat_template, json);
 }

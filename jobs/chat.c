@@ -175,6 +175,22 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
   return st;
 }
 
+lh_status lh_chat_tokenizer_open(const char *model_dir, const char *override, int32_t n_ids, lh_tokenizer **tok,
+                                 lh_chat_format *f, lh_error *err) {
+  *tok = NULL;
+  char tpath[4096];
+  lh_path_join(tpath, sizeof tpath, model_dir, "tokenizer.json");
+  lh_tokenizer *t;
+  lh_status st = lh_tokenizer_open(model_dir, &t, err);
+  if (st) return st;
+  if (!(st = lh_chat_format_detect(model_dir, override, f, err)) &&
+      !(st = lh_tokenizer_check_ids(t, n_ids, tpath, err)) && !(st = lh_chat_check_tokenizer(f, t, tpath, err)))
+    *tok = t;
+  else
+    lh_tokenizer_close(t);
+  return st;
+}
+
 lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *after, lh_error *err) {
   if (r->endpoint == LH_EP_COMPLETIONS) return lh_buf_append_str(after, r->prompt ? r->prompt : "");
   if (f->kind == 0)

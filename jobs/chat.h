@@ -45,6 +45,14 @@ lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_
 lh_status lh_chat_check_tokenizer(const lh_chat_format *f, const lh_tokenizer *t, const char *tokenizer_path,
                                   lh_error *err);
 
+/* A model folder's tokenizer and chat format as run, niah and model info take them, each checked:
+ * its tokenizer.json (lh_tokenizer_open), the format (lh_chat_format_detect with override), the
+ * tokenizer's ids within the model's n_ids (lh_tokenizer_check_ids) and the format's turn markers
+ * (lh_chat_check_tokenizer). On success *tok is the caller's to close; on failure it is NULL and
+ * err names the file and what is wrong with it. */
+lh_status lh_chat_tokenizer_open(const char *model_dir, const char *override, int32_t n_ids, lh_tokenizer **tok,
+                                 lh_chat_format *f, lh_error *err);
+
 /* Render r into the text that follows its documents (appended to after_docs; no text precedes
  * the documents). */
 lh_status lh_chat_render(const lh_chat_format *f, const lh_request *r, lh_buf *after_docs, lh_error *err);

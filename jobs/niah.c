@@ -335,12 +335,7 @@ static lh_status sweep_open(sweep *S, lh_store *store, const char *corpus, const
   lh_error de;
   if (lh_store_digest_flush(store, &de) != LH_OK) lh_log_warn("%s (the weights are read again next run)", de.msg);
   S->cfg = lh_model_config(S->model);
-  if ((st = lh_tokenizer_open(p->model_dir, &S->tok, err))) return st;
-  if ((st = lh_chat_format_detect(p->model_dir, NULL, &S->chat, err))) return st;
-  char tpath[4096];
-  lh_path_join(tpath, sizeof tpath, p->model_dir, "tokenizer.json");
-  if ((st = lh_tokenizer_check_ids(S->tok, S->cfg->vocab_size, tpath, err))) return st;
-  if ((st = lh_chat_check_tokenizer(&S->chat, S->tok, tpath, err))) return st;
+  if ((st = lh_chat_tokenizer_open(p->model_dir, NULL, S->cfg->vocab_size, &S->tok, &S->chat, err))) return st;
   if (S->chat.kind == LH_CHAT_MINIMAX) {
     const char *h = "<beginning_of_sentence>user name=user\n";
     lh_tokenizer_encode(S->tok, h, strlen(h), 0, &S->head, NULL);

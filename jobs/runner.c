@@ -1601,13 +1601,9 @@ static lh_status open_model(run *R, lh_error *err) {
                      p->model_dir, lh_comm_size(mp.comm), lh_comm_size(mp.comm));
   const char *slash = strrchr(p->model_dir, '/');
   snprintf(R->model_name, sizeof R->model_name, "%s", slash && slash[1] ? slash + 1 : p->model_dir);
-  if ((st = lh_tokenizer_open(p->model_dir, &R->tok, err)) != LH_OK)
+  st = lh_chat_tokenizer_open(p->model_dir, p->chat_template, R->cfg->vocab_size, &R->tok, &R->chat, err);
+  if (st != LH_OK)
     return lh_error_prefix(err, st, "loading the tokenizer of %s: ", p->model_dir);
-  if ((st = lh_chat_format_detect(p->model_dir, p->chat_template, &R->chat, err)) != LH_OK) return st;
-  char tpath[4096];
-  lh_path_join(tpath, sizeof tpath, p->model_dir, "tokenizer.json");
-  if ((st = lh_tokenizer_check_ids(R->tok, lh_model_config(R->model)->vocab_size, tpath, err)) != LH_OK) return st;
-  if ((st = lh_chat_check_tokenizer(&R->chat, R->tok, tpath, err)) != LH_OK) return st;
   collect_stop_ids(R);
   return LH_OK;
 }

@@ -2,8 +2,8 @@
 # load_model_folder.sh — a hostile or unlucky model folder (--model DIR) through the real binary:
 # every case must end at once with exit 2 (a set-up error, README's table) and a message naming the
 # file and what is wrong with it, never hang, never read a device, never start a multi-GB
-# allocation. Each case is a copy of models/haul-tiny (symbolic links to its files) with one file
-# replaced.
+# allocation; `model info`, which checks a folder before a run, refuses every one of them alike.
+# Each case is a copy of models/haul-tiny (symbolic links to its files) with one file replaced.
 set -euo pipefail
 LH=${LH_LONGHAUL:-build/longhaul}
 SRC=${LH_SOURCE_DIR:-$PWD}
@@ -23,15 +23,25 @@ variant() {
   rm -f "$d/$2"
   echo "$d"
 }
-# refused NAME EXPECT... : `run` with model NAME exits 2 within 20 s, its message holding each EXPECT.
+# refused NAME EXPECT... : `run` and `model info` with model NAME exit 2 within 20 s, their
+# messages holding each EXPECT.
 refused() {
-  local name=$1 rc=0
+  local name=$1 rc=0 how
   shift
-  timeout 20 "$LH" run "$T/batch.jsonl" --model "$T/$name" --out "$T/out-$name" --chunk 2048 --progress none \
-    > "$T/$name.log" 2>&1 || rc=$?
-  [ $rc = 124 ] && fail "$name: the run hung (killed after 20 s)"
-  [ $rc = 2 ] || { cat "$T/$name.log"; fail "$name: exit $rc, expected 2"; }
-  for e in "$@"; do grep -qF -- "$e" "$T/$name.log" || { cat "$T/$name.log"; fail "$name: no '$e' in the message"; }; done
+  for how in run info; do
+    rc=0
+    if [ $how = run ]; then
+      timeout 20 "$LH" run "$T/batch.jsonl" --model "$T/$name" --out "$T/out-$name" --chunk 2048 --progress none \
+        > "$T/$name.log" 2>&1 || rc=$?
+    else
+      timeout 20 "$LH" model info --model "$T/$name" > "$T/$name.log" 2>&1 || rc=$?
+    fi
+    [ $rc = 124 ] && fail "$name: $how hung (killed after 20 s)"
+    [ $rc = 2 ] || { cat "$T/$name.log"; fail "$name: $how exited $rc, expected 2"; }
+    for e in "$@"; do
+      grep -qF -- "$e" "$T/$name.log" || { cat "$T/$name.log"; fail "$name: no '$e' in the message of $how"; }
+    done
+  done
   echo "ok: $name"
 }
 
@@ -63,7 +73,23 @@ json.dump(t, open(sys.argv[2], "w"))
 P
   refused "no-markers-$drop" "no-markers-$drop/tokenizer.json" '"<beginning_of_sentence>" as one token'
 done
-# ...while --chat-template raw, which needs no markers, still runs
+# ...while --chat-template raw, which needs no markers, still runs, and model info takes it too
 timeout 20 "$LH" run "$T/batch.jsonl" --model "$T/no-markers-vocab" --out "$T/out-raw" --chunk 2048 \
   --chat-template raw --progress none > "$T/raw.log" 2>&1 || { cat "$T/raw.log"; fail "--chat-template raw was refused"; }
+timeout 20 "$LH" model info --model "$T/no-markers-vocab" --chat-template raw > "$T/raw.log" 2>&1 \
+  || { cat "$T/raw.log"; fail "model info --chat-template raw was refused"; }
+grep -q '^chat format  raw' "$T/raw.log" || { cat "$T/raw.log"; fail "model info does not name the raw format"; }
 echo "ok: --chat-template raw"
+
+# -- a tokenizer.json that is not JSON, or names an id past config.json's vocab_size
+d=$(variant cut-tokenizer tokenizer.json) && head -c 1000 "$MODEL/tokenizer.json" > "$d/tokenizer.json"
+refused cut-tokenizer "cut-tokenizer/tokenizer.json: invalid JSON"
+d=$(variant wide-tokenizer tokenizer.json)
+python3 - "$MODEL/tokenizer.json" "$d/tokenizer.json" <<'P'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["added_tokens"].append({"id": 99999, "content": "<extra_tok>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True})
+json.dump(t, open(sys.argv[2], "w"))
+P
+refused wide-tokenizer "wide-tokenizer/tokenizer.json: token \"<extra_tok>\" has id 4096, but the model's vocabulary"
