@@ -297,6 +297,12 @@ int lh_cmd_niah(int argc, char **argv) {
     const int tempfail = LH_EXIT_IS_TEMPFAIL(st);
     return tempfail ? LH_EXIT_TEMPFAIL : LH_EXIT_USAGE;
   }
+  /* the summary only for a sweep that wrote its reports: one stopped before (waiting for OUT's
+   * lock, loading the model, reading the corpus, drawing the trials) has no results to show */
+  if (st == LH_EINTR && !s.trials) {
+    fprintf(stderr, "longhaul niah: %s\n", e.msg);
+    return LH_EXIT_INTERRUPTED;
+  }
   printf("longhaul niah: %d trials (%d run now, %d from earlier runs): accuracy %.3f, exact %.3f", s.trials,
          s.trials_run, s.trials_resumed, down(s.accuracy, 3), down(s.exact, 3));
   if (fabs(s.all_values - s.accuracy) > 1e-9 || fabs(s.same_set - s.all_values) > 1e-9)

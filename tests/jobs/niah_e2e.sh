@@ -229,6 +229,7 @@ for point in haystack:1 niah-trial:2; do
     [ "$rc" = 130 ] || { cat "$out.log"; fail "SIG$sig at $point: exit $rc, expected 130"; }
     grep -q "interrupted; rerun the same command to resume" "$out.log" || { cat "$out.log"; fail "SIG$sig at $point: no word of it"; }
     if grep -q "prefill" "$out.log"; then cat "$out.log"; fail "SIG$sig at $point: a trial ran after the signal"; fi
+    if grep -qE "trials|results:" "$out.log"; then cat "$out.log"; fail "SIG$sig at $point: a summary of no trials"; fi
     if [ "$point" = haystack:1 ]; then
       grep -q "haystack ingest stopped: .*(interrupted)" "$out.log" || { cat "$out.log"; fail "SIG$sig did not stop the corpus's ingest"; }
     fi

@@ -10,6 +10,8 @@
 #  - A sweep.json without a grid (older builds) goes on when its trials fit this run's grid.
 #  - heatmap.svg carries the overall score (recomputed here from results.jsonl, floored) and the
 #    metric as text; summary.json has the per-cell all-values share.
+#  - A sweep interrupted before it ran a trial (here while --wait waits for OUT's lock) exits 130
+#    saying so, with no summary of 0 trials pointing at results that are not there.
 #  - `niah compare A B` writes PNG, SVG, JSON and CSV into A/compare-with-<B> (or --out), whose
 #    numbers match the two results.jsonl (recomputed here); two sweeps without a common cell are
 #    refused with exit 2 and nothing written.
@@ -221,4 +223,24 @@ has "$T/miss.log" "B: $T/missing is not a folder"
 rc=0
 "$LH" niah compare "$T/A" > /dev/null 2>&1 || rc=$?
 [ "$rc" = 2 ] || fail "compare with one folder exited $rc, expected 2"
+# ---- Ctrl-C or SIGTERM before any trial ran: interrupted, and no summary ----
+for sig in INT TERM; do
+  o=$T/int-$sig && mkdir -p "$o"
+  python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
+    "$o/niah.lock" > "$o.lock" &
+  holder=$!
+  for _ in $(seq 100); do grep -q locked "$o.lock" && break; sleep 0.05; done
+  "$LH" niah "${base[@]}" --lengths 256 --depths 50 --out "$o" --wait > "$o.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do grep -q fcntl_setlk "/proc/$pid/wchan" 2>/dev/null && break; sleep 0.05; done
+  kill -$sig $pid
+  rc=0
+  wait $pid || rc=$?
+  kill $holder; wait $holder 2>/dev/null || true
+  [ $rc = 130 ] || { cat "$o.log"; fail "SIG$sig while waiting for OUT's lock: exit $rc, expected 130"; }
+  has "$o.log" "interrupted while waiting for $o/niah.lock"
+  if grep -qE "trials|results:" "$o.log"; then cat "$o.log"; fail "SIG$sig before any trial: a summary was printed"; fi
+  [ ! -e "$o/results.jsonl" ] || fail "SIG$sig while waiting for the lock, yet results.jsonl was made"
+done
 echo "niah_reports: ok"
