@@ -75,10 +75,6 @@ static int open_failed(lh_status st, const lh_error *err) {
   return machine ? LH_EXIT_FAILED : LH_EXIT_USAGE;
 }
 
-static const char *chat_name(const lh_chat_format *f) {
-  return f->kind == LH_CHAT_MINIMAX ? "minimax" : f->kind == LH_CHAT_RAW ? "raw" : NULL;
-}
-
 static int info(const char *dir, const char *chat_template, int json) {
   lh_model_params mp = lh_model_default_params();
   mp.backend = "none";
@@ -120,7 +116,7 @@ static int info(const char *dir, const char *chat_template, int json) {
       cJSON *t = cJSON_AddObjectToObject(o, "tokenizer");
       cJSON_AddStringToObject(t, "id", lh_tokenizer_id(tok));
       cJSON_AddNumberToObject(t, "vocab_size", lh_tokenizer_vocab_size(tok));
-      if (chat_name(&chat)) cJSON_AddStringToObject(t, "chat_template", chat_name(&chat));
+      if (lh_chat_format_name(&chat)) cJSON_AddStringToObject(t, "chat_template", lh_chat_format_name(&chat));
       else cJSON_AddNullToObject(t, "chat_template");
     } else {
       cJSON_AddNullToObject(o, "tokenizer");

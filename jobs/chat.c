@@ -35,6 +35,10 @@ lh_status lh_chat_check_tokenizer(const lh_chat_format *f, const lh_tokenizer *t
   return LH_OK;
 }
 
+const char *lh_chat_format_name(const lh_chat_format *f) {
+  return f->kind == LH_CHAT_MINIMAX ? "minimax" : f->kind == LH_CHAT_RAW ? "raw" : NULL;
+}
+
 static int is_minimax_template(const char *t) {
   return strstr(t, BOS_TURN) && strstr(t, EOS_TURN) && strstr(t, "user name=user") && strstr(t, "ai name=assistant");
 }

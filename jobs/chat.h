@@ -39,6 +39,9 @@ typedef struct lh_chat_format {
  * for completions and an error for chat requests (reported by lh_chat_render). */
 lh_status lh_chat_format_detect(const char *model_dir, const char *override, lh_chat_format *f, lh_error *err);
 
+/* "minimax", "raw", or NULL for a folder without a chat template (completions only). */
+const char *lh_chat_format_name(const lh_chat_format *f);
+
 /* The format's turn markers must each be one token of t (a special added token), or every prompt
  * would be encoded as text the model never saw and answered wrongly without a word: LH_EFORMAT
  * naming tokenizer_path and the marker otherwise. Nothing to check for raw. */

@@ -239,10 +239,11 @@ static lh_status file_digest(const char *path, char out[65], lh_error *err) {
 }
 
 /* The batch: --batch, or the one the shards' records name (they must agree); its digest must be
- * the one every record gives. The records that name a model must name the same one. */
+ * the one every record gives. The records that name a model must name the same one, and those
+ * that hold settings the same settings. */
 static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
-  lh_shard_record first = {0};
-  int first_s = -1, model_s = -1;
+  lh_shard_record first = {0}, with_settings = {0};
+  int first_s = -1, model_s = -1, settings_s = -1;
   char model_id[65] = "";
   for (int s = 0; s < M->nshards; s++) {
     char name[64], path[4200];
@@ -277,6 +278,17 @@ static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
               "shards of different models: shard %d ran model %.12s..., shard %d ran model %.12s... (`longhaul model "
               "info` prints a folder's id): rerun the shards of the wrong model with the right one",
               model_s, model_id, s, r.model_id);
+    }
+    char key[64], va[160], vb[160];
+    if (r.settings[0] && settings_s < 0) {
+      settings_s = s;
+      with_settings = r;
+    } else if (lh_shard_settings_differ(&with_settings, &r, key, va, vb, sizeof va)) {
+      /* one run of the whole batch answers every request under one setting of each */
+      problem(M,
+              "shards run with settings that change answers: shard %d ran with %s %s, shard %d with %s %s (each "
+              "shard-I-of-N.json records its settings): rerun the shards that differ with the options of the others",
+              settings_s, key, va, s, key, vb);
     }
   }
   if (M->nproblems) return LH_ECORRUPT;

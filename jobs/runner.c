@@ -296,11 +296,12 @@ static int request_max_tokens(const run *R, const lh_request *r) {
 }
 
 /* What every job of this run shares in its identity: everything outside the request that changes
- * an answer. The model id names every byte of the weights and the config; the tokenizer id every
- * byte of tokenizer.json (it makes the prompt's tokens and the answer's text); the stop ids (the
- * config's, the chat format's end token, generation_config.json's); the version, the chunk
- * plan (where prefill calls are cut), the backend, the CPU attention mode, the chat format and the
- * ranks the model is spread over. The default max_tokens is not in it: it changes only the answers
+ * an answer (answer_settings records the same, readable, for a shard's merge). The model id names
+ * every byte of the weights and the config; the tokenizer id every byte of tokenizer.json (it
+ * makes the prompt's tokens and the answer's text); the stop ids (the config's, the chat format's
+ * end token, generation_config.json's); the version, the chunk plan (where prefill calls are cut),
+ * the backend, the CPU attention mode, the chat format and the ranks the model is spread over.
+ * The default max_tokens is not in it: it changes only the answers
  * of requests that give none, so job_identity adds each request's effective max_tokens instead.
  * Threads and checkpoint_every are not in it: the answers do not depend on them (docs/design.md,
  * exactness contract). */
@@ -317,6 +318,30 @@ static void params_digest(run *R) {
   uint8_t d[32];
   lh_sha256_buf(buf, (size_t)n, d);
   lh_hex(d, 32, R->params_digest);
+}
+
+/* What of this run, outside the batch and the model (the record's model_id), changes its answers,
+ * each part readable under its own key, for the shard record (jobs/shard.h): `merge` refuses shards
+ * whose settings differ. params_digest's parts (keep the two lists alike) and the run's defaults
+ * that a job's identity takes for the requests that leave them to it (max_tokens, and
+ * --require-documents); NULL when out of memory. */
+static cJSON *answer_settings(const run *R) {
+  cJSON *o = cJSON_CreateObject();
+  const lh_comm *world = lh_comm_world();
+  const char *chat = lh_chat_format_name(&R->chat);
+  cJSON_AddStringToObject(o, "tokenizer_id", lh_tokenizer_id(R->tok));
+  if (chat) cJSON_AddStringToObject(o, "chat_template", chat);
+  else cJSON_AddNullToObject(o, "chat_template");
+  cJSON *ends = cJSON_AddArrayToObject(o, "end_ids");
+  for (int i = 0; i < R->n_stop_ids; i++) cJSON_AddItemToArray(ends, cJSON_CreateNumber(R->stop_ids[i]));
+  cJSON_AddStringToObject(o, "version", LH_VERSION);
+  cJSON_AddNumberToObject(o, "chunk", (double)R->plan.chunk);
+  cJSON_AddStringToObject(o, "device", lh_model_backend(R->model));
+  cJSON_AddStringToObject(o, "cpu_attention", lh_cpu_attention_name(lh_model_cpu_attention(R->model)));
+  cJSON_AddNumberToObject(o, "ranks", world ? lh_comm_size(world) : 1);
+  cJSON_AddNumberToObject(o, "max_tokens", R->p->max_tokens_default);
+  cJSON_AddBoolToObject(o, "require_documents", R->p->require_documents);
+  return o;
 }
 
 /* Inputs named by no content: a digest no run computes twice (this process, this moment, and a
@@ -1478,8 +1503,11 @@ static lh_status write_output(run *R, lh_error *err) {
     char rec[64];
     lh_outname_build(LH_OUTNAME_RECORD, R->p->shard_index, R->p->shard_count, rec, sizeof rec);
     lh_buf_clear(&out);
-    st = lh_shard_record_render(R->p->batch_path, R->batch_digest, lh_model_id(R->model), R->p->shard_index,
-                                R->p->shard_count, &out, err);
+    cJSON *settings = answer_settings(R);
+    st = settings ? lh_shard_record_render(R->p->batch_path, R->batch_digest, lh_model_id(R->model), settings,
+                                           R->p->shard_index, R->p->shard_count, &out, err)
+                  : lh_error_set(err, LH_ENOMEM, "out of memory");
+    cJSON_Delete(settings);
     if (st == LH_OK) st = lh_outdir_put(R->out, rec, out.data, out.len, err);
   }
   lh_buf_free(&out);

@@ -96,8 +96,8 @@ int lh_shard_from_env(int *index, int *count, char *why, size_t n) {
 
 /* ---- the record ---- */
 
-lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, const char *model_id, int index,
-                                 int count, lh_buf *out, lh_error *err) {
+lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha256, const char *model_id,
+                                 const cJSON *settings, int index, int count, lh_buf *out, lh_error *err) {
   char abs[4096];
   if (!realpath(batch_path, abs))
     return lh_error_set(err, errno == ENOENT ? LH_ENOTFOUND : LH_EIO, "%s: %s", batch_path, strerror(errno));
@@ -107,6 +107,7 @@ lh_status lh_shard_record_render(const char *batch_path, const char *batch_sha25
   lh_json_add_text(o, "batch", abs);
   cJSON_AddStringToObject(o, "batch_sha256", batch_sha256);
   cJSON_AddStringToObject(o, "model_id", model_id);
+  cJSON_AddItemToObject(o, "settings", cJSON_Duplicate(settings, 1));
   char *js = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   lh_status st = js ? lh_buf_append_str(out, js) : LH_ENOMEM;
@@ -136,6 +137,8 @@ lh_status lh_shard_record_read(const char *path, lh_shard_record *rec, lh_error 
   const char *batch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "batch"));
   const char *sha = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "batch_sha256"));
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model_id");
+  const cJSON *settings = cJSON_GetObjectItemCaseSensitive(o, "settings");
+  char *stext = cJSON_IsObject(settings) ? cJSON_PrintUnformatted(settings) : NULL;
   const char *bad = !cJSON_IsObject(o)              ? "the file is not a JSON object"
                     : !is_count(shard)              ? "\"shard\" is not a whole number"
                     : !is_count(of)                 ? "\"of\" is not a whole number"
@@ -144,14 +147,49 @@ lh_status lh_shard_record_read(const char *path, lh_shard_record *rec, lh_error 
                     : !is_sha256_hex(sha)           ? "\"batch_sha256\" is not 64 lower-case hex digits"
                     : model && !is_sha256_hex(cJSON_GetStringValue(model))
                         ? "\"model_id\" is not 64 lower-case hex digits"
-                        : NULL;
+                    : settings && !cJSON_IsObject(settings) ? "\"settings\" is not an object"
+                    : settings && (!stext || strlen(stext) >= sizeof rec->settings) ? "\"settings\" is too long"
+                                                                                    : NULL;
   if (!bad) {
     rec->index = (int)shard->valuedouble;
     rec->count = (int)of->valuedouble;
     snprintf(rec->batch, sizeof rec->batch, "%s", batch);
     memcpy(rec->batch_sha256, sha, 65);
     if (model) memcpy(rec->model_id, model->valuestring, 65);
+    if (settings) snprintf(rec->settings, sizeof rec->settings, "%s", stext);
   }
+  free(stext);
   cJSON_Delete(o);
   return bad ? lh_error_set(err, LH_EFORMAT, "%s: not a shard record: %s", path, bad) : LH_OK;
+}
+
+/* The value of key in settings as JSON text into v (n bytes), "none" when it is absent. */
+static void value_text(const cJSON *settings, const char *key, char *v, size_t n) {
+  char *t = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(settings, key));
+  snprintf(v, n, "%s", t ? t : "none");
+  free(t);
+}
+
+int lh_shard_settings_differ(const lh_shard_record *a, const lh_shard_record *b, char *key, char *va, char *vb,
+                             size_t n) {
+  if (!a->settings[0] || !b->settings[0]) return 0;
+  cJSON *sa = cJSON_Parse(a->settings), *sb = cJSON_Parse(b->settings);
+  const char *k = NULL;
+  for (int side = 0; side < 2 && !k; side++) {
+    const cJSON *it, *mine = side ? sb : sa, *theirs = side ? sa : sb;
+    cJSON_ArrayForEach(it, mine) {
+      if (!cJSON_Compare(it, cJSON_GetObjectItemCaseSensitive(theirs, it->string), 1)) {
+        k = it->string;
+        break;
+      }
+    }
+  }
+  if (k) {
+    snprintf(key, n, "%s", k);
+    value_text(sa, k, va, n);
+    value_text(sb, k, vb, n);
+  }
+  cJSON_Delete(sa);
+  cJSON_Delete(sb);
+  return k != NULL;
 }

@@ -4,7 +4,8 @@
 # lines, a duplicate custom_id, a missing document and shared documents included); it finds the
 # batch through OUT/shard-I-of-N.json records; and it refuses, exit 1 with nothing written and the
 # culprit named, a missing shard, an unfinished shard, a request answered by two shards, shards of
-# two splits, a shard of an edited batch, records of different batches or models, a cut line and a
+# two splits, a shard of an edited batch, records of different batches, models or settings that
+# change answers (a shard rerun with another chat template or tokenizer), a cut line and a
 # shard file linked to OUT/output.jsonl or errors.jsonl; a shard that still holds its lock gives 75
 # (its output file written or not yet), as does a symbolic link planted at a shard's lock (never
 # followed); a missing batch 2.
@@ -79,11 +80,20 @@ rm -f "$D"/shard-*-of-4.json
 refuses 2 "--batch" "$D"
 D=$(case_dir rec)
 sha=$(sha256sum "$T/batch.jsonl" | cut -c1-64)
-mid=$("$LH" model info --model "$MODEL" --json | json 'print(json.load(sys.stdin)["id"])')
+"$LH" model info --model "$MODEL" --json > "$T/info.json"
+mid=$(json 'print(json.load(open(sys.argv[1]))["id"])' "$T/info.json")
+tid=$(json 'print(json.load(open(sys.argv[1]))["tokenizer"]["id"])' "$T/info.json")
 for s in 0 1 2 3; do
-  want=$(printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s","model_id":"%s"}' $s "$(realpath "$T/batch.jsonl")" \
+  want=$(printf '{"shard":%d,"of":4,"batch":"%s","batch_sha256":"%s","model_id":"%s",' $s "$(realpath "$T/batch.jsonl")" \
     "$sha" "$mid")
-  [ "$(cat "$D/shard-$s-of-4.json")" = "$want" ] || { cat "$D/shard-$s-of-4.json"; fail "shard $s's record is not $want"; }
+  [ "$(head -c ${#want} "$D/shard-$s-of-4.json")" = "$want" ] || { cat "$D/shard-$s-of-4.json"; fail "shard $s's record does not begin $want"; }
+  json '
+s = json.load(open(sys.argv[1]))["settings"]
+want = {"tokenizer_id": sys.argv[2], "chat_template": "minimax", "chunk": 256, "device": "cpu", "ranks": 1,
+        "max_tokens": 256, "require_documents": False}
+assert all(s[k] == v for k, v in want.items()), s
+assert s["end_ids"] and s["version"] and s["cpu_attention"], s' "$D/shard-$s-of-4.json" "$tid" \
+    || { cat "$D/shard-$s-of-4.json"; fail "shard $s's record has other settings"; }
 done
 "$LH" merge "$D" > "$T/rec.log" || { cat "$T/rec.log"; fail "merge through the records failed"; }
 same_as_one "$D"
@@ -102,6 +112,23 @@ other=$(printf other | sha256sum | cut -c1-64)
 sed -i "s/\"model_id\":\"$mid\"/\"model_id\":\"$other\"/" "$D/shard-3-of-4.json"
 grep -q "$other" "$D/shard-3-of-4.json" || fail "shard 3's record names no model_id to replace"
 refuses 1 "shards of different models: shard 0 ran model ${mid:0:12}..., shard 3 ran model ${other:0:12}..." "$D"
+# a shard rerun with settings that change its answers: the split is the same (it depends on the
+# model and the documents), so only the records tell (each answer would be merged as one run's)
+D=$(case_dir chat)
+"${RUN[@]}" --out "$D" --shard 2/4 --chat-template raw > "$T/chat.log" 2>&1 || [ $? = 1 ] || { cat "$T/chat.log"; fail "shard 2 with --chat-template raw failed"; }
+refuses 1 'shard 0 ran with chat_template "minimax", shard 2 with chat_template "raw"' "$D"
+D=$(case_dir tokenizer)
+other=$(printf other | sha256sum | cut -c1-64)
+sed -i "s/\"tokenizer_id\":\"$tid\"/\"tokenizer_id\":\"$other\"/" "$D/shard-1-of-4.json"
+grep -q "$other" "$D/shard-1-of-4.json" || fail "shard 1's record names no tokenizer_id to replace"
+refuses 1 "shard 0 ran with tokenizer_id \"$tid\", shard 1 with tokenizer_id \"$other\"" "$D"
+# records of an older longhaul, without settings, are read and merged
+D=$(case_dir oldrec)
+for s in 0 1 2 3; do
+  json 'r = json.load(open(sys.argv[1])); del r["settings"]; json.dump(r, open(sys.argv[1], "w"))' "$D/shard-$s-of-4.json"
+done
+"$LH" merge "$D" > "$T/oldrec.log" || { cat "$T/oldrec.log"; fail "merge of records without settings failed"; }
+same_as_one "$D"
 # the batch changed since the records were written
 D=$(case_dir rec3)
 cp "$T/batch.jsonl" "$T/edited.jsonl"

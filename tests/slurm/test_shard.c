@@ -1,7 +1,8 @@
 /* test_shard.c — lh_shard_from_env maps a Slurm array task to its shard: arrays from 0, from 1,
  * with steps, without SLURM_ARRAY_TASK_COUNT; and refuses unevenly spaced index values, ids
  * outside the array and malformed values. A shard record (OUT/shard-I-of-N.json) reads back as
- * written, with the batch's absolute path, and a damaged one is refused naming the field. The variable sets are the ones Slurm 22.05 (Debian 12's
+ * written, with the batch's absolute path and its settings (compared key by key, a record without
+ * them agreeing with any), and a damaged one is refused naming the field. The variable sets are the ones Slurm 22.05 (Debian 12's
  * slurm-wlm) set in the tasks of `sbatch --array=...` for the forms named beside them. */
 #include "jobs/shard.h"
 
@@ -116,10 +117,11 @@ int main(void) {
   CHECK(!strcmp(name, "shard-2-of-4.json"));
   snprintf(rec_path, sizeof rec_path, "%s/%s", dir, name);
   const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  cJSON *settings = cJSON_Parse("{\"chat_template\":\"minimax\",\"chunk\":4096,\"end_ids\":[2,3]}");
   if (chdir(dir) == 0) {
     lh_buf b = {0};
     const char *model = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
-    CHECK(lh_shard_record_render("b.jsonl", sha, model, 2, 4, &b, NULL) == LH_OK); /* relative: made absolute */
+    CHECK(lh_shard_record_render("b.jsonl", sha, model, settings, 2, 4, &b, NULL) == LH_OK); /* relative: made absolute */
     CHECK(lh_file_write_atomic(rec_path, b.data, b.len, NULL) == LH_OK);
     lh_buf_free(&b);
     lh_shard_record r;
@@ -129,8 +131,23 @@ int main(void) {
     CHECK(r.batch[0] == '/' && strstr(r.batch, "/b.jsonl"));
     CHECK(!strcmp(r.batch_sha256, sha));
     CHECK(!strcmp(r.model_id, model));
+    CHECK(!strcmp(r.settings, "{\"chat_template\":\"minimax\",\"chunk\":4096,\"end_ids\":[2,3]}"));
+    /* settings compared key by key, the first that differs named with both values; a record
+     * without settings (an older run's) differs from none */
+    char key[64], va[64], vb[64];
+    lh_shard_record o = r;
+    CHECK_EQ(lh_shard_settings_differ(&r, &o, key, va, vb, sizeof va), 0);
+    snprintf(o.settings, sizeof o.settings, "{\"end_ids\":[2,3],\"chunk\":2048,\"chat_template\":\"minimax\"}");
+    CHECK_EQ(lh_shard_settings_differ(&r, &o, key, va, vb, sizeof va), 1);
+    CHECK(!strcmp(key, "chunk") && !strcmp(va, "4096") && !strcmp(vb, "2048"));
+    snprintf(o.settings, sizeof o.settings, "{\"chat_template\":\"minimax\",\"chunk\":4096,\"end_ids\":[2,3],"
+             "\"max_tokens\":9}");
+    CHECK_EQ(lh_shard_settings_differ(&r, &o, key, va, vb, sizeof va), 1);
+    CHECK(!strcmp(key, "max_tokens") && !strcmp(va, "none") && !strcmp(vb, "9"));
+    o.settings[0] = 0;
+    CHECK_EQ(lh_shard_settings_differ(&r, &o, key, va, vb, sizeof va), 0);
     lh_error e;
-    CHECK(lh_shard_record_render("nope.jsonl", sha, model, 0, 2, &b, &e) == LH_ENOTFOUND);
+    CHECK(lh_shard_record_render("nope.jsonl", sha, model, settings, 0, 2, &b, &e) == LH_ENOTFOUND);
     CHECK_STR_CONTAINS(e.msg, "nope.jsonl");
     const char *bad = "{\"shard\":2,\"of\":4,\"batch\":\"/x\",\"batch_sha256\":\"XYZ\"}\n";
     CHECK(lh_file_write_atomic(rec_path, bad, strlen(bad), NULL) == LH_OK);
@@ -142,8 +159,10 @@ int main(void) {
     CHECK(lh_file_write_atomic(rec_path, rec, strlen(rec), NULL) == LH_OK);
     CHECK(lh_shard_record_read(rec_path, &r, &e) == LH_OK);
     CHECK(r.index == 1 && r.count == 2 && !r.model_id[0]);
+    CHECK(!r.settings[0]);
     static const char *const cases[][4] = {{"1", "2", ",\"model_id\":\"XYZ\"", "model_id"},
                                            {"1", "2", ",\"model_id\":7", "model_id"},
+                                           {"1", "2", ",\"settings\":[1]", "\"settings\" is not an object"},
                                            {"1e300", "2", "", "\"shard\""}, {"0.5", "2", "", "\"shard\""},
                                            {"1", "-2", "", "\"of\""}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -161,5 +180,6 @@ int main(void) {
   } else {
     CHECK_MSG(0, "cannot enter %s", dir);
   }
+  cJSON_Delete(settings);
   return lh_test_end();
 }
