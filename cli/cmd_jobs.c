@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "ingest/ingest.h"
 #include "jobs/outnames.h"
 #include "jobs/runner.h"
 #include "jobs/shard.h"
@@ -679,9 +680,10 @@ static int out_written_elsewhere(const char *out, char *const *paths, lh_store *
               answer_elsewhere(out, j, &js, what, sizeof what);
       lh_buf_free(&js);
     }
+    char idc[2100];
     if (found)
-      snprintf(why, whysz, "job '%s' is %s in %s, and %s", j->custom_id, lh_job_state_name(j->state),
-               paths[v[i].store], what);
+      snprintf(why, whysz, "job '%s' is %s in %s, and %s", lh_ingest_display_str(j->custom_id, 200, idc, sizeof idc),
+               lh_job_state_name(j->state), paths[v[i].store], what);
   }
   free(v);
   return found;
@@ -817,8 +819,9 @@ static int answer_not_current(const char *where, const char *want, const lh_stor
       current = id && !strcmp(id, rid);
       const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
       const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "message"));
+      char shown[10300]; /* it may quote a custom_id or a path of the batch */
       snprintf(why, whysz, "its line in %s is %s%s", path, msg ? "an error: " : "another batch's answer",
-               msg ? msg : "");
+               msg ? lh_ingest_display_str(msg, 1024, shown, sizeof shown) : "");
     }
     cJSON_Delete(o);
   }
@@ -835,7 +838,10 @@ int lh_cmd_results(int argc, char **argv) {
     fprintf(stderr, "longhaul results: expected one JOB (its custom_id or job number)\nsee longhaul results --help\n");
     return LH_EXIT_USAGE;
   }
-  const char *want = argv[optind];
+  /* JOB as typed is what is looked for; messages show it with its control bytes escaped (want) */
+  const char *job = argv[optind];
+  char want[2100];
+  lh_ingest_display_str(job, 200, want, sizeof want);
   char **paths;
   size_t np;
   if (lh_args_stores("results", db, out, "longhaul.db", &paths, &np)) return LH_EXIT_USAGE;
@@ -864,7 +870,7 @@ int lh_cmd_results(int argc, char **argv) {
       char num[32];
       snprintf(num, sizeof num, "%lld", (long long)list[i].id);
       for (int w = 0; w < 2; w++) {
-        if (strcmp(w == 0 ? list[i].custom_id : num, want)) continue;
+        if (strcmp(w == 0 ? list[i].custom_id : num, job)) continue;
         by[w].matches++;
         if (list[i].updated_ms >= by[w].newest) {
           by[w].newest = list[i].updated_ms;
@@ -902,9 +908,10 @@ int lh_cmd_results(int argc, char **argv) {
       fprintf(stderr, "longhaul results: job '%s' is failed, and its stored error fails its checksum (the store was "
               "damaged); rerun the batch to compute it again\n", want);
     } else if (info.state != LH_JOB_DONE && info.batch) {
+      char shown[10300]; /* the error may quote a custom_id or a path of the batch */
       fprintf(stderr, "longhaul results: job '%s' is %s%s%s\n", want, lh_job_state_name(info.state),
-              info.error ? ": " : "", info.error ? info.error : "");
-    } else if (out && w == 0 && answer_not_current(where, want, &info, why, sizeof why)) {
+              info.error ? ": " : "", info.error ? lh_ingest_display_str(info.error, 1024, shown, sizeof shown) : "");
+    } else if (out && w == 0 && answer_not_current(where, job, &info, why, sizeof why)) {
       fprintf(stderr, "longhaul results: '%s' has no answer from the last run over %s (%s); the one in the store "
               "was written for an earlier batch (%s): --db %s prints it\n", want, out, why, info.batch, where);
     } else if ((st_res = lh_store_job_result(found, id, &js, NULL, &e)) == LH_OK && out && w == 0 &&

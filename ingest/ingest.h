@@ -408,5 +408,9 @@ lh_status lh_ingest_entry_json(const lh_ingest_entry *e, lh_buf *out);
  * overrides and invalid UTF-8 as \xNN or \u{NNNN} escapes, backslash as "\\", and names over
  * max_chars characters shortened in the middle with "...". */
 lh_status lh_ingest_display_name(const char *name, size_t len, size_t max_chars, lh_buf *out);
+/* The same for a NUL-terminated s (NULL: ""), written into out (n bytes; 10 * max_chars + 4 always
+ * hold it whole) and returned: for a message that shows user-given strings (a custom_id, an id read
+ * from a file) in a terminal. */
+const char *lh_ingest_display_str(const char *s, size_t max_chars, char *out, size_t n);
 
 #endif

@@ -228,3 +228,11 @@ lh_status lh_ingest_display_name(const char *name, size_t len, size_t max_chars,
   if (!out->data) return lh_buf_append(out, "", 0);
   return LH_OK;
 }
+
+const char *lh_ingest_display_str(const char *s, size_t max_chars, char *out, size_t n) {
+  lh_buf b = {0};
+  const lh_status st = lh_ingest_display_name(s ? s : "", s ? strlen(s) : 0, max_chars, &b);
+  snprintf(out, n, "%s", st == LH_OK ? b.data : "(out of memory)");
+  lh_buf_free(&b);
+  return out;
+}

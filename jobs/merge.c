@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ingest/ingest.h"
 #include "jobs/batch.h"
 #include "jobs/outdir.h"
 #include "jobs/outnames.h"
@@ -279,7 +280,7 @@ static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
               "info` prints a folder's id): rerun the shards of the wrong model with the right one",
               model_s, model_id, s, r.model_id);
     }
-    char key[64], va[160], vb[160];
+    char key[64], va[160], vb[160], ks[700];
     if (r.settings[0] && settings_s < 0) {
       settings_s = s;
       with_settings = r;
@@ -288,7 +289,7 @@ static lh_status find_batch(merge *M, lh_merge_report *rep, lh_error *err) {
       problem(M,
               "shards run with settings that change answers: shard %d ran with %s %s, shard %d with %s %s (each "
               "shard-I-of-N.json records its settings): rerun the shards that differ with the options of the others",
-              settings_s, key, va, s, key, vb);
+              settings_s, lh_ingest_display_str(key, 60, ks, sizeof ks), va, s, ks, vb);
     }
   }
   if (M->nproblems) return LH_ECORRUPT;
@@ -448,27 +449,31 @@ static lh_status walk(merge *M, lh_buf *out, lh_buf *errs, lh_merge_report *rep,
       same = h->n == first->n && !memcmp(h->p, first->p, h->n);
     }
     const int everyone = same && first->error && first->status == 400; /* rejected before grouping */
-    char want[80];
+    char want[80], cs[700], is[700]; /* the custom_id and a shard's id as a terminal shows them */
     /* the id this batch gives line i (a line the parser refused has its own, jobs/runner.h) */
     lh_runner_request_id(M->digest, c, r->error.code != LH_OK ? r->line : 0, want, sizeof want);
     if (first && strcmp(first->id, want)) {
       problem(M,
-              "%s line %d (custom_id %.60s) has id %.40s where this batch gives %s: shard %d/%d ran another batch (or "
+              "%s line %d (custom_id %s) has id %s where this batch gives %s: shard %d/%d ran another batch (or "
               "this file before an edit)",
-              M->out[claim[0]].name, first->lineno, c, first->id, want, claim[0], N);
+              M->out[claim[0]].name, first->lineno, lh_ingest_display_str(c, 60, cs, sizeof cs),
+              lh_ingest_display_str(first->id, 40, is, sizeof is), want, claim[0], N);
     } else if (r->error.code != LH_OK && !everyone) {
-      problem(M, "batch line %d (custom_id %.60s) is malformed and every shard reports it, but %s", r->line, c,
+      problem(M, "batch line %d (custom_id %s) is malformed and every shard reports it, but %s", r->line,
+              lh_ingest_display_str(c, 60, cs, sizeof cs),
               k < N ? "some shards lack its line" : "the shards' lines differ");
     } else if (!k) {
-      if (nmissing++ < 5) lh_buf_printf(&missing, "%sline %d (%.40s)", nmissing > 1 ? ", " : "", r->line, c);
+      if (nmissing++ < 5)
+        lh_buf_printf(&missing, "%sline %d (%s)", nmissing > 1 ? ", " : "", r->line,
+                      lh_ingest_display_str(c, 40, cs, sizeof cs));
       continue;
     } else if (k > 1 && !everyone) {
       lh_buf who = {0};
       for (int j = 0; j < k; j++) lh_buf_printf(&who, "%s%d", j ? (j + 1 == k ? " and " : ", ") : "", claim[j]);
       problem(M,
-              "batch line %d (custom_id %.60s) is answered by shards %s of %d: they come from different runs (a "
+              "batch line %d (custom_id %s) is answered by shards %s of %d: they come from different runs (a "
               "shard rerun with another N, or a file copied from elsewhere)",
-              r->line, c, who.data, N);
+              r->line, lh_ingest_display_str(c, 60, cs, sizeof cs), who.data, N);
       lh_buf_free(&who);
     } else {
       st = lh_buf_append(out, first->p, first->n);
@@ -499,11 +504,13 @@ static lh_status walk(merge *M, lh_buf *out, lh_buf *errs, lh_merge_report *rep,
     const sfile *fs[2] = {&M->out[s], &M->errs[s]};
     for (int t = 0; t < 2; t++) {
       const line *h = head(fs[t]);
+      char cs[700];
       if (h)
         problem(M,
-                "%s/%s line %d (custom_id %.60s) matches no request of the batch%s: the shard ran another version of "
+                "%s/%s line %d (custom_id %s) matches no request of the batch%s: the shard ran another version of "
                 "it, or the file was edited",
-                M->p->out_dir, fs[t]->name, h->lineno, h->custom_id, fs[t]->n - fs[t]->next > 1 ? " (nor do the lines after it)" : "");
+                M->p->out_dir, fs[t]->name, h->lineno, lh_ingest_display_str(h->custom_id, 60, cs, sizeof cs),
+                fs[t]->n - fs[t]->next > 1 ? " (nor do the lines after it)" : "");
     }
   }
   return LH_OK;

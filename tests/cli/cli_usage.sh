@@ -18,6 +18,8 @@
 #     --template-file is refused at once, naming the flag, the path and what it is.
 #   - a --db that is one of the files the run writes in OUT exits 2 before anything runs; a run
 #     refused for its --db leaves no output folder it made, and one waiting for its lock runs;
+#   - results shows a custom_id (the one asked for, and in a stored error) with its control bytes
+#     escaped, so a hostile batch cannot drive the terminal through it;
 #   - started with standard error (or output) closed, a run writes its log into none of its files
 #     (the lock took number 2 and held the progress lines); with standard input closed, `run -`
 #     says it cannot read it.
@@ -515,4 +517,12 @@ rc=$?
 set -e
 [ "$rc" = 75 ] || { cat "$T/closed-in.out"; fail "run - with stdin closed exited $rc"; }
 says closed-in "-: read error after 0 bytes: Bad file descriptor"
+# ---- a custom_id holding terminal escapes (ESC [2J clears the screen) is shown escaped ----
+printf '%s\n' '{"custom_id": "\u001b[2Jevil", "url": "/v1/completions", "body": {"prompt": "x", "max_tokens": 2, "documents": ["gone.tar"]}}' > "$T/esc.jsonl"
+run 1 esc-run "$LH" run "$T/esc.jsonl" --model "$MODEL" --out "$T/esc" --progress none
+run 1 esc-results "$LH" results "$(printf '\033[2Jevil')" --out "$T/esc"
+says esc-results "longhaul results: job '\x1b[2Jevil' is failed"
+run 1 esc-none "$LH" results "$(printf '\033[2Jnone')" --out "$T/esc"
+says esc-none "longhaul results: no job '\x1b[2Jnone' in"
+if grep -q "$(printf '\033')" "$T/esc-results.out" "$T/esc-none.out"; then fail "results printed an ESC byte"; fi
 echo "cli_usage: suggestions, status --json, --out everywhere, shards, devices, HF ids, defaults: ok"

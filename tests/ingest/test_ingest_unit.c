@@ -197,6 +197,10 @@ static void test_escaping(void) {
   CHECK_STR_CONTAINS(d.data, "...");
   CHECK(!strcmp(d.data + d.len - 6, "/f.txt"));
   lh_buf_free(&d);
+  char shown[16];
+  CHECK(!strcmp(lh_ingest_display_str("id\x1b]0;x\x07", 40, shown, sizeof shown), "id\\x1b]0;x\\x07"));
+  CHECK(!strcmp(lh_ingest_display_str("0123456789abcdefghij", 40, shown, sizeof shown), "0123456789abcde"));
+  CHECK(!strcmp(lh_ingest_display_str(NULL, 40, shown, sizeof shown), ""));
 
   lh_buf x = {0};
   lh_xml_escape(&x, "a&b<c>\"d'\n\xFF", 11);

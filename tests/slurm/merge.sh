@@ -195,6 +195,18 @@ open(sys.argv[1], "wb").write(b"\n".join(b))
 print(k + 1)' "$D/output-2-of-4.jsonl" > "$T/utf8.line"
 refuses 1 "output-2-of-4.jsonl line $(cat "$T/utf8.line") is not UTF-8" "$D" --batch "$T/batch.jsonl"
 
+# -- a custom_id that drives a terminal (ESC [2J clears it), in a line edited into a shard's file:
+# merge names it escaped, never with the ESC byte itself
+D=$(case_dir esc)
+json '
+import sys
+b = open(sys.argv[1]).read().split("\n")
+k = next(i for i, l in enumerate(b) if "\"error\":null" in l)
+o = json.loads(b[k]); o["custom_id"] = "\x1b[2Jevil"; b[k] = json.dumps(o)
+open(sys.argv[1], "w").write("\n".join(b))' "$D/output-1-of-4.jsonl"
+refuses 1 'output-1-of-4.jsonl line [0-9]* (custom_id \\x1b\[2Jevil) matches no request' "$D" --batch "$T/batch.jsonl"
+if grep -q "$(printf '\033')" "$T/m.err"; then fail "merge printed an ESC byte"; fi
+
 # -- a shard file that is a link to what merge writes: merging would replace the shard's lines
 # with the whole batch's (so the next merge finds every request answered twice)
 for f in output errors; do
