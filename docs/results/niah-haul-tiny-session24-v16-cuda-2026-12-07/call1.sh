@@ -8,6 +8,8 @@
 #   run); $OUT/call3.tar.gz
 # - the plain training call: 300 s of data version 16 from the shipped folder and state, EMA 0.997,
 #   then the held-out sweeps and ship checks (tools/train_tiny/device_train_and_sweep.sh)
+# TRAIN_S (default 300) and CALL_S (default 565: the seconds from the start after which the training
+# and sweeps are cut) shorten the call when less device time is left.
 set -u
 N=.dev/niah
 export LD_LIBRARY_PATH=$N/libs:${LD_LIBRARY_PATH:-}
@@ -29,6 +31,6 @@ sw() { # NAME LIMIT ARGS...
 }
 ( sw trained-512k-1m 300 --lengths 512k,1m --depths 0:100:10 --trials 2
   sw trained-4m 150 --lengths 4m --depths 50 --trials 1 ) &
-TRAIN_S=300 timeout $((565 - SECONDS)) bash tools/train_tiny/device_train_and_sweep.sh --data-version 16 --ema-decay 0.997 --impl "$IMPL"
+TRAIN_S=${TRAIN_S:-300} timeout $((${CALL_S:-565} - SECONDS)) bash tools/train_tiny/device_train_and_sweep.sh --data-version 16 --ema-decay 0.997 --impl "$IMPL"
 wait
 cat "$W/call3.log"
