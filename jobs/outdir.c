@@ -107,14 +107,18 @@ again:;
   if (e == ELOOP) kind = "a symbolic link";
   else if (e == EISDIR) kind = "a folder";
   else if (!e && (fstat(o->lock_fd, &lb) != 0 || !S_ISREG(lb.st_mode))) kind = "not a regular file";
+  /* a failure before the lock is held takes back the folders lh_mkdir_p_made made (empty ones
+   * only: not one where another process keeps its lock) */
   if (kind) {
     if (o->lock_fd >= 0) close(o->lock_fd);
     free(o);
+    lh_rmdir_made(dir, made);
     return lh_error_set(err, LH_EIO, "%s is %s; longhaul keeps its lock there as a file of its own: remove it and "
                         "rerun", lock_path, kind);
   }
   if (o->lock_fd < 0) {
     free(o);
+    lh_rmdir_made(dir, made);
     return lh_error_set(err, e == ENOSPC ? LH_EFULL : LH_EIO, "the output folder %s is not writable: %s: %s", dir,
                         lock_path, strerror(e));
   }
@@ -125,6 +129,7 @@ again:;
     describe_holder(o->lock_fd, lock_path, who, sizeof who);
     close(o->lock_fd);
     free(o);
+    lh_rmdir_made(dir, made);
     if (e == EACCES || e == EAGAIN)
       return lh_error_set(err, LH_EBUSY, "%s is in use by another longhaul run (%s); wait for it to finish, or pass "
                           "--wait to queue behind it", dir, who);
@@ -181,19 +186,7 @@ void lh_outdir_abandon(lh_outdir *o) {
   const char *slash = strrchr(o->lock_path, '/');
   const int unused = o->made && slash && only_lock(o->dir, slash + 1);
   if (unused) lh_testpoint("abandon"); /* a run may be waiting for the lock (invariant 5) */
-  if (unused && unlink(o->lock_path) == 0) {
-    /* the folders open made, deepest first; rmdir takes only an empty one, and a prefix ending in
-     * "." or ".." is refused, so no folder that was there before is removed */
-    char path[sizeof o->dir];
-    snprintf(path, sizeof path, "%s", o->dir);
-    for (size_t n = strlen(path); n >= o->made;) {
-      path[n] = 0;
-      if (rmdir(path) != 0) break;
-      while (n > 0 && path[n - 1] == '/') n--;
-      while (n > 0 && path[n - 1] != '/') n--;
-      while (n > 0 && path[n - 1] == '/') n--;
-    }
-  }
+  if (unused && unlink(o->lock_path) == 0) lh_rmdir_made(o->dir, o->made);
   lh_outdir_close(o);
 }
 

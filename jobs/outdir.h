@@ -33,7 +33,8 @@ typedef struct lh_outdir lh_outdir;
  * naming the holder (pid, host, since when). LH_EIO (or LH_EFULL) with the path when the folder
  * is not writable, or when the lock's name is taken by something that is not a plain file (a
  * symbolic link, a folder, a FIFO: never opened through): found before any work is done.
- * LH_EINVAL when dir is a file, or a symbolic link to nothing. */
+ * LH_EINVAL when dir is a file, or a symbolic link to nothing. A failure leaves none of the
+ * folders it made. */
 lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err);
 void lh_outdir_close(lh_outdir *o); /* accepts NULL */
 /* Close o for a caller that wrote nothing there (a run refused after open: a --db it cannot use,

@@ -199,24 +199,47 @@ lh_status lh_file_write_atomic(const char *path, const void *data, size_t n, lh_
 
 lh_status lh_mkdir_p_made(const char *path, size_t *made, lh_error *err) {
   char buf[4096];
-  size_t n = strlen(path);
+  size_t n = strlen(path), first = 0, last = 0; /* where the first and the last folder made end */
   if (made) *made = 0;
   if (n == 0 || n >= sizeof buf) return lh_error_set(err, LH_EINVAL, "bad directory path '%s'", path);
   memcpy(buf, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (buf[i] == '/' || buf[i] == 0) {
-      char c = buf[i];
-      buf[i] = 0;
-      if (mkdir(buf, 0755) == 0) {
-        if (made && !*made) *made = i;
-      } else if (errno != EEXIST) {
-        return lh_error_set(err, LH_EIO, "mkdir %s: %s", buf, strerror(errno));
-      }
-      buf[i] = c;
+  lh_status st = LH_OK;
+  for (size_t i = 1; i <= n && st == LH_OK; i++) {
+    if (buf[i] != '/' && buf[i] != 0) continue;
+    const char c = buf[i];
+    buf[i] = 0;
+    if (mkdir(buf, 0755) == 0) {
+      if (!first) first = i;
+      last = i;
+    } else if (errno != EEXIST) {
+      st = lh_error_set(err, LH_EIO, "mkdir %s: %s", buf, strerror(errno));
     }
+    buf[i] = c;
   }
-  if (!lh_is_dir(path)) return lh_error_set(err, LH_EIO, "%s exists and is not a directory", path);
-  return LH_OK;
+  if (st == LH_OK && !lh_is_dir(path)) st = lh_error_set(err, LH_EIO, "%s exists and is not a directory", path);
+  if (st != LH_OK && first) { /* failed part way: the folders made on the way go */
+    buf[last] = 0;
+    lh_rmdir_made(buf, first);
+  } else if (made) {
+    *made = first;
+  }
+  return st;
+}
+
+void lh_rmdir_made(const char *path, size_t made) {
+  char buf[4096];
+  size_t n = strlen(path);
+  if (!made || made > n || n >= sizeof buf) return;
+  memcpy(buf, path, n + 1);
+  /* rmdir takes only an empty folder and refuses a name ending in "." or "..", so no folder that
+   * was there before, or that holds anything, is removed */
+  while (n >= made) {
+    buf[n] = 0;
+    if (rmdir(buf) != 0) return;
+    while (n > 0 && buf[n - 1] == '/') n--;
+    while (n > 0 && buf[n - 1] != '/') n--;
+    while (n > 0 && buf[n - 1] == '/') n--;
+  }
 }
 
 lh_status lh_mkdir_p(const char *path, lh_error *err) { return lh_mkdir_p_made(path, NULL, err); }

@@ -53,12 +53,17 @@ lh_status lh_file_open_plain(const char *path, int flags, int *fd, lh_error *err
 /* fsync the folder that holds path, so that a rename or create in it survives a crash. A file
  * system that cannot sync folders, or a folder this process may not open, is not an error. */
 lh_status lh_fsync_parent(const char *path, lh_error *err);
-/* mkdir -p; succeeds if the directory exists. */
+/* mkdir -p; succeeds if the directory exists. A failure leaves none of the folders it made. */
 lh_status lh_mkdir_p(const char *path, lh_error *err);
 /* lh_mkdir_p, and in *made the length of the prefix of path that names the first folder this call
  * created (the folders it names below it were created after it), or 0 when it created none: for a
- * caller that undoes what it made. */
+ * caller that undoes what it made (lh_rmdir_made). A call that fails part way (a name too long, a
+ * full disk, a folder it may not write in) removes the folders it created before it returns. */
 lh_status lh_mkdir_p_made(const char *path, size_t *made, lh_error *err);
+/* Undo lh_mkdir_p_made(path, &made): remove path and each folder above it up to the one made
+ * names, deepest first, each only while empty, stopping at the first that cannot go (it holds
+ * something, another process took it). made == 0: nothing. */
+void lh_rmdir_made(const char *path, size_t made);
 int lh_is_dir(const char *path);
 int lh_is_file(const char *path);
 /* Join dir and name with one '/', into out (size outsz). Returns LH_ELIMIT if it does not fit. */

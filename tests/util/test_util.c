@@ -142,6 +142,18 @@ int main(void) {
   lh_path_join(q, sizeof q, p, "d/e");
   CHECK_EQ(lh_mkdir_p_made(q, &made, NULL), LH_OK);
   CHECK(lh_is_dir(q) && made == strlen(p) + 2 && !strncmp(q + made - 2, "/d", 2));
+  /* undone: the folders made up to where made points; what was there stays */
+  lh_rmdir_made(q, made);
+  CHECK(!lh_is_dir(q) && lh_is_dir(p));
+  /* failing part way (a name longer than a file system takes) leaves none of the folders it made */
+  char r[512];
+  lh_path_join(q, sizeof q, p, "g/h/");
+  memset(q + strlen(q), 'x', 300);
+  q[strlen(p) + 5 + 300] = 0;
+  made = 99;
+  CHECK(lh_mkdir_p_made(q, &made, NULL) != LH_OK);
+  lh_path_join(r, sizeof r, p, "g");
+  CHECK(made == 0 && !lh_is_dir(r) && lh_is_dir(p));
   lh_path_join(q, sizeof q, p, "f.txt");
   CHECK_EQ(lh_file_write_atomic(q, "hello", 5, NULL), LH_OK);
   lh_buf rb = {0};
