@@ -14,8 +14,9 @@
  *     still leads to that file, and opens the folder again when not.
  *
  * It must never: truncate a file in place, remove a file that is neither a NAME.tmp.PID
- * temporary nor one its caller names (lh_outdir_remove: outputs the store no longer stands behind),
- * or remove a folder it did not create (lh_outdir_abandon).
+ * temporary nor one its caller names (lh_outdir_remove: outputs the store no longer stands behind)
+ * nor a lock file it created (lh_outdir_abandon), or remove a folder it did not create or one that
+ * holds anything (lh_outdir_abandon).
  */
 #define _GNU_SOURCE
 #include "jobs/outdir.h"
@@ -39,6 +40,7 @@ struct lh_outdir {
   char dir[4096];
   char lock_path[4200];
   int lock_fd;
+  int lock_made; /* open created the lock file */
   size_t made; /* the length of dir's prefix naming the first folder open created, or 0 */
 };
 
@@ -99,8 +101,12 @@ again:;
   char lock_path[4200];
   snprintf(lock_path, sizeof lock_path, "%s/%s", dir, lock_name);
   snprintf(o->lock_path, sizeof o->lock_path, "%s", lock_path);
-  /* never through a link (invariant 4): taking the lock truncates the file to write the holder */
-  o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  /* never through a link (invariant 4): taking the lock truncates the file to write the holder.
+   * O_EXCL first, to know whether this open made the file (lh_outdir_abandon removes only that) */
+  o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK, 0644);
+  o->lock_made = o->lock_fd >= 0;
+  if (o->lock_fd < 0 && errno == EEXIST)
+    o->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   const int e = o->lock_fd < 0 ? errno : 0;
   struct stat lb;
   const char *kind = NULL; /* what is there instead of a lock file */
@@ -170,23 +176,13 @@ void lh_outdir_close(lh_outdir *o) {
   free(o);
 }
 
-/* Whether dir holds nothing but the file lock_name. */
-static int only_lock(const char *dir, const char *lock_name) {
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int only = 1;
-  for (struct dirent *e; only && (e = readdir(d));)
-    only = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, lock_name);
-  closedir(d);
-  return only;
-}
-
 void lh_outdir_abandon(lh_outdir *o) {
   if (!o) return;
-  const char *slash = strrchr(o->lock_path, '/');
-  const int unused = o->made && slash && only_lock(o->dir, slash + 1);
-  if (unused) lh_testpoint("abandon"); /* a run may be waiting for the lock (invariant 5) */
-  if (unused && unlink(o->lock_path) == 0) lh_rmdir_made(o->dir, o->made);
+  if (o->lock_made) {
+    lh_testpoint("abandon"); /* a run may be waiting for the lock (invariant 5) */
+    unlink(o->lock_path);
+  }
+  lh_rmdir_made(o->dir, o->made); /* only while empty: what others put there keeps them */
   lh_outdir_close(o);
 }
 

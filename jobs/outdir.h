@@ -7,7 +7,7 @@
  *     lh_outdir_sweep(o, "jobs/q1", &err);                      // stale *.tmp.* files go
  *     lh_outdir_remove(o, "jobs/q1/result.json", &err);         // an output no longer true
  *     lh_outdir_close(o);                                       // releases the lock
- *     (or lh_outdir_abandon(o): releases it, and removes the folder open made if still empty)
+ *     (or lh_outdir_abandon(o): releases it, and removes the lock file and folders open made)
  *
  * The lock is an fcntl write lock on OUT/<lock name> (held by the process until close or exit;
  * the kernel drops it when the process dies, kill -9 included, so a lock is never stale). The
@@ -37,10 +37,12 @@ typedef struct lh_outdir lh_outdir;
  * folders it made. */
 lh_status lh_outdir_open(const char *dir, const char *lock_name, int wait, lh_outdir **out, lh_error *err);
 void lh_outdir_close(lh_outdir *o); /* accepts NULL */
-/* Close o for a caller that wrote nothing there (a run refused after open: a --db it cannot use,
- * say): when open created the folder, and the folders above it that were not there, and it holds
- * nothing but the lock, the lock and those folders go, so the refused command leaves nothing
- * behind; a folder that was there before open is left as it is, lock file and all. Accepts NULL. */
+/* Close o for a caller that wrote nothing there (a command refused after open: a --db it cannot
+ * use, a model that does not load): the lock file goes when open created it, and so do the folders
+ * open created (dir, and those above it that were not there) once empty, so the refused command
+ * leaves nothing it made. What was there before open stays: a folder, a lock file, what they hold.
+ * A caller that made other files there removes them first (its store: lh_store_discard). Accepts
+ * NULL. */
 void lh_outdir_abandon(lh_outdir *o);
 const char *lh_outdir_path(const lh_outdir *o);
 

@@ -1782,14 +1782,17 @@ lh_status lh_run_batch(const lh_runner_params *p, lh_runner_summary *sum, lh_err
 
 done:
   sum->seconds = lh_now() - t0;
+  /* a run refused or stopped before it wrote anything in OUT (a --db it cannot open, a --db among
+   * OUT's files, a model that does not load) leaves nothing it made there: the store it made in
+   * OUT while nothing is stored in it, the lock, OUT and the folders above it */
+  const int refused = st != LH_OK && !sum->output_written;
   lh_store_writer_close(R.writer, NULL);
-  lh_store_close(R.store);
+  if (refused && !p->db_path) lh_store_discard(R.store);
+  else lh_store_close(R.store);
   lh_tokenizer_close(R.tok);
   lh_model_close(R.model);
   lh_progress_close(R.prog);
-  /* a run refused or stopped before it wrote anything in OUT (a --db it cannot open, a --db among
-   * OUT's files) leaves no OUT it created */
-  if (st != LH_OK && !sum->output_written) lh_outdir_abandon(R.out);
+  if (refused) lh_outdir_abandon(R.out);
   else lh_outdir_close(R.out);
   free(R.job_ids);
   for (int i = 0; R.checks && i < R.batch.n; i++) free(R.checks[i].stamps);

@@ -19,6 +19,9 @@
  *      LH_EBUSY after busy_timeout_ms, so no transaction dies half way on a lock upgrade.
  *   5. Every connection has the row checksum functions (lh_result_crc, lh_error_crc) before any
  *      statement runs; migrations use them, the schema (views, triggers, constraints) never does.
+ *   6. lh_store_discard removes a file only when its handle made it (nothing was at the path, and
+ *      the schema was made under its write lock) and, looked at under the write lock, no model,
+ *      batch or checkpoint is in it and it is still the file at the path.
  * It must never: print, exit, or leave a transaction open after returning an error.
  */
 #define _GNU_SOURCE
@@ -38,6 +41,9 @@
 
 #define LH_STORE_APP_ID 0x4c485354 /* "LHST" */
 #define LH_STORE_PAGE_SIZE 65536
+
+/* The store's file and those SQLite keeps beside it, by the suffix of their names. */
+static const char *const file_tails[] = {"", "-wal", "-shm", "-journal"};
 
 static const char *const schema_v1 =
     "CREATE TABLE models(\n"
@@ -550,6 +556,7 @@ static lh_status migrate(lh_store *s, lh_error *err) {
   }
   if ((st = lh_store__commit(s, "the schema", err))) return st;
   s->version = LH_STORE_SCHEMA_VERSION;
+  s->made = v == 0; /* read under the write lock: of two processes making one file, the one that made it */
   return LH_OK;
 fail:
   lh_store__rollback(s);
@@ -632,10 +639,9 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
   owner_init(&s->me);
 
   struct stat sb;
-  static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
-  for (size_t t = 0; s->p.no_follow && t < sizeof tails / sizeof *tails; t++) {
+  for (size_t t = 0; s->p.no_follow && t < sizeof file_tails / sizeof *file_tails; t++) {
     char at[sizeof s->path + 16], to[4096];
-    snprintf(at, sizeof at, "%s%s", path, tails[t]);
+    snprintf(at, sizeof at, "%s%s", path, file_tails[t]);
     if (lstat(at, &sb) != 0 || !S_ISLNK(sb.st_mode)) continue;
     const ssize_t n = readlink(at, to, sizeof to - 1);
     to[n > 0 ? n : 0] = 0;
@@ -701,6 +707,7 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
     lh_store_close(s);
     return st;
   }
+  s->made = s->made && !exists;
   *out = s;
   return LH_OK;
 }
@@ -716,6 +723,26 @@ void lh_store_close(lh_store *s) {
   pthread_mutex_destroy(&s->hb_mu);
   pthread_cond_destroy(&s->hb_cv);
   free(s);
+}
+
+void lh_store_discard(lh_store *s) {
+  if (!s) return;
+  int64_t kept = 1;
+  /* under the write lock, so that no other process stores anything between the look and the unlink;
+   * one that has the file open meanwhile finds it moved at its next write (SQLITE_READONLY_DBMOVED) */
+  if (s->made && !s->p.read_only && lh_store__begin(s, "discarding the store", NULL) == LH_OK) {
+    if (lh_store__int(s, "SELECT (SELECT count(*) FROM models) + (SELECT count(*) FROM batches) + "
+                      "(SELECT count(*) FROM checkpoints)", &kept, NULL) != LH_OK || lh_store_file_moved(s))
+      kept = 1;
+    for (size_t t = 0; !kept && t < sizeof file_tails / sizeof *file_tails; t++) {
+      char at[sizeof s->path + 16];
+      snprintf(at, sizeof at, "%s%s", s->path, file_tails[t]);
+      unlink(at);
+    }
+    lh_store__rollback(s);
+    if (!kept) s->p.read_only = 1; /* nothing more goes to the removed file: the digests are not flushed */
+  }
+  lh_store_close(s);
 }
 
 const char *lh_store_path(const lh_store *s) { return s->path; }

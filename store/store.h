@@ -107,6 +107,12 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
 /* Close the handle (accepts NULL). Stops its heartbeat thread; claims it holds stay as they are
  * (running, owned by this process) — release or finish jobs before closing. */
 void lh_store_close(lh_store *s);
+/* Close the handle as lh_store_close does, and remove its file (with its journal) when this handle
+ * created it (nothing was at path when it opened) and nothing has been stored in it since, by this
+ * process or another: no model, batch or checkpoint (file digests, a cache, do not count). For a
+ * command refused after it opened the store it keeps in its output folder, which then leaves no
+ * store behind. A file no longer at its path (lh_store_file_moved) stays where it is. Accepts NULL. */
+void lh_store_discard(lh_store *s);
 const char *lh_store_path(const lh_store *s);
 /* Schema version of the open file (== LH_STORE_SCHEMA_VERSION after open). */
 int lh_store_schema_version(const lh_store *s);

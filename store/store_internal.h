@@ -28,6 +28,7 @@ struct lh_store {
   char path[4096];
   lh_store_params p;
   int version;
+  int made; /* this handle created the file (nothing was at path) and its schema: lh_store_discard */
   lh_store_owner me;
   /* heartbeat thread: started by the first claim when p.heartbeat */
   int hb_started;

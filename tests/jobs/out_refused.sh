@@ -3,14 +3,33 @@
 # nothing else goes.
 #   - An output folder whose making fails part way (a name too long) leaves none of the folders
 #     above it that it made.
+#   - `run` refused (its model without files or without its tokenizer, a --db) leaves no output
+#     folder it made, nor the folders above it that were not there, nor the lock and the store it
+#     made in it; from a folder that was there (empty, or named through a symbolic link) only what
+#     it made goes.
+#   - What was there stays: a folder holding files, an earlier run's store, lock and output.
 . "$(dirname "$0")/lib.sh"
 printf '%s\n' '{"custom_id":"w","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":2}}' > "$T/one.jsonl"
+refused() { # NAME CMD...: CMD exits 2 (a refusal), its output in $T/NAME.log
+  local name=$1 rc
+  shift
+  set +e
+  "$@" > "$T/$name.log" 2>&1
+  rc=$?
+  set -e
+  [ $rc = 2 ] || { cat "$T/$name.log"; fail "$name: exit $rc, expected 2"; }
+}
 gone() { [ ! -e "$1" ] && [ ! -L "$1" ] || { find "$1" | sort; fail "$2 left $1 behind"; }; }
 holds() { # DIR NAME...: DIR holds exactly these names
   local want got
   want=$(printf '%s\n' "${@:2}" | sort)
   got=$(ls -A "$1" | sort)
   [ "$got" = "$want" ] || { printf 'has:\n%s\nwant:\n%s\n' "$got" "$want"; fail "$1 holds other files than it should"; }
+}
+run_r() { refused "$1" "$LH" run "$T/one.jsonl" --progress none "${@:2}"; }
+stopped() { # PID LOG: wait until PID stops at its test point (LH_TEST_STOP_AT)
+  for _ in $(seq 1 600); do [ "$(ps -o stat= -p "$1" | cut -c1)" = T ] && return 0; sleep 0.05; done
+  kill "$1"; cat "$2"; fail "$2: the process did not stop at its test point"
 }
 
 # an output folder that cannot be made (a name too long for the file system) leaves none of the
@@ -27,5 +46,50 @@ set +e
 set -e
 [ -d "$T/mkhad" ] || fail "a run whose output folder could not be made removed a folder that was there"
 holds "$T/mkhad"
+
+mkdir "$T/empty"                                     # a model folder with no files
+mkdir "$T/notok" && cp "$MODEL"/*.json "$MODEL"/*.safetensors "$T/notok/" && rm "$T/notok/tokenizer.json" # loads, no tokenizer
+# run: a model folder with no files, or one that loads but has no tokenizer, with the store in
+# OUT (made before the model is read): no OUT, no folder above it that was not there, no store
+run_r empty --model "$T/empty" --out "$T/r1/a/b"
+grep -q "config.json" "$T/empty.log" || { cat "$T/empty.log"; fail "empty: the missing config.json not named"; }
+gone "$T/r1" "a run refused for a model folder with no files"
+run_r notok --model "$T/notok" --out "$T/r2"
+gone "$T/r2" "a run refused for a model without its tokenizer"
+run_r shard --model "$T/empty" --out "$T/r3" --shard 0/2
+gone "$T/r3" "a shard refused for its model"
+# an output folder that was there stays, without what the refused run made in it; through a
+# symbolic link too (the link and the folder it names stay)
+mkdir "$T/had"
+run_r had --model "$T/empty" --out "$T/had"
+[ -d "$T/had" ] || fail "a refused run removed an output folder that was there"
+holds "$T/had"
+mkdir "$T/target" && ln -s "$T/target" "$T/link"
+run_r link --model "$MODEL" --out "$T/link" --db "$T/no-such-dir/x.db"
+[ -L "$T/link" ] && [ -d "$T/target" ] || fail "a refused run removed a linked output folder or the link"
+holds "$T/target"
+# ... and an OUT of an earlier run keeps its store, lock and output as they were (the lock's
+# text names its last holder)
+"$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/done" --progress none > "$T/done.log" 2>&1 || { cat "$T/done.log"; fail "done: the run"; }
+sums() { (cd "$1" && find . -type f ! -name longhaul.lock | sort | xargs sha256sum && ls -A); }
+before=$(sums "$T/done")
+run_r again --model "$T/empty" --out "$T/done"
+[ "$(sums "$T/done")" = "$before" ] || fail "a refused run changed an earlier run's OUT"
+# a folder with a file in it (made by someone else meanwhile, or there before) stays
+mkdir "$T/kept" && echo mine > "$T/kept/notes.txt"
+run_r kept --model "$T/empty" --out "$T/kept"
+holds "$T/kept" notes.txt
+# a run waiting (--wait) on the lock of one refused for its model takes the output folder afresh
+# once the refused run removed its store, lock and folder: it runs, with a store of its own
+LH_TEST_STOP_AT=abandon:1 "$LH" run "$T/one.jsonl" --model "$T/empty" --out "$T/race" --progress none > "$T/race1.log" 2>&1 &
+p1=$!
+stopped $p1 "$T/race1.log"
+"$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/race" --wait --progress none > "$T/race2.log" 2>&1 &
+p2=$!
+sleep 1
+kill -CONT $p1
+set +e; wait $p1; r1=$?; wait $p2; r2=$?; set -e
+[ $r1 = 2 ] || { cat "$T/race1.log"; fail "race: the refused run exited $r1"; }
+[ $r2 = 0 ] && [ -s "$T/race/output.jsonl" ] && [ -s "$T/race/longhaul.db" ] || { cat "$T/race2.log"; fail "race: the waiting run exited $r2"; }
 
 echo "out_refused: ok"
