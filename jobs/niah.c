@@ -538,6 +538,7 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   lh_prefix *mainpx = NULL;
   lh_outdir *od = NULL; /* OUT, locked: one sweep at a time appends to its results.jsonl */
   FILE *rf = NULL;
+  int claimed = 0; /* sweep_claim_out wrote OUT/sweep.json */
   char cbuf[4096], results[4200], db[4200], title[512];
   if (!p->model_dir || !p->out_dir) return lh_error_set(err, LH_EINVAL, "--model and --out are required");
   if (p->n_lengths < 1 || p->n_depths < 1 || p->trials < 1 || p->chunk < 1)
@@ -584,7 +585,12 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   if (!corpus)
     return lh_error_set(err, LH_ENOTFOUND, "the built-in haystack (examples/niah/haystack.tar.xz) was not found; "
                                             "pass --corpus with an archive, folder or file");
-  lh_status st = sweep_families(&S, err); /* before OUT is made: a bad file leaves no folder */
+  /* before OUT is made: a model folder that is not there, a backend this build lacks or a bad
+   * families file leaves no folder */
+  lh_status st = lh_model_check(p->model_dir, "none", err);
+  if (st) return lh_error_prefix(err, st, "--model: ");
+  if ((st = lh_model_check(p->model_dir, p->device, err))) return lh_error_prefix(err, st, "--device: ");
+  st = sweep_families(&S, err);
   if (st == LH_OK) st = lh_outdir_open(p->out_dir, "niah.lock", p->wait, &od, err);
   if (st) {
     lh_niah__families_free(S.fam);
@@ -598,8 +604,10 @@ lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *e
   const char *dbp = p->db_path ? p->db_path : db;
   sp.no_follow = wp.store.no_follow = !p->db_path; /* OUT's own store; a --db the user names may be a link */
   if ((st = lh_store_open(dbp, &sp, &store, err)) || (st = sweep_open(&S, store, corpus, dbp, prog, err)) ||
-      (st = sweep_claim_out(&S, corpus, title, sizeof title, err)) || (st = sweep_trials(&S, results, sum, err)))
+      (st = sweep_claim_out(&S, corpus, title, sizeof title, err)))
     goto done;
+  claimed = 1; /* sweep.json is written: what follows is the sweep's, kept whatever happens */
+  if ((st = sweep_trials(&S, results, sum, err))) goto done;
 
   /* the main sequence: the head and the haystack up to the last unfinished trial's fork point;
    * restored from the store no further than the first one (a --force rerun, or a --db another
@@ -666,9 +674,15 @@ done:
   if (rf) fclose(rf);
   lh_prefix_close(mainpx);
   lh_store_writer_close(writer, NULL);
-  lh_store_close(store);
+  /* a sweep refused or stopped before it wrote sweep.json (a model that does not load, a corpus,
+   * a --db) leaves nothing it made: its store in OUT while nothing is stored in it (the weights'
+   * digests do not count), the lock, OUT and the folders above it */
+  const int refused = st != LH_OK && !claimed;
+  if (refused && !p->db_path) lh_store_discard(store);
+  else lh_store_close(store);
   sweep_close(&S);
   lh_progress_close(prog);
-  lh_outdir_close(od);
+  if (refused) lh_outdir_abandon(od);
+  else lh_outdir_close(od);
   return st;
 }

@@ -134,7 +134,8 @@ typedef struct lh_niah_summary {
 
 /* Run (or resume) a sweep into p->out_dir: results.jsonl, results.csv, summary.json, sweep.json,
  * heatmap.png and heatmap.svg (when built with cairo; otherwise a note says how to draw them).
- * LH_EINTR when interrupted (resumable). */
+ * LH_EINTR when interrupted (resumable). A sweep refused or stopped before it writes sweep.json
+ * (its model, backend, corpus or --db) leaves nothing it made: no OUT, lock or store. */
 lh_status lh_niah_run(const lh_niah_params *p, lh_niah_summary *sum, lh_error *err);
 
 /* Redraw OUT/heatmap.{png,svg} and rewrite results.csv and summary.json from OUT/results.jsonl,

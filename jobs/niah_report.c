@@ -460,7 +460,8 @@ lh_status lh_niah_plot_dir(const char *out_dir, int wait, lh_error *err) {
   if ((st = lh_outdir_open(out_dir, "niah.lock", wait, &od, err))) return st;
   if ((st = read_title(out_dir, title, sizeof title, err)) == LH_OK)
     st = lh_niah__write_reports(out_dir, title, NULL, err);
-  lh_outdir_close(od);
+  if (st) lh_outdir_abandon(od); /* a lock file it made goes */
+  else lh_outdir_close(od);
   return st;
 }
 

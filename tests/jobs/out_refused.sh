@@ -3,11 +3,12 @@
 # nothing else goes.
 #   - An output folder whose making fails part way (a name too long) leaves none of the folders
 #     above it that it made.
-#   - `run` refused (its model without files or without its tokenizer, a --db) leaves no output
-#     folder it made, nor the folders above it that were not there, nor the lock and the store it
-#     made in it; from a folder that was there (empty, or named through a symbolic link) only what
-#     it made goes.
-#   - What was there stays: a folder holding files, an earlier run's store, lock and output.
+#   - `run` and `niah` refused (their model missing or without files, a model without its
+#     tokenizer, a backend, a corpus, a --db) leave no output folder they made, nor the folders
+#     above it that were not there, nor the lock and the store they made in it; from a folder that
+#     was there (empty, or named through a symbolic link) only what they made goes.
+#   - What was there stays: a folder holding files, an earlier run's store, lock and output, and a
+#     store the refused command made but another process wrote to while it had it open.
 . "$(dirname "$0")/lib.sh"
 printf '%s\n' '{"custom_id":"w","url":"/v1/completions","body":{"prompt":"int main(void) {","max_tokens":2}}' > "$T/one.jsonl"
 refused() { # NAME CMD...: CMD exits 2 (a refusal), its output in $T/NAME.log
@@ -91,5 +92,44 @@ kill -CONT $p1
 set +e; wait $p1; r1=$?; wait $p2; r2=$?; set -e
 [ $r1 = 2 ] || { cat "$T/race1.log"; fail "race: the refused run exited $r1"; }
 [ $r2 = 0 ] && [ -s "$T/race/output.jsonl" ] && [ -s "$T/race/longhaul.db" ] || { cat "$T/race2.log"; fail "race: the waiting run exited $r2"; }
+
+# niah: refused for its model (missing, no files), its backend, its corpus or its --db
+niah_r() { refused "$1" "$LH" niah --lengths 1k --depths 0 --trials 1 --progress none "${@:2}"; }
+niah_r n_missing --model "$T/no-such-model" --out "$T/n1/a"
+gone "$T/n1" "niah refused for a missing model"
+niah_r n_empty --model "$T/empty" --out "$T/n2"
+gone "$T/n2" "niah refused for a model folder with no files"
+niah_r n_device --model "$SRC/models/haul-tiny" --device tpu --out "$T/n3"
+gone "$T/n3" "niah refused for its --device"
+niah_r n_corpus --model "$SRC/models/haul-tiny" --corpus "$T/no-such-corpus" --out "$T/n4"
+gone "$T/n4" "niah refused for its corpus"
+niah_r n_db --model "$SRC/models/haul-tiny" --db "$T/no-such-dir/x.db" --out "$T/n5"
+gone "$T/n5" "niah refused for its --db"
+mkdir "$T/nhad"
+niah_r n_had --model "$T/empty" --out "$T/nhad"
+[ -d "$T/nhad" ] || fail "niah refused removed an output folder that was there"
+holds "$T/nhad"
+# a store the refused sweep made but another process wrote to meanwhile (a run given it as --db)
+# is not removed, nor is its folder: the sweep stops in its haystack, the run goes, the sweep is
+# then refused (a haystack too small)
+printf 'A few words only.\n' > "$T/tiny.txt"
+LH_TEST_STOP_AT=haystack:1 "$LH" niah --model "$SRC/models/haul-tiny" --corpus "$T/tiny.txt" --out "$T/n6" \
+  --lengths 1k --depths 0 --trials 1 --progress none > "$T/n6.log" 2>&1 &
+p1=$!
+stopped $p1 "$T/n6.log"
+"$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/n6run" --db "$T/n6/niah.db" --progress none > "$T/n6run.log" 2>&1 ||
+  { kill -9 $p1; cat "$T/n6run.log"; fail "n6: the run over the sweep's store"; }
+kill -CONT $p1
+set +e; wait $p1; r1=$?; set -e
+[ $r1 = 2 ] || { cat "$T/n6.log"; fail "n6: the sweep exited $r1, expected 2"; }
+[ -s "$T/n6/niah.db" ] || fail "a refused sweep removed a store another process wrote to"
+"$LH" results w --db "$T/n6/niah.db" > /dev/null || fail "n6: the run's answer is not in the store"
+# niah plot refused (a sweep.json it cannot read) leaves no lock it made (with cairo only: a
+# longhaul without it refuses every plot before it looks at the folder)
+mkdir "$T/np" && echo 'not json' > "$T/np/sweep.json"
+set +e; "$LH" niah plot "$T/np" > "$T/np.log" 2>&1; rc=$?; set -e
+[ $rc != 0 ] || { cat "$T/np.log"; fail "niah plot of an unreadable sweep.json succeeded"; }
+if grep -q "built without cairo" "$T/np.log"; then echo "NOTE: built without cairo; niah plot's lock not checked"
+else holds "$T/np" sweep.json; fi
 
 echo "out_refused: ok"
