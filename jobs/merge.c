@@ -20,7 +20,8 @@
  *  2. Lines are copied byte for byte; nothing is re-rendered.
  *  3. OUT/output.jsonl and OUT/errors.jsonl are written atomically under OUT/longhaul.lock, after
  *     each shard's lock was found free (a shard that is running has not written its final file);
- *     taking a shard's lock for that moment rewrites the holder text in its lock file, as any run does.
+ *     taking a shard's lock for that moment rewrites the holder text in its lock file, as any run does,
+ *     and a lock file made for that moment is removed after it.
  * It must never write or remove a shard's output, errors or record files, or its store.
  */
 #define _GNU_SOURCE
@@ -216,7 +217,7 @@ static lh_status check_idle(merge *M, lh_error *err) {
     lh_outname_build(LH_OUTNAME_LOCK, s, M->nshards, lock, sizeof lock);
     lh_outdir *o = NULL;
     lh_status st = lh_outdir_open(M->p->out_dir, lock, 0, &o, err);
-    lh_outdir_close(o);
+    lh_outdir_abandon(o); /* a look, not a run: a lock file it made goes */
     if (st == LH_EBUSY)
       return lh_error_prefix(err, st, "shard %d/%d is still running (merge once every shard has ended): ", s,
                              M->nshards);
@@ -524,6 +525,7 @@ lh_status lh_merge_shards(const lh_merge_params *p, lh_merge_report *rep, lh_err
   lh_outdir *o = NULL;
   lh_buf out = {0}, errs = {0};
   lh_status st;
+  int written = 0; /* OUT/output.jsonl is this merge's */
   if (!p->out_dir) return lh_error_set(err, LH_EINVAL, "no output folder given");
   if (!lh_is_dir(p->out_dir)) return lh_error_set(err, LH_ENOTFOUND, "%s: no such folder", p->out_dir);
   char outname[64], errname[64], lock[64]; /* the whole batch's, as a run without --shard names them */
@@ -565,6 +567,7 @@ lh_status lh_merge_shards(const lh_merge_params *p, lh_merge_report *rep, lh_err
     goto done;
   }
   st = lh_outdir_put(o, outname, out.data ? out.data : "", out.len, err);
+  written = st == LH_OK;
   if (st == LH_OK) st = lh_outdir_put(o, errname, errs.data ? errs.data : "", errs.len, err);
   if (st == LH_OK) st = lh_outdir_sweep(o, "", outname, NULL, err);
   if (st == LH_OK) st = lh_outdir_sweep(o, "", errname, NULL, err);
@@ -575,7 +578,8 @@ done:
                  M.nproblems > MAX_PROBLEMS ? "; and more" : "");
     st = LH_ECORRUPT;
   }
-  lh_outdir_close(o);
+  if (st != LH_OK && !written) lh_outdir_abandon(o); /* refused: no lock file it made stays */
+  else lh_outdir_close(o);
   for (int s = 0; s < M.nshards && M.out; s++) {
     sfile *fs[2] = {&M.out[s], &M.errs[s]};
     for (int t = 0; t < 2; t++) {

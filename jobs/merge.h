@@ -47,7 +47,9 @@ typedef struct lh_merge_report {
 } lh_merge_report;
 
 /* Merge the shards in p->out_dir (see above). Takes OUT/longhaul.lock (the lock of a one-process
- * run in OUT) for the time it writes. Statuses: LH_OK; LH_ECORRUPT the shards do not add up to the
+ * run in OUT) for the time it writes; refused, it leaves no lock file it made, and it never leaves
+ * a shard's (made to see whether that shard is running: shards run elsewhere, their files gathered
+ * in OUT). Statuses: LH_OK; LH_ECORRUPT the shards do not add up to the
  * batch (nothing written); LH_ENOTFOUND OUT, the batch or every shard file is missing; LH_EINVAL
  * no batch named and no record naming one; LH_EBUSY OUT or a shard is in use; LH_EIO, LH_EFULL,
  * LH_ENOMEM while reading or writing. */

@@ -7,6 +7,8 @@
 #     tokenizer, a backend, a corpus, a --db) leave no output folder they made, nor the folders
 #     above it that were not there, nor the lock and the store they made in it; from a folder that
 #     was there (empty, or named through a symbolic link) only what they made goes.
+#   - `merge` refused leaves no lock it made; one that succeeds keeps its own lock, as a run does,
+#     but makes none for shards that ran elsewhere.
 #   - What was there stays: a folder holding files, an earlier run's store, lock and output, and a
 #     store the refused command made but another process wrote to while it had it open.
 . "$(dirname "$0")/lib.sh"
@@ -132,4 +134,27 @@ set +e; "$LH" niah plot "$T/np" > "$T/np.log" 2>&1; rc=$?; set -e
 if grep -q "built without cairo" "$T/np.log"; then echo "NOTE: built without cairo; niah plot's lock not checked"
 else holds "$T/np" sweep.json; fi
 
+# merge refused (no batch to read) leaves no lock it made, and keeps the locks that were there
+mkdir "$T/m1"
+for s in 0 1; do : > "$T/m1/output-$s-of-2.jsonl"; : > "$T/m1/errors-$s-of-2.jsonl"; done
+refused m_batch "$LH" merge "$T/m1" --batch "$T/no-such.jsonl"
+holds "$T/m1" output-0-of-2.jsonl output-1-of-2.jsonl errors-0-of-2.jsonl errors-1-of-2.jsonl
+refused m_nobatch "$LH" merge "$T/m1"
+holds "$T/m1" output-0-of-2.jsonl output-1-of-2.jsonl errors-0-of-2.jsonl errors-1-of-2.jsonl
+: > "$T/m1/longhaul.lock"
+: > "$T/m1/longhaul-1-of-2.lock"
+refused m_locks "$LH" merge "$T/m1" --batch "$T/no-such.jsonl"
+holds "$T/m1" output-0-of-2.jsonl output-1-of-2.jsonl errors-0-of-2.jsonl errors-1-of-2.jsonl longhaul.lock \
+  longhaul-1-of-2.lock
+# shards run elsewhere and their files gathered in one folder: the merge writes the output (and
+# keeps its lock, as a run does) but no lock of a shard that did not run there
+for s in 0 1; do
+  "$LH" run "$T/one.jsonl" --model "$MODEL" --out "$T/sh" --shard $s/2 --progress none > "$T/sh$s.log" 2>&1 ||
+    { cat "$T/sh$s.log"; fail "shard $s/2"; }
+done
+mkdir "$T/gathered"
+cp "$T"/sh/output-*-of-2.jsonl "$T"/sh/errors-*-of-2.jsonl "$T"/sh/shard-*-of-2.json "$T/gathered/"
+"$LH" merge "$T/gathered" > "$T/m2.log" 2>&1 || { cat "$T/m2.log"; fail "merge of gathered shards"; }
+holds "$T/gathered" $(cd "$T/sh" && ls output-*-of-2.jsonl errors-*-of-2.jsonl shard-*-of-2.json) output.jsonl \
+  errors.jsonl longhaul.lock
 echo "out_refused: ok"
