@@ -446,9 +446,10 @@ static void status_usage(FILE *f) {
           "\n"
           "The jobs of a store, one row per request: its state, tokens, attempts and error. --out DIR\n"
           "reads DIR/longhaul.db and, after runs with --shard I/N, every DIR/longhaul-shard-I-of-N.db;\n"
-          "--db FILE reads that store (default ./longhaul.db). When DIR's files were written by a run that\n"
-          "kept its store elsewhere (--db), a warning on standard error says so and names the job that\n"
-          "shows it; the jobs printed are still those of the stores read, and the exit status is kept.\n"
+          "--db FILE reads that store (default ./longhaul.db). When DIR's files were written from another\n"
+          "store than those read (a run that kept its store elsewhere with --db, or DIR's own when --db\n"
+          "names another), a warning on standard error says so and names the job that shows it; the\n"
+          "jobs printed are still those of the stores read, and the exit status is kept.\n"
           "\n"
           "  tokens_done    prompt tokens computed for the job: all of them once it is done; before,\n"
           "                 the position of the last checkpoint of its prefix (which the requests\n"
@@ -468,8 +469,8 @@ static void results_usage(FILE *f) {
              "  stores of --out DIR (longhaul.db and shard stores) or --db FILE (default ./longhaul.db);\n"
              "  a custom_id in several batches or stores gives the job a run changed last; with --out, an\n"
              "  answer the last run over DIR did not write out (its line refused now, gone from the batch,\n"
-             "  or a run that kept its store elsewhere with --db) is not printed but said so (exit 1):\n"
-             "  --db FILE prints it\n");
+             "  or a run that used another store than the one read) is not printed but said so (exit 1):\n"
+             "  --db FILE alone prints it\n");
 }
 
 /* Open db read-only and list its jobs (lh_store_job_list's order) into *list, *n: 0, or -1 with
@@ -628,6 +629,20 @@ static int answer_elsewhere(const char *out, const lh_store_job_info *info, cons
   return differs;
 }
 
+/* How to tell that OUT's files came from another store than the one read (answer_elsewhere), for
+ * status's and results' warnings: what the last run over OUT did, and how to read the store it
+ * used. Without --db, that run kept its store elsewhere (--db); with --db DB, it used another
+ * store than DB: OUT's own (read with no --db) or another --db. */
+static void elsewhere_words(const char *out, const char *db, char *did, size_t didn, char *fix, size_t fixn) {
+  if (!db) {
+    snprintf(did, didn, "kept its store elsewhere (--db)");
+    snprintf(fix, fixn, "pass its --db");
+    return;
+  }
+  snprintf(did, didn, "used another store than %s", db);
+  snprintf(fix, fixn, "pass its --db instead, or leave --db out if it kept its store in %s", out);
+}
+
 /* A job of one of the stores read. Sorted by by_id_newest_last, the jobs of one custom_id come
  * together, the one a run changed last at the end (ties: the later store, the later job in its
  * list, as results picks it). */
@@ -768,10 +783,12 @@ int lh_cmd_status(int argc, char **argv) {
     printf("\n%zu jobs: %d queued, %d running, %d done, %d failed\n", total, counts[LH_JOB_QUEUED],
            counts[LH_JOB_RUNNING], counts[LH_JOB_DONE], counts[LH_JOB_FAILED]);
   }
-  char why[9200];
-  if (rc == LH_EXIT_OK && out && out_written_elsewhere(out, paths, held, lists, ns, np, why, sizeof why))
-    fprintf(stderr, "longhaul status: warning: %s: the last run over %s kept its store elsewhere (--db), so these "
-            "are not the jobs it wrote out there; pass that run's --db to see them\n", why, out);
+  char why[9200], did[4200], fix[4300];
+  if (rc == LH_EXIT_OK && out && out_written_elsewhere(out, paths, held, lists, ns, np, why, sizeof why)) {
+    elsewhere_words(out, db, did, sizeof did, fix, sizeof fix);
+    fprintf(stderr, "longhaul status: warning: %s: the last run over %s %s, so these are not the jobs it wrote out "
+            "there; to see them, %s\n", why, out, did, fix);
+  }
   for (size_t k = 0; held && lists && ns && k < np; k++) {
     lh_store_job_list_free(lists[k], ns[k]);
     lh_store_close(held[k]);
@@ -916,8 +933,10 @@ int lh_cmd_results(int argc, char **argv) {
               "was written for an earlier batch (%s): --db %s prints it\n", want, out, why, info.batch, where);
     } else if ((st_res = lh_store_job_result(found, id, &js, NULL, &e)) == LH_OK && out && w == 0 &&
                answer_elsewhere(out, &info, &js, why, sizeof why)) {
+      char did[4200], fix[4300];
+      elsewhere_words(out, db, did, sizeof did, fix, sizeof fix);
       fprintf(stderr, "longhaul results: '%s': the answer in %s is not the one the last run over %s wrote out (%s); "
-              "that run kept its store elsewhere: pass its --db\n", want, where, out, why);
+              "that run %s: %s\n", want, where, out, why, did, fix);
     } else if (st_res == LH_OK) {
       cJSON *o = cJSON_ParseWithLength(js.data, js.len);
       char *pretty = o ? cJSON_Print(o) : NULL;

@@ -7,7 +7,7 @@
 # own; names that are not UTF-8 reach the JSON it writes as valid UTF-8. A line answered, then
 # refused, has no result files and `results --out` says so; so it does for a dropped line. A run
 # over OUT with --db elsewhere: `results --out` refuses OUT/longhaul.db's answer, `status --out`
-# warns.
+# warns, and with --db naming another store than that run's too, both say so as such.
 . "$(dirname "$0")/lib.sh"
 LH=$(realpath "$LH")
 mkdir -p "$T/b/root"
@@ -147,7 +147,7 @@ set +e
 "$LH" results t --out "$T/e2o" > "$T/e2.json" 2> "$T/e2.err"; re=$?
 set -e
 [ $re = 1 ] && [ ! -s "$T/e2.json" ] || { cat "$T/e2.json" "$T/e2.err"; fail "results --out printed the answer of a store the last run did not use"; }
-grep -q "that run kept its store elsewhere: pass its --db" "$T/e2.err" || { cat "$T/e2.err"; fail "results: --db elsewhere not said"; }
+grep -qF "that run kept its store elsewhere (--db): pass its --db" "$T/e2.err" || { cat "$T/e2.err"; fail "results: --db elsewhere not said"; }
 "$LH" results t --db "$T/e2-elsewhere.db" > /dev/null || fail "results --db of the store the last run used"
 # status --out says so too, naming --db: a warning on stderr, exit 0 (its table is OUT/longhaul.db's)
 set +e
@@ -157,6 +157,22 @@ set -e
 grep -qF "longhaul status: warning: job 't' is done in $T/e2o/longhaul.db, and $T/e2o/jobs/t/result.json, written after it, holds another answer: the last run over $T/e2o kept its store elsewhere (--db)" "$T/e2s.err" ||
   { cat "$T/e2s.err"; fail "status --out: --db elsewhere not said"; }
 "$LH" status --db "$T/e2-elsewhere.db" > /dev/null 2> "$T/e2s2.err" && [ ! -s "$T/e2s2.err" ] || { cat "$T/e2s2.err"; fail "status --db warned"; }
+# with --out and --db both, the store named is not the one the last run over OUT used: said so,
+# not as if no --db was given, with both ways to the one it used; the store it used, named so,
+# gives no warning
+set +e
+"$LH" results t --out "$T/e2o" --db "$T/e2o/longhaul.db" > "$T/e3.json" 2> "$T/e3.err"; re=$?
+"$LH" status --out "$T/e2o" --db "$T/e2o/longhaul.db" > /dev/null 2> "$T/e3s.err"; rs=$?
+set -e
+[ $re = 1 ] && [ ! -s "$T/e3.json" ] || { cat "$T/e3.json" "$T/e3.err"; fail "results --out --db printed the answer of a store the last run did not use"; }
+grep -qF "that run used another store than $T/e2o/longhaul.db: pass its --db instead, or leave --db out if it kept its store in $T/e2o" "$T/e3.err" ||
+  { cat "$T/e3.err"; fail "results --out --db: the other store not said"; }
+[ $rs = 0 ] && grep -qF "the last run over $T/e2o used another store than $T/e2o/longhaul.db, so these are not the jobs it wrote out there; to see them, pass its --db instead, or leave --db out if it kept its store in $T/e2o" "$T/e3s.err" ||
+  { cat "$T/e3s.err"; fail "status --out --db: the other store not said"; }
+"$LH" results t --out "$T/e2o" --db "$T/e2-elsewhere.db" > /dev/null 2> "$T/e3ok.err" && [ ! -s "$T/e3ok.err" ] ||
+  { cat "$T/e3ok.err"; fail "results --out with the --db the last run used"; }
+"$LH" status --out "$T/e2o" --db "$T/e2-elsewhere.db" > /dev/null 2> "$T/e3sok.err" && [ ! -s "$T/e3sok.err" ] ||
+  { cat "$T/e3sok.err"; fail "status --out with the --db the last run used warned"; }
 # ... and of a job that failed in OUT/longhaul.db (its document missing) and that a run with --db
 # elsewhere answered: OUT has a result.json for a job that is not done in the store read
 printf '%s\n' "${q/notes.txt/$T/e4/notes.txt}" > "$T/b/e4.jsonl"
