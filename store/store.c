@@ -675,8 +675,22 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
     }
   }
   int flags = s->p.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-  if (s->p.no_follow) flags |= SQLITE_OPEN_NOFOLLOW; /* a link made since the check above */
-  int rc = sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
+  /* SQLite's NOFOLLOW refuses a link anywhere in the path, and the output folder itself may be one
+   * (jobs/outdir.h): open the file by its folder's real path, so that only a link at the file's own
+   * name (made since the check above) is refused */
+  char real[sizeof s->path + 4096];
+  snprintf(real, sizeof real, "%s", path);
+  if (s->p.no_follow) {
+    flags |= SQLITE_OPEN_NOFOLLOW;
+    char dir[sizeof s->path], rdir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *name = slash ? path + (slash - dir) + 1 : path;
+    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+    if (realpath(slash ? dir : ".", rdir))
+      snprintf(real, sizeof real, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", name);
+  }
+  int rc = sqlite3_open_v2(real, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {
     lh_status st = lh_store__sql_error(s, rc, err, "opening");
     lh_store_close(s);

@@ -9,7 +9,8 @@
 #     --wait it queues behind the first and then finds every job done; Ctrl-C or SIGTERM while it
 #     waits is an interrupt (130) that names the lock, not a fault (75);
 #   - a symbolic link planted at OUT/jobs/<id>, OUT/jobs, OUT/longhaul.lock, OUT/longhaul.db or its
-#     -journal/-wal: exit 75 naming it, nothing written through it (a --db link is followed);
+#     -journal/-wal: exit 75 naming it, nothing written through it (a --db link is followed, and
+#     OUT itself may be a link: its store is made in the folder it names);
 #   - a store cut short: exit 75 naming it and what to do, without an earlier run's table;
 #   - the output folder, store included, removed under a running run: exit 75 saying so, and that
 #     what the store held is lost; the folder is not made again;
@@ -139,6 +140,15 @@ ln -s "$T/victim.db" "$T/linked.db"
 run_rc --out "$T/y" --db "$T/linked.db" > "$T/y.log" 2>&1
 grep -q " [1-9][0-9]* already done" "$T/y.log" || { cat "$T/y.log"; fail "a --db that is a symbolic link was not followed to its store"; }
 [ -L "$T/linked.db" ] || fail "a --db link was replaced"
+# ... while OUT itself may be a link to a folder (outdir.h): its own store is made in the folder
+# the link names, and a rerun through the link finds every job done (SQLite's NOFOLLOW refuses a
+# link anywhere in a path, so this exited 75 "cannot open the file")
+rm -rf "$T/lt" "$T/lo" && mkdir "$T/lt" && ln -s "$T/lt" "$T/lo"
+"${RUN[@]}" --out "$T/lo" > "$T/lo.log" 2>&1 || true
+[ -f "$T/lt/longhaul.db" ] && [ -L "$T/lo" ] || { cat "$T/lo.log"; fail "a run whose OUT is a link made no store in the folder it names"; }
+diff "$T/ref.norm" <(norm "$T/lt") || { cat "$T/lo.log"; fail "a run whose OUT is a link answers differently"; }
+"${RUN[@]}" --out "$T/lo" > "$T/lo2.log" 2>&1 || true
+grep -q " [1-9][0-9]* already done" "$T/lo2.log" || { cat "$T/lo2.log"; fail "a rerun through the OUT link did not find its store"; }
 echo "run_faults: a symbolic link at the store: ok"
 
 # -- a store SQLite cannot read (cut short): exit 75 naming the store and saying what to do, and no
