@@ -9,7 +9,8 @@
 # - the plain training call: 300 s of data version 16 from the shipped folder and state, EMA 0.997,
 #   then the held-out sweeps and ship checks (tools/train_tiny/device_train_and_sweep.sh)
 # TRAIN_S (default 300) and CALL_S (default 565: the seconds from the start after which the training
-# and sweeps are cut) shorten the call when less device time is left.
+# and sweeps are cut) shorten the call when less device time is left; LONG=0 leaves out the
+# background 512K / 1M / 4M sweep.
 set -u
 N=.dev/niah
 export LD_LIBRARY_PATH=$N/libs:${LD_LIBRARY_PATH:-}
@@ -29,7 +30,7 @@ sw() { # NAME LIMIT ARGS...
   echo "$name rc=$? $(($(date +%s) - t0))s" >> "$W/call3.log"
   (cd "$W" && tar -czf "$OUT/call3.tar.gz" --ignore-failed-read */results.jsonl */summary.json *.log)
 }
-( sw trained-512k-1m 300 --lengths 512k,1m --depths 0:100:10 --trials 2
+[ "${LONG:-1}" = 1 ] && ( sw trained-512k-1m 300 --lengths 512k,1m --depths 0:100:10 --trials 2
   sw trained-4m 150 --lengths 4m --depths 50 --trials 1 ) &
 TRAIN_S=${TRAIN_S:-300} timeout $((${CALL_S:-565} - SECONDS)) bash tools/train_tiny/device_train_and_sweep.sh --data-version 16 --ema-decay 0.997 --impl "$IMPL"
 wait
