@@ -53,6 +53,9 @@ def main():
     ap.add_argument("--time-len", type=int, default=16384)
     ap.add_argument("--time-reps", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="with --time: after the timings, torch.profiler's N costliest kernels of one "
+                         "transformers-form step (where a long step's time goes)")
     ap.add_argument("--init", help="a model folder (e.g. models/haul-tiny) to load into both copies instead of "
                                    "the random initialisation")
     args = ap.parse_args()
@@ -105,6 +108,20 @@ def main():
             print(f"{name}: forward+backward of {args.time_batch} x {args.time_len} tokens "
                   f"(bf16 autocast, {dev}): median {took[name]:.3f} s of {args.time_reps}")
         print(f"fast / transformers: {took['transformers'] / took['fast']:.2f}x")
+        if args.profile:
+            from torch.profiler import ProfilerActivity, profile
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            with profile(activities=acts) as prof:
+                run(ref, b, True, dev)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+            keys = ("self_device_time_total", "self_cuda_time_total") if dev.type == "cuda" else ("self_cpu_time_total",)
+            for key in keys:  # the name of the device column changed across torch versions
+                try:
+                    print(prof.key_averages().table(sort_by=key, row_limit=args.profile, max_name_column_width=70))
+                    break
+                except (AttributeError, KeyError, ValueError):
+                    continue
 
 
 if __name__ == "__main__":

@@ -490,9 +490,9 @@ def main():
                     help="softmax: train only the softmax attention layers, the final norm and lm_head; "
                          "the embedding and the lightning layers before them are frozen and run without "
                          "autograd (a long stage at 128K+ tokens; data version 13). For this call only")
-    ap.add_argument("--impl", default="fast", choices=["fast", "hf"],
-                    help="fast: model.enable_fast_training's lightning and MoE forms (the same functions, "
-                         "checked by check_fast.py); hf: transformers' own loops")
+    ap.add_argument("--impl", default="hf", choices=["fast", "hf"],
+                    help="hf: transformers' own loops; fast: model.enable_fast_training's lightning and MoE "
+                         "forms (the same functions, checked by check_fast.py; no faster on an H100, session 25)")
     ap.add_argument("--ema-decay", type=float, default=0.0,
                     help="also keep an exponential moving average of the trained weights (e.g. 0.998), "
                          "starting from this call's first weights, and export it to OUT_MODEL-ema "
