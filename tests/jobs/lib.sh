@@ -57,3 +57,16 @@ for j in sorted(os.listdir(os.path.join(out, "jobs"))):
     print(j, open(os.path.join(d, "manifest.jsonl")).read())
 P
 }
+# hold_lock FILE: another process takes FILE's fcntl lock, as a running longhaul holds its OUT's, and
+# keeps it 60 s; its pid in $holder (`kill $holder` lets go)
+hold_lock() {
+  local said
+  said=$(mktemp "$T/held-XXXXXX")
+  python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
+    "$1" > "$said" &
+  holder=$!
+  for _ in $(seq 100); do grep -q locked "$said" && break; sleep 0.05; done
+}
+# blocked_on_lock PID: wait (10 s at most) until PID sleeps in the wait for an fcntl lock
+blocked_on_lock() { for _ in $(seq 200); do grep -q fcntl_setlk "/proc/$1/wchan" 2>/dev/null && break; sleep 0.05; done; }

@@ -73,14 +73,10 @@ echo "run_faults: two runs on one --out: ok"
 # the machine (75), and nothing ran
 for sig in INT TERM; do
   rm -rf "$T/q" && mkdir -p "$T/q"
-  python3 -c 'import fcntl, sys, time
-f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
-    "$T/q/longhaul.lock" > "$T/q.lock" &
-  holder=$!
-  for _ in $(seq 100); do grep -q locked "$T/q.lock" && break; sleep 0.05; done
+  hold_lock "$T/q/longhaul.lock"
   "${RUN[@]}" --out "$T/q" --wait > "$T/q.log" 2>&1 &
   pid=$!
-  for _ in $(seq 200); do grep -q fcntl_setlk "/proc/$pid/wchan" 2>/dev/null && break; sleep 0.05; done
+  blocked_on_lock $pid
   kill -$sig $pid
   rc=0
   wait $pid || rc=$?

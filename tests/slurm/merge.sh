@@ -231,22 +231,14 @@ refuses 2 "no-such.jsonl" "$D" --batch "$T/no-such.jsonl"
 
 # -- a shard still running (holding its fcntl lock, as `run` does)
 D=$(case_dir busy)
-python3 -c 'import fcntl, sys, time
-f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
-  "$D/longhaul-2-of-4.lock" > "$T/lock.out" &
-holder=$!
-for _ in $(seq 50); do grep -q locked "$T/lock.out" && break; sleep 0.1; done
+hold_lock "$D/longhaul-2-of-4.lock"
 refuses 75 "shard 2/4 is still running" "$D" --batch "$T/batch.jsonl"
 kill $holder; wait $holder 2>/dev/null || true
 "$LH" merge "$D" --batch "$T/batch.jsonl" > /dev/null || fail "merge after the shard ended failed"
 # the same while the shard's first run is going: no output file yet, so not "missing" (1) but running
 D=$(case_dir busy_first)
 rm "$D/output-2-of-4.jsonl" "$D/errors-2-of-4.jsonl"
-python3 -c 'import fcntl, sys, time
-f = open(sys.argv[1], "a"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
-  "$D/longhaul-2-of-4.lock" > "$T/lock2.out" &
-holder=$!
-for _ in $(seq 50); do grep -q locked "$T/lock2.out" && break; sleep 0.1; done
+hold_lock "$D/longhaul-2-of-4.lock"
 refuses 75 "shard 2/4 is still running (it has not written output-2-of-4.jsonl yet)" "$D" --batch "$T/batch.jsonl"
 kill $holder; wait $holder 2>/dev/null || true
 refuses 1 "shard 2 of 4 is missing" "$D" --batch "$T/batch.jsonl"
