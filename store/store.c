@@ -615,6 +615,18 @@ static lh_status configure(lh_store *s, int creating, lh_error *err) {
   return LH_OK;
 }
 
+/* The folder of path into dir (n bytes: "." for a bare name, "/" for a file at the root); returns
+ * the file's name within path. */
+static const char *split_path(const char *path, char *dir, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) {
+    snprintf(dir, n, ".");
+    return path;
+  }
+  snprintf(dir, n, "%.*s", (int)(slash == path ? 1 : slash - path), path);
+  return slash + 1;
+}
+
 lh_status lh_store_open(const char *path, const lh_store_params *params, lh_store **out, lh_error *err) {
   *out = NULL;
   if (!path || !*path) return lh_error_set(err, LH_EINVAL, "store: no database path given");
@@ -659,12 +671,9 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
     lh_store_close(s);
     return lh_error_set(err, LH_EINVAL, "%s: not a regular file", path);
   }
+  char dir[sizeof s->path];
+  const char *name = split_path(path, dir, sizeof dir);
   if (!exists) { /* a folder that is not there is the caller's set-up (2), not the machine's (75) */
-    char dir[sizeof s->path];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
-    else snprintf(dir, sizeof dir, ".");
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
       const int e = errno;
       lh_store_close(s);
@@ -682,13 +691,8 @@ lh_status lh_store_open(const char *path, const lh_store_params *params, lh_stor
   snprintf(real, sizeof real, "%s", path);
   if (s->p.no_follow) {
     flags |= SQLITE_OPEN_NOFOLLOW;
-    char dir[sizeof s->path], rdir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    const char *name = slash ? path + (slash - dir) + 1 : path;
-    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
-    if (realpath(slash ? dir : ".", rdir))
-      snprintf(real, sizeof real, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", name);
+    char rdir[4096];
+    if (realpath(dir, rdir)) snprintf(real, sizeof real, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", name);
   }
   int rc = sqlite3_open_v2(real, &s->db, flags | SQLITE_OPEN_FULLMUTEX, NULL);
   if (rc != SQLITE_OK) {
